@@ -1,0 +1,5 @@
+"""`python -m lagd` is the `lagd` command."""
+
+from lagd.cli import main
+
+raise SystemExit(main())

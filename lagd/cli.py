@@ -1,0 +1,163 @@
+"""The `lagd` command: run the daemon, check a config, migrate, decode, demo, run jobs.
+
+Exit status: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from lagd import __version__
+from lagd.config import ConfigError, Settings, load
+
+DEFAULT_CONFIG = os.environ.get("LAGD_CONFIG", "/etc/lagd/lagd.toml")
+
+
+def _load_or_exit(path: str) -> Settings:
+    try:
+        return load(path)
+    except ConfigError as exc:
+        print(f"lagd: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    settings = _load_or_exit(args.config)
+    from lagd import logs
+    from lagd.daemon import run
+
+    logs.configure(settings.log.level, settings.log.format)
+    return asyncio.run(run(settings, migrate=args.migrate, config_path=args.config))
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    settings = _load_or_exit(args.file)
+    names = ", ".join(settings.clusters)
+    print(f"{args.file}: OK ({len(settings.clusters)} cluster(s): {names}; {len(settings.mirrors)} mirror(s))")
+    return 0
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    settings = _load_or_exit(args.config)
+    from lagd.db.migrate import upgrade
+
+    try:
+        upgrade(settings.storage.database_url.reveal(), args.revision)
+    except Exception as exc:  # the operator needs the reason, not a traceback
+        print(f"lagd: database upgrade failed: {exc.__class__.__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        print("check storage.database-url and that the database exists and accepts connections", file=sys.stderr)
+        return 1
+    print(f"database at {args.revision}")
+    return 0
+
+
+def _cmd_version(args: argparse.Namespace) -> int:
+    print(f"lagd {__version__}")
+    return 0
+
+
+def _cmd_decode(args: argparse.Namespace) -> int:
+    from lagd.ingest.decode_cmd import run as decode_run
+
+    return decode_run(sys.stdin, sys.stdout)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from lagd.demo import main as demo_main
+
+    return demo_main(args)
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    settings = _load_or_exit(args.config)
+    if args.job == "trends":
+        from lagd.jobs.trends import main as trends_main
+
+        return trends_main(settings, args)
+    from lagd.jobs.mirrors import main as mirrors_main
+
+    return mirrors_main(settings, args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lagd",
+        description="Kafka consumer-lag evaluator: judges every consumer group by Burrow's window rules.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run the daemon", description="Run the lagd daemon in the foreground.")
+    p.add_argument("--config", "-c", default=DEFAULT_CONFIG, help=f"TOML settings file (default {DEFAULT_CONFIG})")
+    p.add_argument(
+        "--no-migrate",
+        dest="migrate",
+        action="store_false",
+        help="do not migrate the database to the newest schema at start",
+    )
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser(
+        "check-config",
+        help="validate a settings file",
+        description="Validate a settings file (and LAGD_* overrides); exit 2 naming the bad key.",
+    )
+    p.add_argument("file", nargs="?", default=DEFAULT_CONFIG)
+    p.set_defaults(func=_cmd_check_config)
+
+    p = sub.add_parser("db", help="database maintenance", description="Database maintenance.")
+    dbsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    up = dbsub.add_parser(
+        "upgrade",
+        help="migrate the database schema (Alembic) to the newest revision",
+        description="Migrate the database named by storage.database-url to REVISION (default head).",
+    )
+    up.add_argument("--config", "-c", default=DEFAULT_CONFIG)
+    up.add_argument("revision", nargs="?", default="head")
+    up.set_defaults(func=_cmd_db_upgrade)
+
+    p = sub.add_parser("version", help="print the version", description="Print lagd's version.")
+    p.set_defaults(func=_cmd_version)
+
+    p = sub.add_parser(
+        "decode",
+        help="decode __consumer_offsets records (JSON lines on stdin)",
+        description='Read JSON lines {"key": "<hex>", "value": "<hex>"|null} on stdin; write one JSON object per '
+        'line with the decoded record, or {"error": ...} for a record that cannot be decoded.',
+    )
+    p.set_defaults(func=_cmd_decode)
+
+    p = sub.add_parser(
+        "demo",
+        help="run lagd against embedded Kafka, Postgres and MQTT with simulated groups",
+        description="Start an embedded broker, database and MQTT broker, simulate consumer groups in "
+        "every state, run lagd on them and show a live table. Ctrl-C stops everything.",
+    )
+    p.add_argument("--config", "-c", default=None, help="settings file (default: config/demo.toml)")
+    p.add_argument(
+        "--duration", type=float, default=0.0, help="stop after this many seconds (default: run until Ctrl-C)"
+    )
+    p.add_argument("--no-table", dest="table", action="store_false", help="do not draw the live table")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("jobs", help="run a Spark job (trends, mirrors)", description="Run a PySpark job once.")
+    p.add_argument("job", choices=["trends", "mirrors"])
+    p.add_argument("--config", "-c", default=DEFAULT_CONFIG)
+    p.add_argument("--from", dest="start", default=None, help="range start (ISO time or epoch ms); backfills")
+    p.add_argument("--to", dest="end", default=None, help="range end (ISO time or epoch ms)")
+    p.add_argument("--master", default=None, help="Spark master URL (default: jobs.spark-master)")
+    p.set_defaults(func=_cmd_jobs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,451 @@
+"""Settings: one TOML file plus `LAGD_*` environment overrides, validated up front.
+
+Every key has a default that serves most users except a cluster's `bootstrap-servers`.
+A bad file raises `ConfigError` naming the key, the value and what was expected; the CLI
+turns that into one line on stderr and exit status 2, so nothing starts half-configured.
+
+Environment overrides: `LAGD_<SECTION>_<KEY>` (dashes become underscores, upper case), e.g.
+`LAGD_STORAGE_DATABASE_URL`, `LAGD_NOTIFY_PASSWORD`; for a cluster or mirror,
+`LAGD_CLUSTERS_<NAME>_<KEY>`, e.g. `LAGD_CLUSTERS_PROD_SASL_PASSWORD`. Lists are
+comma-separated. An override may also create a cluster that the file does not name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A configuration problem; `str()` is one line naming the key and what to do."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"config key '{key}': {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class Secret(str):
+    """A string that never shows itself in logs, reprs or API output."""
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self else "Secret('')"
+
+    def reveal(self) -> str:
+        return str.__str__(self)
+
+    def __str__(self) -> str:
+        return "***" if self else ""
+
+
+def _key(name: str) -> str:
+    return name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """One Kafka cluster lagd watches."""
+
+    name: str = ""
+    bootstrap_servers: list[str] = field(default_factory=list)
+    client_id: str = "lagd"
+    # "topic" streams __consumer_offsets; "admin" polls committed offsets (OffsetFetch).
+    offsets_source: Literal["topic", "admin"] = "topic"
+    offsets_topic: str = "__consumer_offsets"
+    offset_refresh: float = 10.0
+    topic_refresh: float = 60.0
+    groups_allow: str = ".*"
+    groups_deny: str = r"^(console-consumer-|python-kafka-consumer-|quick-).*"
+    topics_deny: str = r"^__.*"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_username: str = ""
+    sasl_password: Secret = Secret("")
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_key_password: Secret = Secret("")
+    tls_check_hostname: bool = True
+    request_timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """Postgres and the sliding windows kept in it."""
+
+    database_url: Secret = Secret("postgresql+asyncpg://lagd@127.0.0.1:5432/lagd")
+    intervals: int = 10
+    min_distance: float = 0.0
+    expire_group: float = 7 * 24 * 3600.0
+    history_retention_days: int = 14
+    flush_interval: float = 1.0
+    flush_max_changes: int = 20_000
+    buffer_max_changes: int = 2_000_000
+    lag_samples: int = 360
+
+
+@dataclass(frozen=True)
+class EvaluatorSettings:
+    """Burrow's evaluator knobs."""
+
+    allowed_lag: int = 0
+    minimum_complete: float = 0.0
+    cache_ttl: float = 5.0
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """The status endpoint."""
+
+    listen: str = "127.0.0.1:8000"
+    auth_token: Secret = Secret("")
+    auth_reads: bool = False
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    cors_origin: str = ""
+    metrics_detail: Literal["partition", "group"] = "partition"
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    """Incidents and their delivery over MQTT."""
+
+    enabled: bool = True
+    mqtt_url: str = "mqtt://127.0.0.1:1883"
+    username: str = ""
+    password: Secret = Secret("")
+    tls_ca_file: str = ""
+    topic_prefix: str = "lagd"
+    client_id: str = "lagd"
+    severity: Literal["WARN", "ERR"] = "WARN"
+    correlation_window: float = 120.0
+    hold_time: float = 300.0
+    update_interval: float = 30.0
+    publish_interval: float = 1.0
+
+
+@dataclass(frozen=True)
+class MirrorSettings:
+    """A replication flow to watch: topics of `source` copied to `target`."""
+
+    name: str = ""
+    source: str = ""
+    target: str = ""
+    topics: str = ".*"
+    # "identity" keeps names; "prefix" prepends `prefix` (MirrorMaker 2: "<alias>.").
+    rename: Literal["identity", "prefix"] = "identity"
+    prefix: str = ""
+    mm1_group: str = ""
+    allowed_loss: float = 0.001
+    window: float = 600.0
+
+
+@dataclass(frozen=True)
+class JobsSettings:
+    """PySpark jobs."""
+
+    spark_master: str = "local[2]"
+    java_home: str = ""
+    jdbc_jar: str = "/usr/share/java/postgresql.jar"
+    jdbc_partitions: int = 8
+    trends_overlap: float = 300.0
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+@dataclass(frozen=True)
+class Settings:
+    clusters: dict[str, ClusterSettings] = field(default_factory=dict)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    evaluator: EvaluatorSettings = field(default_factory=EvaluatorSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
+    notify: NotifySettings = field(default_factory=NotifySettings)
+    mirrors: dict[str, MirrorSettings] = field(default_factory=dict)
+    jobs: JobsSettings = field(default_factory=JobsSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+
+
+_SECTIONS: dict[str, type] = {
+    "storage": StorageSettings,
+    "evaluator": EvaluatorSettings,
+    "http": HttpSettings,
+    "notify": NotifySettings,
+    "jobs": JobsSettings,
+    "log": LogSettings,
+}
+_NAMED: dict[str, type] = {"clusters": ClusterSettings, "mirrors": MirrorSettings}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _convert(key: str, value: Any, tp: Any) -> Any:
+    """Check `value` against the field type `tp`; raise ConfigError naming `key`."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(key, f"got {value!r}, expected one of {', '.join(map(repr, choices))}")
+        return value
+    if tp is Secret:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"got {type(value).__name__}, expected a string")
+        return Secret(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"got {value!r}, expected true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"got {value!r}, expected an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"got {value!r}, expected a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"got {value!r}, expected a string")
+        return value
+    if origin is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(key, f"got {value!r}, expected a list of strings")
+        return list(value)
+    raise AssertionError(f"unsupported settings type {tp!r}")  # pragma: no cover
+
+
+def _build(cls: type, raw: Mapping[str, Any], where: str, extra: Mapping[str, Any] | None = None) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {_key(f.name): f for f in dataclasses.fields(cls) if f.name != "name"}
+    kwargs: dict[str, Any] = dict(extra or {})
+    for k, v in raw.items():
+        full = f"{where}.{k}"
+        f = known.get(k)
+        if f is None:
+            hint = ""
+            close = [n for n in known if n.replace("-", "") == k.replace("-", "").replace("_", "")]
+            if close:
+                hint = f"; did you mean '{close[0]}'?"
+            raise ConfigError(full, f"unknown key{hint} (see config/lagd.example.toml for every key)")
+        kwargs[f.name] = _convert(full, v, hints[f.name])
+    return cls(**kwargs)
+
+
+def _validate(s: Settings) -> None:
+    def positive(key: str, v: float) -> None:
+        if v <= 0:
+            raise ConfigError(key, f"got {v!r}, expected a number greater than 0")
+
+    if not s.clusters:
+        raise ConfigError("clusters", "missing: define at least one [clusters.NAME] with bootstrap-servers")
+    for name, c in s.clusters.items():
+        where = f"clusters.{name}"
+        if not c.bootstrap_servers:
+            raise ConfigError(f"{where}.bootstrap-servers", 'missing: give a list like ["kafka1:9092"]')
+        for server in c.bootstrap_servers:
+            if not re.match(r"^[^:\s]+:\d{1,5}$", server):
+                raise ConfigError(f"{where}.bootstrap-servers", f"got {server!r}, expected host:port")
+        positive(f"{where}.offset-refresh", c.offset_refresh)
+        positive(f"{where}.topic-refresh", c.topic_refresh)
+        positive(f"{where}.request-timeout", c.request_timeout)
+        for key in ("groups_allow", "groups_deny", "topics_deny"):
+            try:
+                re.compile(getattr(c, key))
+            except re.error as exc:
+                raise ConfigError(f"{where}.{_key(key)}", f"not a valid regular expression: {exc}") from None
+        if c.security_protocol.startswith("SASL") and not c.sasl_username:
+            raise ConfigError(f"{where}.sasl-username", "missing: required when security-protocol is SASL_*")
+        if bool(c.tls_cert_file) != bool(c.tls_key_file):
+            raise ConfigError(
+                f"{where}.tls-key-file", "tls-cert-file and tls-key-file go together: set both or neither"
+            )
+    st = s.storage
+    if not st.database_url.reveal().startswith(("postgresql://", "postgresql+asyncpg://", "postgres://")):
+        raise ConfigError("storage.database-url", "expected a postgresql:// URL")
+    if not 1 <= st.intervals <= 100:
+        raise ConfigError("storage.intervals", f"got {st.intervals}, expected 1 to 100")
+    if st.min_distance < 0:
+        raise ConfigError("storage.min-distance", f"got {st.min_distance}, expected 0 or more seconds")
+    positive("storage.expire-group", st.expire_group)
+    positive("storage.flush-interval", st.flush_interval)
+    positive("storage.flush-max-changes", st.flush_max_changes)
+    positive("storage.buffer-max-changes", st.buffer_max_changes)
+    positive("storage.history-retention-days", st.history_retention_days)
+    positive("storage.lag-samples", st.lag_samples)
+    if s.evaluator.allowed_lag < 0:
+        raise ConfigError("evaluator.allowed-lag", f"got {s.evaluator.allowed_lag}, expected 0 or more")
+    if not 0.0 <= s.evaluator.minimum_complete <= 1.0:
+        raise ConfigError("evaluator.minimum-complete", f"got {s.evaluator.minimum_complete}, expected 0.0 to 1.0")
+    if not re.match(r"^(\[[0-9a-fA-F:]+\]|[^:\s]*):\d{1,5}$", s.http.listen):
+        raise ConfigError("http.listen", f"got {s.http.listen!r}, expected host:port such as 127.0.0.1:8000")
+    if bool(s.http.tls_cert_file) != bool(s.http.tls_key_file):
+        raise ConfigError("http.tls-key-file", "tls-cert-file and tls-key-file go together: set both or neither")
+    if s.http.auth_reads and not s.http.auth_token:
+        raise ConfigError("http.auth-token", "missing: required when auth-reads is true")
+    if not re.match(r"^mqtts?://[^/\s]+$", s.notify.mqtt_url):
+        raise ConfigError(
+            "notify.mqtt-url", f"got {s.notify.mqtt_url!r}, expected mqtt://host:port or mqtts://host:port"
+        )
+    if not s.notify.topic_prefix or "#" in s.notify.topic_prefix or "+" in s.notify.topic_prefix:
+        raise ConfigError("notify.topic-prefix", "expected a non-empty MQTT topic without wildcards")
+    for key in ("correlation_window", "hold_time", "update_interval", "publish_interval"):
+        positive(f"notify.{_key(key)}", getattr(s.notify, key))
+    for name, m in s.mirrors.items():
+        where = f"mirrors.{name}"
+        for role in ("source", "target"):
+            if getattr(m, role) not in s.clusters:
+                raise ConfigError(
+                    f"{where}.{role}", f"got {getattr(m, role)!r}, expected the name of a configured cluster"
+                )
+        if m.rename == "prefix" and not m.prefix:
+            raise ConfigError(f"{where}.prefix", 'missing: required when rename = "prefix" (MirrorMaker 2: "<alias>.")')
+        if not 0.0 <= m.allowed_loss < 1.0:
+            raise ConfigError(f"{where}.allowed-loss", f"got {m.allowed_loss}, expected 0.0 to below 1.0")
+        positive(f"{where}.window", m.window)
+        try:
+            re.compile(m.topics)
+        except re.error as exc:
+            raise ConfigError(f"{where}.topics", f"not a valid regular expression: {exc}") from None
+    positive("jobs.jdbc-partitions", s.jobs.jdbc_partitions)
+
+
+def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
+    """Fold LAGD_* variables into the raw TOML tree (in place)."""
+    for var, text in sorted(env.items()):
+        if not var.startswith("LAGD_") or var in ("LAGD_CONFIG",):
+            continue
+        rest = var[len("LAGD_") :].lower()
+        placed = False
+        for section, cls in _SECTIONS.items():
+            if rest.startswith(section + "_"):
+                key = _key(rest[len(section) + 1 :])
+                raw.setdefault(section, {})[key] = _parse_env(f"{section}.{key}", text, cls, key)
+                placed = True
+                break
+        if placed:
+            continue
+        for section, cls in _NAMED.items():
+            if not rest.startswith(section + "_"):
+                continue
+            tail = rest[len(section) + 1 :]
+            keys = sorted((_key(f.name) for f in dataclasses.fields(cls) if f.name != "name"), key=len, reverse=True)
+            for key in keys:
+                suffix = "_" + key.replace("-", "_")
+                if tail.endswith(suffix) and len(tail) > len(suffix):
+                    lname = tail[: -len(suffix)]
+                    table = raw.setdefault(section, {})
+                    name = next((n for n in table if n.lower().replace("-", "_") == lname), lname)
+                    table.setdefault(name, {})[key] = _parse_env(f"{section}.{name}.{key}", text, cls, key)
+                    placed = True
+                    break
+            break
+        if not placed:
+            raise ConfigError(
+                var, "unknown environment override: expected LAGD_<SECTION>_<KEY>, e.g. LAGD_STORAGE_DATABASE_URL"
+            )
+
+
+def _parse_env(key: str, text: str, cls: type, tomlkey: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fname = tomlkey.replace("-", "_")
+    if fname not in hints:
+        raise ConfigError(key, "unknown key (from the environment)")
+    tp = hints[fname]
+    if tp is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(key, f"got {text!r} from the environment, expected true or false")
+    if tp is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(key, f"got {text!r} from the environment, expected an integer") from None
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(key, f"got {text!r} from the environment, expected a number") from None
+    if typing.get_origin(tp) is list:
+        return [p.strip() for p in text.split(",") if p.strip()]
+    return text
+
+
+def parse(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Settings:
+    """Validate a raw TOML tree (plus environment overrides) into Settings."""
+    tree: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    _env_overrides(tree, env if env is not None else {})
+    kwargs: dict[str, Any] = {}
+    for section, value in tree.items():
+        if section in _SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(section, "expected a table, e.g. [" + section + "]")
+            kwargs[section] = _build(_SECTIONS[section], value, section)
+        elif section in _NAMED:
+            if not isinstance(value, dict):
+                raise ConfigError(section, f"expected tables like [{section}.NAME]")
+            named = {}
+            for name, body in value.items():
+                if not _NAME_RE.match(name):
+                    raise ConfigError(f"{section}.{name}", "names use letters, digits, '.', '_' and '-'")
+                if not isinstance(body, dict):
+                    raise ConfigError(f"{section}.{name}", f"expected a table [{section}.{name}]")
+                named[name] = _build(_NAMED[section], body, f"{section}.{name}", {"name": name})
+            kwargs[section] = named
+        else:
+            raise ConfigError(section, f"unknown section; expected one of {', '.join([*_SECTIONS, *_NAMED])}")
+    settings = Settings(**kwargs)
+    _validate(settings)
+    return settings
+
+
+def load(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate a TOML file; environment overrides default to os.environ."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            str(p), f"cannot read the file ({exc.strerror}); pass an existing file with --config"
+        ) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), f"not valid TOML: {exc}") from None
+    return parse(raw, os.environ if env is None else env)
+
+
+def public_view(obj: Any) -> Any:
+    """A JSON-friendly view of settings with every secret masked (for logs and the API)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {_key(f.name): public_view(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Secret):
+        return "***" if obj.reveal() else ""
+    if isinstance(obj, dict):
+        return {k: public_view(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [public_view(v) for v in obj]
+    return obj
+
+
+def sync_database_url(url: Secret | str) -> str:
+    """The same database URL for a synchronous driver (Alembic, psycopg2)."""
+    text = url.reveal() if isinstance(url, Secret) else url
+    return re.sub(r"^postgres(ql)?(\+asyncpg)?://", "postgresql+psycopg2://", text)
+
+
+def async_database_url(url: Secret | str) -> str:
+    """The database URL for SQLAlchemy's asyncpg driver."""
+    text = url.reveal() if isinstance(url, Secret) else url
+    return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+asyncpg://", text)

@@ -1,0 +1,384 @@
+"""Composition root: builds lagd's parts, runs them under one asyncio loop, stops them cleanly.
+
+Order at start: HTTP first (so /burrow/admin answers and readiness says STARTING), then the
+database (migrate, restore windows and reader positions, retrying while it is away), then
+the readers resume where the store left off. READY goes to systemd once state is restored.
+On SIGTERM: readers stop first, what they queued is applied, the store gets a final flush
+(bounded in time), then HTTP and the rest stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import re
+import signal
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from lagd import logs, sdnotify
+from lagd.config import ConfigError, Settings, load
+from lagd.db.migrate import upgrade
+from lagd.evaluate import Evaluator, GroupVerdict
+from lagd.http.app import Health, HttpContext, start_http
+from lagd.ingest.admin_poll import poll_admin
+from lagd.ingest.log_end import sample_log_ends
+from lagd.ingest.offsets_topic import read_offsets_topic
+from lagd.ingest.progress import ReaderProgress
+from lagd.model import Event, GroupStatus, IngestCounters, PartitionStatus
+from lagd.notify.incidents import GroupChange
+from lagd.notify.mqtt import PublisherStatus, publish_outbox
+from lagd.notify.notifier import run_notifier
+from lagd.state import persister
+from lagd.state.persister import WriteBehind
+from lagd.state.store import Store
+from lagd.state.windows import State
+
+log = logs.get("lagd.daemon")
+
+EVENT_QUEUE_BATCHES = 1_000  # backpressure: readers wait when apply falls this far behind
+STOP_BUDGET_S = 4.0  # everything must be down within 5 s of SIGTERM
+VERDICT_SCAN_S = 2.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Runtime:
+    """The live pieces, shared by the tasks and read by HTTP. Plain data, no behaviour."""
+
+    settings: Settings
+    state: State
+    evaluator: Evaluator
+    events: asyncio.Queue[list[Event]]
+    stop: asyncio.Event
+    restored: asyncio.Event = field(default_factory=asyncio.Event)
+    counters: dict[str, IngestCounters] = field(default_factory=dict)
+    progress: dict[str, Any] = field(default_factory=dict)
+    persist_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    statuses: dict[tuple[str, str], GroupStatus] = field(default_factory=dict)
+
+    def ready(self) -> bool:
+        return self.restored.is_set() and all(getattr(p, "caught_up", False) for p in self.progress.values())
+
+
+def build_runtime(settings: Settings, stop: asyncio.Event) -> Runtime:
+    st = settings.storage
+    state = State(
+        intervals=st.intervals,
+        min_distance_ms=int(st.min_distance * 1000),
+        expire_group_ms=int(st.expire_group * 1000),
+        lag_samples=st.lag_samples,
+    )
+    ev = settings.evaluator
+    evaluator = Evaluator(
+        state,
+        allowed_lag=ev.allowed_lag,
+        minimum_complete=ev.minimum_complete,
+        cache_ttl_ms=int(ev.cache_ttl * 1000),
+    )
+    return Runtime(
+        settings=settings,
+        state=state,
+        evaluator=evaluator,
+        events=asyncio.Queue(EVENT_QUEUE_BATCHES),
+        stop=stop,
+        counters={name: IngestCounters() for name in settings.clusters},
+    )
+
+
+async def apply_events(rt: Runtime) -> None:
+    """The only writer of State: applies queued event batches in arrival order."""
+    flush_at = rt.settings.storage.flush_max_changes
+    applied = 0
+    while True:
+        batch = await rt.events.get()
+        rt.state.apply_many(batch)
+        applied += len(batch)
+        if applied >= flush_at:
+            applied = 0
+            rt.persist_wake.set()
+
+
+async def drain_queue(rt: Runtime) -> None:
+    while not rt.events.empty():
+        rt.state.apply_many(rt.events.get_nowait())
+
+
+async def expire_groups(rt: Runtime, every_s: float = 60.0) -> None:
+    while True:
+        gone = rt.state.expire_groups(now_ms())
+        if gone:
+            log.info("groups expired", count=len(gone), expire_group_s=rt.settings.storage.expire_group)
+        await asyncio.sleep(every_s)
+
+
+async def pet_watchdog(interval: float) -> None:
+    """Pets systemd's watchdog while the loop runs; a hung loop gets the daemon restarted."""
+    while True:
+        sdnotify.notify("WATCHDOG=1")
+        await asyncio.sleep(interval)
+
+
+async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio.Event, hint: str) -> Any:
+    """Run `attempt` until it succeeds or stop is set, with capped exponential backoff."""
+    delay = 0.5
+    failures = 0
+    while not stop.is_set():
+        try:
+            return await attempt()
+        except Exception as exc:
+            failures += 1
+            if failures == 1 or failures % 10 == 0:
+                log.error(
+                    f"{what} failed; retrying", error=f"{exc.__class__.__name__}: {exc}", hint=hint, attempt=failures
+                )
+            sdnotify.notify(f"STATUS={what} failed ({exc.__class__.__name__}); retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, 30.0)
+    return None
+
+
+def consumed_topics(rt: Runtime, cluster: str) -> set[str]:
+    """Topics whose log-end offsets the sampler must read: those any known group consumes."""
+    topics: set[str] = set()
+    state = rt.state
+    for group in state.groups(cluster):
+        topics.update(state.group_topics(cluster, group) or ())
+    return topics
+
+
+async def watch_verdicts(rt: Runtime, changes: asyncio.Queue[GroupChange] | None) -> None:
+    """Evaluates every group periodically; a changed status becomes history and a GroupChange."""
+    while True:
+        now = now_ms()
+        seen: set[tuple[str, str]] = set()
+        for cluster in rt.settings.clusters:
+            for group in rt.state.groups(cluster):
+                verdict = rt.evaluator.group(cluster, group, now)
+                key = (cluster, group)
+                seen.add(key)
+                if rt.statuses.get(key) != verdict.status:
+                    rt.statuses[key] = verdict.status
+                    _on_status_change(rt, verdict, changes, now)
+        for key in [k for k in rt.statuses if k not in seen]:
+            del rt.statuses[key]
+            gone = rt.evaluator.group(key[0], key[1], now)  # NOTFOUND: resolves its incidents
+            _on_status_change(rt, gone, changes, now)
+        await asyncio.sleep(VERDICT_SCAN_S)
+
+
+def _on_status_change(rt: Runtime, verdict: GroupVerdict, changes: asyncio.Queue[GroupChange] | None, now: int) -> None:
+    rt.state.record_status(verdict.cluster, verdict.group, verdict.status.value, now)
+    if changes is None:
+        return
+    bad = [p for p in verdict.partitions if p.status is not PartitionStatus.OK]
+    change = GroupChange(
+        cluster=verdict.cluster,
+        group=verdict.group,
+        status=verdict.status,
+        at=now,
+        partitions=tuple((p.topic, p.partition, p.status, p.owner) for p in bad),
+        topics=tuple(sorted({p.topic for p in bad})),
+        hosts=tuple(sorted({p.owner for p in bad if p.owner})),
+    )
+    try:
+        changes.put_nowait(change)
+    except asyncio.QueueFull:
+        log.warning("notifier queue full: verdict change dropped", cluster=verdict.cluster, group=verdict.group)
+
+
+def _reload_log_level(config_path: str | None) -> None:
+    if not config_path:
+        return
+    try:
+        level = load(config_path).log.level
+    except ConfigError as exc:
+        log.error("SIGHUP: config not reloaded", error=str(exc), hint="fix the file; the old level stays")
+        return
+    logs.set_level(level)
+    log.info("log level reloaded", level=level)
+
+
+async def _restore(rt: Runtime, store: Store, migrate: bool) -> dict[tuple[str, int], int]:
+    if migrate:
+        await asyncio.to_thread(upgrade, rt.settings.storage.database_url.reveal())
+    started = time.monotonic()
+    positions = await store.restore(rt.state)
+    log.info(
+        "state restored",
+        group_partitions=rt.state.partitions_tracked(),
+        reader_positions=len(positions),
+        seconds=round(time.monotonic() - started, 2),
+    )
+    return positions
+
+
+def _start_readers(
+    rt: Runtime, positions: dict[tuple[str, int], int], spawn: Callable[[Coroutine[Any, Any, None], str], None]
+) -> None:
+    for name, cluster in rt.settings.clusters.items():
+        progress = ReaderProgress()
+        rt.progress[name] = progress
+        counters = rt.counters[name]
+        if cluster.offsets_source == "topic":
+            mine = {p: off for (c, p), off in positions.items() if c == name}
+            spawn(read_offsets_topic(cluster, mine, rt.events, progress, counters, rt.stop), f"offsets-{name}")
+        else:
+            topics_of = functools.partial(_group_topics, rt, name)
+            spawn(poll_admin(cluster, rt.events, progress, counters, rt.stop, known_topics=topics_of), f"poll-{name}")
+        wanted = functools.partial(consumed_topics, rt, name)
+        sampler = sample_log_ends(
+            cluster,
+            wanted,
+            rt.events,
+            counters,
+            rt.stop,
+            patterns=mirror_patterns(rt.settings, name),
+            known=rt.state.topics(name),
+        )
+        spawn(sampler, f"log-end-{name}")
+
+
+def mirror_patterns(settings: Settings, cluster: str) -> list[re.Pattern[str]]:
+    """Topics of `cluster` that a mirror watches: sampled even when no group consumes them."""
+    out: list[re.Pattern[str]] = []
+    for m in settings.mirrors.values():
+        if m.source == cluster:
+            out.append(re.compile(m.topics))
+        if m.target == cluster:
+            out.append(re.compile("^" + re.escape(m.prefix)) if m.rename == "prefix" else re.compile(m.topics))
+    return out
+
+
+def _group_topics(rt: Runtime, cluster: str, group: str) -> list[str]:
+    return list(rt.state.group_topics(cluster, group) or ())
+
+
+async def run(
+    settings: Settings,
+    *,
+    migrate: bool = True,
+    config_path: str | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run lagd until SIGTERM/SIGINT (or `stop` is set); returns the exit status."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGHUP, _reload_log_level, config_path)
+        installed.append(signal.SIGHUP)
+    try:
+        await _run(build_runtime(settings, stop), migrate)
+    finally:
+        for sig in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+    return 0
+
+
+async def _run(rt: Runtime, migrate: bool) -> None:
+    settings = rt.settings
+    log.info("lagd starting", clusters=list(settings.clusters), listen=settings.http.listen)
+    store = Store.from_url(settings.storage.database_url)
+    wb = WriteBehind.from_settings(store, rt.state, rt.persist_wake, settings.storage)
+    publisher = PublisherStatus()
+    health = Health(counters=rt.counters, progress=rt.progress, persister=wb.status, publisher=publisher)
+    ctx = HttpContext(
+        settings=settings,
+        state=rt.state,
+        evaluator=rt.evaluator,
+        now_ms=now_ms,
+        ready=rt.ready,
+        health=health,
+        engine=store.engine,
+        on_delete=lambda cluster, group: rt.evaluator.forget(cluster, group),
+    )
+    ingest: list[asyncio.Task[None]] = []
+    others: list[asyncio.Task[None]] = []
+
+    def spawn_ingest(coro: Coroutine[Any, Any, None], name: str) -> None:
+        ingest.append(asyncio.create_task(coro, name=name))
+
+    def spawn(coro: Coroutine[Any, Any, None], name: str) -> None:
+        others.append(asyncio.create_task(coro, name=name))
+
+    runner = await start_http(ctx)
+    interval = sdnotify.watchdog_interval()
+    if interval:
+        spawn(pet_watchdog(interval), "watchdog")
+    try:
+        sdnotify.notify("STATUS=restoring state from Postgres")
+        positions = await _retry(
+            "restoring state from Postgres",
+            lambda: _restore(rt, store, migrate),
+            rt.stop,
+            "check storage.database-url and that Postgres is up; lagd starts once it answers",
+        )
+        if positions is not None:
+            rt.restored.set()
+            _start_readers(rt, positions, spawn_ingest)
+            spawn(apply_events(rt), "apply")
+            spawn(persister.run(wb), "persister")
+            spawn(expire_groups(rt), "expiry")
+            changes: asyncio.Queue[GroupChange] | None = None
+            if settings.notify.enabled:
+                changes = asyncio.Queue(100_000)
+                spawn(run_notifier(store.engine, settings.notify, changes, rt.stop), "notifier")
+                spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher), "mqtt")
+            spawn(watch_verdicts(rt, changes), "verdicts")
+            sdnotify.notify("READY=1")
+            sdnotify.notify("STATUS=running")
+            log.info("lagd running", group_partitions=rt.state.partitions_tracked())
+            await _supervise(rt, ingest + others)
+    finally:
+        sdnotify.notify("STOPPING=1")
+        log.info("lagd stopping")
+        budget_end = time.monotonic() + STOP_BUDGET_S
+        rt.stop.set()
+        await _cancel(ingest, 1.0)
+        await drain_queue(rt)
+        if rt.restored.is_set():
+            await persister.final_flush(wb, max(0.5, budget_end - time.monotonic() - 1.0))
+        await _cancel(others, 0.5)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(runner.cleanup(), max(0.2, budget_end - time.monotonic() - 0.3))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(store.close(), 0.3)
+        log.info("lagd stopped")
+
+
+async def _supervise(rt: Runtime, tasks: list[asyncio.Task[None]]) -> None:
+    """Wait for stop; a part that dies unexpectedly is logged and stops the daemon (systemd restarts it)."""
+    stopper = asyncio.create_task(rt.stop.wait())
+    try:
+        done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    for task in done:
+        if task is not stopper and not task.cancelled() and task.exception() is not None:
+            log.error(
+                "a part of lagd failed",
+                part=task.get_name(),
+                error=repr(task.exception()),
+                hint="lagd stops so that systemd restarts it; please report this with the log",
+            )
+            raise SystemExit(1)
+
+
+async def _cancel(tasks: list[asyncio.Task[None]], timeout: float) -> None:
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)

@@ -1,0 +1,220 @@
+"""The Postgres schema: one SQLAlchemy MetaData that the code and Alembic both use.
+
+Times are bigint milliseconds since the epoch, like everywhere else in lagd. The two history
+tables are range-partitioned by time (one partition a day, created and dropped by the store),
+so retention is a cheap DROP and the Spark jobs read one day at a time in parallel.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# --- live state (restored at start) ------------------------------------------------
+
+# One row per group-partition: the sliding window as parallel arrays, oldest first.
+windows = Table(
+    "windows",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("group_name", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("offsets", ARRAY(BigInteger), nullable=False),
+    Column("orders", ARRAY(BigInteger), nullable=False),
+    Column("timestamps", ARRAY(BigInteger), nullable=False),
+    Column("observed", ARRAY(BigInteger), nullable=False),
+    Column("lags", ARRAY(BigInteger), nullable=False),  # elements may be NULL
+)
+
+# Owners of a group's partitions, from the latest group metadata.
+group_members = Table(
+    "group_members",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("group_name", Text, primary_key=True),
+    Column("member_order", BigInteger, nullable=False),
+    Column("state", Text, nullable=False, server_default=""),
+    Column("owners", JSONB, nullable=False),  # [[topic, partition, host, client_id, member_id], ...]
+)
+
+# Deleted groups and the order of their tombstone, so a replayed older commit is refused.
+group_tombstones = Table(
+    "group_tombstones",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("group_name", Text, primary_key=True),
+    Column("tombstone_order", BigInteger, nullable=False),
+)
+
+# The last N broker log-end samples per partition, oldest first.
+log_end = Table(
+    "log_end",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("offsets", ARRAY(BigInteger), nullable=False),
+    Column("ts", ARRAY(BigInteger), nullable=False),
+)
+
+# Where the offsets-topic reader resumes: next offset to read per offsets partition.
+reader_positions = Table(
+    "reader_positions",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("next_offset", BigInteger, nullable=False),
+)
+
+# --- history (for the Spark jobs; partitioned by day on ts) -----------------------
+
+commit_history = Table(
+    "commit_history",
+    metadata,
+    Column("ts", BigInteger, nullable=False),  # commit timestamp (ms)
+    Column("cluster", Text, nullable=False),
+    Column("group_name", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("lag", BigInteger, nullable=True),
+    Column("observed", BigInteger, nullable=False),
+    postgresql_partition_by="RANGE (ts)",
+)
+Index("ix_commit_history_key", commit_history.c.cluster, commit_history.c.group_name, commit_history.c.ts)
+
+log_end_history = Table(
+    "log_end_history",
+    metadata,
+    Column("ts", BigInteger, nullable=False),
+    Column("cluster", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    postgresql_partition_by="RANGE (ts)",
+)
+Index("ix_log_end_history_key", log_end_history.c.cluster, log_end_history.c.topic, log_end_history.c.ts)
+
+# Group verdict changes (one row per change), for "time spent in each verdict".
+status_history = Table(
+    "status_history",
+    metadata,
+    Column("ts", BigInteger, nullable=False),
+    Column("cluster", Text, nullable=False),
+    Column("group_name", Text, nullable=False),
+    Column("status", Text, nullable=False),
+)
+Index("ix_status_history_key", status_history.c.cluster, status_history.c.group_name, status_history.c.ts)
+
+# --- incidents and their delivery ---------------------------------------------------
+
+incidents = Table(
+    "incidents",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("cluster", Text, nullable=False),
+    Column("severity", Text, nullable=False),
+    Column("state", Text, nullable=False),  # open | resolved
+    Column("reason", Text, nullable=False),
+    Column("opened_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("resolved_at", BigInteger, nullable=True),
+    Column("body", JSONB, nullable=False),  # full incident (groups, partitions, statuses)
+)
+Index("ix_incidents_state", incidents.c.state, incidents.c.opened_at)
+
+# Transactional outbox: written with the incident state, drained to MQTT in id order.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("event_id", Text, nullable=False, unique=True),
+    Column("topic", Text, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("retain", Boolean, nullable=False, server_default="false"),
+    Column("created_at", BigInteger, nullable=False),
+    Column("delivered_at", BigInteger, nullable=True),
+)
+Index("ix_outbox_pending", outbox.c.id, postgresql_where=outbox.c.delivered_at.is_(None))
+
+# Small persistent state of the incident engine (one row per cluster, JSON).
+incident_engine_state = Table(
+    "incident_engine_state",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("state", JSONB, nullable=False),
+)
+
+# --- Spark job output -----------------------------------------------------------------
+
+trends = Table(
+    "trends",
+    metadata,
+    Column("step", Integer, primary_key=True),  # bucket size in seconds: 60 or 3600
+    Column("bucket", BigInteger, primary_key=True),  # bucket start (ms)
+    Column("cluster", Text, primary_key=True),
+    Column("group_name", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("lag_min", BigInteger, nullable=True),
+    Column("lag_mean", Float, nullable=True),
+    Column("lag_max", BigInteger, nullable=True),
+    Column("lag_last", BigInteger, nullable=True),
+    Column("lag_seconds_max", Float, nullable=True),
+    Column("consume_rate", Float, nullable=True),  # messages/s
+    Column("produce_rate", Float, nullable=True),  # messages/s
+)
+
+trend_status = Table(
+    "trend_status",
+    metadata,
+    Column("step", Integer, primary_key=True),
+    Column("bucket", BigInteger, primary_key=True),
+    Column("cluster", Text, primary_key=True),
+    Column("group_name", Text, primary_key=True),
+    Column("status", Text, primary_key=True),
+    Column("seconds", Float, nullable=False),
+)
+
+job_watermarks = Table(
+    "job_watermarks",
+    metadata,
+    Column("job", Text, primary_key=True),
+    Column("watermark", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+mirror_status = Table(
+    "mirror_status",
+    metadata,
+    Column("mirror", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),
+    Column("target_topic", Text, nullable=False),
+    Column("verdict", Text, nullable=False),  # OK | LAGGING | STALLED | INCOMPLETE | MISSING
+    Column("completeness", Float, nullable=True),
+    Column("delay_seconds", Float, nullable=True),
+    Column("source_rate", Float, nullable=True),
+    Column("target_rate", Float, nullable=True),
+    Column("evaluated_at", BigInteger, nullable=False),
+    Column("details", JSONB, nullable=False),
+)

@@ -1,0 +1,162 @@
+"""Domain types shared by every part of lagd.
+
+Ingest turns Kafka bytes into the events below; state applies them to windows; the
+evaluator turns windows into verdicts. Everything here is plain data: no I/O, no clocks.
+All times are integer milliseconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class PartitionStatus(StrEnum):
+    """Verdict for one group-partition (Burrow's partition status names)."""
+
+    OK = "OK"
+    WARN = "WARN"
+    STOP = "STOP"
+    STALL = "STALL"
+    REWIND = "REWIND"
+
+
+class GroupStatus(StrEnum):
+    """Verdict for one consumer group (Burrow's group status names)."""
+
+    NOTFOUND = "NOTFOUND"
+    OK = "OK"
+    WARN = "WARN"
+    ERR = "ERR"
+
+
+@dataclass(slots=True)
+class WindowEntry:
+    """One commit kept in a group-partition's sliding window.
+
+    `order` is the commit record's offset inside its `__consumer_offsets` partition (or the
+    observed time in admin-polling mode); it orders commits and makes replays harmless.
+    `lag` is frozen when the commit is applied: None when no log-end offset was known or the
+    commit arrived out of order.
+    """
+
+    offset: int
+    order: int
+    timestamp: int
+    observed: int
+    lag: int | None
+
+
+# --- events: what ingest emits and state applies -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A consumer group committed `offset` for one partition."""
+
+    cluster: str
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    order: int
+    timestamp: int
+    observed: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleted:
+    """An offset tombstone: the group no longer has a committed offset for the partition."""
+
+    cluster: str
+    group: str
+    topic: str
+    partition: int
+    order: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOwner:
+    """Which member of a group owns a partition (for Burrow's `owner` and `client_id`)."""
+
+    topic: str
+    partition: int
+    host: str
+    client_id: str
+    member_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMembers:
+    """The group's current assignment; replaces every owner the group had before."""
+
+    cluster: str
+    group: str
+    order: int
+    owners: tuple[PartitionOwner, ...] = ()
+    state: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeleted:
+    """A group tombstone: the group and all its windows are gone."""
+
+    cluster: str
+    group: str
+    order: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogEndSample:
+    """The broker's log-end offset (high watermark) of a partition at time `ts`."""
+
+    cluster: str
+    topic: str
+    partition: int
+    offset: int
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeleted:
+    """The topic no longer exists on the cluster: every group leaves it."""
+
+    cluster: str
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderPosition:
+    """The offsets-topic reader has applied everything before `offset` in `partition`.
+
+    Emitted after the events of a fetched batch, so a position is only stored together with
+    (or after) the changes it covers, and a restart resumes exactly there.
+    """
+
+    cluster: str
+    partition: int
+    offset: int
+
+
+Event = Commit | OffsetDeleted | GroupMembers | GroupDeleted | LogEndSample | TopicDeleted | ReaderPosition
+
+
+@dataclass(slots=True)
+class IngestCounters:
+    """What ingest saw and skipped; exposed at /metrics. Keys are free-form labels."""
+
+    records_by_type: dict[str, int] = field(default_factory=dict)
+    decode_errors: dict[str, int] = field(default_factory=dict)
+    filtered_groups: int = 0
+
+    def count_record(self, kind: str) -> None:
+        self.records_by_type[kind] = self.records_by_type.get(kind, 0) + 1
+
+    def count_error(self, reason: str) -> None:
+        self.decode_errors[reason] = self.decode_errors.get(reason, 0) + 1
+
+    # Broker-side trouble (connection lost, request failed), by "<reader>_<error class>".
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def count_failure(self, what: str) -> None:
+        self.failures[what] = self.failures.get(what, 0) + 1

@@ -1,0 +1,170 @@
+"""Session fixtures for the real services tests run against (see shared/design/TESTING.md).
+
+Each service is real. When one cannot start, the fixture fails with the reason: no test is
+skipped because a service is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+
+from lagd import embedded
+from lagd.db.migrate import upgrade
+
+DATA = Path(__file__).parent / "data"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+# --- PostgreSQL -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[embedded.Postgres]:
+    """The system PostgreSQL on 127.0.0.1:5432, else a private embedded one."""
+    pg = embedded.system_postgres()
+    if pg is None:
+        pg = embedded.start_embedded_postgres()
+    yield pg
+    pg.stop()
+
+
+def _admin_exec(admin_url: str, sql: str) -> None:
+    conn = psycopg2.connect(admin_url)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
+def _with_database(url: str, name: str) -> str:
+    base, _, query = url.partition("?")
+    base = base.rsplit("/", 1)[0] + "/" + name
+    return base + ("?" + query if query else "")
+
+
+@pytest.fixture(scope="session")
+def migrated_template(postgres: embedded.Postgres) -> Iterator[str]:
+    """A database migrated to head once per run; tests copy it (CREATE DATABASE ... TEMPLATE)."""
+    name = f"lagd_tmpl_{uuid.uuid4().hex[:8]}"
+    _admin_exec(postgres.url, f"CREATE DATABASE {name}")
+    upgrade(_with_database(postgres.url, name))
+    yield name
+    _admin_exec(postgres.url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def database_url(postgres: embedded.Postgres, migrated_template: str) -> Iterator[str]:
+    """A fresh, migrated database for one test (a plain postgresql:// URL)."""
+    name = f"lagd_t_{uuid.uuid4().hex[:10]}"
+    _admin_exec(postgres.url, f"CREATE DATABASE {name} TEMPLATE {migrated_template}")
+    yield _with_database(postgres.url, name)
+    _admin_exec(postgres.url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def empty_database_url(postgres: embedded.Postgres) -> Iterator[str]:
+    """A fresh database with no schema at all (for migration tests)."""
+    name = f"lagd_e_{uuid.uuid4().hex[:10]}"
+    _admin_exec(postgres.url, f"CREATE DATABASE {name}")
+    yield _with_database(postgres.url, name)
+    _admin_exec(postgres.url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+# --- MQTT -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mqtt_broker() -> Iterator[tuple[str, int]]:
+    """The system Mosquitto on 127.0.0.1:1883, else a private Mosquitto, else amqtt."""
+    if embedded.port_open("127.0.0.1", 1883):
+        yield ("127.0.0.1", 1883)
+        return
+    try:
+        proc = embedded.start_mosquitto()
+    except embedded.ServiceError:
+        proc = embedded.start_amqtt()
+    yield (proc.host, proc.port)
+    proc.stop()
+
+
+@pytest.fixture
+def private_mosquitto() -> Iterator[embedded.Process]:
+    """A Mosquitto of this test's own, which the test may stop and restart (outage tests)."""
+    proc = embedded.start_mosquitto()
+    yield proc
+    proc.stop()
+
+
+# --- Kafka protocol broker (Tansu) ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[str]:
+    """One Tansu broker per test run; returns its bootstrap address host:port.
+
+    Tests share it, so each uses topic and group names of its own (see `unique`).
+    """
+    proc = embedded.start_tansu()
+    yield proc.address
+    proc.stop()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short suffix that keeps topic and group names of one test apart from the others."""
+    return uuid.uuid4().hex[:8]
+
+
+# --- Spark ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession for the whole run (local[2], few shuffle partitions)."""
+    from lagd.jobs.spark import build_session
+
+    session = build_session(master="local[2]", app_name="lagd-tests", shuffle_partitions=4)
+    yield session
+    session.stop()
+
+
+# --- misc -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture
+async def settle() -> AsyncIterator[Any]:
+    """Poll an async condition until true or a deadline passes (no fixed sleeps in tests)."""
+
+    async def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            result = predicate()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            await asyncio.sleep(interval)
+
+    yield wait_for
+
+
+os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
