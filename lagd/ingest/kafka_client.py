@@ -1,0 +1,103 @@
+"""aiokafka clients built from a cluster's settings: one place that knows SASL and TLS.
+
+`client_options` is pure (apart from reading TLS files into an SSL context) so the mapping
+from settings to aiokafka keywords is testable without a broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
+from aiokafka.helpers import create_ssl_context
+
+from lagd import logs
+from lagd.config import ClusterSettings
+
+log = logs.get(__name__)
+
+
+def client_options(cluster: ClusterSettings) -> dict[str, Any]:
+    """Keyword arguments every aiokafka client of `cluster` shares (consumer, admin, client)."""
+    opts: dict[str, Any] = {
+        "bootstrap_servers": list(cluster.bootstrap_servers),
+        "client_id": cluster.client_id,
+        "security_protocol": cluster.security_protocol,
+        "request_timeout_ms": int(cluster.request_timeout * 1000),
+    }
+    if cluster.security_protocol.startswith("SASL"):
+        opts["sasl_mechanism"] = cluster.sasl_mechanism
+        opts["sasl_plain_username"] = cluster.sasl_username
+        opts["sasl_plain_password"] = cluster.sasl_password.reveal()
+    if cluster.security_protocol in ("SSL", "SASL_SSL"):
+        ctx = create_ssl_context(
+            cafile=cluster.tls_ca_file or None,
+            certfile=cluster.tls_cert_file or None,
+            keyfile=cluster.tls_key_file or None,
+            password=cluster.tls_key_password.reveal() or None,
+        )
+        ctx.check_hostname = cluster.tls_check_hostname
+        opts["ssl_context"] = ctx
+    return opts
+
+
+async def start_admin(cluster: ClusterSettings) -> Any:
+    """A started AIOKafkaAdminClient; the caller closes it."""
+    admin = AIOKafkaAdminClient(**client_options(cluster))
+    try:
+        await admin.start()
+    except BaseException:
+        await admin.close()
+        raise
+    return admin
+
+
+async def start_client(cluster: ClusterSettings, metadata_max_age_s: float | None = None) -> Any:
+    """A bootstrapped low-level AIOKafkaClient (metadata and raw requests); the caller closes it."""
+    opts = client_options(cluster)
+    if metadata_max_age_s is not None:
+        opts["metadata_max_age_ms"] = int(metadata_max_age_s * 1000)
+    client = AIOKafkaClient(**opts)
+    try:
+        await client.bootstrap()
+    except BaseException:
+        await client.close()
+        raise
+    return client
+
+
+async def start_consumer(cluster: ClusterSettings, **extra: Any) -> Any:
+    """A started AIOKafkaConsumer without a group (lagd never joins or commits)."""
+    consumer = AIOKafkaConsumer(**client_options(cluster), group_id=None, enable_auto_commit=False, **extra)
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()
+        raise
+    return consumer
+
+
+async def close_quietly(close: Callable[[], Awaitable[Any]]) -> None:
+    """Close a client after a failure without letting its teardown end the reader.
+
+    aiokafka's consumer can raise CancelledError from its own fetch task while stopping after
+    a broker outage; only a cancellation of the calling task itself is passed on.
+    """
+    try:
+        await close()
+    except asyncio.CancelledError:
+        if cancelled_here():
+            raise
+    except Exception as exc:
+        log.debug("closing a Kafka client failed", error=f"{exc.__class__.__name__}: {exc}")
+
+
+def cancelled_here() -> bool:
+    """True when the running task itself is being cancelled (not a CancelledError leaking out of
+    a client's internal task, which readers treat as one more failure)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

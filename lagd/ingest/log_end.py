@@ -1,0 +1,231 @@
+"""The log-end sampler: one per cluster, the broker side of every lag number.
+
+Every `topic-refresh` seconds it reads the cluster's metadata (topics, partitions, leaders);
+every `offset-refresh` seconds it asks each leader, in one ListOffsets request per broker,
+for the latest offset of every partition of the topics lagd needs (`topics_wanted`, which the
+daemon supplies: topics any known group consumes, plus mirrored topics; `topics-deny` takes
+some out). A partition without
+a leader, or with an error, is skipped and asked again next round; a topic that disappears
+from the metadata becomes TopicDeleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.errors import for_code
+from aiokafka.protocol.offset import OffsetRequest
+from aiokafka.structs import TopicPartition
+
+from lagd import logs
+from lagd.config import ClusterSettings
+from lagd.ingest.kafka_client import cancelled_here, close_quietly, start_client
+from lagd.model import Event, IngestCounters, LogEndSample, TopicDeleted
+
+log = logs.get(__name__)
+
+Emit = Callable[[list[Event]], Awaitable[None]]
+LATEST = -1
+READ_UNCOMMITTED = 0  # the high watermark, which is what consumers' lag is measured against
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Layout:
+    """What the metadata said: partitions of each topic and their leader (None = no leader)."""
+
+    leaders: dict[str, dict[int, int | None]] = field(default_factory=dict)
+
+
+def layout_from_metadata(metadata: Any) -> Layout:
+    out = Layout()
+    for topic in metadata.topics():
+        parts = metadata.partitions_for_topic(topic) or set()
+        leaders: dict[int, int | None] = {}
+        for p in parts:
+            leader = metadata.leader_for_partition(TopicPartition(topic, p))
+            leaders[p] = leader if leader is not None and leader >= 0 else None
+        out.leaders[topic] = leaders
+    return out
+
+
+def plan_requests(layout: Layout, wanted: Iterable[str]) -> tuple[dict[int, dict[str, list[int]]], int]:
+    """Group the wanted partitions by leader; also count the leaderless ones (asked next round)."""
+    by_node: dict[int, dict[str, list[int]]] = {}
+    leaderless = 0
+    for topic in sorted(set(wanted)):
+        for p, leader in sorted(layout.leaders.get(topic, {}).items()):
+            if leader is None:
+                leaderless += 1
+                continue
+            by_node.setdefault(leader, {}).setdefault(topic, []).append(p)
+    return by_node, leaderless
+
+
+def parse_list_offsets(response: Any) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], str]]:
+    """Offsets by (topic, partition), and the error name of each partition that failed."""
+    offsets: dict[tuple[str, int], int] = {}
+    errors: dict[tuple[str, int], str] = {}
+    for topic, parts in response.topics:
+        for part in parts:
+            partition, code = part[0], part[1]
+            if code:
+                errors[(topic, partition)] = for_code(code).__name__
+                continue
+            if response.API_VERSION == 0:
+                values = part[2]
+                if values:
+                    offsets[(topic, partition)] = values[0]
+            else:
+                offsets[(topic, partition)] = part[3]
+    return offsets, errors
+
+
+def deleted_topics(sampled: set[str], layout: Layout) -> list[str]:
+    """Topics sampled before and absent from a complete metadata answer."""
+    return sorted(t for t in sampled if t not in layout.leaders)
+
+
+async def sample_log_ends(
+    cluster: ClusterSettings,
+    topics_wanted: Callable[[], Iterable[str]],
+    emit: Emit | asyncio.Queue[list[Event]],
+    counters: IngestCounters,
+    stop: asyncio.Event,
+    *,
+    patterns: Iterable[re.Pattern[str]] = (),
+    known: Iterable[str] = (),
+) -> None:
+    """Sample log-end offsets until `stop` is set; reconnect with backoff on outages.
+
+    `patterns` add every topic whose name matches (mirrored topics are sampled even when no
+    group consumes them); `known` are topics sampled before a restart, so one deleted while
+    lagd was down still becomes TopicDeleted.
+    """
+    put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
+    sampled: set[str] = set(known)
+    matchers = tuple(patterns)
+    delay = BACKOFF_MIN_S
+    while not stop.is_set():
+        try:
+            await _session(cluster, topics_wanted, put, counters, stop, sampled, matchers)
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+                raise
+            counters.count_failure(f"log_end_{exc.__class__.__name__}")
+            log.warning(
+                "log-end sampler failed; reconnecting",
+                cluster=cluster.name,
+                error=f"{exc.__class__.__name__}: {exc}",
+                retry_in_s=delay,
+                hint="check that the brokers are reachable (bootstrap-servers, security settings)",
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, BACKOFF_MAX_S)
+        else:
+            delay = BACKOFF_MIN_S
+
+
+async def _session(
+    cluster: ClusterSettings,
+    topics_wanted: Callable[[], Iterable[str]],
+    put: Emit,
+    counters: IngestCounters,
+    stop: asyncio.Event,
+    sampled: set[str],
+    matchers: tuple[re.Pattern[str], ...] = (),
+) -> None:
+    deny = re.compile(cluster.topics_deny) if cluster.topics_deny else None
+    client = await start_client(cluster)
+    try:
+        loop = asyncio.get_running_loop()
+        layout: Layout | None = None
+        refresh_at = 0.0
+        unknown_seen: set[str] = set()
+        while not stop.is_set():
+            started = loop.time()
+            wanted = {t for t in topics_wanted() if deny is None or not deny.search(t)}
+            if matchers and layout is not None:
+                wanted.update(t for t in layout.leaders if any(m.search(t) for m in matchers))
+            # A wanted topic the metadata does not know yet (new topic, new group) gets one
+            # early refresh instead of waiting a whole topic-refresh.
+            unknown = wanted - set(layout.leaders) - unknown_seen if layout else wanted
+            if layout is None or started >= refresh_at or unknown:
+                layout = layout_from_metadata(await client.fetch_all_metadata())
+                refresh_at = started + cluster.topic_refresh
+                unknown_seen = wanted - set(layout.leaders)
+                if matchers:
+                    wanted.update(t for t in layout.leaders if any(m.search(t) for m in matchers))
+                gone = deleted_topics(sampled, layout)
+                if gone:
+                    sampled.difference_update(gone)
+                    log.info("topics deleted", cluster=cluster.name, topics=gone)
+                    await put([TopicDeleted(cluster.name, t) for t in gone])
+            events, stale = await sample_once(client, cluster, layout, wanted, counters)
+            if stale:
+                refresh_at = 0.0
+            if events:
+                sampled.update(e.topic for e in events)
+                await put(list(events))
+            elapsed = loop.time() - started
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(cluster.offset_refresh - elapsed, 0.0))
+    finally:
+        await close_quietly(client.close)
+
+
+async def sample_once(
+    client: Any, cluster: ClusterSettings, layout: Layout, wanted: Iterable[str], counters: IngestCounters
+) -> tuple[list[LogEndSample], bool]:
+    """One round: a ListOffsets(LATEST) per leader, in parallel; failures are counted and skipped.
+
+    Also says whether the layout looks stale (a leader failed or a partition lacks a leader),
+    so the caller refreshes metadata before the next round.
+    """
+    by_node, leaderless = plan_requests(layout, wanted)
+    if leaderless:
+        counters.count_failure("log_end_leaderless_partition")
+    nodes = list(by_node)
+    requests = [
+        client.send(
+            node, OffsetRequest(-1, READ_UNCOMMITTED, [(t, [(p, LATEST) for p in ps]) for t, ps in topics.items()])
+        )
+        for node, topics in by_node.items()
+    ]
+    answers = await asyncio.gather(*requests, return_exceptions=True)
+    ts = now_ms()
+    stale = leaderless > 0
+    out: list[LogEndSample] = []
+    for node, answer in zip(nodes, answers, strict=True):
+        if isinstance(answer, BaseException):
+            if isinstance(answer, asyncio.CancelledError):
+                raise answer
+            counters.count_failure(f"log_end_{answer.__class__.__name__}")
+            log.warning(
+                "ListOffsets failed; retrying next round",
+                cluster=cluster.name,
+                broker=node,
+                error=f"{answer.__class__.__name__}: {answer}",
+            )
+            stale = True
+            continue
+        offsets, errors = parse_list_offsets(answer)
+        for (topic, partition), offset in sorted(offsets.items()):
+            out.append(LogEndSample(cluster.name, topic, partition, offset, ts))
+        for (topic, partition), name in errors.items():
+            counters.count_failure(f"log_end_{name}")
+            log.debug("partition offset error; retrying next round", topic=topic, partition=partition, error=name)
+            stale = True
+    return out, stale

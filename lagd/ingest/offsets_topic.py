@@ -1,0 +1,246 @@
+"""The offsets-topic reader: streams `__consumer_offsets` into domain events.
+
+No consumer group and no commits of its own: every partition is assigned by hand and
+positions come from the store, so a restart resumes exactly where the applied state ends.
+`read_committed` keeps aborted transactional commits out. Each fetched batch is emitted as
+its events followed by one ReaderPosition per partition, so a position is never stored
+ahead of the changes it covers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from aiokafka.structs import TopicPartition
+
+from lagd import logs
+from lagd.config import ClusterSettings
+from lagd.ingest.group_filter import GroupFilter
+from lagd.ingest.kafka_client import cancelled_here, close_quietly, start_consumer
+from lagd.ingest.progress import ReaderProgress
+from lagd.ingest.records import ConsumerGroupOwners, events_from_record
+from lagd.model import Event, IngestCounters, ReaderPosition
+
+log = logs.get(__name__)
+
+Emit = Callable[[list[Event]], Awaitable[None]]
+
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _emitter(target: Emit | asyncio.Queue[list[Event]]) -> Emit:
+    if isinstance(target, asyncio.Queue):
+        return target.put
+    return target
+
+
+def build_batch(
+    cluster: str,
+    partition: int,
+    records: Iterable[Any],
+    observed: int,
+    groups: GroupFilter,
+    counters: IngestCounters,
+    out: list[Event],
+    kip848: ConsumerGroupOwners | None = None,
+) -> int | None:
+    """Append the events of one partition's fetched records (then its position) to `out`.
+
+    Returns the new position (last offset + 1), or None when there were no records.
+    Events of groups the filter denies are dropped and counted here, before anything is stored.
+    """
+    last: int | None = None
+    for rec in records:
+        last = int(rec.offset)
+        for ev in events_from_record(cluster, rec.key, rec.value, rec.offset, observed, counters, kip848=kip848):
+            group = getattr(ev, "group", None)
+            if group is not None and not groups.allows(group):
+                counters.filtered_groups += 1
+                continue
+            out.append(ev)
+    if last is None:
+        return None
+    out.append(ReaderPosition(cluster, partition, last + 1))
+    return last + 1
+
+
+async def read_offsets_topic(
+    cluster: ClusterSettings,
+    positions: dict[int, int],
+    emit: Emit | asyncio.Queue[list[Event]],
+    progress: ReaderProgress,
+    counters: IngestCounters,
+    stop: asyncio.Event,
+    *,
+    groups: GroupFilter | None = None,
+    fetch_timeout_ms: int = 500,
+    max_records: int = 10_000,
+) -> None:
+    """Read the offsets topic until `stop` is set; survive broker outages with backoff.
+
+    `positions` maps offsets-topic partition to the next offset to read (the store's
+    ReaderPosition); partitions without one start from the beginning.
+    """
+    put = _emitter(emit)
+    groups = groups or GroupFilter.for_cluster(cluster)
+    next_offsets = dict(positions)
+    owners = ConsumerGroupOwners()  # KIP-848 groups' owners, folded from their member records
+    delay = BACKOFF_MIN_S
+    failures = 0
+    while not stop.is_set():
+        try:
+            await _session(
+                cluster, next_offsets, put, progress, counters, stop, groups, fetch_timeout_ms, max_records, owners
+            )
+            delay = BACKOFF_MIN_S
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+                raise
+            failures += 1
+            counters.count_failure(f"offsets_topic_{exc.__class__.__name__}")
+            log.warning(
+                "offsets-topic reader failed; reconnecting",
+                cluster=cluster.name,
+                error=f"{exc.__class__.__name__}: {exc}",
+                retry_in_s=delay,
+                attempt=failures,
+                hint="check that the brokers are reachable and that lagd may read " + cluster.offsets_topic,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, BACKOFF_MAX_S)
+
+
+async def _session(
+    cluster: ClusterSettings,
+    next_offsets: dict[int, int],
+    put: Emit,
+    progress: ReaderProgress,
+    counters: IngestCounters,
+    stop: asyncio.Event,
+    groups: GroupFilter,
+    fetch_timeout_ms: int,
+    max_records: int,
+    kip848: ConsumerGroupOwners | None = None,
+) -> None:
+    topic = cluster.offsets_topic
+    consumer = await start_consumer(
+        cluster,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        exclude_internal_topics=False,
+        metadata_max_age_ms=int(cluster.topic_refresh * 1000),
+    )
+    try:
+        known: set[int] = set()
+        loop = asyncio.get_running_loop()
+        refresh_at = 0.0
+        while not stop.is_set():
+            if loop.time() >= refresh_at:
+                refresh_at = loop.time() + cluster.topic_refresh
+                await _discover(consumer, cluster, known, next_offsets, progress)
+            if not known:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), min(cluster.topic_refresh, 5.0))
+                refresh_at = 0.0
+                continue
+            fetched = await consumer.getmany(timeout_ms=fetch_timeout_ms, max_records=max_records)
+            if fetched:
+                await _apply_batch(cluster.name, fetched, put, next_offsets, progress, groups, counters, kip848)
+            if not progress.caught_up:
+                # read_committed positions also pass control records (transaction markers),
+                # which never reach us as records: take the consumer's own positions too.
+                for p in known:
+                    pos = _peek_position(consumer, TopicPartition(topic, p))
+                    if pos is not None:
+                        progress.advance(p, pos)
+    finally:
+        await close_quietly(consumer.stop)
+
+
+async def _apply_batch(
+    cluster: str,
+    fetched: dict[Any, list[Any]],
+    put: Emit,
+    next_offsets: dict[int, int],
+    progress: ReaderProgress,
+    groups: GroupFilter,
+    counters: IngestCounters,
+    kip848: ConsumerGroupOwners | None = None,
+) -> None:
+    """Emit one fetch's events (with positions), then move the reader's own positions on."""
+    observed = now_ms()
+    out: list[Event] = []
+    advanced: list[tuple[int, int]] = []
+    for tp, records in fetched.items():
+        pos = build_batch(cluster, tp.partition, records, observed, groups, counters, out, kip848)
+        if pos is not None:
+            advanced.append((tp.partition, pos))
+    if out:
+        await put(out)
+    for p, pos in advanced:
+        next_offsets[p] = pos
+        progress.advance(p, pos)
+
+
+def _peek_position(consumer: Any, tp: TopicPartition) -> int | None:
+    """The consumer's fetch position of `tp` without waiting (None while it is unknown).
+
+    `AIOKafkaConsumer.position()` waits for an unknown position to be reset, which would stall
+    the whole reader on one partition; this reads the same state and never waits.
+    """
+    try:
+        state = consumer._subscription.subscription.assignment.state_value(tp)
+        return int(state.position) if state.has_valid_position else None
+    except Exception:
+        return None
+
+
+async def _discover(
+    consumer: Any,
+    cluster: ClusterSettings,
+    known: set[int],
+    next_offsets: dict[int, int],
+    progress: ReaderProgress,
+) -> None:
+    """Assign every partition of the offsets topic (again, when partitions were added)."""
+    topic = cluster.offsets_topic
+    # The consumer's own metadata only covers assigned topics; ask for everything once.
+    metadata = await consumer._client.fetch_all_metadata()
+    found = metadata.partitions_for_topic(topic) or set()
+    if not found:
+        log.warning(
+            "offsets topic not found",
+            cluster=cluster.name,
+            topic=topic,
+            hint="check offsets-topic, or set offsets-source = 'admin' where the topic cannot be read",
+        )
+        return
+    new = set(found) - known
+    if not new:
+        return
+    known |= new
+    tps = [TopicPartition(topic, p) for p in sorted(known)]
+    consumer.assign(tps)
+    fresh = [tp for tp in tps if tp.partition not in next_offsets]
+    for tp in tps:
+        if tp.partition in next_offsets:
+            consumer.seek(tp, next_offsets[tp.partition])
+    if fresh:
+        await consumer.seek_to_beginning(*fresh)
+    new_tps = [TopicPartition(topic, p) for p in sorted(new)]
+    begin = {tp.partition: off for tp, off in (await consumer.beginning_offsets(new_tps)).items()}
+    end = {tp.partition: off for tp, off in (await consumer.end_offsets(new_tps)).items()}
+    for p in new:
+        progress.position.setdefault(p, next_offsets.get(p, begin.get(p, 0)))
+    progress.measure(begin, end)
+    log.info("offsets topic assigned", cluster=cluster.name, topic=topic, partitions=len(known), new=len(new))

@@ -1,0 +1,58 @@
+"""How far a reader has caught up: readiness says "catching up" until it has."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ReaderProgress:
+    """How far a reader has caught up, for readiness ("catching up") and /metrics.
+
+    The offsets-topic reader compares its positions with the end offsets taken at start;
+    admin polling is caught up after its first full round. Once caught up it stays so:
+    later lag of the reader is not a reason to become unready.
+    """
+
+    begin: dict[int, int] = field(default_factory=dict)
+    end: dict[int, int] = field(default_factory=dict)
+    position: dict[int, int] = field(default_factory=dict)
+    measured: bool = False
+    done: bool = False
+
+    def measure(self, begin: dict[int, int], end: dict[int, int]) -> None:
+        """Record the start and end offsets of partitions seen for the first time."""
+        for p, off in end.items():
+            if p not in self.end:
+                self.end[p] = off
+                self.begin[p] = begin.get(p, 0)
+        self.measured = True
+        self._check()
+
+    def advance(self, partition: int, offset: int) -> None:
+        self.position[partition] = max(offset, self.position.get(partition, 0))
+        self._check()
+
+    def mark_caught_up(self) -> None:
+        self.measured = True
+        self.done = True
+
+    def _check(self) -> None:
+        if not self.done and self.measured:
+            self.done = all(self.position.get(p, self.begin.get(p, 0)) >= e for p, e in self.end.items())
+
+    @property
+    def caught_up(self) -> bool:
+        return self.done
+
+    @property
+    def fraction(self) -> float:
+        """Share of the records between start and end-at-start already read (1.0 when caught up)."""
+        if self.done:
+            return 1.0
+        total = read = 0
+        for p, e in self.end.items():
+            b = self.begin.get(p, 0)
+            total += max(e - b, 0)
+            read += max(min(self.position.get(p, b), e) - b, 0)
+        return read / total if total else 0.0

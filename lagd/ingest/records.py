@@ -1,0 +1,208 @@
+"""Offsets-topic records -> domain events. Never raises: bad records are counted and skipped.
+
+Classic groups need no state: each group-metadata record carries every member and its
+partitions. KIP-848 groups (types 3..8) spread that over one record per member, name topics
+by topic id, and GroupMembers replaces the whole group's owners, so building their owners
+needs state: pass a `ConsumerGroupOwners` (one per cluster) to fold types 4, 5 and 8 (and
+the topic id of v4 commits) into GroupMembers. Without one, KIP-848 records are only
+counted. The fold is complete only when it has seen every member's latest records, i.e.
+when the offsets partition is read from its beginning (compaction keeps them); resumed
+mid-partition it knows only the members written since. Commits of KIP-848 groups are
+ordinary type 1 records and are always handled.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter, itemgetter
+
+from lagd import logs
+from lagd.ingest.codec import (
+    ConsumerGroupCurrentMemberAssignment,
+    ConsumerGroupMemberMetadata,
+    ConsumerGroupPartitionMetadata,
+    ConsumerGroupTombstone,
+    DecodeError,
+    GroupMetadata,
+    GroupTombstone,
+    Member,
+    OffsetCommit,
+    OffsetTombstone,
+    Record,
+    SkippedRecord,
+    TopicAssignment,
+    commit_fields,
+    decode,
+    fast_constructor,
+)
+from lagd.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    GroupMembers,
+    IngestCounters,
+    OffsetDeleted,
+    PartitionOwner,
+)
+
+log = logs.get(__name__)
+
+_KINDS = {
+    "ConsumerGroupMetadata": "consumer_group_metadata",
+    "ConsumerGroupPartitionMetadata": "consumer_group_partition_metadata",
+    "ConsumerGroupMemberMetadata": "consumer_group_member_metadata",
+    "ConsumerGroupTargetAssignmentMetadata": "consumer_group_target_assignment_metadata",
+    "ConsumerGroupTargetAssignmentMember": "consumer_group_target_assignment_member",
+    "ConsumerGroupCurrentMemberAssignment": "consumer_group_current_member_assignment",
+}
+
+
+_COMMIT_TYPES = (b"\x00\x01", b"\x00\x00")
+# Events are built by the million: skip the frozen dataclasses' per-field __setattr__.
+_new_commit_event = fast_constructor(Commit)
+_new_owner = fast_constructor(PartitionOwner)
+
+
+_Owned = tuple[tuple[str, int, PartitionOwner], ...]
+_MEMBER_OWNERS: dict[tuple[str, str, str, bytes], _Owned] = {}
+_MEMBER_OWNERS_MAX = 1 << 16
+_BY_PARTITION = itemgetter(0, 1)
+_OWNER_ORDER = attrgetter("topic", "partition", "member_id")
+
+
+def _member_owners(m: Member) -> _Owned:
+    """(topic, partition, owner) per partition a member owns, remembered by its assignment:
+    rebalances rewrite the same member with the same partitions over and over."""
+    k = (m.member_id, m.client_id, m.client_host, m.assignment_bytes)
+    got = _MEMBER_OWNERS.get(k)
+    if got is None:
+        if m.assignment is None:
+            got = ()
+        else:
+            host, client_id, member_id = m.client_host, m.client_id, m.member_id
+            got = tuple(
+                [
+                    (topic, partition, _new_owner(topic, partition, host, client_id, member_id))
+                    for topic, partitions in m.assignment.partitions
+                    for partition in partitions
+                ]
+            )
+        if len(_MEMBER_OWNERS) >= _MEMBER_OWNERS_MAX:
+            _MEMBER_OWNERS.clear()
+        _MEMBER_OWNERS[k] = got
+    return got
+
+
+def _members_event(cluster: str, rec: GroupMetadata, order: int) -> GroupMembers:
+    members = rec.members
+    if len(members) == 1:
+        owned = sorted(_member_owners(members[0]), key=_BY_PARTITION)
+    else:
+        owned = sorted([o for m in members for o in _member_owners(m)], key=_BY_PARTITION)
+    return GroupMembers(cluster, rec.group, order, tuple([o[2] for o in owned]), "Stable" if members else "Empty")
+
+
+class ConsumerGroupOwners:
+    """Partition owners of KIP-848 groups, folded from their per-member records."""
+
+    def __init__(self) -> None:
+        self.topic_names: dict[bytes, str] = {}
+        self.members: dict[str, dict[str, tuple[str, str]]] = {}  # group -> member -> (host, client id)
+        self.assigned: dict[str, dict[str, tuple[TopicAssignment, ...]]] = {}  # group -> member -> partitions
+
+    def learn_topic(self, topic_id: bytes, name: str) -> None:
+        self.topic_names[topic_id] = name
+
+    def apply(self, cluster: str, rec: Record, order: int, counters: IngestCounters) -> list[Event]:
+        """Fold one KIP-848 record; the group's owners when they may have changed."""
+        if isinstance(rec, ConsumerGroupPartitionMetadata):
+            for t in rec.topics:
+                self.topic_names[t.topic_id] = t.topic_name
+        elif isinstance(rec, ConsumerGroupMemberMetadata):
+            self.members.setdefault(rec.group, {})[rec.member_id] = (rec.client_host, rec.client_id)
+        elif isinstance(rec, ConsumerGroupCurrentMemberAssignment):
+            self.assigned.setdefault(rec.group, {})[rec.member_id] = rec.assigned_partitions
+        elif isinstance(rec, ConsumerGroupTombstone) and rec.record_type in (5, 8) and rec.member_id is not None:
+            self.members.get(rec.group, {}).pop(rec.member_id, None)
+            self.assigned.get(rec.group, {}).pop(rec.member_id, None)
+        elif isinstance(rec, ConsumerGroupTombstone) and rec.record_type == 3:
+            self.members.pop(rec.group, None)
+            self.assigned.pop(rec.group, None)
+            return []
+        else:
+            return []
+        return [self.owners(cluster, rec.group, order, counters)]
+
+    def owners(self, cluster: str, group: str, order: int, counters: IngestCounters) -> GroupMembers:
+        """The group's owners as far as known; partitions of unknown topic ids are counted."""
+        members = self.members.get(group, {})
+        owners: list[PartitionOwner] = []
+        for member_id, parts in self.assigned.get(group, {}).items():
+            host, client_id = members.get(member_id, ("", ""))
+            for ta in parts:
+                name = self.topic_names.get(ta.topic_id)
+                if name is None:
+                    counters.count_error("unknown_topic_id")
+                    continue
+                owners.extend(_new_owner(name, p, host, client_id, member_id) for p in ta.partitions)
+        owners.sort(key=_OWNER_ORDER)
+        live = bool(members) or bool(self.assigned.get(group))
+        return GroupMembers(cluster, group, order, tuple(owners), "Stable" if live else "Empty")
+
+
+def events_from_record(
+    cluster: str,
+    key: bytes | None,
+    value: bytes | None,
+    order: int,
+    observed: int,
+    counters: IngestCounters,
+    *,
+    kip848: ConsumerGroupOwners | None = None,
+) -> list[Event]:
+    """The events of one `__consumer_offsets` record at offset `order` of its partition.
+
+    `kip848` folds KIP-848 membership into GroupMembers (see the module docstring).
+    """
+    if key is None:
+        counters.count_error("null_key")
+        log.debug("offsets-topic record without a key skipped", cluster=cluster, order=order)
+        return []
+    try:
+        if value is not None and type(key) is bytes and key[:2] in _COMMIT_TYPES:  # the hot path: no record object
+            f = commit_fields(key, value)
+            by_type = counters.records_by_type  # count_record, inlined
+            by_type["offset_commit"] = by_type.get("offset_commit", 0) + 1
+            if kip848 is not None and f[10] is not None:
+                kip848.learn_topic(f[10], f[1])
+            return [_new_commit_event(cluster, f[0], f[1], f[2], f[3], order, f[6], observed)]
+        rec = decode(key, value)
+    except DecodeError as exc:
+        counters.count_error(exc.reason)
+        log.debug("undecodable offsets-topic record skipped", cluster=cluster, order=order, error=str(exc))
+        return []
+    except Exception as exc:  # a decoder bug must not stop ingest; the counter shows it
+        counters.count_error("decoder_bug")
+        log.warning("decoder failed unexpectedly; record skipped", cluster=cluster, order=order, error=repr(exc))
+        return []
+    if isinstance(rec, OffsetCommit):
+        counters.count_record("offset_commit")
+        if kip848 is not None and rec.topic_id is not None:
+            kip848.learn_topic(rec.topic_id, rec.topic)
+        return [Commit(cluster, rec.group, rec.topic, rec.partition, rec.offset, order, rec.commit_timestamp, observed)]
+    if isinstance(rec, GroupMetadata):
+        counters.count_record("group_metadata")
+        return [_members_event(cluster, rec, order)]
+    if isinstance(rec, OffsetTombstone):
+        counters.count_record("offset_tombstone")
+        return [OffsetDeleted(cluster, rec.group, rec.topic, rec.partition, order)]
+    if isinstance(rec, GroupTombstone):
+        counters.count_record("group_tombstone")
+        return [GroupDeleted(cluster, rec.group, order)]
+    if isinstance(rec, SkippedRecord):
+        counters.count_record(f"type_{rec.record_type}")
+        return []
+    if isinstance(rec, ConsumerGroupTombstone):
+        counters.count_record(f"consumer_group_tombstone_type_{rec.record_type}")
+        return [] if kip848 is None else kip848.apply(cluster, rec, order, counters)
+    counters.count_record(_KINDS.get(rec.__class__.__name__, rec.__class__.__name__))
+    return [] if kip848 is None else kip848.apply(cluster, rec, order, counters)

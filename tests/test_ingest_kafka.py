@@ -1,0 +1,444 @@
+"""Ingest against a real broker (Tansu): the simulator writes, lagd's readers must see exactly that.
+
+Both ways in are checked partition by partition against what the simulator committed: the
+offsets-topic reader (byte-exact records written into an offsets topic of the test's own)
+and admin polling (real aiokafka consumer groups committing). See shared/design/TESTING.md
+for the Tansu quirks worked around here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+
+from lagd.config import ClusterSettings
+from lagd.ingest.admin_poll import PollMemory, groups_gone, parse_describe, poll_admin, round_events
+from lagd.ingest.log_end import Layout, deleted_topics, parse_list_offsets, plan_requests, sample_log_ends
+from lagd.ingest.offsets_topic import read_offsets_topic
+from lagd.ingest.progress import ReaderProgress
+from lagd.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    GroupMembers,
+    IngestCounters,
+    LogEndSample,
+    OffsetDeleted,
+    ReaderPosition,
+    TopicDeleted,
+)
+from lagd.sim.driver import Driver
+from lagd.sim.encode import encode_assignment, encode_subscription
+from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec, log_end, standard
+
+GPKey = tuple[str, str, int]
+Settle = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class Store:
+    """Stands in for the daemon's state: applies each emitted batch whole, keeps positions."""
+
+    events: list[Event] = field(default_factory=list)
+    positions: dict[int, int] = field(default_factory=dict)
+    batches: int = 0
+    block_after: int | None = None
+    blocked: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, batch: list[Event]) -> None:
+        if self.block_after is not None and self.batches >= self.block_after:
+            # Backpressure that never ends: the reader is stuck in emit when it gets killed,
+            # so this batch is never applied and must come again after the restart.
+            self.blocked.set()
+            await asyncio.Event().wait()
+        self.batches += 1
+        self.events.extend(batch)
+        for ev in batch:
+            if isinstance(ev, ReaderPosition):
+                self.positions[ev.partition] = ev.offset
+
+
+def fold(events: list[Event]) -> dict[GPKey, int]:
+    """The committed offset each group-partition ends up with, applying events by order."""
+    state: dict[GPKey, tuple[int, int]] = {}
+    for ev in events:
+        if isinstance(ev, Commit):
+            key = (ev.group, ev.topic, ev.partition)
+            if key not in state or state[key][0] < ev.order:
+                state[key] = (ev.order, ev.offset)
+        elif isinstance(ev, OffsetDeleted):
+            state.pop((ev.group, ev.topic, ev.partition), None)
+        elif isinstance(ev, GroupDeleted):
+            for key in [k for k in state if k[0] == ev.group]:
+                del state[key]
+        elif isinstance(ev, TopicDeleted):
+            for key in [k for k in state if k[1] == ev.topic]:
+                del state[key]
+    return {k: v[1] for k, v in state.items()}
+
+
+def cluster(kafka: str, **kw: Any) -> ClusterSettings:
+    defaults: dict[str, Any] = {"offset_refresh": 0.2, "topic_refresh": 1.0, "request_timeout": 10.0}
+    defaults.update(kw)
+    return ClusterSettings(name="sim", bootstrap_servers=[kafka], **defaults)
+
+
+@contextlib.asynccontextmanager
+async def running(coro: Awaitable[None]) -> AsyncIterator[asyncio.Task[None]]:
+    task: asyncio.Task[None] = asyncio.ensure_future(coro)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def with_extras(u: str) -> Scenario:
+    """The standard 3 x 8 / 5 groups scenario, plus a group the default deny list excludes, a
+    group that gets deleted, and a topic that gets deleted under a recovering group."""
+    base = standard(u)
+    orders = base.topics[0].name
+    temp = TopicSpec(f"temp-{u}", 2, rate=2.0, deleted_at=4.0)
+    return Scenario(
+        (*base.topics, temp),
+        (
+            *base.groups,
+            GroupSpec(f"console-consumer-{u}", (orders,)),
+            GroupSpec(f"gone-{u}", (orders,), "deleted", at=3.0),
+            GroupSpec(f"temp-reader-{u}", (temp.name,), "recovering", at=2.0),
+        ),
+    )
+
+
+async def drive(driver: Driver, until: int) -> None:
+    for t in range(int(max(driver.t, -1.0)) + 1, until + 1):
+        await driver.advance(float(t))
+
+
+# --- offsets-topic path -----------------------------------------------------------------
+
+
+async def test_offsets_topic_reader_matches_what_was_committed(kafka: str, unique: str, settle: Settle) -> None:
+    scenario = with_extras(unique)
+    topic = f"__consumer_offsets_{unique}"
+    driver = Driver(kafka, scenario, mode="topic", offsets_topic=topic, offsets_partitions=10)
+    await driver.start()
+    try:
+        await drive(driver, 5)
+    finally:
+        await driver.close()
+    denied = f"console-consumer-{unique}"
+    expected = {k: v for k, v in driver.last_commits.items() if k[0] != denied}
+    assert {k[1:] for k in expected} == {(t.name, p) for t in scenario.topics[:3] for p in range(8)}
+
+    store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
+    async with running(read_offsets_topic(cluster(kafka, offsets_topic=topic), {}, store, progress, counters, stop)):
+        await settle(lambda: progress.caught_up, what="offsets-topic reader caught up")
+
+    assert fold(store.events) == expected
+    # Every commit and tombstone arrives once, ordered by its record offset.
+    seen = sorted(
+        (e.group, e.topic, e.partition, e.order) for e in store.events if isinstance(e, Commit | OffsetDeleted)
+    )
+    written = sorted((g, t, p, off) for (g, t, p), places in driver.orders.items() if g != denied for _, off in places)
+    assert seen == written
+    assert [e for e in store.events if getattr(e, "group", None) == denied] == []
+    # The denied group's commits and its one group-metadata record, each dropped and counted.
+    assert counters.filtered_groups == sum(len(v) for k, v in driver.orders.items() if k[0] == denied) + 1
+    assert any(isinstance(e, GroupDeleted) and e.group == f"gone-{unique}" for e in store.events)
+    temp = scenario.topics[3].name
+    assert sorted((e.group, e.partition) for e in store.events if isinstance(e, OffsetDeleted) and e.topic == temp) == [
+        (f"temp-reader-{unique}", 0),
+        (f"temp-reader-{unique}", 1),
+    ]
+    owners = [e for e in store.events if isinstance(e, GroupMembers) and e.group == f"billing-{unique}"]
+    assert [(o.topic, o.partition, o.host) for o in owners[0].owners] == [
+        (scenario.topics[0].name, p, driver.host) for p in range(8)
+    ]
+    stop.set()
+
+
+async def test_reader_killed_and_restarted_loses_nothing_and_repeats_nothing(
+    kafka: str, unique: str, settle: Settle
+) -> None:
+    scenario = with_extras(unique)
+    topic = f"__consumer_offsets_{unique}"
+    driver = Driver(kafka, scenario, mode="topic", offsets_topic=topic, offsets_partitions=4)
+    await driver.start()
+    try:
+        await drive(driver, 5)
+    finally:
+        await driver.close()
+    settings = cluster(kafka, offsets_topic=topic, groups_deny="")
+
+    first = Store(block_after=3)
+    task = asyncio.ensure_future(
+        read_offsets_topic(settings, {}, first, ReaderProgress(), IngestCounters(), asyncio.Event(), max_records=5)
+    )
+    await settle(lambda: first.blocked.is_set(), what="reader blocked in emit")
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    total = sum(len(v) for v in driver.orders.values())
+    read_first = sum(isinstance(e, Commit | OffsetDeleted) for e in first.events)
+    assert 0 < read_first < total  # killed mid-stream
+
+    second, progress = Store(), ReaderProgress()
+    async with running(
+        read_offsets_topic(settings, dict(first.positions), second, progress, IngestCounters(), asyncio.Event())
+    ):
+        await settle(lambda: progress.caught_up, what="restarted reader caught up")
+
+    both = first.events + second.events
+    seen = [(e.group, e.topic, e.partition, e.order) for e in both if isinstance(e, Commit | OffsetDeleted)]
+    assert len(seen) == len(set(seen))  # nothing applied twice
+    written = sorted((g, t, p, off) for (g, t, p), places in driver.orders.items() for _, off in places)
+    assert sorted(seen) == written  # nothing lost
+    assert fold(both) == driver.last_commits
+
+
+# --- admin-polling path -----------------------------------------------------------------
+
+
+async def test_admin_polling_matches_what_was_committed(kafka: str, unique: str, settle: Settle) -> None:
+    scenario = with_extras(unique)
+    # Tansu keeps deleted groups (DeleteGroups is a no-op): leave the deleted group out here.
+    scenario = Scenario(scenario.topics, tuple(g for g in scenario.groups if g.behaviour != "deleted"))
+    driver = Driver(kafka, scenario, mode="admin")
+    await driver.start()
+    # A group that commits without ever joining: no members, so no repeated commits.
+    loner = f"loner-{unique}"
+    orders_topic = scenario.topics[0].name
+    manual = AIOKafkaConsumer(bootstrap_servers=kafka, group_id=loner, enable_auto_commit=False)
+    await manual.start()
+    try:
+        await drive(driver, 4)
+        manual.assign([TopicPartition(orders_topic, 3)])
+        await manual.commit({TopicPartition(orders_topic, 3): 2})
+    finally:
+        await manual.stop()
+        await driver.close()
+    denied = f"console-consumer-{unique}"
+    expected = {k: v for k, v in driver.last_commits.items() if k[0] != denied}
+    expected[(loner, orders_topic, 3)] = 2
+
+    store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
+    mine = cluster(kafka, groups_allow=unique)
+    async with running(poll_admin(mine, store, progress, counters, stop)):
+        await settle(lambda: progress.caught_up, what="first polling round")
+        after_first = len(store.events)
+        await settle(lambda: len(store.events) > after_first, what="a second round")
+        snapshot = list(store.events)
+
+    assert fold(snapshot) == expected
+    assert [e for e in snapshot if getattr(e, "group", None) == denied] == []
+    assert counters.filtered_groups >= 1
+    commits = [e for e in snapshot if isinstance(e, Commit)]
+    assert all(e.order == e.timestamp >= e.observed for e in commits)
+    # A group with members repeats its unchanged offset each round; the loner does not.
+    healthy = [e for e in commits if e.group == f"billing-{unique}" and e.partition == 0]
+    assert len(healthy) >= 2 and len({e.offset for e in healthy}) == 1
+    assert healthy == sorted(healthy, key=lambda e: e.order) and len({e.order for e in healthy}) == len(healthy)
+    assert [e.offset for e in commits if e.group == loner] == [2]
+
+
+def test_admin_round_events_deletions_and_repeats() -> None:
+    memory = PollMemory()
+    first = round_events("c", "g", None, {("t", 0): 5, ("t", 1): 7}, [("t", 0), ("t", 1)], memory, 1000)
+    assert [(type(e).__name__, getattr(e, "offset", None)) for e in first] == [("Commit", 5), ("Commit", 7)]
+    # No members: unchanged offsets are not repeated; a partition without offset is deleted.
+    second = round_events("c", "g", None, {("t", 0): 5, ("t", 1): -1}, [("t", 0), ("t", 1)], memory, 1000)
+    assert second == [OffsetDeleted("c", "g", "t", 1, 1001)]
+    assert memory.committed["g"] == {("t", 0): 5}
+
+
+def test_admin_groups_that_disappear_are_deleted_once() -> None:
+    memory = PollMemory()
+    assert groups_gone("c", ["a", "b"], memory, 1000) == []
+    round_events("c", "b", None, {("t", 0): 1}, [("t", 0)], memory, 1000)
+    assert groups_gone("c", ["a"], memory, 2000) == [GroupDeleted("c", "b", 2000)]
+    assert "b" not in memory.committed
+    assert groups_gone("c", ["a"], memory, 3000) == []
+
+
+def test_describe_answer_gives_owners_and_subscribed_topics() -> None:
+    class Answer:
+        groups = [
+            (
+                0,
+                "g",
+                "Stable",
+                "consumer",
+                "range",
+                [
+                    ("m-1", "app-1", "/10.1.1.1", encode_subscription(["a", "b"]), encode_assignment({"a": [1, 0]})),
+                    ("m-2", "app-2", "/10.1.1.2", b"", b"\x00"),  # an assignment it cannot read: no owners
+                ],
+            ),
+            (15, "broken", "", "", "", []),  # an error for one group leaves it out
+        ]
+
+    views = parse_describe([Answer()])
+    assert list(views) == ["g"]
+    g = views["g"]
+    assert [(o.topic, o.partition, o.host, o.client_id, o.member_id) for o in g.owners] == [
+        ("a", 0, "/10.1.1.1", "app-1", "m-1"),
+        ("a", 1, "/10.1.1.1", "app-1", "m-1"),
+    ]
+    assert g.subscribed == {"a", "b"} and g.has_members
+
+
+# --- log-end sampler --------------------------------------------------------------------
+
+
+async def test_log_end_sampler_exact_offsets_and_topic_deleted(kafka: str, unique: str, settle: Settle) -> None:
+    topics = (
+        TopicSpec(f"le-a-{unique}", 8, rate=1.0),
+        TopicSpec(f"le-b-{unique}", 8, pattern="bursty", burst_every=2.0),
+        TopicSpec(f"le-c-{unique}", 8, rate=0.5, deleted_at=4.0),
+    )
+    denied = TopicSpec(f"__private-{unique}", 1, rate=1.0)  # topics-deny "^__.*" by default
+    scenario = Scenario((*topics, denied), (GroupSpec(f"g-{unique}", tuple(t.name for t in topics)),))
+    driver = Driver(kafka, scenario, mode="produce")
+    await driver.start()
+    try:
+        await drive(driver, 3)
+        # The denied topic is never sampled, even when asked for.
+        wanted = [t.name for t in topics] + [f"never-created-{unique}", denied.name]
+        store, counters, stop = Store(), IngestCounters(), asyncio.Event()
+        async with running(sample_log_ends(cluster(kafka), lambda: wanted, store, counters, stop)):
+            await settle(lambda: any(isinstance(e, LogEndSample) for e in store.events), what="a sample round")
+            latest = {(e.topic, e.partition): e.offset for e in store.events if isinstance(e, LogEndSample)}
+            expected = {(t.name, p): driver.produced.get((t.name, p), 0) for t in topics for p in range(8)}
+            assert latest == expected
+            assert sum(expected.values()) > 0 and driver.produced[(denied.name, 0)] > 0
+
+            await drive(driver, 4)  # deletes le-c
+            await settle(lambda: any(isinstance(e, TopicDeleted) for e in store.events), what="TopicDeleted")
+            assert [e for e in store.events if isinstance(e, TopicDeleted)] == [TopicDeleted("sim", topics[2].name)]
+            mark = len(store.events)
+            await settle(lambda: any(isinstance(e, LogEndSample) for e in store.events[mark:]), what="next round")
+            assert {e.topic for e in store.events[mark:] if isinstance(e, LogEndSample)} == {
+                topics[0].name,
+                topics[1].name,
+            }
+    finally:
+        await driver.close()
+
+
+@pytest.mark.parametrize("mode", ["topic", "admin"])
+async def test_reader_survives_an_unreachable_broker(mode: str, settle: Settle) -> None:
+    """Nothing listens: the reader counts failures and keeps retrying until stopped."""
+    from lagd.embedded import free_port
+
+    dead = cluster(f"127.0.0.1:{free_port()}", request_timeout=1.0)
+    store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
+    if mode == "topic":
+        task = asyncio.ensure_future(read_offsets_topic(dead, {}, store, progress, counters, stop))
+    else:
+        task = asyncio.ensure_future(poll_admin(dead, store, progress, counters, stop))
+    await settle(lambda: sum(counters.failures.values()) >= 2, what="two failed attempts")
+    stop.set()
+    await asyncio.wait_for(task, 5.0)
+    assert sum(counters.failures.values()) >= 2
+    assert not progress.caught_up and store.events == []
+
+
+async def test_offsets_topic_reader_rides_out_a_broker_outage(unique: str, settle: Settle) -> None:
+    """The broker goes away and comes back (empty: Tansu keeps memory storage only); the reader
+    reports the outage as failures, does not crash, and reads what is written afterwards."""
+    from lagd import embedded
+
+    broker = embedded.start_tansu()
+    port = broker.port
+    topic = f"o-{unique}"
+    scenario = Scenario((TopicSpec(topic, 2, rate=1.0),), (GroupSpec(f"g-{unique}", (topic,)),))
+    settings = cluster(broker.address, topic_refresh=0.3, request_timeout=1.0)
+    store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
+    try:
+        before = Driver(broker.address, scenario, offsets_partitions=3)
+        await before.start()
+        await drive(before, 2)
+        await before.close()
+        async with running(read_offsets_topic(settings, {}, store, progress, counters, stop)):
+            await settle(lambda: progress.caught_up, what="caught up before the outage")
+            assert fold(store.events) == before.last_commits
+            broker.stop(timeout=0.2)  # Tansu lingers on SIGTERM: a short grace, then SIGKILL
+            await settle(lambda: sum(counters.failures.values()) >= 1, what="the outage to be counted")
+            broker = embedded.start_tansu(port=port)
+            mark = len(store.events)
+            after = Driver(broker.address, scenario, offsets_partitions=3)
+            await after.start()
+            await drive(after, 3)
+            await after.close()
+            await settle(
+                lambda: fold(store.events[mark:]) == after.last_commits, timeout=30.0, what="commits after the outage"
+            )
+    finally:
+        broker.stop(timeout=0.2)
+
+
+async def test_offsets_topic_created_after_the_reader_started_is_discovered(
+    kafka: str, unique: str, settle: Settle
+) -> None:
+    topic = f"__consumer_offsets_late_{unique}"
+    scenario = Scenario((TopicSpec(f"late-{unique}", 3, rate=1.0),), (GroupSpec(f"g-{unique}", (f"late-{unique}",)),))
+    store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
+    settings = cluster(kafka, offsets_topic=topic, topic_refresh=0.2)
+    async with running(read_offsets_topic(settings, {}, store, progress, counters, stop)):
+        driver = Driver(kafka, scenario, offsets_topic=topic, offsets_partitions=5)
+        await driver.start()
+        try:
+            await drive(driver, 2)
+        finally:
+            await driver.close()
+        await settle(lambda: fold(store.events) == driver.last_commits, what="commits in the late topic")
+    assert progress.caught_up
+    assert set(store.positions) <= set(range(5)) and store.positions
+
+
+# --- pure parts of the log-end sampler --------------------------------------------------
+
+
+def test_plan_requests_groups_by_leader_and_skips_leaderless() -> None:
+    layout = Layout({"a": {0: 1, 1: 2, 2: None}, "b": {0: 1}, "c": {0: 3}})
+    by_node, leaderless = plan_requests(layout, ["a", "b", "missing"])
+    assert by_node == {1: {"a": [0], "b": [0]}, 2: {"a": [1]}}
+    assert leaderless == 1
+    assert deleted_topics({"a", "gone", "b"}, layout) == ["gone"]
+
+
+def test_parse_list_offsets_keeps_good_partitions_and_names_errors() -> None:
+    class V1:
+        API_VERSION = 1
+        topics = [("a", [(0, 0, -1, 42), (1, 6, -1, -1)]), ("b", [(0, 0, -1, 7)])]
+
+    class V0:
+        API_VERSION = 0
+        topics = [("a", [(0, 0, [9]), (1, 0, [])])]
+
+    offsets, errors = parse_list_offsets(V1())
+    assert offsets == {("a", 0): 42, ("b", 0): 7}
+    assert errors == {("a", 1): "NotLeaderForPartitionError"}
+    assert parse_list_offsets(V0()) == ({("a", 0): 9}, {})
+
+
+async def test_driver_run_compresses_time_and_records_what_it_produced(kafka: str, unique: str) -> None:
+    topic = TopicSpec(f"run-{unique}", 2, rate=2.0)
+    scenario = Scenario((topic,), (GroupSpec(f"g-{unique}", (topic.name,)),), tick=0.5)
+    driver = Driver(kafka, scenario, mode="produce", speed=1000.0)
+    await driver.start()
+    try:
+        await driver.run(until=3.0)
+    finally:
+        await driver.close()
+    assert driver.t == 3.0
+    assert driver.produced == {(topic.name, p): log_end(topic, p, 3.0) for p in range(2)}
