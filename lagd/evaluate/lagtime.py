@@ -1,0 +1,80 @@
+"""Lag in time: how long ago the log end stood where the consumer's commit stands now.
+
+Pure: the committed offset, the kept (log-end offset, sample time) history and `now` in,
+seconds out. Interpolates between samples and never extrapolates: beyond the oldest
+sample the answer is a lower bound, flagged `estimated`. Never NaN, infinite or negative.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LagTime:
+    seconds: float
+    estimated: bool
+
+
+CAUGHT_UP = LagTime(0.0, False)
+NO_SAMPLES = LagTime(0.0, True)
+
+
+def run_start(offsets: Sequence[int]) -> int:
+    """Index where the newest non-decreasing run of log-end offsets begins.
+
+    A log-end offset that goes down means the log was truncated or recreated: samples
+    before that describe a log that no longer exists, so lag-in-time ignores them.
+    """
+    i = len(offsets) - 1
+    while i > 0 and offsets[i - 1] <= offsets[i]:
+        i -= 1
+    return max(i, 0)
+
+
+def lag_seconds(
+    committed: int,
+    offsets: Sequence[int],
+    ts: Sequence[int],
+    now_ms: int,
+    *,
+    start: int | None = None,
+) -> LagTime:
+    """Seconds since the log end was at `committed`, from samples oldest first (ts ascending).
+
+    - no samples: LagTime(0.0, estimated=True) (nothing known; not an alarm on its own);
+    - committed >= newest log-end offset: 0 (caught up);
+    - otherwise the first time the log end reached `committed`, linearly interpolated
+      between the two samples around it, within the newest non-decreasing run of samples;
+    - committed below that run's oldest sample: now - that sample's time, estimated (a
+      lower bound: the consumer is at least that far behind).
+    `start` is the known run start (State keeps it) and only saves the scan.
+    """
+    n = min(len(offsets), len(ts))
+    if n == 0:
+        return NO_SAMPLES
+    if committed >= offsets[n - 1]:
+        return CAUGHT_UP
+    lo = run_start(offsets[:n]) if start is None else min(max(start, 0), n - 1)
+    reached, estimated = reached_at(committed, offsets, ts, lo, n)
+    return LagTime(_seconds(now_ms - reached), estimated)
+
+
+def reached_at(committed: int, offsets: Sequence[int], ts: Sequence[int], lo: int, hi: int) -> tuple[float, bool]:
+    """When the log end first reached `committed` within samples [lo, hi), and whether that is
+    only a bound (committed at or below the oldest sample used).
+
+    Requires lo < hi and committed < offsets[hi - 1]; the evaluator calls it directly.
+    """
+    i = bisect_left(offsets, committed, lo, hi)  # first sample with log end >= committed
+    if i <= lo:
+        return ts[lo], True
+    o0, t0 = offsets[i - 1], ts[i - 1]
+    # o0 < committed <= offsets[i], so the divisor is positive
+    return t0 + (ts[i] - t0) * (committed - o0) / (offsets[i] - o0), False
+
+
+def _seconds(ms: float) -> float:
+    return ms / 1000.0 if ms > 0 else 0.0

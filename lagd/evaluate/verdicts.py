@@ -1,0 +1,215 @@
+"""Verdicts: a group's statuses, lags and lag-in-time, cached briefly per group.
+
+The HTTP layer, metrics and the notifier all read verdicts through one Evaluator, so a
+group is judged once per change (or per TTL, since STOP depends on the clock), not once
+per reader. Reads the state's flat windows directly: entry objects are only built for
+each partition's start and end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lagd.evaluate.lagtime import reached_at
+from lagd.evaluate.rules import J_CAUGHT_UP, J_INCOMPLETE, group_status, judge_flat
+from lagd.model import GroupStatus, PartitionStatus, WindowEntry
+from lagd.state.windows import FIELDS, NO_LAG, State
+
+
+@dataclass(slots=True)
+class PartitionVerdict:
+    topic: str
+    partition: int
+    status: PartitionStatus
+    start: WindowEntry | None
+    end: WindowEntry | None
+    current_lag: int
+    complete: float
+    owner: str
+    client_id: str
+    lag_seconds: float
+    lag_seconds_estimated: bool
+    reason: str
+    since: int | None
+
+
+@dataclass(slots=True)
+class GroupVerdict:
+    cluster: str
+    group: str
+    status: GroupStatus
+    complete: float
+    partitions: list[PartitionVerdict]  # all of them, sorted by (topic, partition)
+    partition_count: int
+    maxlag: PartitionVerdict | None
+    totallag: int
+    lag_seconds: float  # the highest over the partitions
+    evaluated_at: int
+
+
+@dataclass(slots=True)
+class _Cached:
+    version: int
+    at: int
+    verdict: GroupVerdict
+
+
+# Since-tracking packs (first seen ms, status) into one int per partition to stay small.
+_CODE = {status: i for i, status in enumerate(PartitionStatus)}
+_SHIFT = 8
+Since = dict[tuple[str, int], int]
+
+
+def not_found(cluster: str, group: str, now_ms: int) -> GroupVerdict:
+    """Burrow's answer for an unknown or expired group."""
+    return GroupVerdict(cluster, group, GroupStatus.NOTFOUND, 1.0, [], 0, None, 0, 0.0, now_ms)
+
+
+class Evaluator:
+    def __init__(
+        self,
+        state: State,
+        *,
+        allowed_lag: int = 0,
+        minimum_complete: float = 0.0,
+        cache_ttl_ms: int = 5000,
+    ) -> None:
+        self.state = state
+        self.allowed_lag = allowed_lag
+        self.minimum_complete = minimum_complete
+        self.cache_ttl_ms = cache_ttl_ms
+        # Insertion order is evaluation order, so expired verdicts are dropped from the front.
+        self._cache: dict[tuple[str, str], _Cached] = {}
+        self._since: dict[tuple[str, str], Since] = {}
+
+    def group(self, cluster: str, group: str, now_ms: int) -> GroupVerdict:
+        """The group's verdict, recomputed when its version changes or the TTL passes."""
+        key = (cluster, group)
+        version = self.state.group_version(cluster, group)
+        cached = self._cache.get(key)
+        if cached is not None and cached.version == version and 0 <= now_ms - cached.at < self.cache_ttl_ms:
+            return cached.verdict
+        self._evict(now_ms)
+        last = self.state.last_commit(cluster, group)
+        if last is None or last < now_ms - self.state.expire_group_ms:
+            self._cache.pop(key, None)
+            self._since.pop(key, None)
+            return not_found(cluster, group, now_ms)
+        verdict, since = self._evaluate(cluster, group, now_ms, self._since.get(key) or {})
+        self._cache.pop(key, None)
+        self._cache[key] = _Cached(version, now_ms, verdict)
+        self._since[key] = since
+        return verdict
+
+    def _evict(self, now_ms: int) -> None:
+        """Drop verdicts past their TTL (oldest first) so the cache holds only live ones."""
+        cache = self._cache
+        ttl = self.cache_ttl_ms
+        while cache:
+            key = next(iter(cache))
+            if 0 <= now_ms - cache[key].at < ttl:
+                break
+            del cache[key]
+
+    def forget(self, cluster: str, group: str) -> None:
+        """Drop the cached verdict and status history of a removed group."""
+        self._cache.pop((cluster, group), None)
+        self._since.pop((cluster, group), None)
+
+    def _evaluate(
+        self,
+        cluster: str,
+        group: str,
+        now_ms: int,
+        since_before: Since,
+    ) -> tuple[GroupVerdict, Since]:
+        state = self.state
+        intervals = state.intervals
+        allowed = self.allowed_lag
+        minimum = self.minimum_complete
+        windows = state.group_windows(cluster, group) or {}
+        owners = state.group_owners(cluster, group)
+        partitions: list[PartitionVerdict] = []
+        append = partitions.append
+        since: Since = {}
+        code_of = _CODE
+        mask = (1 << _SHIFT) - 1
+        get_since = since_before.get
+        get_owner = owners.get
+        max_seconds = 0.0
+        no_samples: tuple[int, ...] = ()
+        # One tight loop: this runs for every partition of every evaluated group.
+        for topic in sorted(windows):
+            parts = windows[topic]
+            log_ends = state.topic_log_ends(cluster, topic)
+            for partition in sorted(parts):
+                arr = parts[partition]
+                size = len(arr)
+                if not size:
+                    continue  # never left behind by State; nothing to judge
+                n = size // FIELDS
+                committed = arr[-5]
+                le = log_ends.get(partition)
+                current_lag = 0
+                if le is not None:
+                    leo = le.offsets
+                    current_lag = leo[-1] - committed if leo else 0
+                    if current_lag < 0:
+                        current_lag = 0
+                complete = n / intervals if n < intervals else 1.0
+                seconds, estimated = 0.0, le is None
+                if current_lag <= allowed:
+                    j = J_CAUGHT_UP
+                elif complete < minimum:
+                    j = J_INCOMPLETE
+                else:
+                    j = judge_flat(
+                        arr, le.offsets if le is not None else no_samples, current_lag, now_ms, allowed, intervals
+                    )
+                if current_lag and le is not None:
+                    ts = le.ts
+                    reached, estimated = reached_at(committed, leo, ts, le.run_start, len(ts))
+                    if now_ms > reached:
+                        seconds = (now_ms - reached) / 1000.0
+                        if seconds > max_seconds:
+                            max_seconds = seconds
+                status = j.status
+                pkey = (topic, partition)
+                code = code_of[status]
+                prior = get_since(pkey)
+                seen = prior >> _SHIFT if prior is not None and prior & mask == code else now_ms
+                since[pkey] = (seen << _SHIFT) | code
+                owner = get_owner(pkey)
+                lag0 = arr[4]
+                lag1 = arr[-1]
+                append(
+                    PartitionVerdict(
+                        topic,
+                        partition,
+                        status,
+                        WindowEntry(arr[0], arr[1], arr[2], arr[3], None if lag0 == NO_LAG else lag0),
+                        WindowEntry(committed, arr[-4], arr[-3], arr[-2], None if lag1 == NO_LAG else lag1),
+                        current_lag,
+                        complete,
+                        owner.host if owner is not None else "",
+                        owner.client_id if owner is not None else "",
+                        seconds,
+                        estimated,
+                        j.reason,
+                        seen,
+                    )
+                )
+        summary = group_status(partitions, minimum)
+        verdict = GroupVerdict(
+            cluster,
+            group,
+            summary.status,
+            summary.complete,
+            partitions,
+            summary.partition_count,
+            partitions[summary.maxlag] if summary.maxlag is not None else None,
+            summary.totallag,
+            max_seconds,
+            now_ms,
+        )
+        return verdict, since

@@ -1,0 +1,66 @@
+"""What the in-memory state changed since the last flush: the unit of write-behind persistence.
+
+State produces a Changes with `drain_changes()`; the store writes it in one transaction. While
+Postgres is away, newer Changes are merged into the pending one (latest value per key wins,
+history rows append), so the buffer is bounded by the number of live keys plus history rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lagd.model import GroupMembers, WindowEntry
+
+WindowKey = tuple[str, str, str, int]  # cluster, group, topic, partition
+GroupKey = tuple[str, str]  # cluster, group
+PartitionKey = tuple[str, str, int]  # cluster, topic, partition
+
+# (ts, cluster, group, topic, partition, offset, lag, observed)
+CommitRow = tuple[int, str, str, str, int, int, int | None, int]
+# (ts, cluster, topic, partition, offset)
+LogEndRow = tuple[int, str, str, int, int]
+# (ts, cluster, group, status)
+StatusRow = tuple[int, str, str, str]
+
+
+@dataclass
+class Changes:
+    # Full current window per changed key, oldest first; None = the window was removed.
+    windows: dict[WindowKey, list[WindowEntry] | None] = field(default_factory=dict)
+    # Latest membership per changed group; None = removed.
+    members: dict[GroupKey, GroupMembers | None] = field(default_factory=dict)
+    # Group tombstones seen: group -> order of the tombstone.
+    tombstones: dict[GroupKey, int] = field(default_factory=dict)
+    # Kept log-end samples per changed partition (offsets, ts), oldest first; None = topic deleted.
+    log_end: dict[PartitionKey, tuple[list[int], list[int]] | None] = field(default_factory=dict)
+    # Offsets-topic reader positions: (cluster, offsets partition) -> next offset to read.
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    commit_history: list[CommitRow] = field(default_factory=list)
+    log_end_history: list[LogEndRow] = field(default_factory=list)
+    status_history: list[StatusRow] = field(default_factory=list)
+
+    def merge(self, newer: Changes) -> None:
+        """Fold `newer` into self: keyed state takes the newer value, history appends."""
+        self.windows.update(newer.windows)
+        self.members.update(newer.members)
+        self.tombstones.update(newer.tombstones)
+        self.log_end.update(newer.log_end)
+        self.positions.update(newer.positions)
+        self.commit_history.extend(newer.commit_history)
+        self.log_end_history.extend(newer.log_end_history)
+        self.status_history.extend(newer.status_history)
+
+    def size(self) -> int:
+        return (
+            len(self.windows)
+            + len(self.members)
+            + len(self.tombstones)
+            + len(self.log_end)
+            + len(self.positions)
+            + len(self.commit_history)
+            + len(self.log_end_history)
+            + len(self.status_history)
+        )
+
+    def __bool__(self) -> bool:
+        return self.size() > 0

@@ -1,0 +1,211 @@
+"""Write-behind: moves State's changes to Postgres in batches, and rides out outages.
+
+Every `flush_interval` seconds, or sooner when the daemon sets `wake` after applying many
+events, the loop drains State, folds the drained Changes into the pending batch and writes
+it in one transaction. When Postgres is away the batch stays pending (latest value per key,
+history appended), bounded by `buffer_max_changes`: past the bound the oldest history rows
+go first, keyed state never, and the loss is counted. Writes are retried with exponential
+backoff; the outage is logged once when it starts and once when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lagd import logs
+from lagd.config import StorageSettings
+from lagd.state.changes import Changes
+from lagd.state.store import Store
+from lagd.state.windows import State
+
+log = logs.get(__name__)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class PersisterStatus:
+    """What /metrics and readiness read about persistence."""
+
+    pending: int = 0  # changes waiting to be written
+    last_write_ms: int | None = None  # wall time of the last successful write
+    last_error: str | None = None  # the last write failure, None once writes succeed again
+    write_seconds_last: float = 0.0  # duration of the last successful write
+    dropped_history: int = 0  # history rows dropped because the buffer was full (total)
+    healthy: bool = True  # False while writes fail
+    failed_writes: int = 0  # failed write attempts (total)
+
+
+@dataclass
+class WriteBehind:
+    """The persister's settings, pending batch and status (run it with `run`)."""
+
+    store: Store
+    state: State
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    flush_interval: float = 1.0
+    flush_max_changes: int = 20_000
+    buffer_max_changes: int = 2_000_000
+    retention_days: int = 14
+    retention_every: float = 3600.0
+    backoff_max: float = 30.0
+    write_timeout: float = 120.0
+    clock: Callable[[], int] = now_ms
+    pending: Changes = field(default_factory=Changes)
+    status: PersisterStatus = field(default_factory=PersisterStatus)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _outage_started: float | None = None
+    _last_retention: float | None = None
+    _drops_logged: bool = False  # the buffer-full error is logged once per outage
+
+    @classmethod
+    def from_settings(cls, store: Store, state: State, wake: asyncio.Event, st: StorageSettings) -> WriteBehind:
+        return cls(
+            store=store,
+            state=state,
+            wake=wake,
+            flush_interval=st.flush_interval,
+            flush_max_changes=st.flush_max_changes,
+            buffer_max_changes=st.buffer_max_changes,
+            retention_days=st.history_retention_days,
+        )
+
+
+def drop_oldest_history(pending: Changes, limit: int) -> int:
+    """Shrink `pending` to `limit` changes by dropping the oldest history rows; returns how many.
+
+    Keyed state (windows, members, tombstones, log-end samples, positions) is never dropped:
+    it is bounded by the live keys and losing it would make a restart lie.
+    """
+    excess = pending.size() - limit
+    if excess <= 0:
+        return 0
+    lists: list[list[Any]] = [pending.commit_history, pending.log_end_history, pending.status_history]
+    take = [0, 0, 0]
+    dropped = 0
+    while dropped < excess:
+        best = -1
+        for i, rows in enumerate(lists):
+            if take[i] < len(rows) and (best < 0 or rows[take[i]][0] < lists[best][take[best]][0]):
+                best = i
+        if best < 0:
+            break  # only keyed state left
+        take[best] += 1
+        dropped += 1
+    for rows, n in zip(lists, take, strict=True):
+        del rows[:n]
+    return dropped
+
+
+def collect(wb: WriteBehind) -> None:
+    """Drain State into the pending batch and enforce the buffer bound."""
+    drained = wb.state.drain_changes()
+    if drained:
+        wb.pending.merge(drained)
+    if wb.pending.size() > wb.buffer_max_changes:
+        dropped = drop_oldest_history(wb.pending, wb.buffer_max_changes)
+        if dropped and not wb._drops_logged:
+            wb._drops_logged = True
+            log.error(
+                "persistence buffer full: dropping the oldest history rows",
+                buffer_max_changes=wb.buffer_max_changes,
+                hint="bring Postgres back or raise storage.buffer-max-changes; live state is kept",
+            )
+        wb.status.dropped_history += dropped
+    wb.status.pending = wb.pending.size()
+
+
+async def flush(wb: WriteBehind) -> bool:
+    """Collect and write the pending batch once; True when nothing is left pending."""
+    async with wb.lock:
+        collect(wb)
+        if not wb.pending:
+            return True
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(wb.store.write(wb.pending), wb.write_timeout)
+        except Exception as exc:
+            _failed(wb, exc)
+            return False
+        took = time.monotonic() - started
+        written = wb.pending.size()
+        wb.pending = Changes()
+        st = wb.status
+        st.pending, st.last_write_ms, st.write_seconds_last, st.last_error = 0, wb.clock(), took, None
+        if not st.healthy:
+            outage = time.monotonic() - (wb._outage_started or started)
+            log.info("postgres writes resumed", written=written, outage_s=round(outage, 1))
+            st.healthy = True
+            wb._outage_started = None
+            wb._drops_logged = False
+        return True
+
+
+def _failed(wb: WriteBehind, exc: Exception) -> None:
+    st = wb.status
+    st.failed_writes += 1
+    st.last_error = f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
+    if st.healthy:
+        st.healthy = False
+        wb._outage_started = time.monotonic()
+        log.error(
+            "postgres write failed; buffering changes in memory and retrying",
+            error=st.last_error,
+            pending=st.pending,
+            hint="check storage.database-url and that Postgres is up; verdicts keep being served",
+        )
+
+
+async def _retention(wb: WriteBehind) -> None:
+    now = time.monotonic()
+    if wb._last_retention is not None and now - wb._last_retention < wb.retention_every:
+        return
+    wb._last_retention = now
+    try:
+        await wb.store.apply_retention(wb.clock(), wb.retention_days)
+    except Exception as exc:
+        log.warning("history retention failed; retrying in an hour", error=f"{exc.__class__.__name__}: {exc}")
+
+
+async def run(wb: WriteBehind) -> None:
+    """The write-behind loop; runs until cancelled (then call `final_flush`)."""
+    loop = asyncio.get_running_loop()
+    backoff = wb.flush_interval
+    next_attempt = 0.0
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wb.wake.wait(), wb.flush_interval)
+        wb.wake.clear()
+        if loop.time() < next_attempt:
+            async with wb.lock:
+                collect(wb)  # keep the buffer bounded and the pending count true while waiting
+            continue
+        if await flush(wb):
+            backoff = wb.flush_interval
+            next_attempt = 0.0
+            await _retention(wb)
+        else:
+            next_attempt = loop.time() + backoff
+            backoff = min(backoff * 2, wb.backoff_max)
+
+
+async def final_flush(wb: WriteBehind, timeout: float) -> bool:
+    """Write what is pending at shutdown, giving up after `timeout` seconds."""
+    try:
+        ok = await asyncio.wait_for(flush(wb), timeout)
+    except TimeoutError:
+        ok = False
+    if not ok:
+        log.error(
+            "final flush incomplete: changes not written",
+            pending=wb.status.pending,
+            hint="the readers resume from the last stored position, so they are read again at start",
+        )
+    return ok

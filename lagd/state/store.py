@@ -1,0 +1,304 @@
+"""Postgres persistence of State: batched write-behind, restore at start, history retention.
+
+The hot path never waits for Postgres: State records Changes, the persister hands them here.
+One `write` is one transaction, so reader positions land together with the windows they
+cover and a restart resumes exactly where the stored state ends. Writes go through asyncpg
+directly (COPY into per-connection staging tables, then one `INSERT ... ON CONFLICT` per
+table): that is an order of magnitude faster than row-by-row statements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from lagd import logs
+from lagd.config import Secret, async_database_url
+from lagd.model import GroupMembers, PartitionOwner, WindowEntry
+from lagd.state.changes import Changes, CommitRow, LogEndRow
+from lagd.state.windows import State
+
+log = logs.get(__name__)
+
+DAY_MS = 86_400_000
+COPY_CHUNK = 100_000  # history rows per COPY call: bounds the encode buffer
+FETCH_CHUNK = 5_000  # rows per server-side cursor round trip on restore
+PARTITIONED = ("commit_history", "log_end_history")
+_PARTITION_NAME = re.compile(r"^(commit_history|log_end_history)_(\d{8})$")
+_EPOCH = dt.date(1970, 1, 1)
+_MIN_DAY = (dt.date.min - _EPOCH).days
+_MAX_DAY = (dt.date.max - _EPOCH).days
+
+# Keyed tables: name -> (columns, primary key columns). Staged by COPY, then upserted.
+_KEYED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "windows": (
+        ("cluster", "group_name", "topic", "partition", "offsets", "orders", "timestamps", "observed", "lags"),
+        ("cluster", "group_name", "topic", "partition"),
+    ),
+    "group_members": (
+        ("cluster", "group_name", "member_order", "state", "owners"),
+        ("cluster", "group_name"),
+    ),
+    "group_tombstones": (("cluster", "group_name", "tombstone_order"), ("cluster", "group_name")),
+    "log_end": (("cluster", "topic", "partition", "offsets", "ts"), ("cluster", "topic", "partition")),
+    "reader_positions": (("cluster", "partition", "next_offset"), ("cluster", "partition")),
+}
+_KEY_TYPES = {"cluster": "text", "group_name": "text", "topic": "text", "partition": "int"}
+
+
+def create_engine(url: str | Secret, **kwargs: Any) -> AsyncEngine:
+    """An asyncpg-backed engine for any postgresql:// form, embedded socket URLs included.
+
+    Connections are pinged on checkout, so after a database restart the pool heals itself
+    instead of handing out dead sockets.
+    """
+    connect_args = {"timeout": 5.0, "command_timeout": 300.0}
+    connect_args.update(kwargs.pop("connect_args", {}))
+    return create_async_engine(
+        async_database_url(url),
+        pool_pre_ping=True,
+        pool_size=kwargs.pop("pool_size", 4),
+        max_overflow=kwargs.pop("max_overflow", 4),
+        connect_args=connect_args,
+        **kwargs,
+    )
+
+
+def day_of(ts: int) -> int:
+    """Days since the epoch of a millisecond timestamp (the history partition it lands in)."""
+    return ts // DAY_MS
+
+
+def partition_name(table: str, day: int) -> str:
+    return f"{table}_{(_EPOCH + dt.timedelta(days=day)).strftime('%Y%m%d')}"
+
+
+def _upsert_sql(table: str) -> str:
+    cols, key = _KEYED[table]
+    updates = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in cols if c not in key)
+    collist = ", ".join(f'"{c}"' for c in cols)
+    return (
+        f'INSERT INTO "{table}" ({collist}) SELECT {collist} FROM "_stage_{table}" '
+        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
+    )
+
+
+def _delete_sql(table: str) -> str:
+    _, key = _KEYED[table]
+    args = ", ".join(f"${i + 1}::{_KEY_TYPES[c]}[]" for i, c in enumerate(key))
+    return f'DELETE FROM "{table}" WHERE ({", ".join(key)}) IN (SELECT * FROM unnest({args}))'
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    return [[r[i] for r in rows] for i in range(width)]
+
+
+def _owners_json(members: GroupMembers) -> str:
+    return json.dumps([[o.topic, o.partition, o.host, o.client_id, o.member_id] for o in members.owners])
+
+
+def _window_row(key: tuple[str, str, str, int], entries: list[WindowEntry]) -> tuple[Any, ...]:
+    return (
+        *key,
+        [e.offset for e in entries],
+        [e.order for e in entries],
+        [e.timestamp for e in entries],
+        [e.observed for e in entries],
+        [e.lag for e in entries],
+    )
+
+
+class Store:
+    """Reads and writes lagd's live state and history in Postgres (one engine, many calls)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._known_partitions: set[str] = set()
+        self.skipped_history = 0  # history rows with timestamps no calendar day holds
+
+    @classmethod
+    def from_url(cls, url: str | Secret) -> Store:
+        return cls(create_engine(url))
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    @contextlib.asynccontextmanager
+    async def _raw(self) -> AsyncIterator[Any]:
+        """The asyncpg connection under a pooled SQLAlchemy one; broken ones leave the pool."""
+        async with self.engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            try:
+                yield raw.driver_connection
+            except BaseException:
+                await _invalidate(conn)
+                raise
+
+    # --- writes -------------------------------------------------------------------------
+    async def write(self, changes: Changes) -> None:
+        """Write everything in `changes` in one transaction (idempotent: a retry is harmless)."""
+        if not changes:
+            return
+        commit_rows, log_end_rows = self._placeable(changes.commit_history), self._placeable(changes.log_end_history)
+        async with self._raw() as apg:
+            try:
+                await self._ensure_partitions(apg, "commit_history", {day_of(r[0]) for r in commit_rows})
+                await self._ensure_partitions(apg, "log_end_history", {day_of(r[0]) for r in log_end_rows})
+                async with apg.transaction():
+                    await self._write_keyed(apg, changes)
+                    for i in range(0, len(commit_rows), COPY_CHUNK):
+                        await apg.copy_records_to_table(
+                            "commit_history",
+                            records=commit_rows[i : i + COPY_CHUNK],
+                            columns=["ts", "cluster", "group_name", "topic", "partition", "offset", "lag", "observed"],
+                        )
+                    for i in range(0, len(log_end_rows), COPY_CHUNK):
+                        await apg.copy_records_to_table(
+                            "log_end_history",
+                            records=log_end_rows[i : i + COPY_CHUNK],
+                            columns=["ts", "cluster", "topic", "partition", "offset"],
+                        )
+                    if changes.status_history:
+                        await apg.copy_records_to_table(
+                            "status_history",
+                            records=changes.status_history,
+                            columns=["ts", "cluster", "group_name", "status"],
+                        )
+            except BaseException:
+                self._known_partitions.clear()  # someone may have dropped one: check again next time
+                raise
+
+    def _placeable(self, rows: list[Any]) -> list[Any]:
+        """History rows whose timestamp falls on a calendar day (garbage times are counted, not written)."""
+        lo, hi = _MIN_DAY * DAY_MS, (_MAX_DAY + 1) * DAY_MS
+        if all(lo <= r[0] < hi for r in rows):
+            return rows
+        kept = [r for r in rows if lo <= r[0] < hi]
+        skipped = len(rows) - len(kept)
+        self.skipped_history += skipped
+        log.warning("history rows with impossible timestamps skipped", count=skipped)
+        return kept
+
+    async def _write_keyed(self, apg: Any, ch: Changes) -> None:
+        windows = [_window_row(k, v) for k, v in ch.windows.items() if v]
+        gone_windows = [k for k, v in ch.windows.items() if not v]
+        members = [(k[0], k[1], m.order, m.state, _owners_json(m)) for k, m in ch.members.items() if m is not None]
+        gone_members = [k for k, m in ch.members.items() if m is None]
+        tombstones = [(c, g, o) for (c, g), o in ch.tombstones.items()]
+        log_end = [(*k, v[0], v[1]) for k, v in ch.log_end.items() if v is not None]
+        gone_log_end = [k for k, v in ch.log_end.items() if v is None]
+        positions = [(c, p, o) for (c, p), o in ch.positions.items()]
+        for table, gone in (("windows", gone_windows), ("group_members", gone_members), ("log_end", gone_log_end)):
+            if gone:
+                await apg.execute(_delete_sql(table), *_columns(gone, len(_KEYED[table][1])))
+        for table, rows in (
+            ("windows", windows),
+            ("group_members", members),
+            ("group_tombstones", tombstones),
+            ("log_end", log_end),
+            ("reader_positions", positions),
+        ):
+            if rows:
+                await self._upsert(apg, table, rows)
+
+    async def _upsert(self, apg: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
+        # Staging tables live per connection and empty themselves at commit.
+        await apg.execute(f'CREATE TEMP TABLE IF NOT EXISTS "_stage_{table}" (LIKE "{table}") ON COMMIT DELETE ROWS')
+        await apg.copy_records_to_table(f"_stage_{table}", records=rows, columns=list(_KEYED[table][0]))
+        await apg.execute(_upsert_sql(table))
+
+    async def _ensure_partitions(self, apg: Any, table: str, days: Iterable[int]) -> None:
+        """Create the day partitions a batch needs (outside the write transaction: DDL locks)."""
+        for day in sorted(days):
+            name = partition_name(table, day)
+            if name in self._known_partitions:
+                continue
+            await apg.execute(
+                f'CREATE TABLE IF NOT EXISTS "{name}" PARTITION OF "{table}" '
+                f"FOR VALUES FROM ({day * DAY_MS}) TO ({(day + 1) * DAY_MS})"
+            )
+            self._known_partitions.add(name)
+
+    async def apply_retention(self, now_ms: int, days: int) -> int:
+        """Drop history day partitions whose whole day is older than `days`; returns how many."""
+        cutoff = now_ms - days * DAY_MS
+        dropped = 0
+        async with self._raw() as apg:
+            rows = await apg.fetch(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = ANY($1::text[])",
+                list(PARTITIONED),
+            )
+            for (name,) in sorted(rows):
+                m = _PARTITION_NAME.match(name)
+                if m is None:
+                    continue
+                day = (dt.datetime.strptime(m.group(2), "%Y%m%d").date() - _EPOCH).days
+                if (day + 1) * DAY_MS <= cutoff:
+                    await apg.execute(f'DROP TABLE IF EXISTS "{name}"')
+                    self._known_partitions.discard(name)
+                    dropped += 1
+            await apg.execute("DELETE FROM status_history WHERE ts < $1", cutoff)
+        if dropped:
+            log.info("history partitions dropped", count=dropped, retention_days=days)
+        return dropped
+
+    # --- reads --------------------------------------------------------------------------
+    async def restore(self, state: State) -> dict[tuple[str, int], int]:
+        """Load windows, members, tombstones and log-end samples into `state` from one snapshot.
+
+        Returns the reader positions ((cluster, offsets partition) -> next offset), so the
+        readers resume exactly after what the restored state already contains.
+        """
+        async with self._raw() as apg, apg.transaction(isolation="repeatable_read", readonly=True):
+            async for r in apg.cursor(
+                "SELECT cluster, group_name, topic, partition, offsets, orders, timestamps, observed, lags FROM windows",
+                prefetch=FETCH_CHUNK,
+            ):
+                entries = [WindowEntry(*e) for e in zip(r[4], r[5], r[6], r[7], r[8], strict=True)]
+                state.restore_window((r[0], r[1], r[2], r[3]), entries)
+            async for r in apg.cursor(
+                "SELECT cluster, group_name, member_order, state, owners FROM group_members", prefetch=FETCH_CHUNK
+            ):
+                raw = json.loads(r[4]) if isinstance(r[4], str) else r[4]  # SQLAlchemy's codec decodes jsonb
+                owners = tuple(PartitionOwner(o[0], int(o[1]), o[2], o[3], o[4]) for o in raw)
+                state.restore_members(GroupMembers(r[0], r[1], r[2], owners, r[3]))
+            async for r in apg.cursor(
+                "SELECT cluster, group_name, tombstone_order FROM group_tombstones", prefetch=FETCH_CHUNK
+            ):
+                state.restore_tombstone(r[0], r[1], r[2])
+            async for r in apg.cursor(
+                "SELECT cluster, topic, partition, offsets, ts FROM log_end", prefetch=FETCH_CHUNK
+            ):
+                state.restore_log_end((r[0], r[1], r[2]), list(r[3]), list(r[4]))
+            rows = await apg.fetch("SELECT cluster, partition, next_offset FROM reader_positions")
+        return {(r[0], r[1]): r[2] for r in rows}
+
+    async def positions(self, cluster: str) -> dict[int, int]:
+        """Next offset to read per offsets partition of `cluster`."""
+        async with self._raw() as apg:
+            rows = await apg.fetch("SELECT partition, next_offset FROM reader_positions WHERE cluster = $1", cluster)
+        return {r[0]: r[1] for r in rows}
+
+    async def ping(self, timeout: float = 2.0) -> bool:
+        """True when Postgres answers a trivial query within `timeout` seconds."""
+        try:
+            async with self._raw() as apg:
+                await apg.fetchval("SELECT 1", timeout=timeout)
+        except Exception:
+            return False
+        return True
+
+
+async def _invalidate(conn: AsyncConnection) -> None:
+    with contextlib.suppress(Exception):
+        await conn.invalidate()
+
+
+__all__ = ["DAY_MS", "CommitRow", "LogEndRow", "Store", "create_engine", "day_of", "partition_name"]

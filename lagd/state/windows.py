@@ -1,0 +1,559 @@
+"""In-memory state: per group-partition commit windows and per partition log-end samples.
+
+Pure and synchronous: events in, windows out; no I/O, no clock (times come in the events).
+Applying an event twice changes nothing (commit `order` decides). Every change is recorded
+for the store, which drains it with `drain_changes()` and writes it behind the hot path.
+
+CONTRACT (filled in by the state/rules work; the store, HTTP and daemon code against it).
+
+Memory: one window is one flat `array('q')` of interleaved (offset, order, timestamp,
+observed, lag) quintuples, oldest first, with NO_LAG standing for a null lag; WindowEntry
+objects are only built on reads. That keeps a group-partition well under 1 KiB.
+"""
+
+from __future__ import annotations
+
+import gc
+from array import array
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lagd.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    GroupMembers,
+    LogEndSample,
+    OffsetDeleted,
+    PartitionOwner,
+    ReaderPosition,
+    TopicDeleted,
+    WindowEntry,
+)
+from lagd.state.changes import Changes, CommitRow, LogEndRow, PartitionKey, WindowKey
+
+NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
+FIELDS = 5  # offset, order, timestamp, observed, lag
+_OFFSET, _ORDER, _TS, _OBSERVED, _LAG = range(FIELDS)
+
+
+@dataclass(slots=True)
+class LogEnd:
+    """Kept log-end samples of one topic-partition, oldest first.
+
+    `run_start` is where the newest non-decreasing run of offsets begins (after a log
+    truncation the older samples describe a log that is gone); lag-in-time bisects from it.
+    """
+
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    ts: array[int] = field(default_factory=lambda: array("q"))
+    run_start: int = 0
+
+
+@dataclass(slots=True)
+class _Group:
+    windows: dict[str, dict[int, array[int]]] = field(default_factory=dict)
+    last_commit: int = -(2**63)
+    seq: int = 0  # global change counter value at the group's last change
+
+
+@dataclass(slots=True)
+class _Cluster:
+    groups: dict[str, _Group] = field(default_factory=dict)
+    log_end: dict[str, dict[int, LogEnd]] = field(default_factory=dict)
+    topic_seq: dict[str, int] = field(default_factory=dict)
+    consumers: dict[str, set[str]] = field(default_factory=dict)  # topic -> groups with windows
+    members: dict[str, GroupMembers] = field(default_factory=dict)
+    owners: dict[str, dict[tuple[str, int], PartitionOwner]] = field(default_factory=dict)
+    tombstones: dict[str, int] = field(default_factory=dict)
+
+
+def entries_of(arr: array[int]) -> list[WindowEntry]:
+    """Materialise a flat window as WindowEntry copies, oldest first."""
+    lags: list[int | None] = arr[4::5].tolist()  # type: ignore[assignment]
+    if NO_LAG in lags:
+        lags = [None if lag == NO_LAG else lag for lag in lags]
+    return list(map(WindowEntry, arr[0::5], arr[1::5], arr[2::5], arr[3::5], lags))
+
+
+def entry_at(arr: array[int], i: int) -> WindowEntry:
+    """The i-th entry (negative counts from the newest) of a flat window."""
+    if i < 0:
+        i += len(arr) // FIELDS
+    b = i * FIELDS
+    lag = arr[b + _LAG]
+    return WindowEntry(arr[b], arr[b + 1], arr[b + 2], arr[b + 3], None if lag == NO_LAG else lag)
+
+
+class State:
+    def __init__(
+        self,
+        *,
+        intervals: int = 10,
+        min_distance_ms: int = 0,
+        expire_group_ms: int = 7 * 24 * 3600 * 1000,
+        lag_samples: int = 360,
+        record_history: bool = True,
+    ) -> None:
+        if intervals < 1 or lag_samples < 1:
+            raise ValueError("intervals and lag_samples must be at least 1: check storage.intervals / lag-samples")
+        self.intervals = intervals
+        self.min_distance_ms = min_distance_ms
+        self.expire_group_ms = expire_group_ms
+        self.lag_samples = lag_samples
+        self.record_history = record_history
+        self._clusters: dict[str, _Cluster] = {}
+        self._seq = 0
+        self._tracked = 0
+        self._dirty_windows: set[WindowKey] = set()
+        self._dirty_log_end: set[PartitionKey] = set()
+        self._changes = Changes()
+        self._dispatch: dict[type, Callable[[Any], None]] = {
+            Commit: self._commit,
+            OffsetDeleted: self._offset_deleted,
+            GroupMembers: self._group_members,
+            GroupDeleted: self._group_deleted,
+            LogEndSample: self._log_end_sample,
+            TopicDeleted: self._topic_deleted,
+            ReaderPosition: self._reader_position,
+        }
+
+    # --- writes -------------------------------------------------------------------
+    def apply(self, event: Event) -> None:
+        """Apply one event (idempotent); records what changed for the store."""
+        self._dispatch[type(event)](event)
+
+    def apply_many(self, events: Iterable[Event]) -> None:
+        dispatch = self._dispatch
+        for event in events:
+            dispatch[type(event)](event)
+
+    def expire_groups(self, now_ms: int) -> list[tuple[str, str]]:
+        """Forget groups whose newest commit is older than expire-group; returns them."""
+        limit = now_ms - self.expire_group_ms
+        gone: list[tuple[str, str]] = []
+        for cluster, cs in self._clusters.items():
+            for group in [g for g, gs in cs.groups.items() if gs.last_commit < limit]:
+                self._drop_group(cluster, cs, group)
+                gone.append((cluster, group))
+        return gone
+
+    def remove_group(self, cluster: str, group: str) -> bool:
+        """Operator removal (HTTP DELETE); False when unknown."""
+        cs = self._clusters.get(cluster)
+        if cs is None or group not in cs.groups:
+            return False
+        self._drop_group(cluster, cs, group)
+        return True
+
+    def remove_group_topic(self, cluster: str, group: str, topic: str) -> bool:
+        cs = self._clusters.get(cluster)
+        gs = cs.groups.get(group) if cs else None
+        if cs is None or gs is None or topic not in gs.windows:
+            return False
+        self._drop_topic(cluster, cs, group, gs, topic)
+        return True
+
+    def drain_changes(self) -> Changes:
+        """Everything changed since the last drain (and forget it)."""
+        ch = self._changes
+        # Building the batch allocates ~10 acyclic objects per window; pausing the cycle
+        # collector meanwhile halves the cost (it would rescan the growing batch again and again).
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for key in self._dirty_windows:
+                arr = self._window_array(*key)
+                ch.windows[key] = entries_of(arr) if arr is not None else None
+        finally:
+            if was_enabled:
+                gc.enable()
+        for pkey in self._dirty_log_end:
+            le = self._log_end(*pkey)
+            if le is None:
+                ch.log_end[pkey] = None
+            else:
+                ch.log_end[pkey] = (le.offsets.tolist(), le.ts.tolist())
+        self._dirty_windows = set()
+        self._dirty_log_end = set()
+        self._changes = Changes()
+        return ch
+
+    def record_status(self, cluster: str, group: str, status: str, ts: int) -> None:
+        """Note a group verdict change for the history the trends job rolls up."""
+        self._changes.status_history.append((ts, cluster, group, status))
+
+    def discard_changes(self) -> None:
+        """Forget recorded changes without building them (benchmarks; a store rebuilt from scratch)."""
+        self._dirty_windows = set()
+        self._dirty_log_end = set()
+        self._changes = Changes()
+
+    # --- event handlers ------------------------------------------------------------
+    def _cluster(self, cluster: str) -> _Cluster:
+        cs = self._clusters.get(cluster)
+        if cs is None:
+            cs = self._clusters[cluster] = _Cluster()
+        return cs
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _commit(self, ev: Commit) -> None:
+        cs = self._clusters.get(ev.cluster) or self._cluster(ev.cluster)
+        group = ev.group
+        tomb = cs.tombstones.get(group)
+        if tomb is not None and ev.order < tomb:
+            return  # a replayed commit from before the group was deleted
+        gs = cs.groups.get(group)
+        if gs is None:
+            gs = cs.groups[group] = _Group()
+        parts = gs.windows.get(ev.topic)
+        if parts is None:
+            parts = gs.windows[ev.topic] = {}
+            cs.consumers.setdefault(ev.topic, set()).add(group)
+        arr = parts.get(ev.partition)
+        if arr is None:
+            arr = parts[ev.partition] = array("q")
+            self._tracked += 1
+        n = len(arr) // FIELDS
+        offset = ev.offset
+        order = ev.order
+        if n == 0 or order > arr[-4]:
+            lag = NO_LAG
+            topic_ends = cs.log_end.get(ev.topic)
+            if topic_ends is not None:
+                le = topic_ends.get(ev.partition)
+                if le is not None and le.offsets:
+                    lag = le.offsets[-1] - offset
+                    if lag < 0:
+                        lag = 0
+            if n and self.min_distance_ms > 0 and ev.timestamp - arr[-3] < self.min_distance_ms:
+                # min-distance: the newest entry takes the new offset, order and lag, keeps its time
+                arr[-5] = offset
+                arr[-4] = order
+                arr[-1] = lag
+            else:
+                if n >= self.intervals:
+                    del arr[: (n - self.intervals + 1) * FIELDS]
+                arr.extend((offset, order, ev.timestamp, ev.observed, lag))
+        else:
+            # older than the newest: insert in order with a null lag, unless present or too old
+            orders = arr[1::5]
+            if order in orders:
+                return
+            if n >= self.intervals and order < orders[0]:
+                return
+            i = 0
+            while orders[i] < order:
+                i += 1
+            b = i * FIELDS
+            arr[b:b] = array("q", (offset, order, ev.timestamp, ev.observed, NO_LAG))
+            if n + 1 > self.intervals:
+                del arr[: (n + 1 - self.intervals) * FIELDS]
+        if ev.timestamp > gs.last_commit:
+            gs.last_commit = ev.timestamp
+        self._seq += 1
+        gs.seq = self._seq
+        self._dirty_windows.add((ev.cluster, group, ev.topic, ev.partition))
+        if self.record_history:
+            lag_now = arr[-1] if arr[-4] == order else NO_LAG
+            row: CommitRow = (
+                ev.timestamp,
+                ev.cluster,
+                group,
+                ev.topic,
+                ev.partition,
+                offset,
+                None if lag_now == NO_LAG else lag_now,
+                ev.observed,
+            )
+            self._changes.commit_history.append(row)
+
+    def _offset_deleted(self, ev: OffsetDeleted) -> None:
+        cs = self._clusters.get(ev.cluster)
+        gs = cs.groups.get(ev.group) if cs else None
+        if cs is None or gs is None:
+            return
+        arr = gs.windows.get(ev.topic, {}).get(ev.partition)
+        if arr is None or (arr and ev.order <= arr[-4]):
+            return  # unknown, or a commit newer than the tombstone exists
+        self._drop_partition(ev.cluster, cs, ev.group, gs, ev.topic, ev.partition)
+        gs.seq = self._next_seq()
+
+    def _group_deleted(self, ev: GroupDeleted) -> None:
+        cs = self._cluster(ev.cluster)
+        prior = cs.tombstones.get(ev.group)
+        if prior is None or ev.order > prior:
+            cs.tombstones[ev.group] = ev.order
+            self._changes.tombstones[(ev.cluster, ev.group)] = ev.order
+        gs = cs.groups.get(ev.group)
+        if gs is not None:
+            # Only windows whose newest commit precedes the tombstone go: replays stay harmless.
+            for topic, parts in list(gs.windows.items()):
+                for partition, arr in list(parts.items()):
+                    if not arr or arr[-4] < ev.order:
+                        self._drop_partition(ev.cluster, cs, ev.group, gs, topic, partition)
+            gs.seq = self._next_seq()
+            if not gs.windows:
+                del cs.groups[ev.group]
+        members = cs.members.get(ev.group)
+        if members is not None and members.order < ev.order:
+            del cs.members[ev.group]
+            cs.owners.pop(ev.group, None)
+            self._changes.members[(ev.cluster, ev.group)] = None
+
+    def _group_members(self, ev: GroupMembers) -> None:
+        cs = self._cluster(ev.cluster)
+        tomb = cs.tombstones.get(ev.group)
+        if tomb is not None and ev.order < tomb:
+            return
+        prior = cs.members.get(ev.group)
+        if prior is not None and ev.order < prior.order:
+            return
+        self._set_members(cs, ev)
+        self._changes.members[(ev.cluster, ev.group)] = ev
+        gs = cs.groups.get(ev.group)
+        if gs is not None:
+            gs.seq = self._next_seq()
+
+    def _set_members(self, cs: _Cluster, members: GroupMembers) -> None:
+        cs.members[members.group] = members
+        cs.owners[members.group] = {(o.topic, o.partition): o for o in members.owners}
+
+    def _log_end_sample(self, ev: LogEndSample) -> None:
+        cs = self._clusters.get(ev.cluster) or self._cluster(ev.cluster)
+        parts = cs.log_end.get(ev.topic)
+        if parts is None:
+            parts = cs.log_end[ev.topic] = {}
+        le = parts.get(ev.partition)
+        if le is None:
+            le = parts[ev.partition] = LogEnd()
+        if le.ts and ev.ts <= le.ts[-1]:
+            return  # not newer than the newest kept sample: a replay or a late answer
+        if le.offsets and ev.offset < le.offsets[-1]:
+            le.run_start = len(le.offsets)
+        le.offsets.append(ev.offset)
+        le.ts.append(ev.ts)
+        extra = len(le.offsets) - self.lag_samples
+        if extra > 0:
+            del le.offsets[:extra]
+            del le.ts[:extra]
+            le.run_start = max(0, le.run_start - extra)
+        cs.topic_seq[ev.topic] = self._next_seq()
+        self._dirty_log_end.add((ev.cluster, ev.topic, ev.partition))
+        if self.record_history:
+            row: LogEndRow = (ev.ts, ev.cluster, ev.topic, ev.partition, ev.offset)
+            self._changes.log_end_history.append(row)
+
+    def _topic_deleted(self, ev: TopicDeleted) -> None:
+        cs = self._clusters.get(ev.cluster)
+        if cs is None:
+            return
+        for group in sorted(cs.consumers.get(ev.topic, ())):
+            gs = cs.groups.get(group)
+            if gs is not None and ev.topic in gs.windows:
+                self._drop_topic(ev.cluster, cs, group, gs, ev.topic)
+        parts = cs.log_end.pop(ev.topic, None)
+        if parts is not None:
+            for partition in parts:
+                self._dirty_log_end.add((ev.cluster, ev.topic, partition))
+        cs.topic_seq[ev.topic] = self._next_seq()
+
+    def _reader_position(self, ev: ReaderPosition) -> None:
+        self._changes.positions[(ev.cluster, ev.partition)] = ev.offset
+
+    # --- removal helpers -------------------------------------------------------------
+    def _drop_partition(self, cluster: str, cs: _Cluster, group: str, gs: _Group, topic: str, partition: int) -> None:
+        parts = gs.windows[topic]
+        del parts[partition]
+        self._tracked -= 1
+        self._dirty_windows.add((cluster, group, topic, partition))
+        if not parts:
+            del gs.windows[topic]
+            consumers = cs.consumers.get(topic)
+            if consumers is not None:
+                consumers.discard(group)
+                if not consumers:
+                    del cs.consumers[topic]
+
+    def _drop_topic(self, cluster: str, cs: _Cluster, group: str, gs: _Group, topic: str) -> None:
+        for partition in list(gs.windows[topic]):
+            self._drop_partition(cluster, cs, group, gs, topic, partition)
+        gs.seq = self._next_seq()
+
+    def _drop_group(self, cluster: str, cs: _Cluster, group: str) -> None:
+        gs = cs.groups.pop(group)
+        for topic in list(gs.windows):
+            self._drop_topic(cluster, cs, group, gs, topic)
+        if cs.members.pop(group, None) is not None:
+            self._changes.members[(cluster, group)] = None
+        cs.owners.pop(group, None)
+        self._next_seq()
+
+    # --- restore (from the store at start; records no changes) ------------------------
+    def restore_window(self, key: WindowKey, entries: list[WindowEntry]) -> None:
+        cluster, group, topic, partition = key
+        if not entries:
+            return
+        cs = self._cluster(cluster)
+        gs = cs.groups.get(group)
+        if gs is None:
+            gs = cs.groups[group] = _Group()
+        parts = gs.windows.get(topic)
+        if parts is None:
+            parts = gs.windows[topic] = {}
+            cs.consumers.setdefault(topic, set()).add(group)
+        if partition not in parts:
+            self._tracked += 1
+        kept = sorted(entries, key=lambda e: e.order)[-self.intervals :]
+        arr = array("q")
+        for e in kept:
+            arr.extend((e.offset, e.order, e.timestamp, e.observed, NO_LAG if e.lag is None else e.lag))
+        parts[partition] = arr
+        gs.last_commit = max(gs.last_commit, max(e.timestamp for e in kept))
+        gs.seq = self._next_seq()
+
+    def restore_members(self, members: GroupMembers) -> None:
+        cs = self._cluster(members.cluster)
+        prior = cs.members.get(members.group)
+        if prior is None or members.order >= prior.order:
+            self._set_members(cs, members)
+
+    def restore_tombstone(self, cluster: str, group: str, order: int) -> None:
+        cs = self._cluster(cluster)
+        cs.tombstones[group] = max(order, cs.tombstones.get(group, order))
+
+    def restore_log_end(self, key: PartitionKey, offsets: list[int], ts: list[int]) -> None:
+        cluster, topic, partition = key
+        if len(offsets) != len(ts):
+            raise ValueError(
+                f"log-end samples of {key}: {len(offsets)} offsets but {len(ts)} times; fix the stored row"
+            )
+        pairs = sorted(zip(ts, offsets, strict=True))[-self.lag_samples :]
+        le = LogEnd(array("q", [o for _, o in pairs]), array("q", [t for t, _ in pairs]))
+        for i in range(1, len(le.offsets)):
+            if le.offsets[i] < le.offsets[i - 1]:
+                le.run_start = i
+        cs = self._cluster(cluster)
+        cs.log_end.setdefault(topic, {})[partition] = le
+        cs.topic_seq[topic] = self._next_seq()
+
+    # --- reads ----------------------------------------------------------------------
+    def clusters(self) -> list[str]:
+        return sorted(self._clusters)
+
+    def groups(self, cluster: str) -> list[str]:
+        cs = self._clusters.get(cluster)
+        return sorted(cs.groups) if cs else []
+
+    def topics(self, cluster: str) -> list[str]:
+        """Topics with log-end samples."""
+        cs = self._clusters.get(cluster)
+        return sorted(cs.log_end) if cs else []
+
+    def topic_offsets(self, cluster: str, topic: str) -> list[int] | None:
+        """Newest log-end offset per partition (index = partition), None if unknown topic.
+
+        A partition without a sample in the middle of the range reads 0.
+        """
+        cs = self._clusters.get(cluster)
+        parts = cs.log_end.get(topic) if cs else None
+        if not parts:
+            return None
+        out = [0] * (max(parts) + 1)
+        for partition, le in parts.items():
+            if le.offsets:
+                out[partition] = le.offsets[-1]
+        return out
+
+    def topic_consumers(self, cluster: str, topic: str) -> list[str]:
+        cs = self._clusters.get(cluster)
+        return sorted(cs.consumers.get(topic, ())) if cs else []
+
+    def group_topics(self, cluster: str, group: str) -> dict[str, list[int]] | None:
+        """Topic -> sorted partitions the group has windows for; None if unknown group."""
+        cs = self._clusters.get(cluster)
+        gs = cs.groups.get(group) if cs else None
+        if gs is None:
+            return None
+        return {topic: sorted(parts) for topic, parts in sorted(gs.windows.items())}
+
+    def window(self, cluster: str, group: str, topic: str, partition: int) -> list[WindowEntry]:
+        """The window oldest first (materialised copies; empty when unknown)."""
+        arr = self._window_array(cluster, group, topic, partition)
+        return entries_of(arr) if arr is not None else []
+
+    def owner(self, cluster: str, group: str, topic: str, partition: int) -> PartitionOwner | None:
+        cs = self._clusters.get(cluster)
+        owners = cs.owners.get(group) if cs else None
+        return owners.get((topic, partition)) if owners else None
+
+    def last_commit(self, cluster: str, group: str) -> int | None:
+        """Newest commit timestamp (ms) of the group, None if unknown."""
+        cs = self._clusters.get(cluster)
+        gs = cs.groups.get(group) if cs else None
+        return gs.last_commit if gs is not None else None
+
+    def log_end_samples(self, cluster: str, topic: str, partition: int) -> tuple[list[int], list[int]]:
+        """Kept (offsets, ts) samples, oldest first."""
+        le = self._log_end(cluster, topic, partition)
+        return (le.offsets.tolist(), le.ts.tolist()) if le else ([], [])
+
+    def latest_log_end(self, cluster: str, topic: str, partition: int) -> int | None:
+        le = self._log_end(cluster, topic, partition)
+        return le.offsets[-1] if le and le.offsets else None
+
+    def group_version(self, cluster: str, group: str) -> int:
+        """Grows whenever anything that can change the group's verdict changes.
+
+        Every change takes the next value of one global counter, so the maximum over the
+        group's own counter and its topics' sample counters only ever grows.
+        """
+        cs = self._clusters.get(cluster)
+        if cs is None:
+            return self._seq
+        gs = cs.groups.get(group)
+        if gs is None:
+            return self._seq  # unknown: any change anywhere may create it
+        version = gs.seq
+        topic_seq = cs.topic_seq
+        for topic in gs.windows:
+            s = topic_seq.get(topic, 0)
+            if s > version:
+                version = s
+        return version
+
+    def partitions_tracked(self) -> int:
+        """Number of group-partitions held."""
+        return self._tracked
+
+    # --- fast reads for the evaluator (no copies; callers must not mutate) ---------------
+    def group_windows(self, cluster: str, group: str) -> dict[str, dict[int, array[int]]] | None:
+        """The group's flat windows by topic and partition, or None if unknown."""
+        cs = self._clusters.get(cluster)
+        gs = cs.groups.get(group) if cs else None
+        return gs.windows if gs is not None else None
+
+    def topic_log_ends(self, cluster: str, topic: str) -> dict[int, LogEnd]:
+        cs = self._clusters.get(cluster)
+        return (cs.log_end.get(topic) if cs else None) or {}
+
+    def group_owners(self, cluster: str, group: str) -> dict[tuple[str, int], PartitionOwner]:
+        cs = self._clusters.get(cluster)
+        return (cs.owners.get(group) if cs else None) or {}
+
+    def _window_array(self, cluster: str, group: str, topic: str, partition: int) -> array[int] | None:
+        cs = self._clusters.get(cluster)
+        gs = cs.groups.get(group) if cs else None
+        if gs is None:
+            return None
+        parts = gs.windows.get(topic)
+        return parts.get(partition) if parts else None
+
+    def _log_end(self, cluster: str, topic: str, partition: int) -> LogEnd | None:
+        cs = self._clusters.get(cluster)
+        parts = cs.log_end.get(topic) if cs else None
+        return parts.get(partition) if parts else None

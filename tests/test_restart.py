@@ -1,0 +1,136 @@
+"""End to end: a restarted daemon judges every group exactly as before and does not re-read history.
+
+Real parts only: the Tansu broker, the simulator writing byte-exact commits into an offsets
+topic of this test's own, PostgreSQL, and the daemon itself (in process) read over HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from lagd import daemon
+from lagd.config import Settings, parse
+from lagd.embedded import free_port
+from lagd.sim.driver import Driver
+from lagd.sim.scenario import standard
+
+Settle = Callable[..., Awaitable[Any]]
+pytestmark = pytest.mark.slow
+
+
+def settings_for(kafka: str, database_url: str, port: int, offsets_topic: str) -> Settings:
+    return parse(
+        {
+            "clusters": {
+                "sim": {
+                    "bootstrap-servers": [kafka],
+                    "offsets-topic": offsets_topic,
+                    "offset-refresh": 0.5,
+                    "topic-refresh": 2.0,
+                }
+            },
+            "storage": {"database-url": database_url, "intervals": 5, "flush-interval": 0.2},
+            "evaluator": {"cache-ttl": 0.2},
+            "http": {"listen": f"127.0.0.1:{port}"},
+            "notify": {"enabled": False},
+        },
+        env={},
+    )
+
+
+async def get(session: aiohttp.ClientSession, port: int, path: str) -> tuple[int, Any]:
+    async with session.get(f"http://127.0.0.1:{port}{path}") as answer:
+        ctype = answer.headers.get("Content-Type", "")
+        return answer.status, (await answer.json() if "json" in ctype else await answer.text())
+
+
+async def snapshot(session: aiohttp.ClientSession, port: int, groups: list[str]) -> dict[str, Any]:
+    """Each group's verdict and every partition's status and window, as the API shows them."""
+    out: dict[str, Any] = {}
+    for g in groups:
+        _, lag = await get(session, port, f"/v3/kafka/sim/consumer/{g}/lag")
+        _, detail = await get(session, port, f"/v3/kafka/sim/consumer/{g}")
+        status = lag["status"]
+        out[g] = {
+            "status": status["status"],
+            "partitions": sorted((p["topic"], p["partition"], p["status"]) for p in status["partitions"]),
+            "windows": {
+                t: [[o and o["offset"] for o in p["offsets"]] for p in parts]
+                for t, parts in detail.get("topics", {}).items()
+            },
+        }
+    return out
+
+
+async def records_read(session: aiohttp.ClientSession, port: int) -> int:
+    _, text = await get(session, port, "/metrics")
+    return sum(
+        int(float(m.group(1)))
+        for m in re.finditer(r'^lagd_ingest_records_total\{cluster="sim"[^}]*\} (\S+)$', text, re.M)
+    )
+
+
+async def start_daemon(settings: Settings) -> tuple[asyncio.Task[int], asyncio.Event]:
+    stop = asyncio.Event()
+    return asyncio.create_task(daemon.run(settings, stop=stop)), stop
+
+
+async def test_restart_keeps_every_verdict_and_resumes_where_it_left_off(
+    kafka: str, database_url: str, unique: str, settle: Settle
+) -> None:
+    port = free_port()
+    offsets_topic = f"__consumer_offsets_{unique}"
+    scenario = dataclasses.replace(standard(unique, partitions=4), start_ms=int(time.time() * 1000))
+    groups = [g.name for g in scenario.groups]
+    settings = settings_for(kafka, database_url, port, offsets_topic)
+    driver = Driver(kafka, scenario, mode="topic", offsets_topic=offsets_topic, offsets_partitions=4)
+    await driver.start()
+    task, stop = await start_daemon(settings)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await settle(lambda: _ready(session, port), timeout=30, what="first start ready")
+            await driver.run(until=8.0)
+            expected_groups = set(groups)
+            await settle(lambda: _all_known(session, port, expected_groups), timeout=30, what="every group judged")
+            # Let the verdicts settle on the last commits, then freeze the picture.
+            await asyncio.sleep(2.0)
+            before = await snapshot(session, port, groups)
+            statuses = {v["status"] for v in before.values()}
+            assert "ERR" in statuses and "OK" in statuses, before
+            read_first = await records_read(session, port)
+            assert read_first > 0
+            stop.set()
+            assert await asyncio.wait_for(task, 10) == 0
+
+            task, stop = await start_daemon(settings)
+            await settle(lambda: _ready(session, port), timeout=30, what="restart ready")
+            after = await snapshot(session, port, groups)
+            assert after == before
+            assert all(v["status"] != "NOTFOUND" and v["windows"] for v in after.values())
+            # Resumed from the stored positions: nothing of the topic was read again.
+            assert await records_read(session, port) == 0
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await driver.close()
+
+
+async def _ready(session: aiohttp.ClientSession, port: int) -> bool:
+    try:
+        status, _ = await get(session, port, "/burrow/admin/ready")
+    except aiohttp.ClientError:
+        return False
+    return status == 200
+
+
+async def _all_known(session: aiohttp.ClientSession, port: int, groups: set[str]) -> bool:
+    _, body = await get(session, port, "/v3/kafka/sim/consumer")
+    return groups <= set(body.get("consumers", []))

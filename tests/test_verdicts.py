@@ -1,0 +1,123 @@
+"""The cached evaluator: group verdicts from State, exactly, and when they are recomputed."""
+
+from __future__ import annotations
+
+from lagd.evaluate import Evaluator, GroupVerdict
+from lagd.evaluate.verdicts import PartitionVerdict
+from lagd.model import (
+    Commit,
+    GroupMembers,
+    GroupStatus,
+    LogEndSample,
+    PartitionOwner,
+    PartitionStatus,
+    WindowEntry,
+)
+from lagd.state.windows import State
+
+C, G = "c1", "g1"
+
+
+def commit(topic: str, partition: int, offset: int, order: int, ts: int, group: str = G) -> Commit:
+    return Commit(C, group, topic, partition, offset, order, ts, ts + 5)
+
+
+def lagging_state() -> State:
+    """Topic a/0 keeps up (lag 0 at each commit); b/0 stalls at offset 100; b/1 falls behind."""
+    s = State(intervals=3)
+    for i in range(3):
+        t = 10_000 * (i + 1)
+        s.apply(LogEndSample(C, "a", 0, 1000 * (i + 1), t - 1))
+        s.apply(LogEndSample(C, "b", 0, 500 + 100 * i, t - 1))
+        s.apply(LogEndSample(C, "b", 1, 2000 + 1000 * i, t - 1))
+        s.apply(commit("a", 0, 1000 * (i + 1), 3 * i, t))
+        s.apply(commit("b", 0, 100, 3 * i + 1, t))
+        s.apply(commit("b", 1, 1000 + 500 * i, 3 * i + 2, t))
+    s.apply(GroupMembers(C, G, 99, (PartitionOwner("b", 1, "/10.1.1.1", "worker-7", "m"),), "Stable"))
+    return s
+
+
+def test_group_verdict_exact() -> None:
+    ev = Evaluator(lagging_state())
+    v = ev.group(C, G, 30_000)
+    assert (v.cluster, v.group, v.status, v.complete, v.partition_count, v.totallag, v.evaluated_at) == (
+        C, G, GroupStatus.ERR, 1.0, 3, 0 + 600 + 2000, 30_000)  # fmt: skip
+    assert [(p.topic, p.partition, p.status, p.current_lag) for p in v.partitions] == [
+        ("a", 0, PartitionStatus.OK, 0),
+        ("b", 0, PartitionStatus.STALL, 600),
+        ("b", 1, PartitionStatus.WARN, 2000),
+    ]
+    b1 = v.partitions[2]
+    assert v.maxlag is b1
+    assert (b1.owner, b1.client_id, b1.complete, b1.since) == ("/10.1.1.1", "worker-7", 1.0, 30_000)
+    assert b1.start == WindowEntry(1000, 2, 10_000, 10_005, 1000)
+    assert b1.end == WindowEntry(2000, 8, 30_000, 30_005, 2000)
+    # committed 2000 equals the oldest kept sample (9.999 s): a lower bound, 20.001 s, flagged
+    assert (b1.lag_seconds, b1.lag_seconds_estimated) == (20.001, True)
+    assert v.lag_seconds == 20.001
+    assert v.partitions[0].owner == "" and v.partitions[0].lag_seconds == 0.0
+    assert "lag never decreased" in b1.reason
+    assert v.partitions[1].reason == "committing the same offset without progress"
+
+
+def test_not_found_for_unknown_and_expired_groups() -> None:
+    s = State(expire_group_ms=60_000)
+    s.apply(commit("a", 0, 1, 1, 1_000))
+    ev = Evaluator(s)
+    for verdict in (ev.group(C, "nope", 5_000), ev.group(C, G, 61_001)):
+        assert verdict == GroupVerdict(
+            C, verdict.group, GroupStatus.NOTFOUND, 1.0, [], 0, None, 0, 0.0, verdict.evaluated_at
+        )
+    assert ev.group(C, G, 61_000).status == GroupStatus.OK  # exactly expire-group old: still known
+
+
+def test_cache_until_version_changes_or_ttl() -> None:
+    s = lagging_state()
+    ev = Evaluator(s, cache_ttl_ms=5_000)
+    first = ev.group(C, G, 30_000)
+    assert ev.group(C, G, 34_999) is first
+    s.apply(LogEndSample(C, "zzz", 0, 5, 31_000))  # a topic the group does not read
+    assert ev.group(C, G, 34_999) is first
+    s.apply(LogEndSample(C, "a", 0, 3500, 31_000))  # a topic it reads: recomputed
+    second = ev.group(C, G, 34_999)
+    assert second is not first and second.partitions[0].current_lag == 500
+    assert ev.group(C, G, 39_999) is not second  # TTL passed
+
+
+def test_since_tracks_when_status_was_first_seen() -> None:
+    s = lagging_state()
+    ev = Evaluator(s, cache_ttl_ms=0)
+    assert ev.group(C, G, 30_000).partitions[1].since == 30_000
+    assert ev.group(C, G, 35_000).partitions[1].since == 30_000
+    # b/0 is silent for longer than its window span (20 s) -> STOP, a new status
+    stopped = ev.group(C, G, 50_001).partitions[1]
+    assert (stopped.status, stopped.since) == (PartitionStatus.STOP, 50_001)
+
+
+def test_allowed_lag_and_minimum_complete() -> None:
+    s = lagging_state()
+    assert Evaluator(s, allowed_lag=2000).group(C, G, 30_000).status == GroupStatus.OK
+    s2 = State(intervals=10)
+    s2.apply(LogEndSample(C, "a", 0, 500, 1))
+    s2.apply(commit("a", 0, 100, 1, 10_000))
+    s2.apply(commit("a", 0, 100, 2, 20_000))
+    assert Evaluator(s2).group(C, G, 20_000).status == GroupStatus.ERR  # STALL at 20% complete
+    v = Evaluator(s2, minimum_complete=0.3).group(C, G, 20_000)
+    assert (v.status, v.complete, v.partitions[0].complete, v.partitions[0].status) == (
+        GroupStatus.OK, 0.0, 0.2, PartitionStatus.OK)  # fmt: skip
+
+
+def test_group_without_partitions_is_ok_with_complete_zero() -> None:
+    s = State()
+    s.apply(commit("a", 0, 1, 1, 1_000))
+    s.remove_group_topic(C, G, "a")
+    v = Evaluator(s).group(C, G, 2_000)
+    assert (v.status, v.complete, v.partitions, v.maxlag, v.totallag) == (GroupStatus.OK, 0.0, [], None, 0)
+
+
+def test_unknown_log_end_reads_zero_lag_and_estimated_time() -> None:
+    s = State()
+    s.apply(commit("a", 0, 10, 1, 1_000))
+    p: PartitionVerdict = Evaluator(s).group(C, G, 2_000).partitions[0]
+    assert (p.status, p.current_lag, p.lag_seconds, p.lag_seconds_estimated, p.end) == (
+        PartitionStatus.OK, 0, 0.0, True, WindowEntry(10, 1, 1_000, 1_005, None))  # fmt: skip

@@ -1,0 +1,294 @@
+"""State: windows, samples, tombstones and the changes recorded for the store."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lagd.evaluate.lagtime import run_start
+from lagd.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    GroupMembers,
+    LogEndSample,
+    OffsetDeleted,
+    PartitionOwner,
+    ReaderPosition,
+    TopicDeleted,
+    WindowEntry,
+)
+from lagd.state.windows import State
+
+C, G, T = "c1", "g1", "t1"
+
+
+def commit(
+    offset: int, order: int, ts: int | None = None, *, group: str = G, topic: str = T, partition: int = 0
+) -> Commit:
+    ts = order * 1000 if ts is None else ts
+    return Commit(C, group, topic, partition, offset, order, ts, ts + 1)
+
+
+def sample(offset: int, ts: int, *, topic: str = T, partition: int = 0) -> LogEndSample:
+    return LogEndSample(C, topic, partition, offset, ts)
+
+
+def offsets_orders(state: State, group: str = G, topic: str = T, partition: int = 0) -> list[tuple[int, int]]:
+    return [(e.offset, e.order) for e in state.window(C, group, topic, partition)]
+
+
+def test_append_with_lag_from_newest_sample_and_unknown_log_end() -> None:
+    s = State(intervals=3)
+    s.apply(commit(100, 1))
+    s.apply(sample(150, 1500))
+    s.apply(sample(180, 1600))
+    s.apply(commit(170, 2))
+    s.apply(commit(200, 3))  # beyond the log end: lag clamps at 0
+    assert s.window(C, G, T, 0) == [
+        WindowEntry(100, 1, 1000, 1001, None),
+        WindowEntry(170, 2, 2000, 2001, 10),
+        WindowEntry(200, 3, 3000, 3001, 0),
+    ]
+
+
+def test_full_window_drops_oldest() -> None:
+    s = State(intervals=3)
+    s.apply_many(commit(10 * i, i) for i in range(1, 6))
+    assert offsets_orders(s) == [(30, 3), (40, 4), (50, 5)]
+    assert s.partitions_tracked() == 1
+
+
+def test_older_commit_is_inserted_in_order_with_null_lag() -> None:
+    s = State(intervals=4)
+    s.apply(sample(1000, 1))
+    s.apply(commit(100, 10))
+    s.apply(commit(300, 30))
+    s.apply(commit(200, 20))
+    assert [(e.offset, e.order, e.lag) for e in s.window(C, G, T, 0)] == [
+        (100, 10, 900),
+        (200, 20, None),
+        (300, 30, 700),
+    ]
+
+
+def test_insert_into_full_window_drops_oldest_and_too_old_is_dropped() -> None:
+    s = State(intervals=3)
+    s.apply_many([commit(100, 10), commit(300, 30), commit(400, 40)])
+    s.apply(commit(200, 20))
+    assert offsets_orders(s) == [(200, 20), (300, 30), (400, 40)]
+    s.apply(commit(50, 5))  # older than every entry of a full window
+    assert offsets_orders(s) == [(200, 20), (300, 30), (400, 40)]
+
+
+def test_replays_are_idempotent() -> None:
+    s = State(intervals=5)
+    events: list[Event] = [commit(100, 1), sample(500, 10), commit(200, 2), commit(300, 3)]
+    s.apply_many(events)
+    before = s.window(C, G, T, 0)
+    s.drain_changes()
+    s.apply_many(events)
+    assert s.window(C, G, T, 0) == before
+    changes = s.drain_changes()
+    assert changes.windows == {} and changes.commit_history == [] and changes.log_end_history == []
+
+
+def test_min_distance_merges_into_newest_keeping_its_timestamp() -> None:
+    s = State(intervals=5, min_distance_ms=1000)
+    s.apply(sample(1000, 1))
+    s.apply(commit(100, 1, ts=10_000))
+    s.apply(commit(150, 2, ts=10_999))  # < 1000 ms later: replaces offset, order, lag
+    assert s.window(C, G, T, 0) == [WindowEntry(150, 2, 10_000, 10_001, 850)]
+    s.apply(commit(200, 3, ts=11_000))  # exactly 1000 ms later than the kept ts: appended
+    assert offsets_orders(s) == [(150, 2), (200, 3)]
+
+
+def test_offset_deleted_only_when_newer_than_window() -> None:
+    s = State()
+    s.apply_many([commit(100, 5), commit(100, 6, partition=1)])
+    s.apply(OffsetDeleted(C, G, T, 0, 5))  # not newer than the newest commit: ignored
+    assert s.group_topics(C, G) == {T: [0, 1]}
+    s.apply(OffsetDeleted(C, G, T, 0, 7))
+    assert s.group_topics(C, G) == {T: [1]}
+    assert s.partitions_tracked() == 1
+    assert s.drain_changes().windows[(C, G, T, 0)] is None
+
+
+def test_group_deleted_refuses_older_replays_and_accepts_newer_commits() -> None:
+    s = State()
+    s.apply_many([commit(100, 5), commit(110, 6)])
+    s.apply(GroupDeleted(C, G, 10))
+    assert s.group_topics(C, G) is None
+    assert s.groups(C) == []
+    s.apply(commit(120, 7))  # replay of an older commit: refused
+    assert s.group_topics(C, G) is None
+    s.apply(commit(130, 11))
+    assert offsets_orders(s) == [(130, 11)]
+    ch = s.drain_changes()
+    assert ch.tombstones == {(C, G): 10}
+    assert ch.windows[(C, G, T, 0)] == [WindowEntry(130, 11, 11000, 11001, None)]
+
+
+def test_replayed_group_tombstone_leaves_newer_windows() -> None:
+    s = State()
+    s.apply_many([commit(100, 5, partition=0), commit(100, 20, partition=1)])
+    s.apply(GroupDeleted(C, G, 10))
+    assert s.group_topics(C, G) == {T: [1]}
+
+
+def test_group_members_replace_owners_by_order() -> None:
+    s = State()
+    s.apply(commit(1, 1))
+    owner = PartitionOwner(T, 0, "/10.0.0.1", "client-a", "m1")
+    s.apply(GroupMembers(C, G, 5, (owner,), "Stable"))
+    assert s.owner(C, G, T, 0) == owner
+    s.apply(GroupMembers(C, G, 4, (), "Stable"))  # older: ignored
+    assert s.owner(C, G, T, 0) == owner
+    s.apply(GroupMembers(C, G, 5, (), "Empty"))  # same order: replaces
+    assert s.owner(C, G, T, 0) is None
+    assert s.drain_changes().members[(C, G)] == GroupMembers(C, G, 5, (), "Empty")
+
+
+def test_log_end_samples_keep_newest_and_ignore_stale() -> None:
+    s = State(lag_samples=3)
+    s.apply_many([sample(10, 1), sample(20, 2), sample(15, 2), sample(30, 3), sample(40, 4)])
+    assert s.log_end_samples(C, T, 0) == ([20, 30, 40], [2, 3, 4])
+    assert s.latest_log_end(C, T, 0) == 40
+    s.apply(sample(50, 4))  # not newer than the newest kept
+    assert s.latest_log_end(C, T, 0) == 40
+    s.apply(sample(7, 9, partition=2))
+    assert s.topic_offsets(C, T) == [40, 0, 7]
+    assert s.topics(C) == [T]
+    ch = s.drain_changes()
+    assert ch.log_end[(C, T, 0)] == ([20, 30, 40], [2, 3, 4])
+    assert ch.log_end_history == [
+        (1, C, T, 0, 10),
+        (2, C, T, 0, 20),
+        (3, C, T, 0, 30),
+        (4, C, T, 0, 40),
+        (9, C, T, 2, 7),
+    ]
+
+
+def test_topic_deleted_leaves_every_group() -> None:
+    s = State()
+    s.apply_many([commit(1, 1), commit(1, 2, group="g2"), commit(1, 3, topic="t2"), sample(5, 1)])
+    assert s.topic_consumers(C, T) == [G, "g2"]
+    s.drain_changes()
+    s.apply(TopicDeleted(C, T))
+    assert s.group_topics(C, G) == {"t2": [0]}
+    assert s.group_topics(C, "g2") == {}
+    assert s.topic_consumers(C, T) == []
+    assert s.topic_offsets(C, T) is None
+    ch = s.drain_changes()
+    assert ch.windows == {(C, G, T, 0): None, (C, "g2", T, 0): None}
+    assert ch.log_end == {(C, T, 0): None}
+
+
+def test_expiry_and_operator_removal() -> None:
+    s = State(expire_group_ms=10_000)
+    s.apply_many([commit(1, 1, ts=1_000), commit(1, 2, ts=20_000, group="g2"), commit(1, 3, ts=20_000, group="g3")])
+    assert s.expire_groups(20_000) == [(C, G)]
+    assert s.groups(C) == ["g2", "g3"]
+    assert s.remove_group(C, "g2") is True
+    assert s.remove_group(C, "g2") is False
+    assert s.remove_group_topic(C, "g3", T) is True
+    assert s.remove_group_topic(C, "g3", T) is False
+    assert s.group_topics(C, "g3") == {}
+    assert s.partitions_tracked() == 0
+
+
+def test_reader_positions_and_history_rows() -> None:
+    s = State()
+    s.apply(sample(500, 1))
+    s.apply(commit(100, 2))
+    s.apply(ReaderPosition(C, 3, 42))
+    ch = s.drain_changes()
+    assert ch.positions == {(C, 3): 42}
+    assert ch.commit_history == [(2000, C, G, T, 0, 100, 400, 2001)]
+    assert not s.drain_changes()
+
+
+def test_no_history_when_disabled() -> None:
+    s = State(record_history=False)
+    s.apply_many([sample(500, 1), commit(100, 2)])
+    ch = s.drain_changes()
+    assert ch.commit_history == [] and ch.log_end_history == []
+    assert list(ch.windows) == [(C, G, T, 0)]
+
+
+def test_group_version_grows_on_commits_samples_and_removals() -> None:
+    s = State()
+    s.apply_many([commit(1, 1), commit(1, 1, group="g2", topic="t2")])
+    v0 = s.group_version(C, G)
+    s.apply(commit(1, 1, group="g2", topic="t2"))  # replay elsewhere: no change
+    assert s.group_version(C, G) == v0
+    s.apply(sample(9, 1, topic="t2"))  # another topic
+    assert s.group_version(C, G) == v0
+    s.apply(sample(9, 1))
+    v1 = s.group_version(C, G)
+    assert v1 > v0
+    s.apply(commit(2, 2))
+    v2 = s.group_version(C, G)
+    assert v2 > v1
+    s.apply(commit(5, 5, topic="t3"))
+    s.remove_group_topic(C, G, "t3")
+    assert s.group_version(C, G) > v2
+
+
+def test_restore_records_no_changes_and_keeps_newest() -> None:
+    s = State(intervals=2)
+    s.restore_window(
+        (C, G, T, 0), [WindowEntry(3, 3, 30, 31, None), WindowEntry(1, 1, 10, 11, 5), WindowEntry(2, 2, 20, 21, 4)]
+    )
+    s.restore_log_end((C, T, 0), [10, 20], [1, 2])
+    s.restore_members(GroupMembers(C, G, 1, (PartitionOwner(T, 0, "h", "cid"),)))
+    s.restore_tombstone(C, "old", 7)
+    assert offsets_orders(s) == [(2, 2), (3, 3)]
+    assert s.last_commit(C, G) == 30
+    assert s.owner(C, G, T, 0) == PartitionOwner(T, 0, "h", "cid")
+    assert not s.drain_changes()
+    s.apply(commit(5, 6, group="old"))  # below the restored tombstone
+    assert s.group_topics(C, "old") is None
+    s.apply(commit(4, 4))
+    assert s.window(C, G, T, 0)[-1].lag == 16
+
+
+def test_reads_of_unknown_things() -> None:
+    s = State()
+    assert s.clusters() == [] and s.groups(C) == [] and s.topics(C) == []
+    assert s.window(C, G, T, 0) == [] and s.owner(C, G, T, 0) is None and s.last_commit(C, G) is None
+    assert s.log_end_samples(C, T, 0) == ([], []) and s.latest_log_end(C, T, 0) is None
+    assert s.group_topics(C, G) is None and s.topic_consumers(C, T) == []
+
+
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 40)), max_size=60), st.integers(1, 6))
+def test_window_is_the_newest_orders_sorted_whatever_the_arrival_order(
+    pairs: list[tuple[int, int]], intervals: int
+) -> None:
+    """Without min-distance, a window holds distinct orders, ascending, at most `intervals`,
+    and applying everything again changes nothing."""
+    s = State(intervals=intervals)
+    events = [commit(o, r) for o, r in pairs]
+    s.apply_many(events)
+    win = s.window(C, G, T, 0)
+    orders = [e.order for e in win]
+    assert orders == sorted(set(orders)) and len(win) <= intervals
+    if pairs:
+        assert orders[-1] == max(r for _, r in pairs)
+    s.apply_many(events)
+    assert s.window(C, G, T, 0) == win
+
+
+@given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 3)), max_size=40), st.integers(1, 8))
+def test_kept_run_start_matches_a_scan(samples: list[tuple[int, int]], keep: int) -> None:
+    """State tracks where the newest non-decreasing run of log-end offsets starts, as lag-in-time expects."""
+    s = State(lag_samples=keep)
+    t = 0
+    for offset, gap in samples:
+        t += gap
+        s.apply(sample(offset, t))
+    le = s.topic_log_ends(C, T).get(0)
+    if le is not None:
+        assert le.run_start == run_start(le.offsets)
+        assert len(le.offsets) <= keep
