@@ -1,0 +1,220 @@
+"""The HTTP server: one aiohttp application in the daemon's event loop.
+
+Every answer comes from in-memory State and cached verdicts, so polling never waits on
+ingest or Postgres (only incidents, mirrors and trends read the database). Auth, CORS and
+TLS are applied here once for all routes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from lagd import logs
+from lagd.config import Settings
+from lagd.evaluate import Evaluator
+from lagd.model import IngestCounters
+from lagd.state.windows import State
+
+log = logs.get(__name__)
+
+HOST = socket.gethostname()
+
+
+class ProgressLike(Protocol):
+    """A reader's catch-up progress (lagd.ingest.progress.ReaderProgress fits)."""
+
+    @property
+    def caught_up(self) -> bool: ...
+    @property
+    def fraction(self) -> float: ...
+
+
+class PersisterLike(Protocol):
+    """The write-behind store's status (lagd.state.persister.PersisterStatus fits)."""
+
+    pending: int
+    healthy: bool
+    write_seconds_last: float
+    dropped_history: int
+
+
+class PublisherLike(Protocol):
+    """The MQTT outbox publisher's status."""
+
+    connected: bool
+    pending: int
+    published_total: int
+
+
+@dataclass
+class Health:
+    """Live status of the daemon's parts, read by /metrics (duck-typed, never copied)."""
+
+    counters: Mapping[str, IngestCounters] = field(default_factory=dict)
+    progress: Mapping[str, Any] = field(default_factory=dict)
+    persister: Any = None
+    publisher: Any = None
+    evaluation_seconds_last: float = 0.0
+
+
+@dataclass
+class HttpContext:
+    """Everything a handler may read; handlers hold no other state."""
+
+    settings: Settings
+    state: State
+    evaluator: Evaluator
+    now_ms: Callable[[], int]
+    ready: Callable[[], bool]
+    health: Health
+    engine: AsyncEngine | None = None
+    on_delete: Callable[..., Any] | None = None
+
+
+CTX: web.AppKey[HttpContext] = web.AppKey("lagd_ctx", HttpContext)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Liveness and readiness stay open so probes work even when reads need a token.
+_OPEN_PATHS = frozenset({"/burrow/admin", "/burrow/admin/ready"})
+
+
+def envelope(request: web.Request, status: int, error: bool, message: str, payload: Mapping[str, Any]) -> web.Response:
+    """Burrow's envelope: error, message, payload fields in order, then request."""
+    body: dict[str, Any] = {"error": error, "message": message}
+    body.update(payload)
+    body["request"] = {"url": request.path, "host": HOST}
+    return web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json")
+
+
+def _bearer(request: web.Request) -> str:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bearer token on mutating requests always, on reads when http.auth-reads is set."""
+    if request.method == "OPTIONS":
+        return await handler(request)
+    settings = request.app[CTX].settings.http
+    token = settings.auth_token.reveal()
+    mutating = request.method in ("POST", "DELETE", "PUT", "PATCH")
+    if mutating and not token:
+        return envelope(
+            request,
+            403,
+            True,
+            "changes through the API are disabled: set http.auth-token to allow them",
+            {},
+        )
+    needs = mutating or (settings.auth_reads and request.path not in _OPEN_PATHS)
+    if needs and _bearer(request) != token:
+        resp = envelope(request, 401, True, "missing or wrong bearer token: send 'Authorization: Bearer <token>'", {})
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="lagd"'
+        return resp
+    return await handler(request)
+
+
+@web.middleware
+async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Access-Control headers when http.cors-origin is set; answers preflights itself."""
+    origin = request.app[CTX].settings.http.cors_origin
+    if request.method == "OPTIONS" and origin:
+        resp: web.StreamResponse = web.Response(status=204)
+        resp.headers["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"
+        resp.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+        resp.headers["Access-Control-Max-Age"] = "600"
+    else:
+        try:
+            resp = await handler(request)
+        except web.HTTPException as exc:
+            if not origin:
+                raise
+            exc.headers["Access-Control-Allow-Origin"] = origin
+            raise
+    if origin:
+        resp.headers["Access-Control-Allow-Origin"] = origin
+        resp.headers["Vary"] = "Origin"
+    return resp
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unknown paths, wrong methods and handler bugs answer in the JSON envelope too."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return envelope(request, 404, True, "invalid request type: see /lagd/v1/openapi.json and /v3/kafka", {})
+    except web.HTTPMethodNotAllowed as exc:
+        resp = envelope(request, 405, True, f"method {request.method} not allowed here", {})
+        resp.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return resp
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("http handler failed", path=request.path, method=request.method)
+        return envelope(request, 500, True, "internal error: see lagd's log for the traceback", {})
+
+
+def build_app(ctx: HttpContext) -> web.Application:
+    """The application with every route: Burrow v3, /metrics, /lagd/v1 and the status page."""
+    from lagd.http import burrow_v3, lagd_api, metrics, page
+
+    app = web.Application(middlewares=[cors_middleware, error_middleware, auth_middleware])
+    app[CTX] = ctx
+    burrow_v3.add_routes(app)
+    metrics.add_routes(app)
+    lagd_api.add_routes(app)
+    page.add_routes(app)
+    return app
+
+
+def _listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _ssl_context(cert: str, key: str) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+async def start_http(ctx: HttpContext) -> web.AppRunner:
+    """Listen on http.listen (TLS when cert and key are set); stop with `stop_http`."""
+    http = ctx.settings.http
+    runner = web.AppRunner(build_app(ctx), access_log=None, handle_signals=False)
+    await runner.setup()
+    host, port = _listen(http.listen)
+    tls = _ssl_context(http.tls_cert_file, http.tls_key_file) if http.tls_cert_file else None
+    site = web.TCPSite(runner, host, port, ssl_context=tls, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OSError(exc.errno, f"cannot listen on {http.listen} ({exc.strerror}): change http.listen") from exc
+    log.info("http listening", listen=http.listen, tls=tls is not None)
+    return runner
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    """The port actually bound (useful with http.listen = "127.0.0.1:0")."""
+    for site in runner.sites:
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            return int(server.sockets[0].getsockname()[1])
+    raise RuntimeError("the HTTP runner has no listening socket: call start_http first")
+
+
+async def stop_http(runner: web.AppRunner) -> None:
+    await runner.cleanup()

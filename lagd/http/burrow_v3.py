@@ -1,0 +1,368 @@
+"""Burrow's v3 HTTP API (shared/spec/burrow-http-api.md), answered from live state.
+
+Field names, field order, message strings and status codes follow Burrow 1.9 so existing
+dashboards and exporters work unchanged. Dicts are built in Burrow's order and serialised
+without sorting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from lagd import logs
+from lagd.config import public_view
+from lagd.evaluate import GroupVerdict, PartitionVerdict
+from lagd.http.app import CTX, HOST, HttpContext, envelope
+from lagd.model import GroupStatus, PartitionStatus, WindowEntry
+
+log = logs.get(__name__)
+
+_NAMED_KINDS = ("clusters", "mirrors")
+
+
+def consumer_offset(entry: WindowEntry | None) -> dict[str, Any] | None:
+    """Burrow's ConsumerOffset."""
+    if entry is None:
+        return None
+    return {"offset": entry.offset, "timestamp": entry.timestamp, "observedAt": entry.observed, "lag": entry.lag}
+
+
+def partition_status(p: PartitionVerdict) -> dict[str, Any]:
+    """Burrow's PartitionStatus (current_lag with an underscore)."""
+    return {
+        "topic": p.topic,
+        "partition": p.partition,
+        "owner": p.owner,
+        "client_id": p.client_id,
+        "status": p.status.value,
+        "start": consumer_offset(p.start),
+        "end": consumer_offset(p.end),
+        "current_lag": p.current_lag,
+        "complete": p.complete,
+    }
+
+
+def group_status(v: GroupVerdict, only_bad: bool) -> dict[str, Any]:
+    """Burrow's ConsumerGroupStatus; `/status` lists only the non-OK partitions."""
+    parts = [p for p in v.partitions if p.status is not PartitionStatus.OK] if only_bad else v.partitions
+    return {
+        "cluster": v.cluster,
+        "group": v.group,
+        "status": v.status.value,
+        "complete": v.complete,
+        "partitions": [partition_status(p) for p in parts],
+        "partition_count": v.partition_count,
+        "maxlag": partition_status(v.maxlag) if v.maxlag is not None else None,
+        "totallag": v.totallag,
+    }
+
+
+def _offset_json(e: WindowEntry | None) -> str:
+    if e is None:
+        return "null"
+    lag = "null" if e.lag is None else str(e.lag)
+    return f'{{"offset": {e.offset}, "timestamp": {e.timestamp}, "observedAt": {e.observed}, "lag": {lag}}}'
+
+
+_ENCODED: dict[str, str] = {}
+
+
+def _str_json(text: str) -> str:
+    """JSON for a string; topics and owners repeat on every partition, so remember them."""
+    encoded = _ENCODED.get(text)
+    if encoded is None:
+        if len(_ENCODED) >= 100_000:
+            _ENCODED.clear()
+        encoded = _ENCODED[text] = json.dumps(text)
+    return encoded
+
+
+def _partition_json(p: PartitionVerdict, dumps: Any = _str_json) -> str:
+    return (
+        f'{{"topic": {dumps(p.topic)}, "partition": {p.partition}, "owner": {dumps(p.owner)}, '
+        f'"client_id": {dumps(p.client_id)}, "status": "{p.status.value}", "start": {_offset_json(p.start)}, '
+        f'"end": {_offset_json(p.end)}, "current_lag": {p.current_lag}, "complete": {float(p.complete)!r}}}'
+    )
+
+
+def group_status_json(v: GroupVerdict, only_bad: bool) -> str:
+    """`json.dumps(group_status(v, only_bad))`, written directly: the hot path, several times faster."""
+    parts = [p for p in v.partitions if p.status is not PartitionStatus.OK] if only_bad else v.partitions
+    maxlag = _partition_json(v.maxlag) if v.maxlag is not None else "null"
+    return (
+        f'{{"cluster": {json.dumps(v.cluster)}, "group": {json.dumps(v.group)}, "status": "{v.status.value}", '
+        f'"complete": {float(v.complete)!r}, "partitions": [{", ".join(map(_partition_json, parts))}], '
+        f'"partition_count": {v.partition_count}, "maxlag": {maxlag}, "totallag": {v.totallag}}}'
+    )
+
+
+def _ctx(request: web.Request) -> HttpContext:
+    return request.app[CTX]
+
+
+def _known_cluster(ctx: HttpContext, cluster: str) -> bool:
+    return cluster in ctx.settings.clusters or cluster in ctx.state.clusters()
+
+
+def _ok(request: web.Request, message: str, **payload: Any) -> web.Response:
+    return envelope(request, 200, False, message, payload)
+
+
+def _not_found(request: web.Request, message: str) -> web.Response:
+    return envelope(request, 404, True, message, {})
+
+
+async def admin(request: web.Request) -> web.Response:
+    return web.Response(text="GOOD")
+
+
+async def ready(request: web.Request) -> web.Response:
+    if _ctx(request).ready():
+        return web.Response(text="READY")
+    return web.Response(status=503, text="STARTING")
+
+
+async def clusters(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    names = sorted(set(ctx.settings.clusters) | set(ctx.state.clusters()))
+    return _ok(request, "cluster list returned", clusters=names)
+
+
+async def cluster_detail(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    name = request.match_info["cluster"]
+    cs = ctx.settings.clusters.get(name)
+    if cs is None:
+        return _not_found(request, "cluster not found")
+    return _ok(request, "cluster module detail returned", module=public_view(cs))
+
+
+async def topics(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster = request.match_info["cluster"]
+    if not _known_cluster(ctx, cluster):
+        return _not_found(request, "cluster not found")
+    return _ok(request, "topic list returned", topics=ctx.state.topics(cluster))
+
+
+async def topic_detail(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster, topic = request.match_info["cluster"], request.match_info["topic"]
+    offsets = ctx.state.topic_offsets(cluster, topic)
+    if offsets is None:
+        return _not_found(request, "cluster or topic not found")
+    return _ok(request, "topic offsets returned", offsets=offsets)
+
+
+async def topic_consumers(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster, topic = request.match_info["cluster"], request.match_info["topic"]
+    consumers = ctx.state.topic_consumers(cluster, topic)
+    if not consumers and ctx.state.topic_offsets(cluster, topic) is None:
+        return _not_found(request, "cluster or topic not found")
+    return _ok(request, "consumers of topic returned", consumers=consumers)
+
+
+async def consumers(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster = request.match_info["cluster"]
+    if not _known_cluster(ctx, cluster):
+        return _not_found(request, "cluster not found")
+    return _ok(request, "consumer list returned", consumers=ctx.state.groups(cluster))
+
+
+def _detail_topics(ctx: HttpContext, cluster: str, group: str, verdict: GroupVerdict) -> dict[str, Any]:
+    """Per topic, a list indexed by partition: window (nulls first, as Burrow's ring), owner, lag."""
+    state = ctx.state
+    intervals = state.intervals
+    lags = {(p.topic, p.partition): p.current_lag for p in verdict.partitions}
+    out: dict[str, Any] = {}
+    for topic, partitions in (state.group_topics(cluster, group) or {}).items():
+        width = max(partitions) + 1 if partitions else 0
+        log_end = state.topic_offsets(cluster, topic)
+        if log_end is not None:
+            width = max(width, len(log_end))
+        rows: list[dict[str, Any]] = []
+        for partition in range(width):
+            window = state.window(cluster, group, topic, partition)
+            owner = state.owner(cluster, group, topic, partition)
+            offsets: list[dict[str, Any] | None] = [None] * (intervals - len(window))
+            offsets.extend(consumer_offset(e) for e in window)
+            rows.append(
+                {
+                    "offsets": offsets,
+                    "owner": owner.host if owner is not None else "",
+                    "client_id": owner.client_id if owner is not None else "",
+                    "current-lag": lags.get((topic, partition), 0),
+                }
+            )
+        out[topic] = rows
+    return out
+
+
+async def consumer_detail(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster, group = request.match_info["cluster"], request.match_info["group"]
+    verdict = ctx.evaluator.group(cluster, group, ctx.now_ms())
+    if verdict.status is GroupStatus.NOTFOUND or ctx.state.group_topics(cluster, group) is None:
+        return _not_found(request, "cluster or consumer not found")
+    return _ok(request, "consumer detail returned", topics=_detail_topics(ctx, cluster, group, verdict))
+
+
+@dataclass(slots=True)
+class _Body:
+    at: int
+    verdict: GroupVerdict
+    code: int
+    body: bytes
+
+
+STATUS_BODIES: web.AppKey[dict[str, _Body]] = web.AppKey("lagd_status_bodies", dict)
+MAX_CACHED_BODIES = 200_000
+
+
+def _status_response(request: web.Request, only_bad: bool) -> web.Response:
+    """Status bodies are cached per path for evaluator.cache-ttl: the hot path dashboards poll.
+
+    While commits stream in, a group's version changes many times a second; judging and
+    serialising it on every poll would let polling compete with ingest. An answer is at
+    most cache-ttl old (the same bound the evaluator keeps for clock-driven STOP); a
+    DELETE drops the group's cached bodies at once. Each path keeps its body for between
+    half and all of cache-ttl (fixed per path), so groups first asked together do not all
+    expire together and come back as one burst of judging.
+    """
+    ctx = _ctx(request)
+    bodies = request.app[STATUS_BODIES]
+    now = ctx.now_ms()
+    path = request.path
+    hit = bodies.get(path)
+    ttl = ctx.evaluator.cache_ttl_ms
+    if hit is not None and 0 <= now - hit.at < ttl - zlib.crc32(path.encode()) % (ttl // 2 + 1):
+        return web.Response(status=hit.code, body=hit.body, content_type="application/json")
+    cluster, group = request.match_info["cluster"], request.match_info["group"]
+    verdict = ctx.evaluator.group(cluster, group, now)
+    if hit is not None and hit.verdict is verdict:
+        hit.at = now
+        return web.Response(status=hit.code, body=hit.body, content_type="application/json")
+    code = 404 if verdict.status is GroupStatus.NOTFOUND else 200
+    body = (
+        f'{{"error": false, "message": "consumer status returned", "status": {group_status_json(verdict, only_bad)}, '
+        f'"request": {json.dumps({"url": path, "host": HOST})}}}'
+    ).encode()
+    if len(bodies) >= MAX_CACHED_BODIES:
+        bodies.clear()
+    bodies[path] = _Body(now, verdict, code, body)
+    return web.Response(status=code, body=body, content_type="application/json")
+
+
+async def consumer_status(request: web.Request) -> web.Response:
+    return _status_response(request, only_bad=True)
+
+
+async def consumer_lag(request: web.Request) -> web.Response:
+    return _status_response(request, only_bad=False)
+
+
+def _deleted(request: web.Request, cluster: str, group: str) -> None:
+    ctx = _ctx(request)
+    ctx.evaluator.forget(cluster, group)
+    prefix = f"/v3/kafka/{cluster}/consumer/{group}/"
+    for path in (prefix + "lag", prefix + "status"):
+        request.app[STATUS_BODIES].pop(path, None)
+    if ctx.on_delete is not None:
+        ctx.on_delete(cluster, group)
+
+
+async def delete_group(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster, group = request.match_info["cluster"], request.match_info["group"]
+    if not ctx.state.remove_group(cluster, group):
+        return _not_found(request, "cluster or consumer not found")
+    _deleted(request, cluster, group)
+    log.info("consumer group removed over HTTP", cluster=cluster, group=group)
+    return _ok(request, "consumer group removed")
+
+
+async def delete_group_topic(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster, group, topic = (request.match_info[k] for k in ("cluster", "group", "topic"))
+    if ctx.state.group_topics(cluster, group) is None:
+        return _not_found(request, "cluster or consumer not found")
+    if not ctx.state.remove_group_topic(cluster, group, topic):
+        return _not_found(request, "cluster or topic not found")
+    _deleted(request, cluster, group)
+    log.info("consumer group topic removed over HTTP", cluster=cluster, group=group, topic=topic)
+    return _ok(request, "consumer group topic removed")
+
+
+async def config_main(request: web.Request) -> web.Response:
+    return _ok(request, "main config returned", config=public_view(_ctx(request).settings))
+
+
+async def config_kind(request: web.Request) -> web.Response:
+    settings = _ctx(request).settings
+    kind = request.match_info["kind"]
+    if kind in _NAMED_KINDS:
+        return _ok(request, "module list returned", modules=sorted(getattr(settings, kind)))
+    field_names = {f.name for f in dataclasses.fields(settings)}
+    if kind not in field_names:
+        return _not_found(request, "config kind not found")
+    return _ok(request, "config returned", module=public_view(getattr(settings, kind)))
+
+
+async def config_module(request: web.Request) -> web.Response:
+    settings = _ctx(request).settings
+    kind, name = request.match_info["kind"], request.match_info["name"]
+    table = getattr(settings, kind) if kind in _NAMED_KINDS else None
+    if table is None or name not in table:
+        return _not_found(request, "module not found")
+    return _ok(request, "module detail returned", module=public_view(table[name]))
+
+
+async def get_loglevel(request: web.Request) -> web.Response:
+    return _ok(request, "log level returned", level=logs.current_level())
+
+
+async def set_loglevel(request: web.Request) -> web.Response:
+    try:
+        body = json.loads(await request.read() or b"null")
+    except ValueError:
+        body = None
+    level = body.get("level") if isinstance(body, dict) else None
+    try:
+        if not isinstance(level, str):
+            raise ValueError('expected a JSON body like {"level": "debug"}')
+        logs.set_level(level.lower())
+    except ValueError as exc:
+        return envelope(request, 400, True, f"could not set log level: {exc}", {})
+    log.info("log level changed over HTTP", level=level.lower())
+    return _ok(request, "set log level", level=logs.current_level())
+
+
+def add_routes(app: web.Application) -> None:
+    app[STATUS_BODIES] = {}
+    r = app.router
+    r.add_get("/burrow/admin", admin)
+    r.add_get("/burrow/admin/ready", ready)
+    r.add_get("/v3/kafka", clusters)
+    r.add_get("/v3/kafka/{cluster}", cluster_detail)
+    r.add_get("/v3/kafka/{cluster}/topic", topics)
+    r.add_get("/v3/kafka/{cluster}/topic/{topic}", topic_detail)
+    r.add_get("/v3/kafka/{cluster}/topic/{topic}/consumers", topic_consumers)
+    r.add_get("/v3/kafka/{cluster}/consumer", consumers)
+    r.add_get("/v3/kafka/{cluster}/consumer/{group}", consumer_detail)
+    r.add_delete("/v3/kafka/{cluster}/consumer/{group}", delete_group)
+    r.add_get("/v3/kafka/{cluster}/consumer/{group}/status", consumer_status)
+    r.add_get("/v3/kafka/{cluster}/consumer/{group}/lag", consumer_lag)
+    r.add_delete("/v3/kafka/{cluster}/consumer/{group}/topic/{topic}", delete_group_topic)
+    r.add_get("/v3/config", config_main)
+    r.add_get("/v3/config/{kind}", config_kind)
+    r.add_get("/v3/config/{kind}/{name}", config_module)
+    r.add_get("/v3/admin/loglevel", get_loglevel)
+    r.add_post("/v3/admin/loglevel", set_loglevel)

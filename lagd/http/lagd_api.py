@@ -1,0 +1,342 @@
+"""lagd's own JSON API under /lagd/v1: verdicts with reasons and lag in seconds, windows,
+incidents, mirrors and trends. Documented by lagd.http.openapi (served at openapi.json).
+
+Verdicts and windows come from memory; incidents, mirrors and trends from Postgres (the
+notifier, mirror watcher and Spark jobs write them). A database outage answers 503 with
+what to check, never a hang: queries are bounded by DB_TIMEOUT_S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from aiohttp import web
+
+from lagd import logs
+from lagd.db import schema
+from lagd.evaluate import GroupVerdict, PartitionVerdict
+from lagd.evaluate import rules as R
+from lagd.http.app import CTX, HttpContext, envelope
+from lagd.model import GroupStatus, PartitionStatus, WindowEntry
+
+log = logs.get(__name__)
+
+DB_TIMEOUT_S = 5.0
+MAX_MS = 2**53 - 1
+MAX_INT32 = 2**31 - 1
+TREND_STEPS = (60, 3600)
+MAX_POINTS = 10_000
+DAY_MS = 24 * 3600 * 1000
+
+# PartitionVerdict carries the human reason; the API also names the rule that fired.
+RULE_OF: dict[str, str] = {
+    j.reason: j.rule
+    for j in (
+        R.J_EMPTY,
+        R.J_CAUGHT_UP,
+        R.J_INCOMPLETE,
+        R.J_STOP,
+        R.J_REWIND,
+        R.J_RECENT_LOW_LAG,
+        R.J_STALL,
+        R.J_WARN,
+        R.J_PROGRESSING,
+    )
+}
+
+
+class BadRequest(ValueError):
+    """A query parameter is out of range; the message says what is expected."""
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=json.dumps(data).encode(), content_type="application/json")
+
+
+def _error(request: web.Request, status: int, message: str) -> web.Response:
+    return envelope(request, status, True, message, {})
+
+
+def offset_view(e: WindowEntry | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {"offset": e.offset, "order": e.order, "timestamp": e.timestamp, "observed": e.observed, "lag": e.lag}
+
+
+def partition_view(p: PartitionVerdict) -> dict[str, Any]:
+    return {
+        "topic": p.topic,
+        "partition": p.partition,
+        "status": p.status.value,
+        "rule": RULE_OF.get(p.reason, ""),
+        "reason": p.reason,
+        "since": p.since,
+        "current_lag": p.current_lag,
+        "complete": p.complete,
+        "lag_seconds": p.lag_seconds,
+        "lag_seconds_estimated": p.lag_seconds_estimated,
+        "owner": p.owner,
+        "client_id": p.client_id,
+        "start": offset_view(p.start),
+        "end": offset_view(p.end),
+    }
+
+
+def summary_view(v: GroupVerdict) -> dict[str, Any]:
+    return {
+        "cluster": v.cluster,
+        "group": v.group,
+        "status": v.status.value,
+        "complete": v.complete,
+        "partition_count": v.partition_count,
+        "totallag": v.totallag,
+        "lag_seconds": v.lag_seconds,
+        "evaluated_at": v.evaluated_at,
+    }
+
+
+def reasons(v: GroupVerdict) -> list[dict[str, Any]]:
+    """Non-OK partitions grouped by the rule that fired, each with since when."""
+    found: dict[tuple[str, str], list[PartitionVerdict]] = {}
+    for p in v.partitions:
+        if p.status is not PartitionStatus.OK:
+            found.setdefault((p.status.value, p.reason), []).append(p)
+    out = []
+    for (status, reason), parts in found.items():
+        sinces = [p.since for p in parts if p.since is not None]
+        out.append(
+            {
+                "status": status,
+                "rule": RULE_OF.get(reason, ""),
+                "reason": reason,
+                "since": min(sinces) if sinces else None,
+                "partitions": [{"topic": p.topic, "partition": p.partition, "since": p.since} for p in parts],
+            }
+        )
+    return out
+
+
+def group_view(v: GroupVerdict) -> dict[str, Any]:
+    body = summary_view(v)
+    body["maxlag"] = partition_view(v.maxlag) if v.maxlag is not None else None
+    body["reasons"] = reasons(v)
+    body["partitions"] = [partition_view(p) for p in v.partitions]
+    return body
+
+
+def _ctx(request: web.Request) -> HttpContext:
+    return request.app[CTX]
+
+
+async def groups(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    only = request.query.get("cluster")
+    now = ctx.now_ms()
+    out = []
+    for cluster in ctx.state.clusters():
+        if only is not None and cluster != only:
+            continue
+        for group in ctx.state.groups(cluster):
+            v = ctx.evaluator.group(cluster, group, now)
+            if v.status is not GroupStatus.NOTFOUND:
+                out.append(summary_view(v))
+    return _json({"groups": out})
+
+
+async def consumer(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster, group = request.match_info["cluster"], request.match_info["group"]
+    v = ctx.evaluator.group(cluster, group, ctx.now_ms())
+    if v.status is GroupStatus.NOTFOUND:
+        return _error(request, 404, "cluster or consumer not found")
+    return _json(group_view(v))
+
+
+def _int_param(text: str, name: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer, got {text[:40]!r}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+async def window(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster, group, topic = (request.match_info[k] for k in ("cluster", "group", "topic"))
+    try:
+        partition = _int_param(request.match_info["partition"], "partition", 0, MAX_INT32)
+    except BadRequest as exc:
+        return _error(request, 400, str(exc))
+    entries = ctx.state.window(cluster, group, topic, partition)
+    if not entries:
+        return _error(request, 404, "cluster, consumer, topic or partition not found")
+    owner = ctx.state.owner(cluster, group, topic, partition)
+    offsets, ts = ctx.state.log_end_samples(cluster, topic, partition)
+    return _json(
+        {
+            "cluster": cluster,
+            "group": group,
+            "topic": topic,
+            "partition": partition,
+            "owner": owner.host if owner is not None else "",
+            "client_id": owner.client_id if owner is not None else "",
+            "window": [offset_view(e) for e in entries],
+            "log_end": [{"offset": o, "ts": t} for o, t in zip(offsets, ts, strict=True)],
+        }
+    )
+
+
+async def _query(ctx: HttpContext, stmt: Any) -> list[Any]:
+    if ctx.engine is None:
+        raise ConnectionError("no database configured")
+    engine = ctx.engine
+
+    async def run() -> list[Any]:
+        async with engine.connect() as conn:
+            return list((await conn.execute(stmt)).mappings())
+
+    return await asyncio.wait_for(run(), DB_TIMEOUT_S)
+
+
+async def _db_answer(request: web.Request, stmt: Any, key: str, view: Any) -> web.Response:
+    try:
+        rows = await _query(_ctx(request), stmt)
+    except (OSError, TimeoutError, sa.exc.SQLAlchemyError) as exc:
+        log.warning("database query for the API failed", path=request.path, error=f"{exc.__class__.__name__}: {exc}")
+        return _error(request, 503, "database unavailable: check storage.database-url and that Postgres is up")
+    return _json({key: [view(r) for r in rows]})
+
+
+def _incident(r: Any) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "cluster": r["cluster"],
+        "severity": r["severity"],
+        "state": r["state"],
+        "reason": r["reason"],
+        "opened_at": r["opened_at"],
+        "updated_at": r["updated_at"],
+        "resolved_at": r["resolved_at"],
+        "body": r["body"] if isinstance(r["body"], dict) else {},
+    }
+
+
+async def incidents(request: web.Request) -> web.Response:
+    t = schema.incidents
+    q = request.query
+    stmt = sa.select(t).order_by(t.c.opened_at.desc(), t.c.id)
+    try:
+        state = q.get("state")
+        if state is not None:
+            if state not in ("open", "resolved"):
+                raise BadRequest(f"state must be open or resolved, got {state[:40]!r}")
+            stmt = stmt.where(t.c.state == state)
+        if "cluster" in q:
+            stmt = stmt.where(t.c.cluster == q["cluster"])
+        limit = _int_param(q.get("limit", "100"), "limit", 1, 1000)
+    except BadRequest as exc:
+        return _error(request, 400, str(exc))
+    return await _db_answer(request, stmt.limit(limit), "incidents", _incident)
+
+
+def _mirror(r: Any) -> dict[str, Any]:
+    return {
+        "mirror": r["mirror"],
+        "topic": r["topic"],
+        "target_topic": r["target_topic"],
+        "verdict": r["verdict"],
+        "completeness": r["completeness"],
+        "delay_seconds": r["delay_seconds"],
+        "source_rate": r["source_rate"],
+        "target_rate": r["target_rate"],
+        "evaluated_at": r["evaluated_at"],
+        "details": r["details"] if isinstance(r["details"], dict) else {},
+    }
+
+
+async def mirrors(request: web.Request) -> web.Response:
+    t = schema.mirror_status
+    return await _db_answer(request, sa.select(t).order_by(t.c.mirror, t.c.topic), "mirrors", _mirror)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+async def trend(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster, group = request.match_info["cluster"], request.match_info["group"]
+    q = request.query
+    try:
+        step = _int_param(q.get("step", "60"), "step", 60, 3600)
+        if step not in TREND_STEPS:
+            raise BadRequest(f"step must be 60 or 3600 seconds, got {step}")
+        to = _int_param(q["to"], "to", 0, MAX_MS) if "to" in q else ctx.now_ms()
+        # from after to is an empty range (no points), not an error
+        start = _int_param(q["from"], "from", 0, MAX_MS) if "from" in q else max(0, to - DAY_MS)
+    except BadRequest as exc:
+        return _error(request, 400, str(exc))
+    t = schema.trends
+    stmt = (
+        sa.select(
+            t.c.bucket,
+            sa.func.sum(t.c.lag_max).label("lag_max"),
+            sa.func.sum(t.c.lag_last).label("lag_last"),
+            sa.func.max(t.c.lag_seconds_max).label("lag_seconds_max"),
+            sa.func.sum(t.c.consume_rate).label("consume_rate"),
+            sa.func.sum(t.c.produce_rate).label("produce_rate"),
+        )
+        .where(
+            t.c.step == step,
+            t.c.cluster == cluster,
+            t.c.group_name == group,
+            t.c.bucket >= start,
+            t.c.bucket <= to,
+        )
+        .group_by(t.c.bucket)
+        .order_by(t.c.bucket)
+        .limit(MAX_POINTS)
+    )
+    try:
+        rows = await _query(ctx, stmt)
+    except (OSError, TimeoutError, sa.exc.SQLAlchemyError) as exc:
+        log.warning("trend query failed", error=f"{exc.__class__.__name__}: {exc}")
+        return _error(request, 503, "database unavailable: check storage.database-url and that Postgres is up")
+    points = [
+        {
+            "bucket": int(r["bucket"]),
+            "lag_max": _opt_int(r["lag_max"]),
+            "lag_last": _opt_int(r["lag_last"]),
+            "lag_seconds_max": _opt_float(r["lag_seconds_max"]),
+            "consume_rate": _opt_float(r["consume_rate"]),
+            "produce_rate": _opt_float(r["produce_rate"]),
+        }
+        for r in rows
+    ]
+    return _json({"cluster": cluster, "group": group, "step": step, "from": start, "to": to, "points": points})
+
+
+async def openapi_doc(request: web.Request) -> web.Response:
+    from lagd.http.openapi import document
+
+    return _json(document())
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/lagd/v1/openapi.json", openapi_doc)
+    r.add_get("/lagd/v1/groups", groups)
+    r.add_get("/lagd/v1/incidents", incidents)
+    r.add_get("/lagd/v1/mirrors", mirrors)
+    r.add_get("/lagd/v1/consumer/{cluster}/{group}", consumer)
+    r.add_get("/lagd/v1/consumer/{cluster}/{group}/trend", trend)
+    r.add_get("/lagd/v1/consumer/{cluster}/{group}/window/{topic}/{partition}", window)

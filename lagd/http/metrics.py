@@ -1,0 +1,176 @@
+"""/metrics in the Prometheus text format, written directly from verdicts and live status.
+
+Burrow's metric names and labels (core/internal/httpserver/prometheus.go) keep existing
+alerts working; lagd's own series follow. No global registry: every scrape renders the
+current state, so removed groups vanish at once. `http.metrics-detail = "group"` drops the
+per-partition series, which dominate cardinality.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from lagd.evaluate import Evaluator, GroupVerdict
+from lagd.http.app import CTX, Health
+from lagd.model import GroupStatus
+from lagd.state.windows import State
+
+# Burrow's status index: NOTFOUND, OK, WARN, ERR, STOP, STALL, REWIND.
+STATUS_INDEX: dict[str, int] = {
+    s: i for i, s in enumerate(("NOTFOUND", "OK", "WARN", "ERR", "STOP", "STALL", "REWIND"))
+}
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _esc(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _num(value: float | int) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+class _Family:
+    """One metric family: HELP and TYPE once, then its samples."""
+
+    def __init__(self, out: list[str], name: str, kind: str, help_text: str) -> None:
+        self.out = out
+        self.name = name
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+
+    def add(self, labels: str, value: float | int) -> None:
+        self.out.append(f"{self.name}{{{labels}}} {_num(value)}\n" if labels else f"{self.name} {_num(value)}\n")
+
+
+def verdicts(state: State, evaluator: Evaluator, now_ms: int) -> list[GroupVerdict]:
+    """Every known group's verdict (cached by the evaluator), NOTFOUND left out."""
+    out = []
+    for cluster in state.clusters():
+        for group in state.groups(cluster):
+            v = evaluator.group(cluster, group, now_ms)
+            if v.status is not GroupStatus.NOTFOUND:
+                out.append(v)
+    return out
+
+
+def render(state: State, evaluator: Evaluator, health: Health, now_ms: int, detail: str = "partition") -> str:
+    """The whole exposition page."""
+    started = time.perf_counter()
+    groups = verdicts(state, evaluator, now_ms)
+    health.evaluation_seconds_last = time.perf_counter() - started
+    per_partition = detail == "partition"
+    out: list[str] = []
+
+    labels = [(v, f'cluster="{_esc(v.cluster)}",consumer_group="{_esc(v.group)}"') for v in groups]
+    f = _Family(out, "burrow_kafka_consumer_status", "gauge", "Status index of the group: NOTFOUND, OK, WARN, ERR")
+    for v, lab in labels:
+        f.add(lab, STATUS_INDEX[v.status.value])
+    f = _Family(out, "burrow_kafka_consumer_lag_total", "gauge", "Sum of the current lag of the group's partitions")
+    for v, lab in labels:
+        f.add(lab, v.totallag)
+    f = _Family(out, "lagd_consumer_lag_seconds", "gauge", "How far behind the group is in time (highest partition)")
+    for v, lab in labels:
+        f.add(lab, v.lag_seconds)
+
+    if per_partition:
+        rows = [
+            (p, f'{lab},topic="{_esc(p.topic)}",partition="{p.partition}"') for v, lab in labels for p in v.partitions
+        ]
+        f = _Family(out, "burrow_kafka_consumer_partition_lag", "gauge", "Messages the group is behind on a partition")
+        for p, plab in rows:
+            f.add(plab, p.current_lag)
+        f = _Family(out, "burrow_kafka_consumer_current_offset", "gauge", "Newest committed offset (full windows only)")
+        for p, plab in rows:
+            if p.complete == 1.0 and p.end is not None:
+                f.add(plab, p.end.offset)
+        f = _Family(
+            out, "burrow_kafka_topic_partition_status", "gauge", "Status index of a partition: OK=1 ... REWIND=6"
+        )
+        for p, plab in rows:
+            f.add(plab, STATUS_INDEX[p.status.value])
+        f = _Family(out, "lagd_consumer_partition_lag_seconds", "gauge", "How far behind a partition is in time")
+        for p, plab in rows:
+            f.add(plab, p.lag_seconds)
+        f = _Family(out, "burrow_kafka_topic_partition_offset", "gauge", "Newest log-end offset of a topic partition")
+        for cluster in state.clusters():
+            for topic in state.topics(cluster):
+                for partition, offset in enumerate(state.topic_offsets(cluster, topic) or ()):
+                    f.add(f'cluster="{_esc(cluster)}",topic="{_esc(topic)}",partition="{partition}"', offset)
+
+    _health(out, health)
+    return "".join(out)
+
+
+def _health(out: list[str], health: Health) -> None:
+    counters = sorted(health.counters.items())
+    f = _Family(out, "lagd_ingest_records_total", "counter", "Records ingested by record type")
+    for cluster, c in counters:
+        for kind, n in sorted(c.records_by_type.items()):
+            f.add(f'cluster="{_esc(cluster)}",type="{_esc(kind)}"', n)
+    f = _Family(out, "lagd_ingest_decode_errors_total", "counter", "Records that could not be decoded, by reason")
+    for cluster, c in counters:
+        for reason, n in sorted(c.decode_errors.items()):
+            f.add(f'cluster="{_esc(cluster)}",reason="{_esc(reason)}"', n)
+    f = _Family(out, "lagd_ingest_failures_total", "counter", "Broker-side failures of readers, by reader and error")
+    for cluster, c in counters:
+        for what, n in sorted(c.failures.items()):
+            f.add(f'cluster="{_esc(cluster)}",failure="{_esc(what)}"', n)
+    f = _Family(out, "lagd_ingest_filtered_groups_total", "counter", "Records skipped by the group filters")
+    for cluster, c in counters:
+        f.add(f'cluster="{_esc(cluster)}"', c.filtered_groups)
+    progress: Iterable[tuple[str, object]] = sorted(health.progress.items())
+    f = _Family(out, "lagd_reader_caught_up", "gauge", "1 once the cluster's offsets reader has caught up")
+    for cluster, p in progress:
+        f.add(f'cluster="{_esc(cluster)}"', bool(getattr(p, "caught_up", False)))
+    f = _Family(out, "lagd_reader_progress_ratio", "gauge", "Share of the backlog at start already read")
+    for cluster, p in sorted(health.progress.items()):
+        f.add(f'cluster="{_esc(cluster)}"', float(getattr(p, "fraction", 0.0)))
+    st = health.persister
+    if st is not None:
+        _Family(out, "lagd_store_pending_changes", "gauge", "Changes waiting to be written to Postgres").add(
+            "", int(st.pending)
+        )
+        _Family(out, "lagd_store_write_seconds", "gauge", "Duration of the last successful write").add(
+            "", float(st.write_seconds_last)
+        )
+        _Family(out, "lagd_store_healthy", "gauge", "1 while writes to Postgres succeed").add("", bool(st.healthy))
+        _Family(
+            out, "lagd_store_dropped_history_total", "counter", "History rows dropped because the buffer was full"
+        ).add("", int(st.dropped_history))
+    pub = health.publisher
+    if pub is not None:
+        _Family(out, "lagd_mqtt_connected", "gauge", "1 while connected to the MQTT broker").add(
+            "", bool(getattr(pub, "connected", False))
+        )
+        _Family(out, "lagd_outbox_pending", "gauge", "Incident messages waiting to be published").add(
+            "", int(getattr(pub, "pending", 0))
+        )
+        _Family(out, "lagd_mqtt_published_total", "counter", "Incident messages published").add(
+            "", int(getattr(pub, "published_total", 0))
+        )
+    _Family(out, "lagd_evaluation_seconds", "gauge", "Time to evaluate every group for this scrape").add(
+        "", health.evaluation_seconds_last
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    text = render(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), ctx.settings.http.metrics_detail)
+    return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/metrics", metrics)

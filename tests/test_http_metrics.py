@@ -1,0 +1,190 @@
+"""/metrics: Burrow's series and lagd's own, exact values for a known State, and the
+cardinality setting. The exposition is parsed strictly (one HELP/TYPE per family, before
+its samples; every sample line well formed)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import aiohttp
+
+from lagd.http.app import HttpContext
+from lagd.ingest.progress import ReaderProgress
+from lagd.model import IngestCounters
+from lagd.state.persister import PersisterStatus
+from tests.http_state import build_context, build_settings, serve
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[a-zA-Z_]+="(?:[^"\\]|\\.)*",?)*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"')
+
+Key = tuple[str, frozenset[tuple[str, str]]]
+
+
+def parse(text: str) -> tuple[dict[Key, float], dict[str, str]]:
+    """Samples by (name, labels) and each family's TYPE; fails on anything malformed."""
+    samples: dict[Key, float] = {}
+    types: dict[str, str] = {}
+    helped: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name = line.split()[2]
+            assert name not in helped, f"HELP twice for {name}"
+            helped.add(name)
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            assert name not in types and kind in ("gauge", "counter")
+            types[name] = kind
+        else:
+            m = SAMPLE.match(line)
+            assert m, f"malformed sample line {line!r}"
+            name, labels, value = m.groups()
+            assert name in types, f"{name} sampled before its TYPE"
+            key = (name, frozenset(LABEL.findall(labels or "")))
+            assert key not in samples, f"duplicate series {key}"
+            samples[key] = float(value)
+    assert helped == set(types)
+    return samples, types
+
+
+def series(samples: dict[Key, float], name: str) -> dict[frozenset[tuple[str, str]], float]:
+    return {labels: v for (n, labels), v in samples.items() if n == name}
+
+
+def lab(**kw: str) -> frozenset[tuple[str, str]]:
+    return frozenset(kw.items())
+
+
+@dataclass
+class Publisher:
+    connected: bool = True
+    pending: int = 4
+    published_total: int = 17
+
+
+def health_context(detail: str = "partition") -> HttpContext:
+    ctx = build_context(build_settings(metrics_detail=detail))
+    counters = IngestCounters()
+    for kind in ("offset_commit", "offset_commit", "group_metadata"):
+        counters.count_record(kind)
+    counters.count_error("unknown_key_version")
+    progress = ReaderProgress()
+    progress.measure({0: 0, 1: 0}, {0: 10, 1: 30})
+    progress.advance(0, 10)
+    ctx.health.counters = {"prod": counters}
+    ctx.health.progress = {"prod": progress}
+    ctx.health.persister = PersisterStatus(pending=12, write_seconds_last=0.25, dropped_history=3, healthy=False)
+    ctx.health.publisher = Publisher()
+    return ctx
+
+
+async def scrape(detail: str) -> tuple[dict[Key, float], dict[str, str], str]:
+    async with serve(health_context(detail)) as base, aiohttp.ClientSession(base) as s, s.get("/metrics") as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = await resp.text()
+    samples, types = parse(text)
+    return samples, types, text
+
+
+async def test_burrow_series_exact() -> None:
+    samples, types, _ = await scrape("partition")
+    g = {g: lab(cluster="prod", consumer_group=g) for g in ("g-ok", "g-warn", "g-stall", "g-rewind", "g-stop")}
+    # Burrow's index: NOTFOUND 0, OK 1, WARN 2, ERR 3, STOP 4, STALL 5, REWIND 6
+    assert series(samples, "burrow_kafka_consumer_status") == {
+        g["g-ok"]: 1, g["g-warn"]: 2, g["g-stall"]: 3, g["g-rewind"]: 3, g["g-stop"]: 3
+    }  # fmt: skip
+    assert series(samples, "burrow_kafka_consumer_lag_total") == {
+        g["g-ok"]: 0, g["g-warn"]: 1500, g["g-stall"]: 2950, g["g-rewind"]: 2600, g["g-stop"]: 6700
+    }  # fmt: skip
+
+    def p(group: str, topic: str, partition: int) -> frozenset[tuple[str, str]]:
+        return lab(cluster="prod", consumer_group=group, topic=topic, partition=str(partition))
+
+    assert series(samples, "burrow_kafka_consumer_partition_lag") == {
+        p("g-ok", "orders", 0): 0,
+        p("g-warn", "orders", 0): 0,
+        p("g-warn", "orders", 1): 1500,
+        p("g-stall", "events", 0): 2950,
+        p("g-rewind", "events", 0): 2600,
+        p("g-stop", "events", 1): 6700,
+    }
+    assert series(samples, "burrow_kafka_consumer_current_offset") == {
+        p("g-ok", "orders", 0): 300,
+        p("g-warn", "orders", 0): 300,
+        p("g-warn", "orders", 1): 1500,
+        p("g-stall", "events", 0): 50,
+        p("g-rewind", "events", 0): 400,
+        p("g-stop", "events", 1): 300,
+    }
+    assert series(samples, "burrow_kafka_topic_partition_status") == {
+        p("g-ok", "orders", 0): 1,
+        p("g-warn", "orders", 0): 1,
+        p("g-warn", "orders", 1): 2,
+        p("g-stall", "events", 0): 5,
+        p("g-rewind", "events", 0): 6,
+        p("g-stop", "events", 1): 4,
+    }
+    assert series(samples, "burrow_kafka_topic_partition_offset") == {
+        lab(cluster="prod", topic="events", partition="0"): 3000,
+        lab(cluster="prod", topic="events", partition="1"): 7000,
+        lab(cluster="prod", topic="orders", partition="0"): 300,
+        lab(cluster="prod", topic="orders", partition="1"): 3000,
+    }
+    # lag in seconds: g-warn's committed 1500 lies halfway between the log ends 1000 (9.999 s)
+    # and 2000 (19.999 s), so it was reached at 14.999 s; now is 30 s
+    assert series(samples, "lagd_consumer_lag_seconds")[g["g-warn"]] == 15.001
+    assert series(samples, "lagd_consumer_lag_seconds")[g["g-ok"]] == 0.0
+    assert series(samples, "lagd_consumer_partition_lag_seconds")[p("g-warn", "orders", 1)] == 15.001
+    assert types["burrow_kafka_consumer_status"] == "gauge"
+
+
+async def test_lagd_health_series_exact() -> None:
+    samples, types, _ = await scrape("partition")
+    assert series(samples, "lagd_ingest_records_total") == {
+        lab(cluster="prod", type="group_metadata"): 1,
+        lab(cluster="prod", type="offset_commit"): 2,
+    }
+    assert series(samples, "lagd_ingest_decode_errors_total") == {lab(cluster="prod", reason="unknown_key_version"): 1}
+    assert types["lagd_ingest_records_total"] == "counter"
+    assert series(samples, "lagd_reader_caught_up") == {lab(cluster="prod"): 0}
+    assert series(samples, "lagd_reader_progress_ratio") == {lab(cluster="prod"): 0.25}
+    flat = {name: series(samples, name).get(frozenset()) for name in types}
+    assert {k: flat[k] for k in (
+        "lagd_store_pending_changes", "lagd_store_write_seconds", "lagd_store_healthy",
+        "lagd_store_dropped_history_total", "lagd_mqtt_connected", "lagd_outbox_pending",
+        "lagd_mqtt_published_total",
+    )} == {
+        "lagd_store_pending_changes": 12, "lagd_store_write_seconds": 0.25, "lagd_store_healthy": 0,
+        "lagd_store_dropped_history_total": 3, "lagd_mqtt_connected": 1, "lagd_outbox_pending": 4,
+        "lagd_mqtt_published_total": 17,
+    }  # fmt: skip
+    seconds = flat["lagd_evaluation_seconds"]
+    assert seconds is not None and seconds >= 0.0
+
+
+async def test_group_detail_drops_partition_series() -> None:
+    full, _, _ = await scrape("partition")
+    grouped, types, _ = await scrape("group")
+    per_partition = {
+        "burrow_kafka_consumer_partition_lag",
+        "burrow_kafka_consumer_current_offset",
+        "burrow_kafka_topic_partition_status",
+        "burrow_kafka_topic_partition_offset",
+        "lagd_consumer_partition_lag_seconds",
+    }
+    assert not per_partition & set(types)
+    assert {k for k in full if k[0] not in per_partition} == set(grouped)
+    assert len(full) - len(grouped) == 6 * 4 + 4  # four series per group-partition (six), topic offsets (four)
+
+
+async def test_label_values_are_escaped() -> None:
+    ctx = health_context()
+    from lagd.model import Commit
+
+    ctx.state.apply(Commit("prod", 'we"ird\\g\nroup', "orders", 0, 300, 999, 30_000, 30_000))
+    async with serve(ctx) as base, aiohttp.ClientSession(base) as s, s.get("/metrics") as resp:
+        samples, _ = parse(await resp.text())
+    assert (
+        series(samples, "burrow_kafka_consumer_status")[lab(cluster="prod", consumer_group='we\\"ird\\\\g\\nroup')] == 1
+    )

@@ -1,0 +1,257 @@
+"""The status page at `/`, rendered by a real browser (headless Chromium), shows every group.
+
+A running `lagd run` (real Tansu, Postgres, Mosquitto) watches groups the simulator drives;
+Chromium loads `/`, a screenshot goes to test-artifacts/status-page.png, and the rendered
+DOM must show each group in a row of its own with the status lagd's Burrow API gives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lagd import embedded
+
+ROOT = Path(__file__).resolve().parent.parent
+APT = "apt-get install -y chromium chromium-driver   (or: make system-deps)"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium() -> str:
+    """The browser; its absence is a failure naming the package, never a skip."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail(f"headless Chromium is not installed: {APT}")
+    return exe
+
+
+def browse(url: str, *extra: str, timeout: float = 60.0) -> str:
+    """Run headless Chromium once against `url` with a throwaway profile; return its stdout."""
+    profile = tempfile.mkdtemp(prefix="lagd-chromium-")
+    proc = subprocess.Popen(
+        [chromium(), *FLAGS, f"--user-data-dir={profile}", *extra, url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, "HOME": profile},
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"chromium did not finish within {timeout}s for {url}") from None
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    assert proc.returncode == 0, f"chromium exited {proc.returncode}: {err.decode(errors='replace')[-2000:]}"
+    return out.decode(errors="replace")
+
+
+class _Blocks(HTMLParser):
+    """Every element's text (including its children's), innermost first when they close."""
+
+    VOID = {"br", "img", "hr", "meta", "link", "input", "col", "area", "base", "source", "wbr", "embed"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[tuple[str, list[str]]] = []
+        self.blocks: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag not in self.VOID:
+            self.stack.append((tag, []))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack:
+            name, parts = self.stack.pop()
+            text = " ".join(" ".join(parts).split())
+            self.blocks.append((name, text))
+            if self.stack:
+                self.stack[-1][1].append(text)
+            if name == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if self.stack and self.stack[-1][0] not in ("script", "style"):
+            self.stack[-1][1].append(data)
+
+
+def group_rows(dom: str, groups: list[str]) -> dict[str, list[str]]:
+    """For each group, the texts of elements that name it and no other group (its own rows)."""
+    parser = _Blocks()
+    parser.feed(dom)
+    parser.close()
+    rows: dict[str, list[str]] = {g: [] for g in groups}
+    for _, text in parser.blocks:
+        named = [g for g in groups if g in text.split() or f" {g} " in f" {text} "]
+        if len(named) == 1:
+            rows[named[0]].append(text)
+    return rows
+
+
+def _get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, json.loads(answer.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+    except (OSError, ValueError):
+        return 0, None
+
+
+def start_lagd(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`lagd run` with the example settings and `env`'s overrides, logging to `log`."""
+    with log.open("wb") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "lagd", "run", "--config", str(ROOT / "config" / "lagd.example.toml")],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def stop_lagd(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def _is(answer: Any, want: dict[str, str]) -> bool:
+    return bool(await answer == want)
+
+
+def test_dom_parser_finds_each_groups_own_row() -> None:
+    dom = (
+        "<html><body><h1>lagd</h1><table><tr><td>alpha-1</td><td><span>OK</span></td></tr>"
+        "<tr><td>beta-1</td><td>ERR</td><td>STOP</td></tr></table><script>alpha-1 WARN</script></body></html>"
+    )
+    rows = group_rows(dom, ["alpha-1", "beta-1"])
+    assert any("OK" in r for r in rows["alpha-1"])
+    assert not any("ERR" in r or "WARN" in r for r in rows["alpha-1"])
+    assert any("ERR" in r and "STOP" in r for r in rows["beta-1"])
+
+
+@pytest.mark.slow
+async def test_status_page_in_headless_chromium(
+    tmp_path: Path,
+    kafka: str,
+    database_url: str,
+    mqtt_broker: tuple[str, int],
+    unique: str,
+    artifacts: Path,
+    settle: Any,
+) -> None:
+    exe = chromium()
+    from lagd.sim.driver import Driver
+    from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
+
+    topic = f"page-{unique}"
+    healthy, lagging = f"ok-{unique}", f"slow-{unique}"
+    scenario = Scenario(
+        topics=(TopicSpec(topic, 2, rate=4.0),),
+        groups=(GroupSpec(healthy, (topic,), "healthy"), GroupSpec(lagging, (topic,), "lagging", speed=0.5)),
+        start_ms=int(time.time() * 1000),
+    )
+    driver = Driver(kafka, scenario, mode="topic")
+    await driver.start()
+    port = embedded.free_port()
+    env = {
+        **os.environ,
+        "LAGD_CLUSTERS_LOCAL_BOOTSTRAP_SERVERS": kafka,
+        "LAGD_CLUSTERS_LOCAL_OFFSET_REFRESH": "1",
+        "LAGD_CLUSTERS_LOCAL_TOPIC_REFRESH": "1",
+        "LAGD_STORAGE_DATABASE_URL": database_url,
+        "LAGD_HTTP_LISTEN": f"127.0.0.1:{port}",
+        "LAGD_NOTIFY_MQTT_URL": f"mqtt://{mqtt_broker[0]}:{mqtt_broker[1]}",
+        "LAGD_EVALUATOR_CACHE_TTL": "0.5",
+        "LAGD_LOG_FORMAT": "json",
+    }
+    env.pop("NOTIFY_SOCKET", None)
+    log = tmp_path / "lagd.log"
+    lagd = start_lagd(env, log)
+    base = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    done = asyncio.Event()
+
+    async def ticks() -> None:
+        """One commit round a second on the wall clock, for as long as the test looks."""
+        t = 0.0
+        while not done.is_set():
+            await driver.advance(t)
+            t += 1.0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), max(0.0, started + t - time.monotonic()))
+
+    async def statuses() -> dict[str, str] | None:
+        assert not ticker.done() or ticker.exception() is None, f"simulator failed: {ticker.exception()!r}"
+        assert lagd.poll() is None, f"lagd exited {lagd.returncode}:\n{log.read_text()[-3000:]}"
+        found = {}
+        for g in (healthy, lagging):
+            code, body = await asyncio.to_thread(_get, f"{base}/v3/kafka/local/consumer/{g}/lag")
+            if code != 200:
+                return None
+            found[g] = body["status"]["status"]
+        return found
+
+    ticker = asyncio.create_task(ticks())
+    try:
+        # wait for the window rules to tell the two apart: OK and WARN
+        await settle(
+            lambda: _is(statuses(), {healthy: "OK", lagging: "WARN"}),
+            timeout=60,
+            interval=0.2,
+            what="both groups judged (OK and WARN)",
+        )
+        shot = artifacts / "status-page.png"
+        shot.unlink(missing_ok=True)
+        await asyncio.to_thread(browse, f"{base}/", f"--screenshot={shot}", "--window-size=1280,900")
+        assert shot.exists() and shot.stat().st_size > 1000, "chromium wrote no screenshot"
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        before = await statuses()
+        dom = await asyncio.to_thread(browse, f"{base}/", "--dump-dom")
+        after = await statuses()
+        assert exe and "<html" in dom.lower()
+        assert before is not None and after is not None
+        rows = group_rows(dom, [healthy, lagging])
+        for group in (healthy, lagging):
+            assert rows[group], f"the page does not show group {group}:\n{dom[:3000]}"
+            # the page was rendered between the two API reads: it shows one of their answers
+            shown = {before[group], after[group]}
+            own = [r for r in rows[group] if r.split()[0] == group and len(r.split()) > 1]  # its row, not an incident's
+            assert any(shown & set(r.split()) for r in own), (
+                f"group {group} is {shown} in the API but its row on the page says {rows[group][:3]}"
+            )
+        (artifacts / "status-page.html").write_text(dom)
+    finally:
+        done.set()
+        with contextlib.suppress(Exception):
+            await ticker
+        await asyncio.to_thread(stop_lagd, lagd)
+        await driver.close()
