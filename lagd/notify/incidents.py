@@ -1,0 +1,397 @@
+"""The incident engine: group verdict changes in, incident events out (pure, no I/O, no clock).
+
+Why incidents: when a broker dies, hundreds of groups go bad in the same minute; operators
+need one incident that grows and resolves, not one message per group.
+
+Rules (times are ms, passed in by the caller):
+- A group whose status reaches the configured severity (WARN or ERR; NOTFOUND counts as OK)
+  is *bad*. A bad group that is in no open incident joins an open incident of its cluster
+  whose last join is at most `correlation_window` old, preferring one that shares a topic,
+  then one that shares an owner host, then the most recent; otherwise it opens a new one.
+- `opened` goes out at once. A join or a change of the incident's severity (the worst
+  current status of its groups) marks the incident dirty; at most one `updated` goes out per
+  `update_interval` (the first immediately if the interval since the last event has passed,
+  the rest coalesced and flushed by `tick`). A member's status changing without changing the
+  severity is carried by the next event but causes none by itself (flap suppression).
+- An incident resolves (on `tick`) when all its groups have been OK for `hold_time`;
+  `resolved_at` is when the last group recovered. A member flapping bad-OK-bad within the
+  hold time just keeps its incident open: no resolve and reopen.
+- Resolved incidents are final and never reopen, so ids and event sequences stay simple for
+  subscribers. A group that goes bad again within `hold_time` after its incident resolved
+  opens (or joins) a new incident whose reason names the earlier one ("recurrence of ...").
+  Since a resolve needs `hold_time` of continuous health, one group can cause at most one
+  incident per `hold_time`, which bounds any storm.
+
+Ids are deterministic: incident `<cluster>-<opened_at>-<hash of first group>`, event
+`<incident_id>:<seq>`, so replaying the same input yields the same ids (outbox dedup).
+The engine state serialises to JSON per cluster (`dump_cluster`/`load_cluster`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from lagd.model import GroupStatus, PartitionStatus
+
+EventKind = Literal["opened", "updated", "resolved"]
+# (topic, partition, status, owner host) of a group's non-OK partitions.
+PartitionInfo = tuple[str, int, PartitionStatus, str]
+
+_RANK = {GroupStatus.NOTFOUND: 0, GroupStatus.OK: 0, GroupStatus.WARN: 1, GroupStatus.ERR: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupChange:
+    """A group's verdict changed at `at` (one per change, from the evaluator)."""
+
+    cluster: str
+    group: str
+    status: GroupStatus
+    at: int
+    partitions: tuple[PartitionInfo, ...] = ()
+    topics: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentEvent:
+    """One message about an incident; `event_id` is unique and stable across replays."""
+
+    event: EventKind
+    event_id: str
+    incident_id: str
+    cluster: str
+    severity: str
+    opened_at: int
+    resolved_at: int | None
+    at: int
+    groups: dict[str, str]
+    partitions: tuple[dict[str, Any], ...]
+    reason: str
+    summary: str
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body published over MQTT and stored in the outbox."""
+        return {
+            "event": self.event,
+            "id": self.incident_id,
+            "event_id": self.event_id,
+            "cluster": self.cluster,
+            "severity": self.severity,
+            "opened_at": self.opened_at,
+            "resolved_at": self.resolved_at,
+            "at": self.at,
+            "groups": dict(self.groups),
+            "partitions": [dict(p) for p in self.partitions],
+            "reason": self.reason,
+            "summary": self.summary,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """The engine's knobs, in ms (see NotifySettings)."""
+
+    severity: Literal["WARN", "ERR"] = "WARN"
+    correlation_window: int = 120_000
+    hold_time: int = 300_000
+    update_interval: int = 30_000
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Rules:
+        """From a NotifySettings (seconds) to Rules (ms)."""
+        return cls(
+            severity=settings.severity,
+            correlation_window=int(settings.correlation_window * 1000),
+            hold_time=int(settings.hold_time * 1000),
+            update_interval=int(settings.update_interval * 1000),
+        )
+
+
+@dataclass(slots=True)
+class _Member:
+    status: str
+    ok_since: int | None
+    partitions: list[list[Any]] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Incident:
+    id: str
+    cluster: str
+    opened_at: int
+    last_join: int
+    severity: str
+    first_reason: str
+    seq: int = 0
+    last_event_at: int = 0
+    dirty: bool = False
+    members: dict[str, _Member] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Cluster:
+    open: dict[str, _Incident] = field(default_factory=dict)
+    # group -> [incident id, time of the resolve] for groups whose incident resolved within hold_time
+    recent: dict[str, list[Any]] = field(default_factory=dict)
+
+
+def _bad(status: str, rules: Rules) -> bool:
+    return _RANK[GroupStatus(status)] >= _RANK[GroupStatus(rules.severity)]
+
+
+def _worst(statuses: list[str]) -> str | None:
+    bad = [s for s in statuses if _RANK[GroupStatus(s)] > 0]
+    return max(bad, key=lambda s: _RANK[GroupStatus(s)]) if bad else None
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+
+
+class IncidentEngine:
+    """The state machine; `apply` and `tick` return the events to record, oldest first."""
+
+    def __init__(self, rules: Rules) -> None:
+        self.rules = rules
+        self._clusters: dict[str, _Cluster] = {}
+
+    # --- input ------------------------------------------------------------------------
+
+    def apply(self, change: GroupChange) -> list[IncidentEvent]:
+        """Feed one verdict change; returns `opened` or immediate `updated` events."""
+        cl = self._clusters.setdefault(change.cluster, _Cluster())
+        status = str(GroupStatus(change.status))
+        member = _Member(
+            status=status,
+            ok_since=None if _bad(status, self.rules) else change.at,
+            partitions=[[t, p, str(s), h] for t, p, s, h in change.partitions],
+            topics=sorted(set(change.topics) | {t for t, _, _, _ in change.partitions}),
+            hosts=sorted(set(change.hosts) | {h for _, _, _, h in change.partitions if h}),
+        )
+        current = next((inc for inc in cl.open.values() if change.group in inc.members), None)
+        if current is not None:
+            old = current.members[change.group]
+            if member.ok_since is not None and old.ok_since is not None:
+                member.ok_since = old.ok_since  # still healthy: keep when it recovered
+            current.members[change.group] = member
+            self._restate(current)
+            return self._maybe_update(current, change.at)
+        if member.ok_since is not None:
+            return []  # healthy and in no incident: nothing to say
+        recurrence = ""
+        prior = cl.recent.get(change.group)
+        if prior is not None and change.at - int(prior[1]) <= self.rules.hold_time:
+            recurrence = f"recurrence of {prior[0]}"
+        target, reason = self._correlate(cl, change.at, member)
+        if target is None:
+            first = f"group {change.group}" + (f", {recurrence}" if recurrence else "")
+            inc = _Incident(
+                id=f"{change.cluster}-{change.at}-{_short_hash(change.group)}",
+                cluster=change.cluster,
+                opened_at=change.at,
+                last_join=change.at,
+                severity=status,
+                first_reason=first,
+            )
+            inc.members[change.group] = member
+            cl.open[inc.id] = inc
+            return [self._emit(inc, "opened", change.at)]
+        target.members[change.group] = member
+        target.last_join = change.at
+        key = reason + (f", {recurrence}" if recurrence else "")
+        target.reasons[key] = target.reasons.get(key, 0) + 1
+        target.dirty = True
+        self._restate(target)
+        return self._maybe_update(target, change.at)
+
+    def tick(self, now: int) -> list[IncidentEvent]:
+        """Flush coalesced updates and resolve incidents whose groups held OK long enough."""
+        out: list[IncidentEvent] = []
+        for cl in self._clusters.values():
+            for inc in sorted(cl.open.values(), key=lambda i: (i.opened_at, i.id)):
+                recovered = [m.ok_since for m in inc.members.values()]
+                if all(r is not None for r in recovered):
+                    last = max(int(r) for r in recovered if r is not None)
+                    if now - last >= self.rules.hold_time:
+                        out.append(self._emit(inc, "resolved", now, resolved_at=last))
+                        del cl.open[inc.id]
+                        for group in inc.members:
+                            cl.recent[group] = [inc.id, now]
+                        continue
+                out.extend(self._maybe_update(inc, now))
+            for group, (_, resolved_at) in list(cl.recent.items()):
+                if now - int(resolved_at) > self.rules.hold_time:
+                    del cl.recent[group]
+        return out
+
+    # --- views ------------------------------------------------------------------------
+
+    def open_incidents(self, cluster: str) -> list[str]:
+        """Ids of the cluster's open incidents, oldest first."""
+        cl = self._clusters.get(cluster)
+        return [] if cl is None else sorted(cl.open, key=lambda i: (cl.open[i].opened_at, i))
+
+    def clusters(self) -> list[str]:
+        return sorted(self._clusters)
+
+    # --- persistence ------------------------------------------------------------------
+
+    def dump_cluster(self, cluster: str) -> dict[str, Any]:
+        """The cluster's state as JSON-ready data (stored in incident_engine_state)."""
+        cl = self._clusters.get(cluster, _Cluster())
+        return {
+            "version": 1,
+            "open": [
+                {
+                    "id": i.id,
+                    "cluster": i.cluster,
+                    "opened_at": i.opened_at,
+                    "last_join": i.last_join,
+                    "severity": i.severity,
+                    "first_reason": i.first_reason,
+                    "seq": i.seq,
+                    "last_event_at": i.last_event_at,
+                    "dirty": i.dirty,
+                    "reasons": dict(i.reasons),
+                    "members": {
+                        g: {
+                            "status": m.status,
+                            "ok_since": m.ok_since,
+                            "partitions": [list(p) for p in m.partitions],
+                            "topics": list(m.topics),
+                            "hosts": list(m.hosts),
+                        }
+                        for g, m in i.members.items()
+                    },
+                }
+                for i in cl.open.values()
+            ],
+            "recent": {g: list(v) for g, v in cl.recent.items()},
+        }
+
+    def load_cluster(self, cluster: str, data: dict[str, Any]) -> None:
+        """Restore what `dump_cluster` produced; raises ValueError on a foreign shape."""
+        if data.get("version") != 1:
+            raise ValueError(
+                f"incident engine state for cluster {cluster!r} has version {data.get('version')!r}, expected 1; "
+                "delete its row in incident_engine_state to start afresh"
+            )
+        cl = _Cluster()
+        for raw in data["open"]:
+            inc = _Incident(
+                id=raw["id"],
+                cluster=raw["cluster"],
+                opened_at=int(raw["opened_at"]),
+                last_join=int(raw["last_join"]),
+                severity=raw["severity"],
+                first_reason=raw["first_reason"],
+                seq=int(raw["seq"]),
+                last_event_at=int(raw["last_event_at"]),
+                dirty=bool(raw["dirty"]),
+                reasons={str(k): int(v) for k, v in raw["reasons"].items()},
+            )
+            for g, m in raw["members"].items():
+                inc.members[g] = _Member(
+                    status=m["status"],
+                    ok_since=None if m["ok_since"] is None else int(m["ok_since"]),
+                    partitions=[list(p) for p in m["partitions"]],
+                    topics=list(m["topics"]),
+                    hosts=list(m["hosts"]),
+                )
+            cl.open[inc.id] = inc
+        cl.recent = {str(g): list(v) for g, v in data["recent"].items()}
+        self._clusters[cluster] = cl
+
+    def dump(self) -> dict[str, Any]:
+        """Every cluster's state (for tests and snapshots)."""
+        return {c: self.dump_cluster(c) for c in self.clusters()}
+
+    @classmethod
+    def load(cls, rules: Rules, data: dict[str, Any]) -> IncidentEngine:
+        engine = cls(rules)
+        for cluster, state in data.items():
+            engine.load_cluster(cluster, state)
+        return engine
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _correlate(self, cl: _Cluster, at: int, member: _Member) -> tuple[_Incident | None, str]:
+        """The open incident a newly bad group joins, and why (None: open a new one)."""
+        fresh = [i for i in cl.open.values() if at - i.last_join <= self.rules.correlation_window]
+        if not fresh:
+            return None, ""
+
+        def shared(inc: _Incident, attr: str) -> list[str]:
+            mine = set(getattr(member, attr))
+            return sorted({x for m in inc.members.values() for x in getattr(m, attr)} & mine)
+
+        for attr, label in (("topics", "topic"), ("hosts", "host")):
+            hits = [(i, shared(i, attr)) for i in fresh]
+            hits = [(i, s) for i, s in hits if s]
+            if hits:
+                inc, common = max(hits, key=lambda h: (h[0].last_join, h[0].id))
+                return inc, f"same {label} {common[0]}"
+        inc = max(fresh, key=lambda i: (i.last_join, i.id))
+        return inc, "same cluster"
+
+    def _restate(self, inc: _Incident) -> None:
+        worst = _worst([m.status for m in inc.members.values()])
+        if worst is not None and worst != inc.severity:
+            inc.severity = worst
+            inc.dirty = True
+
+    def _maybe_update(self, inc: _Incident, now: int) -> list[IncidentEvent]:
+        if inc.dirty and now - inc.last_event_at >= self.rules.update_interval:
+            return [self._emit(inc, "updated", now)]
+        return []
+
+    def _emit(self, inc: _Incident, kind: EventKind, at: int, resolved_at: int | None = None) -> IncidentEvent:
+        inc.seq += 1
+        inc.last_event_at = at
+        inc.dirty = False
+        groups = {g: inc.members[g].status for g in sorted(inc.members)}
+        partitions = tuple(
+            {"group": g, "topic": p[0], "partition": p[1], "status": p[2], "owner": p[3]}
+            for g in sorted(inc.members)
+            for p in inc.members[g].partitions
+        )
+        reason = self._reason(inc)
+        bad = sum(1 for m in inc.members.values() if m.ok_since is None)
+        if kind == "resolved":
+            mins = ((resolved_at or at) - inc.opened_at) // 1000
+            summary = (
+                f"resolved: {len(groups)} consumer group(s) on cluster {inc.cluster} healthy again "
+                f"after {mins // 60}m{mins % 60:02d}s ({reason})"
+            )
+        else:
+            summary = (
+                f"{inc.severity}: {bad} of {len(groups)} consumer group(s) lagging on cluster {inc.cluster} ({reason})"
+            )
+        return IncidentEvent(
+            event=kind,
+            event_id=f"{inc.id}:{inc.seq}",
+            incident_id=inc.id,
+            cluster=inc.cluster,
+            severity=inc.severity,
+            opened_at=inc.opened_at,
+            resolved_at=resolved_at,
+            at=at,
+            groups=groups,
+            partitions=partitions,
+            reason=reason,
+            summary=summary,
+        )
+
+    @staticmethod
+    def _reason(inc: _Incident) -> str:
+        if not inc.reasons:
+            return inc.first_reason
+        # the most frequent join reason; ties go to the one seen first
+        order = {k: n for n, k in enumerate(inc.reasons)}
+        return min(inc.reasons.items(), key=lambda kv: (-kv[1], order[kv[0]]))[0]

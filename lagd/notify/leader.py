@@ -1,0 +1,90 @@
+"""Leadership: one lagd instance per cluster notifies, decided by a Postgres advisory lock.
+
+Why an advisory lock: it lives exactly as long as the session holding it, so a crashed or
+partitioned leader loses it with its connection and a standby takes over on its next try,
+with nothing else to configure. Running two instances for availability never doubles
+notifications.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from lagd import logs
+
+log = logs.get(__name__)
+
+_TRY = text("SELECT pg_try_advisory_lock(hashtext(:key))")
+_UNLOCK = text("SELECT pg_advisory_unlock(hashtext(:key))")
+
+
+def lock_key(cluster: str) -> str:
+    return f"lagd-notify:{cluster}"
+
+
+class Lease:
+    """A try-lock on one cluster's notifications, held on a dedicated connection.
+
+    `await lease.refresh()` (re)tries the lock or checks it is still held; `is_leader` says
+    the outcome. Call it periodically: a standby becomes leader when the holder goes away.
+    """
+
+    def __init__(self, engine: AsyncEngine, cluster: str) -> None:
+        self.engine = engine
+        self.cluster = cluster
+        self.is_leader = False
+        self.tried_at = 0.0  # time.monotonic() of the last refresh
+        self._conn: AsyncConnection | None = None
+
+    async def refresh(self) -> bool:
+        self.tried_at = time.monotonic()
+        try:
+            if self._conn is None:
+                self._conn = await self.engine.connect()
+            if self.is_leader:
+                await self._conn.execute(text("SELECT 1"))  # the lock lives as long as this session
+            else:
+                got = await self._conn.scalar(_TRY, {"key": lock_key(self.cluster)})
+                if got:
+                    log.info("notify leadership acquired", cluster=self.cluster)
+                self.is_leader = bool(got)
+            await self._conn.commit()
+        except (SQLAlchemyError, OSError) as exc:
+            if self.is_leader:
+                log.warning("notify leadership lost with its database session", cluster=self.cluster, error=str(exc))
+            self.is_leader = False
+            await self._drop()
+        return self.is_leader
+
+    async def release(self) -> None:
+        if self._conn is not None and self.is_leader:
+            with contextlib.suppress(SQLAlchemyError, OSError):
+                await self._conn.scalar(_UNLOCK, {"key": lock_key(self.cluster)})
+                await self._conn.commit()
+        self.is_leader = False
+        await self._drop()
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(SQLAlchemyError, OSError):
+                await conn.invalidate()  # never back to the pool: a lock might ride along
+            with contextlib.suppress(SQLAlchemyError, OSError):
+                await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def leadership(engine: AsyncEngine, cluster: str) -> AsyncIterator[Lease]:
+    """A lease tried once on entry and released (lock and connection) on exit."""
+    lease = Lease(engine, cluster)
+    try:
+        await lease.refresh()
+        yield lease
+    finally:
+        await lease.release()

@@ -1,0 +1,215 @@
+"""The transactional outbox: incident events and their state in one Postgres transaction.
+
+Why: an event is only ever published after it is durably stored together with the engine
+state that produced it, so neither an MQTT outage nor a daemon restart loses or invents one.
+Rows carry a unique `event_id`; recording the same events twice is a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from lagd.db.schema import incident_engine_state, incidents, outbox
+from lagd.notify.incidents import GroupChange, IncidentEvent
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """One message waiting for (or done with) MQTT delivery."""
+
+    id: int
+    event_id: str
+    topic: str
+    payload: dict[str, Any]
+    retain: bool
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _topic_part(text: str) -> str:
+    """A name made safe as one MQTT topic level ('/', '+', '#' and others percent-encoded)."""
+    return quote(text, safe="-_.~@:=")
+
+
+def incident_topic(prefix: str, cluster: str, incident_id: str) -> str:
+    return f"{prefix}/{_topic_part(cluster)}/incidents/{_topic_part(incident_id)}"
+
+
+def group_status_topic(prefix: str, cluster: str, group: str) -> str:
+    return f"{prefix}/{_topic_part(cluster)}/groups/{_topic_part(group)}/status"
+
+
+def group_status_message(prefix: str, change: GroupChange) -> tuple[str, dict[str, Any]]:
+    """The retained current-verdict message for dashboards."""
+    return group_status_topic(prefix, change.cluster, change.group), {
+        "cluster": change.cluster,
+        "group": change.group,
+        "status": str(change.status),
+        "at": change.at,
+        "partitions": [{"topic": t, "partition": p, "status": str(s), "owner": h} for t, p, s, h in change.partitions],
+    }
+
+
+def _retained_event_id(topic: str, payload: dict[str, Any]) -> str:
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return "status:" + hashlib.sha256(f"{topic}\n{body}".encode()).hexdigest()[:32]
+
+
+async def record(
+    engine: AsyncEngine,
+    cluster: str,
+    events: Sequence[IncidentEvent],
+    engine_state_json: dict[str, Any],
+    retained: Sequence[tuple[str, dict[str, Any]]] = (),
+    prefix: str = "lagd",
+) -> None:
+    """Store incident rows, outbox rows and the engine state in one transaction."""
+    now = _now_ms()
+    latest: dict[str, IncidentEvent] = {}
+    for ev in events:  # one upsert per incident: a statement may touch a row only once
+        latest[ev.incident_id] = ev
+    async with engine.begin() as conn:
+        if latest:
+            stmt = insert(incidents)
+            cols = ("cluster", "severity", "state", "reason", "opened_at", "updated_at", "resolved_at", "body")
+            await conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[incidents.c.id],
+                    set_={k: stmt.excluded[k] for k in cols},
+                    where=stmt.excluded.updated_at >= incidents.c.updated_at,
+                ),
+                [
+                    {
+                        "id": ev.incident_id,
+                        "cluster": ev.cluster,
+                        "severity": ev.severity,
+                        "state": "resolved" if ev.event == "resolved" else "open",
+                        "reason": ev.reason,
+                        "opened_at": ev.opened_at,
+                        "updated_at": ev.at,
+                        "resolved_at": ev.resolved_at,
+                        "body": ev.payload(),
+                    }
+                    for ev in latest.values()
+                ],
+            )
+        rows = [
+            {
+                "event_id": ev.event_id,
+                "topic": incident_topic(prefix, ev.cluster, ev.incident_id),
+                "payload": ev.payload(),
+                "retain": False,
+                "created_at": now,
+            }
+            for ev in events
+        ]
+        for topic, payload in retained:
+            event_id = _retained_event_id(topic, payload)
+            rows.append(
+                {
+                    "event_id": event_id,
+                    "topic": topic,
+                    "payload": {**payload, "event_id": event_id},
+                    "retain": True,
+                    "created_at": now,
+                }
+            )
+        if rows:  # multi-row VALUES: ids follow the order given
+            await conn.execute(insert(outbox).on_conflict_do_nothing(index_elements=[outbox.c.event_id]), rows)
+        st = insert(incident_engine_state).values(cluster=cluster, state=engine_state_json)
+        await conn.execute(
+            st.on_conflict_do_update(
+                index_elements=[incident_engine_state.c.cluster], set_={"state": st.excluded.state}
+            )
+        )
+
+
+async def pending(engine: AsyncEngine, limit: int = 500) -> list[OutboxRow]:
+    """Undelivered messages, oldest first."""
+    async with engine.connect() as conn:
+        result = await conn.execute(
+            select(outbox.c.id, outbox.c.event_id, outbox.c.topic, outbox.c.payload, outbox.c.retain)
+            .where(outbox.c.delivered_at.is_(None))
+            .order_by(outbox.c.id)
+            .limit(limit)
+        )
+        return [OutboxRow(r.id, r.event_id, r.topic, r.payload, r.retain) for r in result]
+
+
+async def pending_count(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        n = await conn.scalar(select(func.count()).select_from(outbox).where(outbox.c.delivered_at.is_(None)))
+        return int(n or 0)
+
+
+async def mark_delivered(engine: AsyncEngine, ids: Sequence[int], now: int | None = None) -> None:
+    if not ids:
+        return
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(outbox)
+            .where(outbox.c.id.in_(list(ids)), outbox.c.delivered_at.is_(None))
+            .values(delivered_at=_now_ms() if now is None else now)
+        )
+
+
+async def purge_delivered(engine: AsyncEngine, older_than: int) -> int:
+    """Delete rows delivered before `older_than` (ms); returns how many went."""
+    async with engine.begin() as conn:
+        result = await conn.execute(
+            delete(outbox).where(outbox.c.delivered_at.is_not(None), outbox.c.delivered_at < older_than)
+        )
+        return int(result.rowcount or 0)
+
+
+async def load_engine_state(engine: AsyncEngine, cluster: str) -> dict[str, Any] | None:
+    async with engine.connect() as conn:
+        state = await conn.scalar(
+            select(incident_engine_state.c.state).where(incident_engine_state.c.cluster == cluster)
+        )
+        return None if state is None else dict(state)
+
+
+async def engine_state_clusters(engine: AsyncEngine) -> list[str]:
+    async with engine.connect() as conn:
+        result = await conn.execute(select(incident_engine_state.c.cluster).order_by(incident_engine_state.c.cluster))
+        return [str(r[0]) for r in result]
+
+
+async def list_incidents(engine: AsyncEngine, state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """Incidents, newest first, for the HTTP API (`state`: "open", "resolved" or None for both)."""
+    if state not in (None, "open", "resolved"):
+        raise ValueError(f"unknown incident state {state!r}: use 'open', 'resolved' or leave it out")
+    query = select(incidents).order_by(incidents.c.opened_at.desc(), incidents.c.id).limit(limit)
+    if state is not None:
+        query = query.where(incidents.c.state == state)
+    async with engine.connect() as conn:
+        result = await conn.execute(query)
+        return [
+            {
+                "id": r.id,
+                "cluster": r.cluster,
+                "severity": r.severity,
+                "state": r.state,
+                "reason": r.reason,
+                "opened_at": r.opened_at,
+                "updated_at": r.updated_at,
+                "resolved_at": r.resolved_at,
+                "groups": r.body.get("groups", {}),
+                "partitions": r.body.get("partitions", []),
+                "summary": r.body.get("summary", ""),
+            }
+            for r in result
+        ]

@@ -1,0 +1,188 @@
+"""The pure incident engine: grouping, rate limits, hold time, flap suppression, persistence."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from lagd.model import GroupStatus, PartitionStatus
+from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
+
+T0 = 1_700_000_000_000
+RULES = Rules(severity="WARN", correlation_window=120_000, hold_time=300_000, update_interval=30_000)
+
+
+def change(
+    group: str, status: GroupStatus, at: int, cluster: str = "prod", topic: str = "", host: str = ""
+) -> GroupChange:
+    parts = () if status == GroupStatus.OK or not topic else ((topic, 0, PartitionStatus.STOP, host),)
+    return GroupChange(
+        cluster=cluster,
+        group=group,
+        status=status,
+        at=at,
+        partitions=parts,
+        topics=(topic,) if topic else (),
+        hosts=(host,) if host else (),
+    )
+
+
+def run(engine: IncidentEngine, changes: list[GroupChange], until: int, start: int = T0) -> list[IncidentEvent]:
+    """Feed changes in time order with a tick every second, as the notifier does."""
+    out: list[IncidentEvent] = []
+    pending = sorted(changes, key=lambda c: c.at)
+    now = start
+    while now <= until:
+        while pending and pending[0].at <= now:
+            out.extend(engine.apply(pending.pop(0)))
+        out.extend(engine.tick(now))
+        now += 1000
+    assert not pending
+    return out
+
+
+def kinds(events: list[IncidentEvent]) -> list[str]:
+    return [e.event for e in events]
+
+
+def broker_outage() -> list[GroupChange]:
+    """300 groups on different topics, all owned via broker-1, going bad within 60 s."""
+    return [
+        change(f"g{i:03d}", GroupStatus.ERR if i % 3 == 0 else GroupStatus.WARN, T0 + i * 200, topic=f"t{i}", host="b1")
+        for i in range(300)
+    ]
+
+
+def test_300_groups_failing_within_a_minute_make_one_incident_with_bounded_updates() -> None:
+    engine = IncidentEngine(RULES)
+    changes = broker_outage()
+    events = run(engine, changes, until=T0 + 90_000)
+    span = changes[-1].at - changes[0].at
+    # The bound: one `updated` per update_interval while groups join, plus one flush after.
+    bound = math.ceil(span / RULES.update_interval) + 1
+    assert kinds(events)[0] == "opened"
+    assert {e.incident_id for e in events} == {events[0].incident_id}
+    updates = [e for e in events if e.event == "updated"]
+    assert 1 <= len(updates) <= bound
+    assert [u.at for u in updates] == [T0 + 30_000, T0 + 60_000]
+    last = updates[-1]
+    assert len(last.groups) == 300
+    assert last.severity == "ERR"
+    assert last.reason == "same host b1"
+    assert len(last.partitions) == 300
+    assert [e.event_id for e in events] == [f"{events[0].incident_id}:{n}" for n in (1, 2, 3)]
+    assert engine.open_incidents("prod") == [events[0].incident_id]
+
+
+def test_recovery_gives_one_resolve_after_hold_time() -> None:
+    engine = IncidentEngine(RULES)
+    failing = broker_outage()
+    recovering = [change(c.group, GroupStatus.OK, T0 + 120_000 + i * 100) for i, c in enumerate(failing)]
+    events = run(engine, failing + recovering, until=T0 + 600_000)
+    last_ok = recovering[-1].at
+    resolves = [e for e in events if e.event == "resolved"]
+    assert len(resolves) == 1
+    assert resolves[0].at == math.ceil((last_ok + RULES.hold_time - T0) / 1000) * 1000 + T0
+    assert resolves[0].resolved_at == last_ok
+    assert set(resolves[0].groups.values()) == {"OK"}
+    updates = [e for e in events if e.event == "updated"]
+    # two while groups joined, one when the last ERR group recovered (severity ERR -> WARN);
+    # recoveries that leave the severity alone send nothing
+    assert [u.severity for u in updates] == ["ERR", "ERR", "WARN"]
+    assert updates[-1].at == max(c.at for c, f in zip(recovering, failing, strict=True) if f.status == "ERR")
+    assert engine.open_incidents("prod") == []
+
+
+def test_a_flapping_group_keeps_one_incident_open_instead_of_a_storm() -> None:
+    engine = IncidentEngine(RULES)
+    flaps = [
+        change("flappy", GroupStatus.WARN if n % 2 == 0 else GroupStatus.OK, T0 + n * 10_000, topic="t")
+        for n in range(60)  # 10 minutes of WARN/OK every 10 s, ending OK
+    ]
+    events = run(engine, flaps, until=T0 + 1_000_000)
+    assert kinds(events) == ["opened", "resolved"]
+    assert events[1].resolved_at == flaps[-1].at
+
+
+def test_a_group_going_bad_right_after_a_resolve_opens_a_new_incident_naming_the_old_one() -> None:
+    engine = IncidentEngine(RULES)
+    first = [change("g", GroupStatus.WARN, T0), change("g", GroupStatus.OK, T0 + 1000)]
+    events = run(engine, first, until=T0 + 301_000)
+    assert kinds(events) == ["opened", "resolved"]
+    again = run(engine, [change("g", GroupStatus.WARN, T0 + 302_000)], until=T0 + 303_000, start=T0 + 302_000)
+    assert kinds(again) == ["opened"]
+    assert again[0].incident_id != events[0].incident_id
+    assert again[0].reason == f"group g, recurrence of {events[0].incident_id}"
+
+
+def test_two_unrelated_clusters_give_two_incidents() -> None:
+    engine = IncidentEngine(RULES)
+    changes = [change(f"g{i}", GroupStatus.WARN, T0 + i, cluster="prod" if i % 2 else "staging") for i in range(10)]
+    events = run(engine, changes, until=T0 + 40_000)
+    opened = [e for e in events if e.event == "opened"]
+    assert sorted(e.cluster for e in opened) == ["prod", "staging"]
+    assert len(engine.open_incidents("prod")) == 1
+    assert len(engine.open_incidents("staging")) == 1
+    for e in events:
+        assert all((int(g[1:]) % 2 == 1) == (e.cluster == "prod") for g in e.groups)
+
+
+def test_a_group_outside_the_correlation_window_opens_its_own_incident() -> None:
+    engine = IncidentEngine(RULES)
+    events = run(
+        engine,
+        [change("a", GroupStatus.WARN, T0), change("b", GroupStatus.WARN, T0 + RULES.correlation_window + 1000)],
+        until=T0 + 130_000,
+    )
+    assert kinds(events) == ["opened", "opened"]
+
+
+def test_joins_record_the_most_specific_shared_trait_as_the_reason() -> None:
+    engine = IncidentEngine(RULES)
+    changes = [
+        change("a", GroupStatus.WARN, T0, topic="orders", host="b1"),
+        change("b", GroupStatus.WARN, T0 + 1000, topic="orders", host="b2"),  # same topic orders
+        change("c", GroupStatus.WARN, T0 + 2000, topic="payments", host="b1"),  # same host b1
+        change("d", GroupStatus.WARN, T0 + 3000, topic="misc", host="b7"),  # same cluster
+        change("e", GroupStatus.WARN, T0 + 4000, topic="orders", host="b3"),  # same topic orders
+    ]
+    events = run(engine, changes, until=T0 + 31_000)
+    assert kinds(events) == ["opened", "updated"]
+    assert events[0].reason == "group a"
+    assert sorted(events[1].groups) == ["a", "b", "c", "d", "e"]
+    assert events[1].reason == "same topic orders"
+
+
+def test_severity_change_sends_an_update_and_err_threshold_ignores_warn() -> None:
+    engine = IncidentEngine(RULES)
+    events = run(engine, [change("g", GroupStatus.WARN, T0), change("g", GroupStatus.ERR, T0 + 40_000)], T0 + 41_000)
+    assert kinds(events) == ["opened", "updated"]
+    assert [e.severity for e in events] == ["WARN", "ERR"]
+    strict = IncidentEngine(Rules(severity="ERR"))
+    assert run(strict, [change("g", GroupStatus.WARN, T0)], until=T0 + 5_000) == []
+    assert kinds(run(strict, [change("g", GroupStatus.ERR, T0 + 6_000)], T0 + 6_000, start=T0 + 6_000)) == ["opened"]
+
+
+def test_engine_state_round_trips_through_json_mid_incident() -> None:
+    failing = broker_outage()
+    recovering = [change(c.group, GroupStatus.OK, T0 + 120_000 + i * 100) for i, c in enumerate(failing)]
+    rest = [c for c in failing + recovering if c.at > T0 + 45_000]
+    head = [c for c in failing if c.at <= T0 + 45_000]
+    whole = IncidentEngine(RULES)
+    run(whole, head, until=T0 + 45_000)
+    restored = IncidentEngine.load(RULES, json.loads(json.dumps(whole.dump())))
+    assert restored.dump() == whole.dump()
+    a = run(whole, rest, until=T0 + 600_000, start=T0 + 46_000)
+    b = run(restored, rest, until=T0 + 600_000, start=T0 + 46_000)
+    assert a == b
+    assert kinds(a) == ["updated", "updated", "resolved"]
+
+
+def test_foreign_state_is_refused_with_a_clear_message() -> None:
+    engine = IncidentEngine(RULES)
+    try:
+        engine.load_cluster("prod", {"version": 99})
+    except ValueError as exc:
+        assert "incident_engine_state" in str(exc)
+    else:
+        raise AssertionError("expected ValueError")
