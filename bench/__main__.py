@@ -1,0 +1,217 @@
+"""Run every benchmark and write bench/RESULTS.md: `python -m bench` (what `make bench` does).
+
+Each benchmark runs as its own process (`python -m bench.bench_<name>`), so one that
+crashes, hangs or exhausts memory is recorded as a failure and the rest still run. Every
+line a benchmark prints is one figure; RESULTS.md keeps them with the issue's target, the
+method (the benchmark's docstring), the machine and the command to reproduce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    target: str
+    args: tuple[str, ...] = ()
+    full_args: tuple[str, ...] = ()  # with --full (the issue's sizes, when smaller by default)
+    timeout: float = 1800.0
+
+
+BENCHES = (
+    Bench("codec", "decode + event building >= 150,000 records/s on one core (issue 3)"),
+    Bench(
+        "state",
+        "at 1M group-partitions, intervals 10: <= 1 KiB per group-partition, >= 100,000 commits/s applied "
+        "on one core, p99 <= 5 ms to evaluate a group of 1,000 partitions (issue 4)",
+    ),
+    Bench("reader", "offsets-topic reader from a real broker (Tansu) to events: records/s (issue 3, context)"),
+    Bench("store", "full restore of 100k group-partitions from Postgres <= 10 s (issue 4)"),
+    Bench(
+        "http",
+        "1,000 groups x 100 partitions, 50 concurrent clients, 20,000 commits/s ingested: "
+        "GET /v3/kafka/{c}/consumer/{g}/lag p99 <= 20 ms (issue 5)",
+    ),
+    Bench(
+        "trends",
+        "trends job on local[2]: rows/s and wall time; time close to linear from 1M to 10M rows (issue 7)",
+        args=("--sizes", "100000,1000000"),
+        full_args=("--sizes", "1000000,10000000"),
+        timeout=7200.0,
+    ),
+    Bench(
+        "quality",
+        "fewer false alerts than fixed thresholds on bursts, slow topics, rebalances and restarts, "
+        "every true problem detected (issue 8)",
+    ),
+)
+
+
+def discovered() -> list[Bench]:
+    """bench_*.py files not listed above still run (with their own defaults)."""
+    known = {b.name for b in BENCHES}
+    names = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
+    return [Bench(n, "see the method below") for n in names if n not in known]
+
+
+@dataclass
+class Result:
+    bench: Bench
+    command: str
+    status: str  # "ok", "failed (exit N)", "timed out", "missing"
+    seconds: float = 0.0
+    lines: list[str] = field(default_factory=list)
+    errors: str = ""
+    method: str = ""
+
+
+def _method(name: str) -> str:
+    """The benchmark's docstring: how it measures."""
+    try:
+        tree = ast.parse((HERE / f"bench_{name}.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return ""
+    return (ast.get_docstring(tree) or "").strip()
+
+
+def run_one(bench: Bench, full: bool, index: int, total: int) -> Result:
+    """Run one benchmark in its own process, echoing its figures as they come."""
+    module = f"bench.bench_{bench.name}"
+    args = list(bench.full_args if full else bench.args)
+    command = " ".join([".venv/bin/python -m", module, *args])
+    if not (HERE / f"bench_{bench.name}.py").exists():
+        print(f"[{index}/{total}] {bench.name}: not present (bench/bench_{bench.name}.py), recorded as missing")
+        return Result(bench, command, "missing")
+    print(f"[{index}/{total}] {bench.name}: {command}", flush=True)
+    started = time.monotonic()
+    lines: list[str] = []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    status = "ok"
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        deadline = started + bench.timeout
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            lines.append(line)
+            print(f"    {line}", flush=True)
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(module, bench.timeout)
+        rc = proc.wait(max(1.0, deadline - time.monotonic()))
+        if rc != 0:
+            status = f"failed (exit {rc})"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        status = f"timed out after {bench.timeout:.0f} s"
+    errors = proc.stderr.read()
+    seconds = time.monotonic() - started
+    if status != "ok":
+        print(f"    {bench.name}: {status}; last stderr lines:", flush=True)
+        for line in errors.strip().splitlines()[-5:]:
+            print(f"      {line}")
+    print(f"    ({seconds:.1f} s)", flush=True)
+    return Result(bench, command, status, seconds, lines, errors, _method(bench.name))
+
+
+def machine() -> list[str]:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    except OSError:
+        pass
+    return [
+        f"- CPU: {cpu or 'unknown'} ({os.cpu_count()} cores visible, `nproc` = {len(os.sched_getaffinity(0))})",
+        f"- RAM: {mem or 'unknown'}",
+        f"- Python: {platform.python_version()} ({platform.python_implementation()}), {platform.platform()}",
+    ]
+
+
+def render(results: list[Result], full: bool, started: dt.datetime) -> str:
+    out = [
+        "# lagd benchmark results",
+        "",
+        f"Produced by `make bench` (`.venv/bin/python -m bench{' --full' if full else ''}`) "
+        f"on {started:%Y-%m-%d %H:%M} UTC. Every figure is measured on this machine; none is asserted in tests.",
+        "",
+        "## Machine",
+        "",
+        *machine(),
+        "",
+        "## Summary",
+        "",
+        "| benchmark | status | time | target |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        out.append(f"| {r.bench.name} | {r.status} | {r.seconds:.0f} s | {r.bench.target} |")
+    for r in results:
+        out += ["", f"## {r.bench.name}", "", f"- Target: {r.bench.target}", f"- Reproduce: `{r.command}`"]
+        out.append(f"- Status: {r.status}")
+        if r.method:
+            out += ["", "Method:", "", *(f"> {line}" if line else ">" for line in r.method.splitlines())]
+        table = [line for line in r.lines if line.startswith("|")]
+        figures = [line for line in r.lines if line.strip() and not line.startswith("|")]
+        if table:
+            out += ["", *table]
+        if figures:
+            out += ["", "Figures:", "", "```", *figures, "```"]
+        if r.status not in ("ok", "missing") and r.errors.strip():
+            out += ["", "Error output (last lines):", "", "```", *r.errors.strip().splitlines()[-15:], "```"]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--full", action="store_true", help="the issues' full sizes (trends over 10M rows: long)")
+    ap.add_argument("--only", default="", help="comma-separated names to run (default: all)")
+    ap.add_argument("--out", default=str(HERE / "RESULTS.md"), help="where to write the results")
+    a = ap.parse_args(argv)
+    wanted = {n.strip() for n in a.only.split(",") if n.strip()}
+    benches = [*BENCHES, *discovered()]
+    chosen = [b for b in benches if not wanted or b.name in wanted]
+    unknown = wanted - {b.name for b in benches}
+    if unknown:
+        print(f"unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {', '.join(b.name for b in benches)}")
+        return 2
+    started = dt.datetime.now(dt.UTC)
+    results = [run_one(b, a.full, i, len(chosen)) for i, b in enumerate(chosen, 1)]
+    Path(a.out).write_text(render(results, a.full, started), encoding="utf-8")
+    bad = [r.bench.name for r in results if r.status != "ok"]
+    print(f"wrote {a.out}" + (f"; not ok: {', '.join(bad)}" if bad else "; all ok"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""`lagd demo`: every simulated state shows, and nothing it started outlives it.
+
+The end-to-end test runs the real command (`lagd demo --duration 75 --no-table`), reads
+lagd's Burrow API on the port the demo prints, and after exit checks /proc for any process
+the demo started and the file system for the directories those processes worked in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lagd import demo
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# --- the pure parts -------------------------------------------------------------------
+
+
+def test_scenario_has_a_group_in_every_state() -> None:
+    sc = demo.demo_scenario(1_800_000_000_000)
+    behaviours = {g.behaviour for g in sc.groups}
+    assert behaviours == {"healthy", "lagging", "stalled", "stopped", "rewinding", "recovering"}
+    assert [g.name for g in sc.groups] == list(demo.EXPECTED)
+    assert any(t.pattern == "bursty" for t in sc.topics)
+    assert sc.ts_ms(2.0) == 1_800_000_002_000
+
+
+def test_lag_seconds_by_group_takes_each_groups_highest() -> None:
+    text = (
+        "# HELP lagd_consumer_lag_seconds lag in seconds\n"
+        'lagd_consumer_lag_seconds{cluster="demo",group="a",topic="t",partition="0"} 1.5\n'
+        'lagd_consumer_lag_seconds{cluster="demo",group="a",topic="t",partition="1"} 4\n'
+        'lagd_consumer_lag_seconds{cluster="demo",group="b",topic="t",partition="0"} NaN\n'
+        'lagd_consumer_lag_seconds_other{cluster="demo",group="c"} 9\n'
+    )
+    assert demo.lag_seconds_by_group(text) == {"a": 4.0}
+
+
+def test_render_shows_warm_up_then_rows() -> None:
+    rows = [demo.Row("archive", "ERR", "STOP", 120, 33.25), demo.Row("billing")]
+    warm = demo.render(rows, 3.4, 10, colour=False)
+    assert warm[0].startswith("warming up: windows [###.......] 3/10")
+    later = demo.render(rows, 30.0, 10, colour=False)
+    assert later[0].startswith("simulated for 30 s")
+    assert later[2].split() == ["archive", "stopped", "ERR", "STOP", "120", "33.2"]
+    assert later[3].split() == ["billing", "healthy", "-", "-", "-"]
+
+
+def test_settings_take_the_started_services_addresses(tmp_path: Path) -> None:
+    class FakeProcess:  # only the address is read
+        address = "127.0.0.1:39092"
+
+    services = demo.Services(kafka=FakeProcess(), mqtt_address=("127.0.0.1", 31883))  # type: ignore[arg-type]
+    services.database_url = "postgresql+asyncpg://postgres@127.0.0.1:5432/lagd_demo"
+    settings = demo.demo_settings(ROOT / "config" / "demo.toml", services)
+    assert settings.clusters["demo"].bootstrap_servers == ["127.0.0.1:39092"]
+    assert settings.clusters["demo"].offset_refresh == 1.0
+    assert settings.storage.database_url.reveal() == services.database_url
+    assert settings.notify.mqtt_url == "mqtt://127.0.0.1:31883"
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", settings.http.listen)
+    assert demo.base_url(settings) == "http://" + settings.http.listen
+
+
+# --- end to end -------------------------------------------------------------------------
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every live process below `pid` (by /proc parent links): pid -> command line."""
+    parents: dict[int, int] = {}
+    cmd: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+        cmd[int(entry)] = cmdline.strip()
+    found: dict[int, str] = {}
+    frontier = [pid]
+    while frontier:
+        p = frontier.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in found:
+                found[child] = cmd[child]
+                frontier.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as answer:
+            return answer.status, json.loads(answer.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (OSError, ValueError):
+        return 0, None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_demo_shows_every_state_and_leaves_nothing_behind() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lagd", "demo", "--duration", "75", "--no-table"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    base: list[str] = []
+    reader = threading.Thread(target=lambda: _read(proc, lines, base), daemon=True)
+    reader.start()
+    seen: dict[str, set[str]] = {g: set() for g in demo.EXPECTED}
+    children: dict[int, str] = {}
+    workdirs: set[str] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while proc.poll() is None and time.monotonic() < deadline:
+            for pid, cmdline in descendants(proc.pid).items():
+                children[pid] = cmdline
+                try:
+                    cwd = os.readlink(f"/proc/{pid}/cwd")
+                except OSError:
+                    continue
+                if "/lagd-" in cwd:
+                    workdirs.add(cwd)
+            if base:
+                for group in demo.EXPECTED:
+                    code, body = _get(f"{base[0]}/v3/kafka/demo/consumer/{group}/lag")
+                    if code == 200 and body:
+                        st = body["status"]
+                        seen[group].add(st["status"])
+                        seen[group].update(str(p["status"]) for p in st["partitions"])
+            time.sleep(1.0)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(5)
+    output = "\n".join(lines)
+    assert code == 0, f"lagd demo exited {code}:\n{output[-4000:]}"
+    assert base, f"the demo printed no lagd URL:\n{output[-4000:]}"
+    assert any("tansu" in c for c in children.values()), f"no Tansu broker among {children}"
+    # every simulated state was shown by lagd
+    assert "OK" in seen["billing"] and "ERR" not in seen["billing"], seen
+    assert "OK" in seen["dashboards"] and "ERR" not in seen["dashboards"], seen
+    assert "WARN" in seen["search"], seen
+    assert {"ERR", "STALL"} <= seen["fraud"], seen
+    assert {"ERR", "STOP"} <= seen["archive"], seen
+    assert {"ERR", "REWIND"} <= seen["replay"], seen
+    assert {"WARN", "OK"} <= seen["reports"], seen
+    # nothing it started remains
+    left = {pid: c for pid, c in children.items() if alive(pid)}
+    assert not left, f"processes left behind: {left}"
+    assert not [d for d in workdirs if Path(d).exists()], f"directories left behind: {workdirs}"
+
+
+def _read(proc: subprocess.Popen[str], lines: list[str], base: list[str]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        m = re.match(r"^lagd: (http://\S+?)/?$", line.strip())
+        if m and not base:
+            base.append(m.group(1))
