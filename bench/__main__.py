@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import datetime as dt
 import os
 import platform
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -28,7 +32,7 @@ class Bench:
     name: str
     target: str
     args: tuple[str, ...] = ()
-    full_args: tuple[str, ...] = ()  # with --full (the issue's sizes, when smaller by default)
+    full_args: tuple[str, ...] = ()  # with --full: more sizes, for a finer growth curve (longer)
     timeout: float = 1800.0
 
 
@@ -49,8 +53,8 @@ BENCHES = (
     Bench(
         "trends",
         "trends job on local[2]: rows/s and wall time; time close to linear from 1M to 10M rows (issue 7)",
-        args=("--sizes", "100000,1000000"),
-        full_args=("--sizes", "1000000,10000000"),
+        args=("--sizes", "1000000,10000000"),
+        full_args=("--sizes", "1000000,3000000,10000000"),
         timeout=7200.0,
     ),
     Bench(
@@ -72,11 +76,28 @@ def discovered() -> list[Bench]:
 class Result:
     bench: Bench
     command: str
-    status: str  # "ok", "failed (exit N)", "timed out", "missing"
+    status: str  # "ran", "failed (exit N)", "timed out after N s", "missing"
     seconds: float = 0.0
     lines: list[str] = field(default_factory=list)
     errors: str = ""
     method: str = ""
+
+    @property
+    def targets(self) -> list[str]:
+        """The benchmark's `target:` lines (see bench.target), without the prefix."""
+        return [line.removeprefix("target: ") for line in self.lines if line.startswith("target: ")]
+
+    @property
+    def verdict(self) -> str:
+        """met / MISSED over every target the benchmark judged; its status when it did not finish."""
+        if self.status != "ran":
+            return self.status
+        if not self.targets:
+            return "ran (no numeric target)"
+        missed = sum(": MISSED (" in t for t in self.targets)
+        return (
+            f"MISSED {missed} of {len(self.targets)}" if missed else f"met ({len(self.targets)} of {len(self.targets)})"
+        )
 
 
 def _method(name: str) -> str:
@@ -89,7 +110,11 @@ def _method(name: str) -> str:
 
 
 def run_one(bench: Bench, full: bool, index: int, total: int) -> Result:
-    """Run one benchmark in its own process, echoing its figures as they come."""
+    """Run one benchmark in its own process, echoing its figures and progress as they come.
+
+    stderr (progress) is drained by its own thread so a chatty benchmark cannot block on a
+    full pipe, and a timer kills a benchmark that hangs even if it prints nothing.
+    """
     module = f"bench.bench_{bench.name}"
     args = list(bench.full_args if full else bench.args)
     command = " ".join([".venv/bin/python -m", module, *args])
@@ -99,6 +124,7 @@ def run_one(bench: Bench, full: bool, index: int, total: int) -> Result:
     print(f"[{index}/{total}] {bench.name}: {command}", flush=True)
     started = time.monotonic()
     lines: list[str] = []
+    errors: list[str] = []
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
@@ -107,31 +133,44 @@ def run_one(bench: Bench, full: bool, index: int, total: int) -> Result:
         text=True,
         start_new_session=True,
     )
-    status = "ok"
     assert proc.stdout is not None and proc.stderr is not None
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def progress(stream: IO[str]) -> None:
+        for line in stream:
+            errors.append(line.rstrip("\n"))
+            print(f"    . {errors[-1]}", flush=True)
+
+    timer = threading.Timer(bench.timeout, kill)
+    timer.start()
+    reader = threading.Thread(target=progress, args=(proc.stderr,), daemon=True)
+    reader.start()
     try:
-        deadline = started + bench.timeout
         for line in proc.stdout:
-            line = line.rstrip("\n")
-            lines.append(line)
-            print(f"    {line}", flush=True)
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(module, bench.timeout)
-        rc = proc.wait(max(1.0, deadline - time.monotonic()))
-        if rc != 0:
-            status = f"failed (exit {rc})"
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.wait()
+            lines.append(line.rstrip("\n"))
+            print(f"    {lines[-1]}", flush=True)
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+    reader.join(5)
+    if timed_out.is_set():
         status = f"timed out after {bench.timeout:.0f} s"
-    errors = proc.stderr.read()
+    elif rc != 0:
+        status = f"failed (exit {rc})"
+    else:
+        status = "ran"
     seconds = time.monotonic() - started
-    if status != "ok":
+    if status != "ran":
         print(f"    {bench.name}: {status}; last stderr lines:", flush=True)
-        for line in errors.strip().splitlines()[-5:]:
+        for line in errors[-5:]:
             print(f"      {line}")
     print(f"    ({seconds:.1f} s)", flush=True)
-    return Result(bench, command, status, seconds, lines, errors, _method(bench.name))
+    return Result(bench, command, status, seconds, lines, "\n".join(errors), _method(bench.name))
 
 
 def machine() -> list[str]:
@@ -171,30 +210,33 @@ def render(results: list[Result], full: bool, started: dt.datetime) -> str:
         "",
         "## Summary",
         "",
-        "| benchmark | status | time | target |",
+        "| benchmark | targets | time | target (issue) |",
         "|---|---|---|---|",
     ]
     for r in results:
-        out.append(f"| {r.bench.name} | {r.status} | {r.seconds:.0f} s | {r.bench.target} |")
+        out.append(f"| {r.bench.name} | {r.verdict} | {r.seconds:.0f} s | {r.bench.target} |")
     for r in results:
         out += ["", f"## {r.bench.name}", "", f"- Target: {r.bench.target}", f"- Reproduce: `{r.command}`"]
-        out.append(f"- Status: {r.status}")
+        out.append(f"- Status: {r.verdict}")
+        out += [f"  - {t}" for t in r.targets]
         if r.method:
             out += ["", "Method:", "", *(f"> {line}" if line else ">" for line in r.method.splitlines())]
         table = [line for line in r.lines if line.startswith("|")]
-        figures = [line for line in r.lines if line.strip() and not line.startswith("|")]
+        figures = [line for line in r.lines if line.strip() and not line.startswith(("|", "target: "))]
         if table:
             out += ["", *table]
         if figures:
             out += ["", "Figures:", "", "```", *figures, "```"]
-        if r.status not in ("ok", "missing") and r.errors.strip():
+        if r.status not in ("ran", "missing") and r.errors.strip():
             out += ["", "Error output (last lines):", "", "```", *r.errors.strip().splitlines()[-15:], "```"]
     return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--full", action="store_true", help="the issues' full sizes (trends over 10M rows: long)")
+    ap.add_argument(
+        "--full", action="store_true", help="more sizes where a benchmark has them (trends: 1M, 3M and 10M rows)"
+    )
     ap.add_argument("--only", default="", help="comma-separated names to run (default: all)")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"), help="where to write the results")
     a = ap.parse_args(argv)
@@ -208,9 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC)
     results = [run_one(b, a.full, i, len(chosen)) for i, b in enumerate(chosen, 1)]
     Path(a.out).write_text(render(results, a.full, started), encoding="utf-8")
-    bad = [r.bench.name for r in results if r.status != "ok"]
-    print(f"wrote {a.out}" + (f"; not ok: {', '.join(bad)}" if bad else "; all ok"))
-    return 1 if bad else 0
+    failed = [r.bench.name for r in results if r.status != "ran"]
+    missed = [r.bench.name for r in results if r.verdict.startswith("MISSED")]
+    print(f"wrote {a.out}" + (f"; failed to run: {', '.join(failed)}" if failed else "; every benchmark ran"))
+    if missed:
+        print(f"targets missed in: {', '.join(missed)} (see the summary in {a.out})")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

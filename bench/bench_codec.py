@@ -22,6 +22,7 @@ import statistics
 import time
 from typing import Any
 
+from bench import target
 from lagd.ingest.records import events_from_record
 from lagd.model import IngestCounters
 from lagd.sim.encode import (
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"target {TARGET:,}: {'met' if r['met'] else 'NOT met'}; load avg {r['load_avg_1m']:.1f}; "
         f"mix {r['by_type']}; errors {r['errors'] or 0})"
     )
+    target("decode + events, records per CPU-second", r["records_per_cpu_s"], ">=", TARGET, "records/s")
     return r
 
 

@@ -19,6 +19,7 @@ import random
 import time
 from typing import Any
 
+from bench import target
 from lagd.config import ClusterSettings, HttpSettings, Settings
 from lagd.evaluate import Evaluator
 from lagd.http.app import Health, HttpContext, bound_port, start_http
@@ -176,6 +177,8 @@ async def _serve(groups: int, partitions: int, concurrency: int, duration: float
     print(f"GET /lag requests/s: {rps:,.0f} ({n:,} requests in {elapsed:.1f} s, {errors} not 200)")
     print(f"commits applied meanwhile: {commits:,.0f}/s (asked {rate:,}/s)")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} (clients share the machine)")
+    target("GET /lag p99 latency", p99, "<=", 20, "ms")
+    target("commits applied while serving", commits, ">=", rate, "commits/s")
     return {"p50_ms": p50, "p99_ms": p99, "requests_per_s": rps, "commits_per_s": commits, "errors": errors}
 
 
