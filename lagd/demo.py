@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import signal
 import sys
 import time
 import tomllib
@@ -57,23 +58,26 @@ def demo_scenario(start_ms: int) -> Scenario:
     """Seven groups, one per state; times are seconds after the simulator starts.
 
     Windows hold 10 commits, one a second: the stalled and stopped groups go bad at 10 s
-    and show ERR about 11 s later; the rewind (200 records back) happens at 40 s: REWIND
-    for as long as the window still holds an offset from before it (about 10 s), then the
-    group is simply behind; the recovering group catches up from 50 s.
+    and show ERR about 11 s later; the rewinding group is a crash loop from 30 s (back to
+    one checkpoint every 8 s, so REWIND stays); the lagging group handles a fifth of its
+    input, so its lag grows faster than log-end sampling jitter and WARN holds; the bursty
+    topic gets 150-260 records per partition every 15 s, which its consumer drains in 5 s:
+    a lag spike a threshold alert fires on, and lagd rightly calls OK; the recovering group
+    catches up from 50 s.
     """
     return Scenario(
         topics=(
             TopicSpec("orders", 4, rate=5.0),
-            TopicSpec("clicks", 4, rate=4.0, pattern="bursty", burst_every=10.0),
+            TopicSpec("clicks", 4, rate=10.0, pattern="bursty", burst_every=15.0),
             TopicSpec("payments", 4, rate=3.0),
         ),
         groups=(
             GroupSpec("billing", ("orders",), "healthy"),
-            GroupSpec("dashboards", ("clicks",), "healthy"),
-            GroupSpec("search", ("payments",), "lagging", speed=0.5),
+            GroupSpec("dashboards", ("clicks",), "draining", speed=3.0),
+            GroupSpec("search", ("payments",), "lagging", speed=0.2),
             GroupSpec("fraud", ("orders",), "stalled", at=10.0),
             GroupSpec("archive", ("payments",), "stopped", at=10.0),
-            GroupSpec("replay", ("orders",), "rewinding", at=40.0, rewind_by=200),
+            GroupSpec("replay", ("orders",), "rewinding", at=30.0, rewind_by=200, every=8.0),
             GroupSpec("reports", ("payments",), "recovering", speed=0.5, at=50.0),
         ),
         tick=1.0,
@@ -347,9 +351,7 @@ async def run_demo(settings: Settings, services: Services, duration: float, tabl
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    import signal
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
     assert services.kafka is not None
@@ -402,9 +404,16 @@ def _failed(name: str, task: asyncio.Task[Any], out: TextIO) -> int:
     return 1
 
 
+# Ctrl-C, `kill` and a closed terminal all stop the demo the same way: everything it
+# started is stopped and its directories removed.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def main(args: Any) -> int:
     """Entry point of `lagd demo`; returns the exit status."""
     out = sys.stdout
+    for sig in _STOP_SIGNALS:  # while services start, before the event loop takes these over
+        signal.signal(sig, signal.default_int_handler)
     try:
         path = Path(args.config) if getattr(args, "config", None) else default_config()
         with path.open("rb") as f:
@@ -431,5 +440,6 @@ def main(args: Any) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        print("stopping: broker, database and MQTT the demo started ...", file=out, flush=True)
+        with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+            print("stopping: broker, database and MQTT the demo started ...", file=out, flush=True)
         services.stop()

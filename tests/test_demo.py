@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_scenario_has_a_group_in_every_state() -> None:
     sc = demo.demo_scenario(1_800_000_000_000)
     behaviours = {g.behaviour for g in sc.groups}
-    assert behaviours == {"healthy", "lagging", "stalled", "stopped", "rewinding", "recovering"}
+    assert behaviours == {"healthy", "draining", "lagging", "stalled", "stopped", "rewinding", "recovering"}
     assert [g.name for g in sc.groups] == list(demo.EXPECTED)
     assert any(t.pattern == "bursty" for t in sc.topics)
     assert sc.ts_ms(2.0) == 1_800_000_002_000
@@ -66,7 +66,7 @@ def test_settings_take_the_started_services_addresses(tmp_path: Path) -> None:
     services.database_url = "postgresql+asyncpg://postgres@127.0.0.1:5432/lagd_demo"
     settings = demo.demo_settings(ROOT / "config" / "demo.toml", services)
     assert settings.clusters["demo"].bootstrap_servers == ["127.0.0.1:39092"]
-    assert settings.clusters["demo"].offset_refresh == 1.0
+    assert settings.clusters["demo"].offset_refresh == 0.5  # faster than the simulated commits: see demo.toml
     assert settings.storage.database_url.reveal() == services.database_url
     assert settings.notify.mqtt_url == "mqtt://127.0.0.1:31883"
     assert re.fullmatch(r"127\.0\.0\.1:\d+", settings.http.listen)

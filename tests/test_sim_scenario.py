@@ -42,6 +42,32 @@ def test_group_behaviours(behaviour: str, expected: list[int]) -> None:
     assert [committed(s, g, "a", 0, float(x)) for x in range(5)] == expected
 
 
+def test_crash_looping_rewinder_restarts_from_one_checkpoint() -> None:
+    topic = TopicSpec("a", 1, rate=2.0)
+    g = GroupSpec("g", ("a",), "rewinding", at=2.0, rewind_by=3, every=2.0)
+    s = Scenario((topic,), (g,))
+    # healthy until 2 s (log end 4), then from checkpoint 4 - 3 = 1 at 2 records/s, back to 1 every 2 s
+    assert [committed(s, g, "a", 0, float(x)) for x in range(8)] == [0, 2, 1, 3, 1, 3, 1, 3]
+
+
+def test_draining_consumer_works_off_each_burst_before_the_next() -> None:
+    bursty = TopicSpec("b", 1, rate=2.0, pattern="bursty", burst_every=4.0)
+    g = GroupSpec("g", ("b",), "draining", speed=2.0)
+    s = Scenario((bursty,), (g,))
+    # bursts of 8 records at 4 s and 8 s, drained at 4 records/s: lag 8, 4, 0, 0, then again
+    assert [log_end(bursty, 0, float(x)) for x in range(4, 10)] == [8, 8, 8, 8, 16, 16]
+    assert [committed(s, g, "b", 0, float(x)) for x in range(10)] == [0, 0, 0, 0, 0, 4, 8, 8, 8, 12]
+    # a fractional burst size (12.5 records/s x 15 s) never makes the offset step back
+    odd = Scenario(
+        (TopicSpec("o", 2, rate=10.0, pattern="bursty", burst_every=15.0),),
+        (g := GroupSpec("d", ("o",), "draining", speed=3.0),),
+    )
+    offsets = [committed(odd, g, "o", 1, x / 2) for x in range(390)]  # to 194.5 s: 14.5 s after a burst
+    assert offsets == sorted(offsets) and offsets[-1] == log_end(odd.topics[0], 1, 194.5)
+    steady = Scenario((TopicSpec("c", 1, rate=2.0),), (GroupSpec("h", ("c",), "draining", speed=2.0),))
+    assert committed(steady, steady.groups[0], "c", 0, 3.0) == 6  # keeps up like a healthy consumer
+
+
 def test_step_produces_differences_and_silences_stopped_and_deleted_groups() -> None:
     s = Scenario(
         (TopicSpec("a", 2, rate=1.0),),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Pattern = Literal["steady", "bursty", "idle"]
-Behaviour = Literal["healthy", "lagging", "stalled", "stopped", "rewinding", "recovering", "deleted"]
+Behaviour = Literal["healthy", "draining", "lagging", "stalled", "stopped", "rewinding", "recovering", "deleted"]
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,17 @@ class GroupSpec:
     """A consumer group and its behaviour (`at` is when the behaviour's change happens):
 
     - healthy: commits the log-end offset every tick;
+    - draining: a consumer of bounded capacity, `speed` times the partition's average rate
+      (> 1): on a bursty topic each burst is a backlog it works off before the next one, so
+      lag spikes and falls back to 0 (a threshold alert fires, lagd rightly does not); on a
+      steady topic it keeps up like a healthy one;
     - lagging: commits `speed` x the log-end offset (lag grows);
     - stalled: commits the offset it had at `at` again and again while the log grows;
     - stopped: healthy until `at`, then never commits again;
     - rewinding: healthy, at `at` goes back `rewind_by` records and stays that far behind;
+      with `every` > 0 it is a crash loop instead: from `at` on it restarts every `every` s
+      from the same checkpoint (`rewind_by` before the log end at `at`) and reprocesses at
+      the produce rate, so every window holds an unrecovered backward step;
     - recovering: lagging until `at`, then catches up at twice the produce rate;
     - deleted: healthy until `at`, then the group is deleted.
     """
@@ -51,6 +58,7 @@ class GroupSpec:
     speed: float = 0.5
     at: float = 0.0
     rewind_by: int = 5
+    every: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -114,8 +122,17 @@ def committed(scenario: Scenario, group: GroupSpec, topic: str, partition: int, 
         off = math.floor(end * group.speed)
     elif b == "stalled":
         off = log_end(spec, partition, min(t, group.at))
+    elif b == "rewinding" and group.every > 0 and t >= group.at:
+        checkpoint = log_end(spec, partition, group.at) - group.rewind_by
+        phase = (t - group.at) % group.every
+        off = checkpoint + math.floor(partition_rate(spec, partition) * phase + 1e-9)
     elif b == "rewinding":
         off = end if t < group.at else max(end - group.rewind_by, 0)
+    elif b == "draining" and spec.pattern == "bursty":
+        # From the log end just before the latest burst, at `speed` x the rate: never backwards.
+        last_burst = math.floor(t / spec.burst_every + 1e-9) * spec.burst_every
+        before = log_end(spec, partition, last_burst - spec.burst_every)
+        off = before + math.floor(group.speed * partition_rate(spec, partition) * (t - last_burst) + 1e-9)
     elif b == "recovering":
         behind = math.floor(log_end(spec, partition, min(t, group.at)) * group.speed)
         if t < group.at:
