@@ -19,9 +19,27 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from lagd.config import ClusterSettings
-from lagd.ingest.admin_poll import PollMemory, groups_gone, parse_describe, poll_admin, round_events
-from lagd.ingest.log_end import Layout, deleted_topics, parse_list_offsets, plan_requests, sample_log_ends
-from lagd.ingest.offsets_topic import read_offsets_topic
+from lagd.ingest.admin_poll import (
+    PollMemory,
+    groups_gone,
+    parse_describe,
+    poll_admin,
+    poll_round,
+    refresh_layout,
+    round_events,
+)
+from lagd.ingest.group_filter import GroupFilter
+from lagd.ingest.kafka_client import close_quietly
+from lagd.ingest.log_end import (
+    ABSENT_REFRESHES_BEFORE_DELETE,
+    Layout,
+    confirm_absent,
+    deleted_topics,
+    parse_list_offsets,
+    plan_requests,
+    sample_log_ends,
+)
+from lagd.ingest.offsets_topic import consumer_positions, read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import (
     Commit,
@@ -264,12 +282,67 @@ def test_admin_groups_that_disappear_are_deleted_once() -> None:
     memory = PollMemory()
     assert groups_gone("c", ["a", "b"], memory, 1000) == []
     round_events("c", "b", None, {("t", 0): 1}, [("t", 0)], memory, 1000)
-    assert groups_gone("c", ["a"], memory, 2000) == [GroupDeleted("c", "b", 2000)]
+    # Left out of one listing (its coordinator restarting, say): nothing is dropped yet.
+    assert groups_gone("c", ["a"], memory, 2000) == []
+    assert memory.committed["b"] == {("t", 0): 1}
+    # Left out again, round after round: now it is gone, once.
+    assert groups_gone("c", ["a"], memory, 3000) == [GroupDeleted("c", "b", 3000)]
     assert "b" not in memory.committed
-    assert groups_gone("c", ["a"], memory, 3000) == []
+    assert groups_gone("c", ["a"], memory, 4000) == []
+
+
+def test_admin_group_listed_again_starts_its_absence_over() -> None:
+    memory = PollMemory()
+    groups_gone("c", ["a", "b"], memory, 1000)
+    assert groups_gone("c", ["a"], memory, 2000) == []
+    assert groups_gone("c", ["a", "b"], memory, 3000) == []
+    assert groups_gone("c", ["a"], memory, 4000) == []  # missing once again, not twice
+    assert groups_gone("c", ["a"], memory, 5000) == [GroupDeleted("c", "b", 5000)]
+
+
+def _topic(name: str, partitions: int, error_code: int = 0) -> dict[str, Any]:
+    return {"error_code": error_code, "topic": name, "partitions": [{"partition": p} for p in range(partitions)]}
+
+
+def test_admin_partitions_missing_from_the_metadata_are_deleted_only_when_confirmed() -> None:
+    # Hand-built DescribeTopics (Metadata) answers: the single in-memory Tansu broker leads
+    # every partition itself, so no leader election (a topic answered with LEADER_NOT_AVAILABLE)
+    # or partial metadata answer can be provoked on it, and those are the cases tested here.
+    memory = PollMemory()
+    refresh_layout(memory, [_topic("t", 2), _topic("u", 1)])
+    round_events("c", "g", None, {("t", 0): 5, ("t", 1): 6, ("u", 0): 1}, [("t", 0), ("t", 1), ("u", 0)], memory, 1)
+    # A leader election: "t" comes with an error, "u" is missing altogether. Neither is gone,
+    # and a round that could not ask for them keeps what the group had committed there.
+    layout = refresh_layout(memory, [_topic("t", 0, error_code=5)])
+    assert layout == {} and memory.gone_partitions == set()
+    assert round_events("c", "g", None, {}, [], memory, 2) == []
+    assert memory.committed["g"] == {("t", 0): 5, ("t", 1): 6, ("u", 0): 1}
+    # Back again: the absence of "u" starts over.
+    refresh_layout(memory, [_topic("t", 2), _topic("u", 1)])
+    refresh_layout(memory, [_topic("t", 2)])
+    assert memory.gone_partitions == set()
+    # "u" missing from a second successful answer in a row: its partition is gone.
+    refresh_layout(memory, [_topic("t", 2)])
+    assert memory.gone_partitions == {("u", 0)}
+    # UNKNOWN_TOPIC_OR_PARTITION is "no such topic", not "unavailable".
+    refresh_layout(memory, [_topic("t", 2, error_code=3)])
+    refresh_layout(memory, [_topic("t", 2, error_code=3)])
+    assert memory.gone_partitions == {("t", 0), ("t", 1), ("u", 0)}
+
+
+def test_admin_topics_created_later_are_probed_once_per_group() -> None:
+    memory = PollMemory()
+    refresh_layout(memory, [_topic("a", 1)])
+    groups_gone("c", ["g", "h"], memory, 1)
+    refresh_layout(memory, [_topic("a", 1), _topic("b", 2)])
+    assert memory.pending_probe == {"g": {"b"}, "h": {"b"}}
+    refresh_layout(memory, [_topic("a", 1), _topic("b", 2)])
+    assert memory.pending_probe == {"g": {"b"}, "h": {"b"}}  # until each group has been asked
 
 
 def test_describe_answer_gives_owners_and_subscribed_topics() -> None:
+    # Hand-built DescribeGroups answer: Tansu leaves member assignments, client ids and hosts
+    # empty and never answers one group of a batch with an error (see TESTING.md).
     class Answer:
         groups = [
             (
@@ -332,6 +405,155 @@ async def test_log_end_sampler_exact_offsets_and_topic_deleted(kafka: str, uniqu
             }
     finally:
         await driver.close()
+
+
+async def test_log_end_topic_deleted_only_after_a_second_metadata_answer(
+    kafka: str, unique: str, settle: Settle
+) -> None:
+    """A sampled topic missing from the first metadata answer is not deleted on that answer;
+    the sampler asks again next round (not a whole topic-refresh later) and deletes it then."""
+    topic = TopicSpec(f"le-keep-{unique}", 2, rate=1.0)
+    driver = Driver(kafka, Scenario((topic,), (GroupSpec(f"g-{unique}", (topic.name,)),)), mode="produce")
+    await driver.start()
+    try:
+        await drive(driver, 1)
+        gone = TopicDeleted("sim", f"gone-while-down-{unique}")
+        store, stop = Store(), asyncio.Event()
+        settings = cluster(kafka, topic_refresh=600.0)  # far beyond the test: the confirming refresh
+        sampler = sample_log_ends(settings, lambda: [topic.name], store, IngestCounters(), stop, known=[gone.topic])
+        async with running(sampler):
+            await settle(lambda: gone in store.events, what="TopicDeleted of the topic gone while down")
+        first_sample = next(i for i, e in enumerate(store.events) if isinstance(e, LogEndSample))
+        assert store.events.index(gone) > first_sample  # not on the first answer
+        assert [e for e in store.events if isinstance(e, TopicDeleted)] == [gone]
+    finally:
+        await driver.close()
+
+
+class RecordingAdmin:
+    """The real admin client, remembering which partitions each OffsetFetch named."""
+
+    def __init__(self, admin: Any) -> None:
+        self.admin = admin
+        self.asked: list[tuple[str, set[tuple[str, int]]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.admin, name)
+
+    async def list_consumer_group_offsets(self, group: str, partitions: Any = None) -> Any:
+        self.asked.append((group, {(tp.topic, tp.partition) for tp in partitions or ()}))
+        return await self.admin.list_consumer_group_offsets(group, partitions=partitions)
+
+
+async def test_admin_polling_probes_every_topic_only_on_first_sight_and_for_new_topics(kafka: str, unique: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    a, b, c = f"pa-{unique}", f"pb-{unique}", f"pc-{unique}"
+    group = f"probe-{unique}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(a, 2, 1), NewTopic(b, 1, 1)])
+        # A group that commits without joining: no members, so no assignment to go by.
+        manual = AIOKafkaConsumer(bootstrap_servers=kafka, group_id=group, enable_auto_commit=False)
+        await manual.start()
+        try:
+            manual.assign([TopicPartition(a, 0)])
+            await manual.commit({TopicPartition(a, 0): 3})
+        finally:
+            await manual.stop()
+
+        spy, memory, store, counters = RecordingAdmin(admin), PollMemory(), Store(), IngestCounters()
+        settings = cluster(kafka, groups_allow=f"^{group}$")
+        only = GroupFilter.for_cluster(settings)
+
+        async def round_asking(refresh: bool) -> set[tuple[str, int]]:
+            nonlocal layout
+            if refresh:
+                layout = refresh_layout(memory, await admin.describe_topics())
+            spy.asked.clear()
+            await poll_round(spy, settings, store, counters, only, None, memory, layout)
+            assert [g for g, _ in spy.asked] == [group]
+            return spy.asked[0][1]
+
+        layout: dict[str, set[int]] = {}
+        first = await round_asking(refresh=True)
+        assert {(a, 0), (a, 1), (b, 0)} <= first  # first sight: every topic
+        assert [(e.topic, e.partition, e.offset) for e in store.events if isinstance(e, Commit)] == [(a, 0, 3)]
+        assert await round_asking(refresh=False) == {(a, 0), (a, 1)}  # then only what it committed to
+        assert await round_asking(refresh=True) == {(a, 0), (a, 1)}  # a refresh alone changes nothing
+        await admin.create_topics([NewTopic(c, 1, 1)])
+        assert await round_asking(refresh=True) == {(a, 0), (a, 1), (c, 0)}  # a new topic, once
+        assert await round_asking(refresh=False) == {(a, 0), (a, 1)}
+    finally:
+        await admin.close()
+
+
+async def test_admin_polling_deletes_offsets_of_a_deleted_topic(kafka: str, unique: str, settle: Settle) -> None:
+    """Offsets of a deleted topic become OffsetDeleted (after two metadata answers without it);
+    those of the topic that stays are untouched and the group is not deleted."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    doomed, kept, group = f"doomed-{unique}", f"kept-{unique}", f"dg-{unique}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(doomed, 2, 1), NewTopic(kept, 1, 1)])
+        manual = AIOKafkaConsumer(bootstrap_servers=kafka, group_id=group, enable_auto_commit=False)
+        await manual.start()
+        try:
+            parts = [TopicPartition(doomed, 0), TopicPartition(doomed, 1), TopicPartition(kept, 0)]
+            manual.assign(parts)
+            await manual.commit({tp: 5 for tp in parts})
+        finally:
+            await manual.stop()
+        store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
+        async with running(poll_admin(cluster(kafka, groups_allow=f"^{group}$"), store, progress, counters, stop)):
+            await settle(
+                lambda: fold(store.events) == {(group, t.topic, t.partition): 5 for t in parts}, what="commits"
+            )
+            await admin.delete_topics([doomed])
+            await settle(
+                lambda: sum(isinstance(e, OffsetDeleted) for e in store.events) == 2,
+                what="offsets of the deleted topic",
+            )
+        deleted = sorted((e.topic, e.partition) for e in store.events if isinstance(e, OffsetDeleted))
+        assert deleted == [(doomed, 0), (doomed, 1)]
+        assert fold(store.events) == {(group, kept, 0): 5}
+        assert not any(isinstance(e, GroupDeleted) for e in store.events)
+    finally:
+        await admin.close()
+
+
+async def test_consumer_positions_reads_public_positions_and_warns_once(kafka: str, unique: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    topic = f"pos-{unique}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 3, 1)])
+    finally:
+        await admin.close()
+    # auto_offset_reset="none": a partition assigned without a seek keeps an unknown position.
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka, enable_auto_commit=False, auto_offset_reset="none")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(3)])
+        consumer.seek(TopicPartition(topic, 0), 4)
+        consumer.seek(TopicPartition(topic, 1), 0)
+        counters, warned = IngestCounters(), set[str]()
+        loop = asyncio.get_running_loop()
+        # Partition 2 has no position: left out after a bounded wait, not an error. Partition 3
+        # is not assigned: aiokafka raises for it, which is counted and warned about once.
+        for _ in range(2):
+            started = loop.time()
+            assert await consumer_positions(consumer, topic, [0, 1, 2, 3], counters, warned) == {0: 4, 1: 0}
+            assert loop.time() - started < 2.0
+        assert counters.failures == {"offsets_topic_position_IllegalStateError": 2}
+        assert warned == {"IllegalStateError"}
+    finally:
+        await close_quietly(consumer.stop)  # aiokafka can raise CancelledError from its own task here
 
 
 @pytest.mark.parametrize("mode", ["topic", "admin"])
@@ -413,10 +635,38 @@ def test_plan_requests_groups_by_leader_and_skips_leaderless() -> None:
     by_node, leaderless = plan_requests(layout, ["a", "b", "missing"])
     assert by_node == {1: {"a": [0], "b": [0]}, 2: {"a": [1]}}
     assert leaderless == 1
-    assert deleted_topics({"a", "gone", "b"}, layout) == ["gone"]
+
+
+def test_absence_decides_deletion_only_on_repeated_evidence() -> None:
+    assert ABSENT_REFRESHES_BEFORE_DELETE == 2
+    # Absent once: nothing.
+    gone, streaks = confirm_absent(["a", "b"], {"a"}, {})
+    assert gone == [] and streaks == {"b": 1}
+    # A failed refresh is no evidence either way: nothing, streaks unchanged.
+    gone, streaks = confirm_absent(["a", "b"], None, streaks)
+    assert gone == [] and streaks == {"b": 1}
+    # Absent from the next successful refresh too: deleted.
+    gone, after = confirm_absent(["a", "b"], {"a"}, streaks)
+    assert gone == ["b"] and after == {"b": 2}
+    # Present again after one absence: the count starts over.
+    gone, streaks = confirm_absent(["a", "b"], {"a", "b"}, streaks)
+    assert gone == [] and streaks == {}
+    gone, streaks = confirm_absent(["a", "b"], {"a"}, streaks)
+    assert gone == [] and streaks == {"b": 1}
+
+
+def test_deleted_topics_needs_two_metadata_answers_without_the_topic() -> None:
+    layout = Layout({"a": {0: 1}}, unavailable={"secret"})
+    gone, streaks = deleted_topics({"a", "gone", "secret"}, layout, {})
+    assert gone == [] and streaks == {"gone": 1}  # a topic lagd may not describe still exists
+    assert deleted_topics({"a", "gone"}, None, streaks) == ([], streaks)  # the refresh failed
+    assert deleted_topics({"a", "gone", "secret"}, layout, streaks) == (["gone"], {"gone": 2})
 
 
 def test_parse_list_offsets_keeps_good_partitions_and_names_errors() -> None:
+    # Hand-built ListOffsets answers: the single Tansu broker leads every partition, so it
+    # never answers NOT_LEADER_OR_FOLLOWER, and aiokafka negotiates a newer version than v0
+    # with it, so a v0 answer (Kafka 0.9) cannot be had either.
     class V1:
         API_VERSION = 1
         topics = [("a", [(0, 0, -1, 42), (1, 6, -1, -1)]), ("b", [(0, 0, -1, 7)])]

@@ -6,17 +6,26 @@ timestamp. An unchanged offset is emitted again while the group has members: tha
 commit is how the window sees a consumer that stopped moving. Without members an unchanged
 offset is not repeated (nothing is committing).
 
-Which partitions to ask for. OffsetFetch is always sent for named partitions, never for
-"all partitions" (topics = null): some brokers answer that form badly, and naming them keeps
-the cost known. The names come from, in this order:
-  1. the members' assignments and subscriptions (DescribeGroups, consumer protocol);
-  2. topics the group committed to in earlier rounds, and topics the daemon already knows
-     the group consumes (`known_topics`, e.g. restored from the store);
-  3. a probe of every topic in the metadata (except `topics-deny`) when a group is first
-     seen and again every `topic-refresh` seconds, so a group whose assignment is not
-     visible (no members, or a broker that leaves assignments empty) is still found and a
-     group that starts on a new topic is noticed.
-Each name is expanded to all of the topic's partitions from the metadata.
+Which partitions to ask for. OffsetFetch always names its partitions, never "all partitions"
+(topics = null): that form needs OffsetFetch v2 (Kafka 0.10.2), older brokers lagd supports
+lack it, and naming them keeps the cost of a round known. A group's partitions are those of:
+  1. the topics of its members' assignments and subscriptions (DescribeGroups, consumer
+     protocol; some brokers leave assignments out, and groups without members have none);
+  2. the topics it committed to in earlier rounds, and those the daemon already knows it
+     consumes (`known_topics`, e.g. restored from the store);
+  3. a probe, because a group without visible assignments can start committing anywhere:
+     every topic in the metadata (except `topics-deny`) when the group is first seen; each
+     topic created later, once per group; and, as a safety net for a group without visible
+     assignments that starts on a topic that already existed, every topic again every
+     `FULL_PROBE_EVERY_REFRESHES` metadata refreshes. So the all-topics request is made per
+     group on first sight and then once every FULL_PROBE_EVERY_REFRESHES x topic-refresh
+     (10 minutes by default), instead of every topic-refresh; in between a round costs what
+     the group consumes.
+Each topic is asked for with all its partitions in the metadata (a partition committed to
+before is thus asked again while the metadata has it). Deletions need evidence (see `log_end.confirm_absent`): a
+partition is OffsetDeleted when the broker answers without an offset for it, or when it has
+been missing from `ABSENT_REFRESHES_BEFORE_DELETE` successful metadata refreshes in a row; a
+group is GroupDeleted when ListGroups has left it out that many rounds in a row.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from lagd import logs
 from lagd.config import ClusterSettings
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import cancelled_here, close_quietly, start_admin
+from lagd.ingest.log_end import confirm_absent
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import (
     Commit,
@@ -52,6 +62,11 @@ log = logs.get(__name__)
 Emit = Callable[[list[Event]], Awaitable[None]]
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
+# Every this many metadata refreshes each group is probed on every topic again (see above).
+FULL_PROBE_EVERY_REFRESHES = 10
+# A topic-level error code that does mean "no such topic"; any other error names a topic that
+# exists but is unavailable right now (LEADER_NOT_AVAILABLE, TOPIC_AUTHORIZATION_FAILED, ...).
+UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 def now_ms() -> int:
@@ -80,8 +95,18 @@ class PollMemory:
     committed: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
     topics: dict[str, set[str]] = field(default_factory=dict)
     owners: dict[str, tuple[tuple[PartitionOwner, ...], str]] = field(default_factory=dict)
-    probed_at: dict[str, float] = field(default_factory=dict)
     last_order: int = 0
+    # Metadata refreshes so far, and the topics the latest one named (None before the first).
+    refreshes: int = 0
+    topics_seen: set[str] | None = None
+    # Per group: the refresh of its last full probe, and topics created since, still to probe.
+    full_probe_at: dict[str, int] = field(default_factory=dict)
+    pending_probe: dict[str, set[str]] = field(default_factory=dict)
+    # Evidence for deletions: how many refreshes (rounds) in a row a committed partition (a
+    # listed group) has been missing, and the partitions the latest refresh confirmed gone.
+    absent_partitions: dict[tuple[str, int], int] = field(default_factory=dict)
+    absent_groups: dict[str, int] = field(default_factory=dict)
+    gone_partitions: set[tuple[str, int]] = field(default_factory=set)
 
     def next_order(self, now: int) -> int:
         """Observed time in ms, strictly increasing so two rounds never share an order."""
@@ -134,15 +159,15 @@ def partitions_to_fetch(
     memory: PollMemory,
     layout: dict[str, set[int]],
     known: Iterable[str],
-    probe: bool,
+    probe: Iterable[str],
     topics_deny: re.Pattern[str] | None,
 ) -> list[TopicPartition]:
-    """The named partitions to ask the group's committed offsets for (see the module docstring)."""
+    """The named partitions to ask the group's committed offsets for (see the module docstring);
+    `probe` are the topics to try beyond the group's own."""
     topics: set[str] = set(known) | memory.topics.get(group, set())
     if view is not None:
         topics |= view.subscribed | {o.topic for o in view.owners}
-    if probe:
-        topics |= set(layout)
+    topics |= set(probe)
     if topics_deny is not None:
         topics = {t for t in topics if not topics_deny.search(t)}
     # Partitions committed before are asked for too (an answer without an offset becomes
@@ -161,7 +186,11 @@ def round_events(
     memory: PollMemory,
     observed: int,
 ) -> list[Event]:
-    """Events of one group for one round; updates `memory`. Pure apart from that memory."""
+    """Events of one group for one round; updates `memory`. Pure apart from that memory.
+
+    `asked` are the partitions this round has an answer for: one of them without an offset is
+    deleted. What the group committed elsewhere was not looked at and is remembered as it was.
+    """
     order = memory.next_order(observed)
     out: list[Event] = []
     members = view is not None and view.has_members
@@ -171,7 +200,8 @@ def round_events(
             memory.owners[group] = current
             out.append(GroupMembers(cluster, group, order, view.owners, view.state))
     before = memory.committed.get(group, {})
-    now_committed: dict[tuple[str, int], int] = {}
+    asked = set(asked)
+    now_committed: dict[tuple[str, int], int] = {tp: off for tp, off in before.items() if tp not in asked}
     for tp in sorted(offsets):
         off = offsets[tp]
         if off < 0:
@@ -180,7 +210,7 @@ def round_events(
         if members or before.get(tp) != off:
             # The order doubles as the commit time: observed, nudged to stay strictly increasing.
             out.append(Commit(cluster, group, tp[0], tp[1], off, order, order, observed))
-    for tp in sorted(set(asked) & set(before)):
+    for tp in sorted(asked & set(before)):
         if tp not in now_committed:
             out.append(OffsetDeleted(cluster, group, tp[0], tp[1], order))
     memory.committed[group] = now_committed
@@ -242,9 +272,12 @@ async def _session(
         while not stop.is_set():
             started = loop.time()
             if started - layout_at >= cluster.topic_refresh or not layout:
-                layout = _layout(await admin.describe_topics())
+                # A failed refresh raises here: no deletion is decided without an answer.
+                layout = refresh_layout(memory, await admin.describe_topics())
                 layout_at = started
-            await poll_round(admin, cluster, put, counters, groups, known_topics, memory, layout, started)
+                if memory.absent_partitions and len(memory.gone_partitions) < len(memory.absent_partitions):
+                    layout_at = -1e18  # missing once: confirm next round, not a topic-refresh later
+            await poll_round(admin, cluster, put, counters, groups, known_topics, memory, layout)
             progress.mark_caught_up()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(cluster.offset_refresh - (loop.time() - started), 0.0))
@@ -253,26 +286,54 @@ async def _session(
 
 
 def groups_gone(cluster: str, listed: Iterable[str], memory: PollMemory, observed: int) -> list[GroupDeleted]:
-    """GroupDeleted for every group an earlier round listed and this one does not; forgets them."""
+    """GroupDeleted for every group earlier rounds listed and the last
+    `ABSENT_REFRESHES_BEFORE_DELETE` rounds in a row did not; forgets them."""
     current = set(listed)
-    gone = sorted(memory.groups - current)
+    gone, memory.absent_groups = confirm_absent(sorted(memory.groups), current, memory.absent_groups)
     order = memory.next_order(observed) if gone else 0
     for g in gone:
         memory.committed.pop(g, None)
         memory.topics.pop(g, None)
         memory.owners.pop(g, None)
-        memory.probed_at.pop(g, None)
-    memory.groups = current
+        memory.full_probe_at.pop(g, None)
+        memory.pending_probe.pop(g, None)
+    memory.groups = (current | set(memory.absent_groups)) - set(gone)
     return [GroupDeleted(cluster, g, order) for g in gone]
 
 
-def _layout(topics: Iterable[Any]) -> dict[str, set[int]]:
+def _layout(topics: Iterable[Any]) -> tuple[dict[str, set[int]], set[str]]:
+    """Partitions of each topic the answer gave without error, and the topics it named with an
+    error other than "unknown topic" (they exist; their partitions are not known now)."""
     out: dict[str, set[int]] = {}
+    errored: set[str] = set()
     for t in topics:
-        if t.get("error_code", 0):
+        code = t.get("error_code", 0)
+        if code:
+            if code != UNKNOWN_TOPIC_OR_PARTITION:
+                errored.add(t["topic"])
             continue
         out[t["topic"]] = {p["partition"] for p in t.get("partitions", [])}
-    return out
+    return out, errored
+
+
+def refresh_layout(memory: PollMemory, topics: Iterable[Any]) -> dict[str, set[int]]:
+    """Take in one successful metadata answer: the layout to poll with. Updates `memory`: the
+    committed partitions confirmed gone, and the topics created since the last answer (each
+    to be probed once for every known group)."""
+    layout, errored = _layout(topics)
+    tracked = sorted({tp for committed in memory.committed.values() for tp in committed})
+    present = {tp for tp in tracked if tp[0] in errored or tp[1] in layout.get(tp[0], ())}
+    gone, memory.absent_partitions = confirm_absent(tracked, present, memory.absent_partitions)
+    memory.gone_partitions = set(gone)
+    named = set(layout) | errored
+    if memory.topics_seen is not None:
+        created = named - memory.topics_seen
+        if created:
+            for group in memory.groups:
+                memory.pending_probe.setdefault(group, set()).update(created)
+    memory.topics_seen = named
+    memory.refreshes += 1
+    return layout
 
 
 async def describe_groups(admin: Any, groups: list[str], counters: IngestCounters) -> dict[str, GroupView]:
@@ -305,7 +366,6 @@ async def poll_round(
     known_topics: Callable[[str], Iterable[str]] | None,
     memory: PollMemory,
     layout: dict[str, set[int]],
-    now: float,
 ) -> None:
     """One full round over every allowed group."""
     listed = [g[0] for g in await admin.list_consumer_groups()]
@@ -315,20 +375,23 @@ async def poll_round(
     topics_deny = re.compile(cluster.topics_deny) if cluster.topics_deny else None
     for group in allowed:
         view = views.get(group)
-        probe = now - memory.probed_at.get(group, -1e18) >= cluster.topic_refresh
+        last_full = memory.full_probe_at.get(group)
+        full = last_full is None or memory.refreshes - last_full >= FULL_PROBE_EVERY_REFRESHES
+        probe = set(layout) if full else memory.pending_probe.get(group, set())
         known = known_topics(group) if known_topics else ()
         asked = partitions_to_fetch(group, view, memory, layout, known, probe, topics_deny)
-        if probe:
-            memory.probed_at[group] = now
         try:
             fetched = await admin.list_consumer_group_offsets(group, partitions=asked) if asked else {}
         except Exception as exc:
             counters.count_failure(f"admin_poll_offset_fetch_{exc.__class__.__name__}")
             log.warning("fetching committed offsets failed; retrying next round", group=group, error=str(exc))
             continue
+        if full:
+            memory.full_probe_at[group] = memory.refreshes
+        memory.pending_probe.pop(group, None)
         offsets = {(tp.topic, tp.partition): meta.offset for tp, meta in fetched.items()}
-        # Committed partitions the metadata no longer has are gone as well (topic deleted).
-        vanished = [tp for tp in memory.committed.get(group, {}) if tp[1] not in layout.get(tp[0], ())]
+        # Committed partitions confirmed missing from the metadata are gone as well (topic deleted).
+        vanished = [tp for tp in memory.committed.get(group, {}) if tp in memory.gone_partitions]
         covered = [(tp.topic, tp.partition) for tp in asked] + vanished
         events = round_events(cluster.name, group, view, offsets, covered, memory, now_ms())
         if events:

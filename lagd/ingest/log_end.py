@@ -5,8 +5,9 @@ every `offset-refresh` seconds it asks each leader, in one ListOffsets request p
 for the latest offset of every partition of the topics lagd needs (`topics_wanted`, which the
 daemon supplies: topics any known group consumes, plus mirrored topics; `topics-deny` takes
 some out). A partition without
-a leader, or with an error, is skipped and asked again next round; a topic that disappears
-from the metadata becomes TopicDeleted.
+a leader, or with an error, is skipped and asked again next round. A sampled topic that
+disappears from the metadata becomes TopicDeleted, but only once it has been missing from
+`ABSENT_REFRESHES_BEFORE_DELETE` successful metadata refreshes in a row (see there).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka.errors import for_code
 from aiokafka.protocol.offset import OffsetRequest
@@ -36,6 +37,18 @@ READ_UNCOMMITTED = 0  # the high watermark, which is what consumers' lag is meas
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 
+# A topic missing from one metadata answer is no evidence that it was deleted: aiokafka leaves
+# out every topic the answer carries an error for (LEADER_NOT_AVAILABLE while a leader is being
+# elected, for one), and a broker can answer from a partial view of the cluster. Deleting drops
+# every group's windows for the topic, which cannot be undone, so a topic has to be missing
+# from this many successful refreshes in a row; a refresh that fails is no evidence at all.
+# Two is enough: the second answer comes from a new request at least one round later. Admin
+# polling applies the same rule to partitions that disappear and to groups ListGroups stops
+# naming.
+ABSENT_REFRESHES_BEFORE_DELETE = 2
+
+K = TypeVar("K", bound=Hashable)
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -46,10 +59,15 @@ class Layout:
     """What the metadata said: partitions of each topic and their leader (None = no leader)."""
 
     leaders: dict[str, dict[int, int | None]] = field(default_factory=dict)
+    # Topics the answer named without partitions lagd may use (e.g. not authorized): they exist.
+    unavailable: set[str] = field(default_factory=set)
+
+    def present(self) -> set[str]:
+        return set(self.leaders) | self.unavailable
 
 
 def layout_from_metadata(metadata: Any) -> Layout:
-    out = Layout()
+    out = Layout(unavailable=set(getattr(metadata, "unauthorized_topics", None) or ()))
     for topic in metadata.topics():
         parts = metadata.partitions_for_topic(topic) or set()
         leaders: dict[int, int | None] = {}
@@ -92,9 +110,32 @@ def parse_list_offsets(response: Any) -> tuple[dict[tuple[str, int], int], dict[
     return offsets, errors
 
 
-def deleted_topics(sampled: set[str], layout: Layout) -> list[str]:
-    """Topics sampled before and absent from a complete metadata answer."""
-    return sorted(t for t in sampled if t not in layout.leaders)
+def confirm_absent(
+    tracked: Iterable[K],
+    present: Collection[K] | None,
+    streaks: Mapping[K, int],
+    rounds: int = ABSENT_REFRESHES_BEFORE_DELETE,
+) -> tuple[list[K], dict[K, int]]:
+    """Which tracked things are gone, after one metadata refresh (pure).
+
+    `present` is what a successful refresh listed, or None when the refresh failed (no
+    evidence: nothing is gone and the streaks stay as they were). `streaks` counts, per
+    tracked thing, the successful refreshes in a row it has been missing from. Returns the
+    things missing `rounds` times in a row, in `tracked` order, and the new streaks (only of
+    things missing now: one that is present again starts over).
+    """
+    if present is None:
+        return [], dict(streaks)
+    new = {k: streaks.get(k, 0) + 1 for k in tracked if k not in present}
+    return [k for k, n in new.items() if n >= rounds], new
+
+
+def deleted_topics(
+    sampled: Iterable[str], layout: Layout | None, streaks: Mapping[str, int]
+) -> tuple[list[str], dict[str, int]]:
+    """Sampled topics confirmed deleted by this refresh (`layout` None: the refresh failed)."""
+    gone, streaks = confirm_absent(sorted(sampled), None if layout is None else layout.present(), streaks)
+    return gone, streaks
 
 
 async def sample_log_ends(
@@ -115,11 +156,12 @@ async def sample_log_ends(
     """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     sampled: set[str] = set(known)
+    absent: dict[str, int] = {}  # sampled topics missing from the latest refreshes, survives reconnects
     matchers = tuple(patterns)
     delay = BACKOFF_MIN_S
     while not stop.is_set():
         try:
-            await _session(cluster, topics_wanted, put, counters, stop, sampled, matchers)
+            await _session(cluster, topics_wanted, put, counters, stop, sampled, matchers, absent)
         except (Exception, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError) and cancelled_here():
                 raise
@@ -146,7 +188,9 @@ async def _session(
     stop: asyncio.Event,
     sampled: set[str],
     matchers: tuple[re.Pattern[str], ...] = (),
+    absent: dict[str, int] | None = None,
 ) -> None:
+    absent = {} if absent is None else absent
     deny = re.compile(cluster.topics_deny) if cluster.topics_deny else None
     client = await start_client(cluster)
     try:
@@ -163,16 +207,27 @@ async def _session(
             # early refresh instead of waiting a whole topic-refresh.
             unknown = wanted - set(layout.leaders) - unknown_seen if layout else wanted
             if layout is None or started >= refresh_at or unknown:
+                # A failed refresh raises here, before any deletion is decided: no evidence.
                 layout = layout_from_metadata(await client.fetch_all_metadata())
                 refresh_at = started + cluster.topic_refresh
                 unknown_seen = wanted - set(layout.leaders)
                 if matchers:
                     wanted.update(t for t in layout.leaders if any(m.search(t) for m in matchers))
-                gone = deleted_topics(sampled, layout)
+                gone, streaks = deleted_topics(sampled, layout, absent)
+                absent.clear()
+                absent.update(streaks)
                 if gone:
                     sampled.difference_update(gone)
                     log.info("topics deleted", cluster=cluster.name, topics=gone)
                     await put([TopicDeleted(cluster.name, t) for t in gone])
+                if len(gone) < len(streaks):
+                    # Missing once: ask again next round rather than a whole topic-refresh later.
+                    log.info(
+                        "sampled topics missing from the metadata; confirming next round",
+                        cluster=cluster.name,
+                        topics=sorted(t for t in streaks if t not in gone),
+                    )
+                    refresh_at = started
             events, stale = await sample_once(client, cluster, layout, wanted, counters)
             if stale:
                 refresh_at = 0.0

@@ -4,7 +4,9 @@ No consumer group and no commits of its own: every partition is assigned by hand
 positions come from the store, so a restart resumes exactly where the applied state ends.
 `read_committed` keeps aborted transactional commits out. Each fetched batch is emitted as
 its events followed by one ReaderPosition per partition, so a position is never stored
-ahead of the changes it covers.
+ahead of the changes it covers. Only public aiokafka APIs are used: the partitions of the
+offsets topic come from a metadata client of the reader's own (`AIOKafkaClient`), positions
+from `AIOKafkaConsumer.position`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from aiokafka.structs import TopicPartition
 from lagd import logs
 from lagd.config import ClusterSettings
 from lagd.ingest.group_filter import GroupFilter
-from lagd.ingest.kafka_client import cancelled_here, close_quietly, start_consumer
+from lagd.ingest.kafka_client import cancelled_here, close_quietly, start_client, start_consumer
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
-from lagd.model import Event, IngestCounters, ReaderPosition
+from lagd.model import Event, GroupMembers, IngestCounters, ReaderPosition
 
 log = logs.get(__name__)
 
@@ -31,6 +33,9 @@ Emit = Callable[[list[Event]], Awaitable[None]]
 
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
+# How long to wait for the consumer's positions while catching up (all partitions together):
+# one is unknown only while a reset (after OFFSET_OUT_OF_RANGE) is in flight.
+POSITION_WAIT_S = 0.2
 
 
 def now_ms() -> int:
@@ -84,22 +89,40 @@ async def read_offsets_topic(
     groups: GroupFilter | None = None,
     fetch_timeout_ms: int = 500,
     max_records: int = 10_000,
+    members: Iterable[GroupMembers] | None = None,
 ) -> None:
     """Read the offsets topic until `stop` is set; survive broker outages with backoff.
 
     `positions` maps offsets-topic partition to the next offset to read (the store's
-    ReaderPosition); partitions without one start from the beginning.
+    ReaderPosition); partitions without one start from the beginning. `members` are the
+    stored GroupMembers of this cluster, where the state resumes: KIP-848 groups' owners are
+    folded from one record per member, so a resumed reader starts that fold from them (see
+    `lagd.ingest.records`); resumed without them, it leaves those owners as stored.
     """
     put = _emitter(emit)
     groups = groups or GroupFilter.for_cluster(cluster)
     next_offsets = dict(positions)
-    owners = ConsumerGroupOwners()  # KIP-848 groups' owners, folded from their member records
+    # KIP-848 groups' owners, folded from their member records
+    owners = ConsumerGroupOwners(resumed=bool(next_offsets))
+    if members is not None:
+        owners.seed(m for m in members if m.cluster == cluster.name)
     delay = BACKOFF_MIN_S
     failures = 0
+    warned: set[str] = set()
     while not stop.is_set():
         try:
             await _session(
-                cluster, next_offsets, put, progress, counters, stop, groups, fetch_timeout_ms, max_records, owners
+                cluster,
+                next_offsets,
+                put,
+                progress,
+                counters,
+                stop,
+                groups,
+                fetch_timeout_ms,
+                max_records,
+                owners,
+                warned,
             )
             delay = BACKOFF_MIN_S
         except (Exception, asyncio.CancelledError) as exc:
@@ -131,15 +154,23 @@ async def _session(
     fetch_timeout_ms: int,
     max_records: int,
     kip848: ConsumerGroupOwners | None = None,
+    warned: set[str] | None = None,
 ) -> None:
     topic = cluster.offsets_topic
-    consumer = await start_consumer(
-        cluster,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-        exclude_internal_topics=False,
-        metadata_max_age_ms=int(cluster.topic_refresh * 1000),
-    )
+    warned = set() if warned is None else warned
+    # Metadata of every topic (the consumer's own covers only what is assigned to it).
+    metadata = await start_client(cluster)
+    try:
+        consumer = await start_consumer(
+            cluster,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            exclude_internal_topics=False,
+            metadata_max_age_ms=int(cluster.topic_refresh * 1000),
+        )
+    except BaseException:
+        await close_quietly(metadata.close)
+        raise
     try:
         known: set[int] = set()
         loop = asyncio.get_running_loop()
@@ -147,7 +178,7 @@ async def _session(
         while not stop.is_set():
             if loop.time() >= refresh_at:
                 refresh_at = loop.time() + cluster.topic_refresh
-                await _discover(consumer, cluster, known, next_offsets, progress)
+                await _discover(metadata, consumer, cluster, known, next_offsets, progress)
             if not known:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), min(cluster.topic_refresh, 5.0))
@@ -159,12 +190,11 @@ async def _session(
             if not progress.caught_up:
                 # read_committed positions also pass control records (transaction markers),
                 # which never reach us as records: take the consumer's own positions too.
-                for p in known:
-                    pos = _peek_position(consumer, TopicPartition(topic, p))
-                    if pos is not None:
-                        progress.advance(p, pos)
+                for p, pos in (await consumer_positions(consumer, topic, known, counters, warned)).items():
+                    progress.advance(p, pos)
     finally:
         await close_quietly(consumer.stop)
+        await close_quietly(metadata.close)
 
 
 async def _apply_batch(
@@ -192,20 +222,43 @@ async def _apply_batch(
         progress.advance(p, pos)
 
 
-def _peek_position(consumer: Any, tp: TopicPartition) -> int | None:
-    """The consumer's fetch position of `tp` without waiting (None while it is unknown).
+async def consumer_positions(
+    consumer: Any, topic: str, partitions: Iterable[int], counters: IngestCounters, warned: set[str]
+) -> dict[int, int]:
+    """The consumer's fetch positions (`AIOKafkaConsumer.position`) of `partitions`.
 
-    `AIOKafkaConsumer.position()` waits for an unknown position to be reset, which would stall
-    the whole reader on one partition; this reads the same state and never waits.
+    A position is unknown only while the consumer resets it; `position()` would wait for
+    that, so all of them together wait at most POSITION_WAIT_S (a known position is returned
+    without waiting) and an unknown one is left out, asked again next fetch. Any other
+    failure is counted, logged once at warning, and left out too: readiness then relies on
+    the positions of the records read.
     """
-    try:
-        state = consumer._subscription.subscription.assignment.state_value(tp)
-        return int(state.position) if state.has_valid_position else None
-    except Exception:
-        return None
+    out: dict[int, int] = {}
+    deadline = asyncio.get_running_loop().time() + POSITION_WAIT_S
+    for p in sorted(partitions):
+        try:
+            async with asyncio.timeout_at(deadline):
+                out[p] = int(await consumer.position(TopicPartition(topic, p)))
+        except TimeoutError:
+            continue
+        except Exception as exc:
+            name = exc.__class__.__name__
+            counters.count_failure(f"offsets_topic_position_{name}")
+            if name not in warned:
+                warned.add(name)
+                log.warning(
+                    "cannot read the consumer's position; readiness may stay 'catching up'",
+                    topic=topic,
+                    partition=p,
+                    error=f"{name}: {exc}",
+                    hint="a partition ending in a transaction marker is then never reported caught up; "
+                    "check the aiokafka version (lagd is tested with 0.14) and report this",
+                )
+    return out
 
 
 async def _discover(
+    client: Any,
     consumer: Any,
     cluster: ClusterSettings,
     known: set[int],
@@ -214,8 +267,7 @@ async def _discover(
 ) -> None:
     """Assign every partition of the offsets topic (again, when partitions were added)."""
     topic = cluster.offsets_topic
-    # The consumer's own metadata only covers assigned topics; ask for everything once.
-    metadata = await consumer._client.fetch_all_metadata()
+    metadata = await client.fetch_all_metadata()
     found = metadata.partitions_for_topic(topic) or set()
     if not found:
         log.warning(

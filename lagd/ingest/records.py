@@ -5,14 +5,24 @@ partitions. KIP-848 groups (types 3..8) spread that over one record per member, 
 by topic id, and GroupMembers replaces the whole group's owners, so building their owners
 needs state: pass a `ConsumerGroupOwners` (one per cluster) to fold types 4, 5 and 8 (and
 the topic id of v4 commits) into GroupMembers. Without one, KIP-848 records are only
-counted. The fold is complete only when it has seen every member's latest records, i.e.
-when the offsets partition is read from its beginning (compaction keeps them); resumed
-mid-partition it knows only the members written since. Commits of KIP-848 groups are
-ordinary type 1 records and are always handled.
+counted. Commits of KIP-848 groups are ordinary type 1 records and are always handled.
+
+The fold is complete when it has seen every member's latest records, i.e. when the offsets
+partition is read from its beginning (compaction keeps them). Resumed mid-partition it sees
+only the members written since, so it must start from the owners already known: `seed` it
+with the stored GroupMembers, and a member's record then changes only that member's
+partitions, the others' stay as stored until their own records (or tombstones) come. Topic
+ids learnt before the resume point are not stored: until a type 4 record or a v4 commit names
+an id again, a member whose new assignment names it keeps its stored partitions of the
+topics no known id names (stale rather than dropped; see `ConsumerGroupOwners.owners`). A fold
+built for a resumed reader without the stored owners (`resumed=True`, never seeded) emits
+nothing for KIP-848 groups rather than replacing their owners with a partial set; that is
+counted (`kip848_owners_unseeded`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from operator import attrgetter, itemgetter
 
 from lagd import logs
@@ -102,15 +112,39 @@ def _members_event(cluster: str, rec: GroupMetadata, order: int) -> GroupMembers
 
 
 class ConsumerGroupOwners:
-    """Partition owners of KIP-848 groups, folded from their per-member records."""
+    """Partition owners of KIP-848 groups, folded from their per-member records.
 
-    def __init__(self) -> None:
+    `resumed`: the records start mid-partition, so the fold alone is incomplete; it emits
+    owners only once `seed` has given it the stored owners (a group not among them has none
+    stored and starts empty), see the module docstring.
+    """
+
+    def __init__(self, *, resumed: bool = False) -> None:
         self.topic_names: dict[bytes, str] = {}
         self.members: dict[str, dict[str, tuple[str, str]]] = {}  # group -> member -> (host, client id)
         self.assigned: dict[str, dict[str, tuple[TopicAssignment, ...]]] = {}  # group -> member -> partitions
+        # group -> member -> owners known before the first record read (the stored owners); in
+        # use until that member's own assignment is read (see `owners`), dropped when it leaves
+        self.seeded: dict[str, dict[str, tuple[PartitionOwner, ...]]] = {}
+        self.resumed = resumed
+        self.has_seed = False
+        self._warned = False
+
+    def seed(self, stored: Iterable[GroupMembers]) -> None:
+        """Start from the owners known where reading resumes (the store's GroupMembers)."""
+        self.has_seed = True
+        for gm in stored:
+            by_member: dict[str, list[PartitionOwner]] = {}
+            for o in gm.owners:
+                by_member.setdefault(o.member_id, []).append(o)
+            self.seeded[gm.group] = {m: tuple(os) for m, os in by_member.items()}
 
     def learn_topic(self, topic_id: bytes, name: str) -> None:
         self.topic_names[topic_id] = name
+
+    def forget_seed(self, group: str) -> None:
+        """A classic record (group metadata or its tombstone) superseded the stored owners."""
+        self.seeded.pop(group, None)
 
     def apply(self, cluster: str, rec: Record, order: int, counters: IngestCounters) -> list[Event]:
         """Fold one KIP-848 record; the group's owners when they may have changed."""
@@ -124,29 +158,70 @@ class ConsumerGroupOwners:
         elif isinstance(rec, ConsumerGroupTombstone) and rec.record_type in (5, 8) and rec.member_id is not None:
             self.members.get(rec.group, {}).pop(rec.member_id, None)
             self.assigned.get(rec.group, {}).pop(rec.member_id, None)
+            self.seeded.get(rec.group, {}).pop(rec.member_id, None)
         elif isinstance(rec, ConsumerGroupTombstone) and rec.record_type == 3:
             self.members.pop(rec.group, None)
             self.assigned.pop(rec.group, None)
+            self.seeded.pop(rec.group, None)
             return []
         else:
+            return []
+        if self.resumed and not self.has_seed:
+            # Only the members written since the resume point are known: a GroupMembers now
+            # would drop every other member's partitions. Keep the stored owners instead.
+            counters.count_error("kip848_owners_unseeded")
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "owners of KIP-848 groups are not updated: the reader resumed without the stored owners",
+                    cluster=cluster,
+                    group=rec.group,
+                    hint="pass the stored GroupMembers to read_offsets_topic(members=...)",
+                )
             return []
         return [self.owners(cluster, rec.group, order, counters)]
 
     def owners(self, cluster: str, group: str, order: int, counters: IngestCounters) -> GroupMembers:
-        """The group's owners as far as known; partitions of unknown topic ids are counted."""
+        """The group's owners as far as known; partitions of unknown topic ids are counted.
+
+        A stored (seeded) member keeps its stored partitions until its own assignment is read.
+        If that assignment names a topic id the fold cannot name yet (its type 4 record or a v4
+        commit came before the resume point), the member also keeps its stored partitions of
+        every topic no known id names: better stale for a while than dropped.
+        """
         members = self.members.get(group, {})
+        assigned = self.assigned.get(group, {})
+        seeded = self.seeded.get(group, {})
         owners: list[PartitionOwner] = []
-        for member_id, parts in self.assigned.get(group, {}).items():
-            host, client_id = members.get(member_id, ("", ""))
+        named: set[str] | None = None
+        for member_id, parts in assigned.items():
+            stored = seeded.get(member_id)
+            who = members.get(member_id)
+            if who is None and stored:  # its metadata record came before the resume point
+                who = (stored[0].host, stored[0].client_id)
+            host, client_id = who or ("", "")
+            unnamed = False
             for ta in parts:
                 name = self.topic_names.get(ta.topic_id)
                 if name is None:
                     counters.count_error("unknown_topic_id")
+                    unnamed = True
                     continue
                 owners.extend(_new_owner(name, p, host, client_id, member_id) for p in ta.partitions)
+            if unnamed and stored:
+                named = set(self.topic_names.values()) if named is None else named
+                owners.extend(self._restamp(o, members.get(member_id)) for o in stored if o.topic not in named)
+        for member_id, stored in seeded.items():
+            if member_id not in assigned:
+                owners.extend(self._restamp(o, members.get(member_id)) for o in stored)
         owners.sort(key=_OWNER_ORDER)
-        live = bool(members) or bool(self.assigned.get(group))
+        live = bool(members) or bool(assigned) or any(seeded.values())
         return GroupMembers(cluster, group, order, tuple(owners), "Stable" if live else "Empty")
+
+    @staticmethod
+    def _restamp(o: PartitionOwner, who: tuple[str, str] | None) -> PartitionOwner:
+        """A stored owner, with the host and client id of member metadata read since, if any."""
+        return o if who is None else _new_owner(o.topic, o.partition, who[0], who[1], o.member_id)
 
 
 def events_from_record(
@@ -191,12 +266,16 @@ def events_from_record(
         return [Commit(cluster, rec.group, rec.topic, rec.partition, rec.offset, order, rec.commit_timestamp, observed)]
     if isinstance(rec, GroupMetadata):
         counters.count_record("group_metadata")
+        if kip848 is not None:
+            kip848.forget_seed(rec.group)  # a classic record states every owner: the stored ones are past
         return [_members_event(cluster, rec, order)]
     if isinstance(rec, OffsetTombstone):
         counters.count_record("offset_tombstone")
         return [OffsetDeleted(cluster, rec.group, rec.topic, rec.partition, order)]
     if isinstance(rec, GroupTombstone):
         counters.count_record("group_tombstone")
+        if kip848 is not None:
+            kip848.forget_seed(rec.group)
         return [GroupDeleted(cluster, rec.group, order)]
     if isinstance(rec, SkippedRecord):
         counters.count_record(f"type_{rec.record_type}")
