@@ -2,28 +2,47 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import psycopg2  # type: ignore[import-untyped]
 import pytest
 
-from lagd.config import MirrorSettings
+from lagd.config import MirrorSettings, parse
+from lagd.jobs.mirrors import main as mirrors_main
 from lagd.jobs.mirrors import run_mirrors, target_topic
 
 T0 = 1_800_000_000_000  # window start; the window is [T0, T0+600 s), ten 60 s buckets
 S = 1000
 NOW = T0 + 600 * S
-STEP = 500  # messages appended per partition per 30 s sample on the source
+# The job also reads ten history buckets [T0-600 s, T0) and one bucket before them as predecessors.
+FIRST = -660  # seconds from T0 of the first sample; one sample every 30 s up to T0+570
+STEP = 500  # messages appended per partition per 30 s on the source
+BASE = 100_000  # partition p starts at BASE + 1000 p on both clusters (offsets count from one origin)
 
 
-def _samples(cluster: str, topic: str, per_step: list[int], offset_s: int = 0) -> list[tuple[Any, ...]]:
-    """log_end_history rows for 2 partitions, one sample every 30 s from T0-60 s (+offset_s)."""
+def _level(t: int, delay: int = 0, kept: int = 100, step_at: int | None = None) -> int:
+    """Messages appended to one source partition from FIRST to t - delay (kept percent of them).
+
+    500 per 30 s; with `step_at`, 1000 per 30 s from then on.
+    """
+    t -= delay
+    n = STEP * (t - FIRST) // 30
+    if step_at is not None and t > step_at:
+        n += STEP * (t - step_at) // 30
+    return n * kept // 100
+
+
+def _samples(
+    cluster: str, topic: str, offset_s: int = 0, stop: int | None = None, **shape: Any
+) -> list[tuple[Any, ...]]:
+    """log_end_history rows for 2 partitions, one every 30 s from T0+FIRST (+offset_s): the source's
+    level at the sample time (shaped by `_level`), frozen after `stop` seconds from T0."""
     rows = []
     for partition in (0, 1):
-        end = 1000 * partition  # partitions start at different offsets: only deltas count
-        for k, step in enumerate(per_step):
-            end += step
-            rows.append((T0 + (-60 + 30 * k + offset_s) * S, cluster, topic, partition, end))
+        for t in range(FIRST, 600, 30):
+            level = _level(t if stop is None else min(t, stop), **shape)
+            rows.append((T0 + (t + offset_s) * S, cluster, topic, partition, BASE + 1000 * partition + level))
     return rows
 
 
@@ -42,38 +61,60 @@ def test_each_mirrored_topic_gets_its_verdict(spark: Any, database_url: str) -> 
         name="dr",
         source="src",
         target="dst",
-        topics="^(healthy|stalls|lossy|unmirrored)$",
+        topics="^(healthy|delayed|stalls|lossy|unmirrored)$",
         rename="prefix",
         prefix="src.",
     )
-    samples = 22  # T0-60 .. T0+570: two samples per bucket, two before the window
     rows = []
     for topic in ("healthy", "stalls", "lossy", "unmirrored", "skipped"):
-        rows += _samples("src", topic, [STEP] * samples)
-    # Healthy: the same counts, sampled 5 s later.
-    rows += _samples("dst", "src.healthy", [STEP] * samples, offset_s=5)
-    # Stalls: delivers until the sample at T0+275 (k=11, the last in bucket 4), then nothing.
-    rows += _samples("dst", "src.stalls", [STEP] * 12 + [0] * (samples - 12), offset_s=5)
+        rows += _samples("src", topic)
+    # The delayed source doubles its rate at T0-120 s, just before the window.
+    rows += _samples("src", "delayed", step_at=-120)
+    # Healthy: the same offsets, sampled 5 s later.
+    rows += _samples("dst", "src.healthy", offset_s=5)
+    # Delayed: 5 s later, each sample holds what the source had 300 s before it.
+    rows += _samples("dst", "src.delayed", offset_s=5, delay=300, step_at=-120)
+    # Stalls: delivers up to the sample at T0+275 (the source's T0+270), then nothing.
+    rows += _samples("dst", "src.stalls", offset_s=5, stop=270)
     # Lossy: 1 % of every step never arrives (495 of 500).
-    rows += _samples("dst", "src.lossy", [STEP * 99 // 100] * samples, offset_s=5)
+    rows += _samples("dst", "src.lossy", offset_s=5, kept=99)
     _insert(database_url, rows)
 
     lines: list[str] = []
     got = run_mirrors(spark, database_url, {"dr": mirror}, lines.append, now_ms=NOW, partitions=2)
     verdicts = {v.topic: v.judgement for v in got}
     assert {t: j.verdict.value for t, j in verdicts.items()} == {
+        "delayed": "OK",
         "healthy": "OK",
         "stalls": "STALLED",
         "lossy": "INCOMPLETE",
         "unmirrored": "MISSING",
     }
     # Per topic and bucket the source appends 2 partitions x 2 samples x 500 = 2000: 20000 in the window.
-    assert verdicts["healthy"].completeness == 1.0
-    assert verdicts["healthy"].source_rate == pytest.approx(20000 / 600)
-    # Stalls: target samples at T0+5 .. T0+275 carry 500 each (10 per partition) -> 10000 of 20000.
+    # A bucket's level is its last sample's (at +30 s, +35 s on the target).
+    healthy = verdicts["healthy"]
+    assert (healthy.completeness, healthy.delay_seconds) == (1.0, 0.0)
+    assert healthy.source_rate == pytest.approx(20000 / 600)
+    # Delayed: backlog at the series start = source's minus target's total at T0-630 s = 2 x 500 x
+    # (300 / 30) = 10000 (the step is later). Each target bucket level is the source's 5 buckets
+    # earlier, so the delay is 300 s throughout, and the target appended what the source appended
+    # 300 s earlier: completeness 1.0, though unshifted it got 2000, 2000, 2000, 3000, 4000 x 6 of the
+    # source's 4000 x 10 (33000 / 40000 = 0.825: INCOMPLETE before the shift).
+    delayed = verdicts["delayed"]
+    assert delayed.details["anchor"] == "offsets"
+    assert delayed.details["backlog"] == 10000
+    assert delayed.details["delays"] == [300.0] * 10
+    assert delayed.delay_seconds == pytest.approx(300.0)
+    assert delayed.completeness == pytest.approx(1.0)
+    assert delayed.details["target_appended"] == 2000 * 3 + 3000 + 4000 * 6
+    # Stalls: target levels at T0-25 s (the source's T0-30) and frozen from T0+275 (the source's
+    # T0+270): it appended 2 x 500 x 10 = 10000 of the 20000 expected.
     assert verdicts["stalls"].completeness == pytest.approx(0.5)
-    assert verdicts["lossy"].completeness == pytest.approx(0.99)  # 19800 / 20000
-    assert lines == ["mirrors: dr (src -> dst): 4 topic(s): 1 INCOMPLETE, 1 MISSING, 1 OK, 1 STALLED"]
+    # The target's 10000 in the window were reached by the source at T0+300 s (end of bucket 4): 300 s ago.
+    assert verdicts["stalls"].delay_seconds == pytest.approx(300.0)
+    # Lossy: 19800 of 20000 (the 6.3 s delay at the window start shifts a steady source by nothing).
+    assert verdicts["lossy"].completeness == pytest.approx(0.99)
+    assert lines == ["mirrors: dr (src -> dst): 5 topic(s): 1 INCOMPLETE, 1 MISSING, 2 OK, 1 STALLED"]
 
     conn = psycopg2.connect(database_url)
     try:
@@ -83,6 +124,7 @@ def test_each_mirrored_topic_gets_its_verdict(spark: Any, database_url: str) -> 
     finally:
         conn.close()
     assert stored == [
+        ("delayed", "src.delayed", "OK", NOW),
         ("healthy", "src.healthy", "OK", NOW),
         ("lossy", "src.lossy", "INCOMPLETE", NOW),
         ("stalls", "src.stalls", "STALLED", NOW),
@@ -93,3 +135,50 @@ def test_each_mirrored_topic_gets_its_verdict(spark: Any, database_url: str) -> 
 def test_target_topic_names() -> None:
     assert target_topic(MirrorSettings(rename="identity"), "orders") == "orders"
     assert target_topic(MirrorSettings(rename="prefix", prefix="east."), "orders") == "east.orders"
+
+
+class _KeepRunning:
+    """The tests' SparkSession as `build_session` gives it to a job, whose stop() leaves it running."""
+
+    def __init__(self, spark: Any) -> None:
+        self._spark = spark
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spark, name)
+
+    def stop(self) -> None:
+        pass
+
+
+def _settings(database_url: str) -> Any:
+    raw = {
+        "clusters": {
+            "src": {"bootstrap-servers": ["127.0.0.1:9092"]},
+            "dst": {"bootstrap-servers": ["127.0.0.1:9093"]},
+        },
+        "storage": {"database-url": database_url},
+        "mirrors": {"dr": {"source": "src", "target": "dst", "rename": "prefix", "prefix": "src."}},
+    }
+    return parse(raw, env={})
+
+
+def test_bad_time_says_what_to_do_before_spark_starts(capsys: Any) -> None:
+    args = argparse.Namespace(end="yesterday", master=None)
+    assert mirrors_main(_settings("postgresql://nobody@127.0.0.1:1/none"), args) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "lagd: mirrors job failed: cannot read time 'yesterday': use epoch milliseconds or ISO 8601 like "
+        "2026-11-22T08:00Z"
+    ]
+
+
+def test_spark_error_is_two_lines_without_a_trace(
+    spark: Any, empty_database_url: str, capsys: Any, monkeypatch: Any
+) -> None:
+    # A database without lagd's tables: the JDBC read of log_end_history fails inside Spark.
+    monkeypatch.setattr("lagd.jobs.mirrors.build_session", lambda **kw: _KeepRunning(spark))
+    args = argparse.Namespace(end=str(NOW), master=None)
+    assert mirrors_main(_settings(empty_database_url), args) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        'lagd: mirrors job failed: PSQLException: relation "log_end_history" does not exist',
+        "lagd: the database lacks lagd's tables or columns: run `lagd db upgrade` with this configuration",
+    ]

@@ -8,11 +8,12 @@ from typing import Any
 
 import psycopg2  # type: ignore[import-untyped]
 import pytest
+from pyspark.errors import PySparkException
 
 from lagd.config import parse
 from lagd.jobs.spark import JobError, find_java, find_jdbc_jar, jdbc_options
+from lagd.jobs.trends import explain, parse_time, plan_range, run_trends
 from lagd.jobs.trends import main as trends_main
-from lagd.jobs.trends import parse_time, plan_range, run_trends
 
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z, on an hour boundary
 S = 1000  # one second in ms
@@ -186,6 +187,126 @@ def test_continues_from_the_watermark(spark: Any, history: str) -> None:
     assert status[(3600, T0, "WARN")] == pytest.approx(60.0)
     assert status[(3600, T0 + 3600 * S, "OK")] == pytest.approx(200.0)
     assert status[(60, T0 + 3780 * S, "OK")] == pytest.approx(20.0)
+
+
+def test_rerun_after_a_late_status_row_replaces_the_buckets(spark: Any, history: str) -> None:
+    run_trends(spark, history, T0, T0 + 3600 * S, progress=_quiet, partitions=2, now_ms=T0 + 180 * S)
+    assert _status(history)[(60, T0 + 60 * S, "OK")] == pytest.approx(30.0)
+    # A status row that arrives late: ERR from T0+60 until the WARN at T0+90.
+    _insert(history, "status_history", [(T0 + 60 * S, "c", "g", "ERR")])
+    run_trends(spark, history, T0, T0 + 3600 * S, progress=_quiet, partitions=2, now_ms=T0 + 180 * S)
+    status = _status(history)
+    # Minute T0+60 is now ERR 30 s (T0+60 .. T0+90) and WARN 30 s: the OK row is gone, not left at 30 s.
+    minute = {k[2]: v for k, v in status.items() if k[:2] == (60, T0 + 60 * S)}
+    assert minute == pytest.approx({"ERR": 30.0, "WARN": 30.0})
+    assert sum(minute.values()) == pytest.approx(60.0)
+    # The hour: OK [T0, T0+60) and [T0+150, T0+180) = 90 s, ERR 30 s, WARN 60 s: 180 s up to now.
+    hour = {k[2]: v for k, v in status.items() if k[:2] == (3600, T0)}
+    assert hour == pytest.approx({"OK": 90.0, "ERR": 30.0, "WARN": 60.0})
+    # Untouched buckets keep their values.
+    assert status[(60, T0, "OK")] == pytest.approx(60.0)
+    assert status[(60, T0 + 120 * S, "WARN")] == pytest.approx(30.0)
+
+
+def test_lag_seconds_without_a_log_end_sample_is_null(spark: Any, history: str) -> None:
+    # Partition 1 of t has commits but no log-end sample at all: how long the lag has waited is unknown.
+    _insert(
+        history,
+        "commit_history",
+        [
+            (T0 + 10 * S, "c", "g3", "t", 1, 50, 7, T0 + 10 * S),
+            (T0 + 70 * S, "c", "g3", "t", 1, 60, 0, T0 + 70 * S),
+        ],
+    )
+    run_trends(spark, history, T0, T0 + 3600 * S, progress=_quiet, partitions=2, now_ms=T0 + 180 * S)
+    rows = _sql(
+        history,
+        "SELECT step, bucket, lag_max, lag_seconds_max, produce_rate FROM trends "
+        "WHERE group_name = 'g3' ORDER BY step, bucket",
+    )
+    assert rows == [
+        (60, T0, 7, None, None),  # lag 7, no sample reached offset 50: NULL, not 0.0
+        (60, T0 + 60 * S, 0, 0.0, None),  # lag 0 counts 0 s
+        (3600, T0, 7, 0.0, None),  # max over the known rows only (the unknown one is left out)
+    ]
+    # The other partition's figures are as before.
+    got = {
+        (r[0], r[1], r[2]): r[3]
+        for r in _sql(history, "SELECT step, bucket, group_name, lag_seconds_max FROM trends WHERE partition = 0")
+    }
+    assert got == pytest.approx({k: v[4] for k, v in EXPECTED_TRENDS.items()})
+
+
+class _KeepRunning:
+    """The tests' SparkSession as `build_session` gives it to a job, whose stop() leaves it running."""
+
+    def __init__(self, spark: Any) -> None:
+        self._spark = spark
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spark, name)
+
+    def stop(self) -> None:
+        pass
+
+
+def _settings(database_url: str) -> Any:
+    raw = {"clusters": {"c": {"bootstrap-servers": ["127.0.0.1:9092"]}}, "storage": {"database-url": database_url}}
+    return parse(raw, env={})
+
+
+def test_empty_range_says_what_to_do_before_spark_starts(capsys: Any) -> None:
+    args = argparse.Namespace(start="2027-01-15T09:00Z", end="2027-01-15T08:00Z", master=None)
+    assert trends_main(_settings("postgresql://nobody@127.0.0.1:1/none"), args) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "lagd: trends job failed: empty range: --to (2027-01-15T08:00Z) must be after --from "
+        "(2027-01-15T09:00Z): give a later --to, or leave --to out to run up to now"
+    ]
+
+
+def test_spark_error_is_two_lines_without_a_trace(spark: Any, database_url: str, capsys: Any, monkeypatch: Any) -> None:
+    # A database whose commit history table is missing: the JDBC read fails inside Spark (Py4JJavaError).
+    _sql(database_url, "DROP TABLE commit_history")
+    monkeypatch.setattr("lagd.jobs.trends.build_session", lambda **kw: _KeepRunning(spark))
+    args = argparse.Namespace(start=str(T0), end=str(T0 + 3600 * S), master=None)
+    assert trends_main(_settings(database_url), args) == 1
+    err = capsys.readouterr().err.splitlines()
+    # The progress line, then what failed and what to do next; no trace.
+    assert err == [
+        "trends: 2027-01-15T08:00Z .. 2027-01-15T09:00Z (1 h, 1 chunk(s))",
+        'lagd: trends job failed: PSQLException: relation "commit_history" does not exist',
+        "lagd: the database lacks lagd's tables or columns: run `lagd db upgrade` with this configuration",
+    ]
+
+
+def test_errors_get_their_own_hints(spark: Any, postgres: Any) -> None:
+    no_db = postgres.url.split("?")[0].rsplit("/", 1)[0] + "/lagd_no_such_database"
+    with pytest.raises(psycopg2.OperationalError) as missing:
+        psycopg2.connect(no_db)
+    reason, hint = explain(missing.value)
+    assert reason.startswith("OperationalError: connection to server ")
+    assert reason.endswith('database "lagd_no_such_database" does not exist')
+    assert hint == "create the database named in storage.database-url (createdb), then run `lagd db upgrade`"
+    with pytest.raises(psycopg2.OperationalError) as refused:
+        psycopg2.connect("postgresql://nobody@127.0.0.1:1/none", connect_timeout=5)
+    reason, hint = explain(refused.value)
+    assert reason.startswith("OperationalError: connection to server at")
+    assert hint is not None and "PostgreSQL is running and reachable" in hint
+    # The same through Spark's JDBC reader (reported by Spark as an AnalysisException).
+    url, props = jdbc_options("postgresql://nobody@127.0.0.1:1/none")
+    with pytest.raises(PySparkException) as jdbc_refused:
+        spark.read.jdbc(url, "commit_history", properties=props)
+    reason, hint = explain(jdbc_refused.value)
+    assert reason == "ConnectException: Connection refused"  # the deepest Java cause
+    assert hint is not None and "PostgreSQL is running and reachable" in hint
+    assert explain(JobError("cannot read time 'x': use epoch milliseconds")) == (
+        "cannot read time 'x': use epoch milliseconds",
+        None,
+    )
+    assert (
+        explain(RuntimeError("boom"))[1] == 'Spark failed: run again with log.level = "debug" for the full Java trace'
+    )
 
 
 def test_plan_range_and_times() -> None:

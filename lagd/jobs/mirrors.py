@@ -5,9 +5,20 @@ window, summed per topic and bucket. The per-topic series are small (topics x bu
 they are collected and judged by the pure rules in lagd.evaluate.mirrors, and the verdicts
 are upserted into mirror_status (rows of topics no longer seen on the source are removed).
 
-Buckets: the mirror's `window` is split into `buckets` equal buckets ending now; a delta
-belongs to the bucket of its later sample, and samples of one bucket before the window
-serve as predecessors. `mm1_group` is not used yet: verdicts come from log-end offsets only.
+Buckets: the mirror's `window` is split into `buckets` equal buckets ending now, and
+`history` more buckets before it are read so that a replication delay up to that long can
+be measured (the rules look back into them, they are not judged). A delta belongs to the
+bucket of its later sample; samples of one bucket before the series serve as predecessors.
+
+Anchor: the backlog the rules start from is the source's log-end total minus the target's
+at the series start (per topic, summed over partitions: each partition's first sampled
+offset plus its deltas up to the series start). That assumes the target's offsets count
+the source's messages from the same origin (each partition copied from its first offset,
+as MirrorMaker 2 or 1 do for a topic mirrored since it was created). Where that is plainly
+not so (the target ahead, or further behind than the history reaches, as after the source's
+log was trimmed before mirroring started) the rules assume the mirror was caught up where it
+came closest to the source, and the delay is a lower bound (details "anchor": "caught-up").
+`mm1_group` is not used yet: verdicts come from log-end offsets only.
 """
 
 from __future__ import annotations
@@ -26,12 +37,26 @@ from psycopg2.extras import Json  # type: ignore[import-untyped]
 from lagd import logs
 from lagd.config import ConfigError, MirrorSettings, Settings, load
 from lagd.evaluate.mirrors import MirrorJudgement, MirrorVerdict, judge_mirror
-from lagd.jobs.spark import JobError, build_session, read_range
-from lagd.jobs.trends import pg_dsn
+from lagd.jobs.spark import build_session, read_range
+from lagd.jobs.trends import job_errors, parse_time, pg_dsn, report_failure, stop_session
 
 log = logs.get(__name__)
 
 BUCKETS = 10
+HISTORY = 10  # buckets read before the window: delays up to one window are measured
+
+
+@dataclass(frozen=True)
+class TopicCounts:
+    """One topic on one cluster: messages appended per bucket, and its log-end total before any."""
+
+    appended: dict[int, int]  # bucket index -> messages; -1 = the bucket before the series
+    base: int  # sum over partitions of each partition's first sampled offset
+
+    @property
+    def start_level(self) -> int:
+        """The topic's log-end total (over partitions) at the series start."""
+        return self.base + self.appended.get(-1, 0)
 
 
 @dataclass(frozen=True)
@@ -61,8 +86,8 @@ def appended_counts(
     end_ms: int,
     bucket_ms: int,
     partitions: int,
-) -> dict[tuple[str, str], dict[int, int]]:
-    """(cluster, topic) -> {bucket index: messages appended}, index -1 = before the window (presence only)."""
+) -> dict[tuple[str, str], TopicCounts]:
+    """(cluster, topic) -> its counts from `start_ms` (the series start) to `end_ms`, read from one bucket before."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -78,25 +103,41 @@ def appended_counts(
         where=f"cluster IN ({names})",
     )
     by_partition = Window.partitionBy("cluster", "topic", "partition").orderBy("ts", "offset")
-    deltas = rows.withColumn(
-        "appended", F.coalesce(F.greatest(F.col("offset") - F.lag("offset").over(by_partition), F.lit(0)), F.lit(0))
-    ).withColumn(
-        "bucket",
-        F.when(F.col("ts") < start_ms, F.lit(-1)).otherwise(F.floor((F.col("ts") - start_ms) / bucket_ms)),
+    deltas = (
+        rows.withColumn(
+            "appended",
+            F.coalesce(F.greatest(F.col("offset") - F.lag("offset").over(by_partition), F.lit(0)), F.lit(0)),
+        )
+        .withColumn("first", F.when(F.row_number().over(by_partition) == 1, F.col("offset")).otherwise(F.lit(0)))
+        .withColumn(
+            "bucket",
+            F.when(F.col("ts") < start_ms, F.lit(-1)).otherwise(F.floor((F.col("ts") - start_ms) / bucket_ms)),
+        )
     )
-    sums = deltas.groupBy("cluster", "topic", "bucket").agg(F.sum("appended").alias("appended")).collect()
-    out: dict[tuple[str, str], dict[int, int]] = {}
+    sums = (
+        deltas.groupBy("cluster", "topic", "bucket")
+        .agg(F.sum("appended").alias("appended"), F.sum("first").alias("first"))
+        .collect()
+    )
+    appended: dict[tuple[str, str], dict[int, int]] = {}
+    base: dict[tuple[str, str], int] = {}
     for r in sums:
-        out.setdefault((r["cluster"], r["topic"]), {})[int(r["bucket"])] = int(r["appended"])
-    return out
+        key = (r["cluster"], r["topic"])
+        appended.setdefault(key, {})[int(r["bucket"])] = int(r["appended"])
+        base[key] = base.get(key, 0) + int(r["first"])
+    return {key: TopicCounts(counts, base[key]) for key, counts in appended.items()}
 
 
 def judge_mirrors(
-    mirror: MirrorSettings, counts: Mapping[tuple[str, str], Mapping[int, int]], buckets: int
+    mirror: MirrorSettings, counts: Mapping[tuple[str, str], TopicCounts], buckets: int, history: int = 0
 ) -> list[TopicVerdict]:
-    """Verdicts for every source topic of one mirror that the topic selection picks."""
+    """Verdicts for every source topic of one mirror that the topic selection picks.
+
+    `counts` cover `history` buckets before the window and then the window's `buckets`.
+    """
     pick = re.compile(mirror.topics)
     bucket_seconds = mirror.window / buckets
+    series = range(history + buckets)
     out = []
     for cluster, topic in sorted(counts):
         if cluster != mirror.source or not pick.search(topic):
@@ -106,9 +147,12 @@ def judge_mirrors(
         src = counts[(cluster, topic)]
         target_name = target_topic(mirror, topic)
         tgt = counts.get((mirror.target, target_name))
-        source_series = [src.get(i, 0) for i in range(buckets)]
-        target_series = None if tgt is None else [tgt.get(i, 0) for i in range(buckets)]
-        judgement = judge_mirror(source_series, target_series, bucket_seconds, mirror.allowed_loss)
+        source_series = [src.appended.get(i, 0) for i in series]
+        target_series = None if tgt is None else [tgt.appended.get(i, 0) for i in series]
+        backlog = None if tgt is None else src.start_level - tgt.start_level
+        judgement = judge_mirror(
+            source_series, target_series, bucket_seconds, mirror.allowed_loss, history=history, backlog=backlog
+        )
         out.append(TopicVerdict(mirror.name, topic, target_name, judgement))
     return out
 
@@ -156,19 +200,23 @@ def run_mirrors(
     *,
     now_ms: int | None = None,
     buckets: int = BUCKETS,
+    history: int = HISTORY,
     partitions: int = 8,
 ) -> list[TopicVerdict]:
-    """Judge every mirror over its trailing window ending now, store and return the verdicts."""
+    """Judge every mirror over its trailing window ending now, store and return the verdicts.
+
+    `history` buckets before the window are read as well: the longest delay measured.
+    """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     verdicts: list[TopicVerdict] = []
     for name, mirror in sorted(mirrors.items()):
         window_ms = int(mirror.window * 1000)
         bucket_ms = max(1, window_ms // buckets)
-        start = now - bucket_ms * buckets
+        start = now - bucket_ms * (history + buckets)
         counts = appended_counts(
             spark, database_url, sorted({mirror.source, mirror.target}), start, now, bucket_ms, partitions
         )
-        found = judge_mirrors(mirror, counts, buckets)
+        found = judge_mirrors(mirror, counts, buckets, history)
         _store(database_url, name, found, now)
         tally: dict[str, int] = {}
         for v in found:
@@ -182,11 +230,13 @@ def run_mirrors(
 
 
 def main(settings: Settings, args: argparse.Namespace) -> int:
-    """`lagd jobs mirrors`: 0 when done (whatever the verdicts), 1 when the job cannot run."""
+    """`lagd jobs mirrors`: 0 when done (whatever the verdicts), 1 with what failed and what to do next."""
     if not settings.mirrors:
         print("lagd: no mirrors configured: add [mirrors.NAME] with source and target clusters", file=sys.stderr)
         return 0
+    errors = job_errors()
     try:
+        now_ms = parse_time(getattr(args, "end", None))  # before Spark starts
         spark = build_session(
             master=settings.jobs.spark_master if args.master is None else args.master,
             app_name="lagd-mirrors",
@@ -194,25 +244,20 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
             jdbc_jar=settings.jobs.jdbc_jar,
             java_home=settings.jobs.java_home,
         )
-    except JobError as exc:
-        print(f"lagd: {exc}", file=sys.stderr)
-        return 1
+    except errors as exc:
+        return report_failure("mirrors", exc)
     try:
-        from lagd.jobs.trends import parse_time
-
         run_mirrors(
             spark,
             settings.storage.database_url.reveal(),
             settings.mirrors,
-            now_ms=parse_time(getattr(args, "end", None)),
+            now_ms=now_ms,
             partitions=settings.jobs.jdbc_partitions,
         )
-    except (JobError, psycopg2.Error) as exc:
-        print(f"lagd: mirrors job failed: {exc}".splitlines()[0], file=sys.stderr)
-        print("check storage.database-url and that `lagd db upgrade` has run", file=sys.stderr)
-        return 1
+    except errors as exc:
+        return report_failure("mirrors", exc)
     finally:
-        spark.stop()
+        stop_session(spark)
     return 0
 
 

@@ -6,8 +6,9 @@ Definitions (per cluster, group, topic, partition and bucket; a row belongs to t
 - lag_last: the lag of the newest commit row (by ts, then offset) whose lag is not NULL.
 - lag_seconds_max: for each commit row with lag > 0, the seconds from the first log-end sample
   whose offset reached the committed offset to the commit's ts (0 if that sample is newer
-  than the commit); rows with lag 0 count 0, rows with a NULL lag are ignored. Log-end
-  samples are read from one hour before the range, so beyond that it is a lower bound.
+  than the commit; unknown, NULL, if no sample reached it); rows with lag 0 count 0, rows
+  with a NULL lag are ignored; NULL when no row of the bucket is known. Log-end samples are
+  read from one hour before the range, so beyond that it is a lower bound.
 - consume_rate: sum of committed-offset increases (offset minus the previous commit's offset
   of the same group-partition, negative steps count 0) of the bucket's rows / bucket seconds.
 - produce_rate: the same over log-end samples of the partition; NULL when the bucket has none.
@@ -16,10 +17,16 @@ Definitions (per cluster, group, topic, partition and bucket; a row belongs to t
   newest row before it.
 The previous commit or sample is looked for up to one hour before the range.
 
-The range is widened to whole hours so every bucket written is computed from all of its rows:
-re-running any range replaces buckets with the same values and never duplicates (upsert by
-primary key through a staging table). Without --from, the job continues from its watermark
-minus jobs.trends-overlap; with --from/--to it backfills that range.
+The range is widened to whole hours so every bucket written is computed from all of its rows.
+Each chunk is staged, then in one transaction its buckets (per step, [chunk start, chunk
+end)) are deleted from trends and trend_status and the staged rows inserted: re-running a
+range replaces it, never duplicates, and drops rows the new result no longer has (a status
+row that arrived late moves a bucket's seconds to the new status). Without --from, the job
+continues from its watermark minus jobs.trends-overlap; with --from/--to it backfills that
+range.
+
+Failures end with two lines on stderr, what failed and what to do next, and exit status 1;
+the Python/Java trace is logged at debug level only.
 
 On a Spark cluster: `spark-submit --master URL --jars /usr/share/java/postgresql.jar
 lagd/jobs/trends.py --config lagd.toml [--from T --to T]` (lagd installed where the
@@ -29,6 +36,7 @@ executors' Python runs; the executors must reach Postgres).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 import uuid
@@ -132,17 +140,38 @@ def plan_range(
     start_ms: int | None, end_ms: int | None, watermark: int | None, earliest: int | None, overlap_s: float, now_ms: int
 ) -> tuple[int, int] | None:
     """The hour-aligned [start, end) to compute, or None when there is nothing to do."""
-    if start_ms is None:
-        if watermark is not None:
-            start_ms = watermark - int(overlap_s * 1000)
-        elif earliest is not None:
-            start_ms = earliest
-        else:
-            return None
     end = now_ms if end_ms is None else end_ms
+    if start_ms is not None:
+        check_range(start_ms, end_ms, now_ms)
+        return _floor(start_ms, HOUR_MS), _ceil(end, HOUR_MS)
+    if watermark is not None:
+        start_ms, origin = watermark - int(overlap_s * 1000), "the last watermark minus jobs.trends-overlap"
+    elif earliest is not None:
+        start_ms, origin = earliest, "the oldest commit history row"
+    else:
+        return None
     if end <= start_ms:
-        raise JobError(f"empty range: --to ({_iso(end)}) must be after --from ({_iso(start_ms)})")
+        what = f"--to ({_iso(end)})" if end_ms is not None else f"now ({_iso(end)})"
+        raise JobError(
+            f"nothing to compute: {what} is not after where the job continues from ({_iso(start_ms)}, {origin}): "
+            "give --from as well to recompute an earlier range"
+        )
     return _floor(start_ms, HOUR_MS), _ceil(end, HOUR_MS)
+
+
+def check_range(start_ms: int | None, end_ms: int | None, now_ms: int) -> None:
+    """A JobError unless the range ends after it starts (--to, or now when --to is left out, after --from)."""
+    if start_ms is None:
+        return
+    if end_ms is not None and end_ms <= start_ms:
+        raise JobError(
+            f"empty range: --to ({_iso(end_ms)}) must be after --from ({_iso(start_ms)}): "
+            "give a later --to, or leave --to out to run up to now"
+        )
+    if end_ms is None and now_ms <= start_ms:
+        raise JobError(
+            f"empty range: --from ({_iso(start_ms)}) is not before now ({_iso(now_ms)}): give an earlier --from"
+        )
 
 
 def _rollups(spark: Any, database_url: str, start: int, end: int, horizon: int, partitions: int) -> tuple[Any, Any]:
@@ -218,7 +247,8 @@ def _rollups(spark: Any, database_url: str, start: int, end: int, horizon: int, 
         .withColumn(
             "lag_seconds",
             F.when(F.col("lag").isNull(), F.lit(None))
-            .when((F.col("lag") <= 0) | F.col("reach_ts").isNull(), F.lit(0.0))
+            .when(F.col("lag") <= 0, F.lit(0.0))
+            .when(F.col("reach_ts").isNull(), F.lit(None))  # no log-end sample reached it: unknown
             .otherwise(F.greatest(F.col("ts") - F.col("reach_ts"), F.lit(0)) / 1000.0),
         )
         .where(F.col("ts") >= start)
@@ -289,8 +319,11 @@ def _upsert_sql(table: str, staging: str, columns: Sequence[str], key: Sequence[
     return f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {staging} ON CONFLICT ({keys}) DO UPDATE SET {updates}"
 
 
-def _write_chunk(spark: Any, database_url: str, trends: Any, trend_status: Any, watermark: int) -> tuple[int, int]:
-    """Stage both DataFrames over JDBC, then upsert them and advance the watermark in one transaction."""
+def _write_chunk(
+    spark: Any, database_url: str, trends: Any, trend_status: Any, lo: int, hi: int, watermark: int
+) -> tuple[int, int]:
+    """Stage both DataFrames over JDBC, then in one transaction replace the buckets of [lo, hi)
+    with them (delete, then insert) and advance the watermark."""
     tag = uuid.uuid4().hex[:10]
     stage_t, stage_s = f"lagd_stage_trends_{tag}", f"lagd_stage_trend_status_{tag}"
     conn = psycopg2.connect(pg_dsn(database_url))
@@ -301,6 +334,9 @@ def _write_chunk(spark: Any, database_url: str, trends: Any, trend_status: Any, 
         write_table(trends, database_url, stage_t)
         write_table(trend_status, database_url, stage_s)
         with conn, conn.cursor() as cur:
+            for table in ("trends", "trend_status"):
+                for step in STEPS:  # every bucket of [lo, hi) was recomputed, at both steps
+                    cur.execute(f"DELETE FROM {table} WHERE step = %s AND bucket >= %s AND bucket < %s", (step, lo, hi))
             cur.execute(_upsert_sql("trends", stage_t, _TREND_COLUMNS, _TREND_COLUMNS[:6]))
             n_trends = cur.rowcount
             cur.execute(_upsert_sql("trend_status", stage_s, _STATUS_COLUMNS, _STATUS_COLUMNS[:5]))
@@ -358,7 +394,7 @@ def run_trends(
         horizon = min(hi, now)
         trends, trend_status = _rollups(spark, database_url, lo, hi, horizon, partitions)
         wm = min(hi, now)
-        n_t, n_s = _write_chunk(spark, database_url, trends, trend_status, wm)
+        n_t, n_s = _write_chunk(spark, database_url, trends, trend_status, lo, hi, wm)
         watermark = wm if watermark is None else max(watermark, wm)
         total_t += n_t
         total_s += n_s
@@ -371,10 +407,117 @@ def run_trends(
     return TrendsResult(start, end, total_t, total_s, len(bounds), watermark)
 
 
+# What to do next, by what the failure and its causes say (regular expressions over the
+# lowercased text, not the stack frames); the first match wins.
+_HINTS: tuple[tuple[str, str], ...] = (
+    (
+        r"password authentication failed|no pg_hba\.conf entry|invalidauthorizationspecification",
+        "check the user and password in storage.database-url (and pg_hba.conf on the database server)",
+    ),
+    (r'role "[^"]*" does not exist', "check the user in storage.database-url: PostgreSQL has no such role"),
+    (
+        r'database "[^"]*" does not exist',
+        "create the database named in storage.database-url (createdb), then run `lagd db upgrade`",
+    ),
+    (
+        r"does not exist|undefinedtable|undefinedcolumn",
+        "the database lacks lagd's tables or columns: run `lagd db upgrade` with this configuration",
+    ),
+    (
+        r"permission denied|insufficientprivilege",
+        "grant the storage.database-url user access to lagd's tables, or use the user `lagd db upgrade` ran as",
+    ),
+    (
+        r"connection refused|could(n't| not) connect|connection attempt failed|unknownhostexception"
+        r"|could not translate host name|timeout expired|connectexception",
+        "check storage.database-url and that PostgreSQL is running and reachable from here "
+        "(and from the Spark executors)",
+    ),
+    (
+        r"outofmemoryerror|java heap space|gc overhead limit",
+        "give the Spark driver more memory, or run a shorter range with --from/--to",
+    ),
+    (
+        r"classnotfoundexception: org\.postgresql|no suitable driver",
+        "the PostgreSQL JDBC driver is not on Spark's classpath: set jobs.jdbc-jar (with spark-submit, also --jars)",
+    ),
+)
+
+
+def _java_causes(exc: BaseException) -> list[str]:
+    """'Class: message' of a Spark/Py4J error's Java exception and each of its causes, outermost first."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    out: list[str] = []
+    try:
+        while java is not None and len(out) < 20:
+            out.append(f"{java.getClass().getSimpleName()}: {java.getMessage()}")
+            java = java.getCause()
+    except Exception:  # the JVM may be gone: keep what was read
+        pass
+    return out
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # a Py4J error asks the JVM for its text, and the JVM may be gone
+        return ""
+
+
+def explain(exc: BaseException) -> tuple[str, str | None]:
+    """One line saying why a job failed and one saying what to do next (None: the reason says it)."""
+    if isinstance(exc, JobError):
+        return (_text(exc).splitlines() or ["job error"])[0], None  # a JobError names its own remedy
+    causes = _java_causes(exc)
+    deepest = causes[-1] if causes else f"{type(exc).__name__}: {_text(exc)}"
+    reason = next((line.strip() for line in deepest.splitlines() if line.strip()), type(exc).__name__)
+    reason = reason.removeprefix("ERROR: ")
+    if ": ERROR: " in reason:
+        reason = reason.replace(": ERROR: ", ": ", 1)
+    haystack = " ".join([type(exc).__name__, *(causes or [_text(exc)])]).lower()  # messages, not stack frames
+    for pattern, hint in _HINTS:
+        if re.search(pattern, haystack):
+            return reason, hint
+    if isinstance(exc, psycopg2.Error):
+        return (
+            reason,
+            "PostgreSQL refused the job's statement: see the server's log; after a lagd upgrade run `lagd db upgrade`",
+        )
+    return reason, 'Spark failed: run again with log.level = "debug" for the full Java trace'
+
+
+def job_errors() -> tuple[type[BaseException], ...]:
+    """The failures a job reports in two lines instead of a trace (anything else is a bug: traced)."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    return (JobError, psycopg2.Error, Py4JError, PySparkException)
+
+
+def report_failure(job: str, exc: BaseException) -> int:
+    """Print why `job` failed and what to do next to stderr (the trace goes to the debug log); 1."""
+    reason, hint = explain(exc)
+    log.debug("job failed", job=job, exc_info=exc)
+    print(f"lagd: {job} job failed: {reason}", file=sys.stderr)
+    if hint:
+        print(f"lagd: {hint}", file=sys.stderr)
+    return 1
+
+
+def stop_session(spark: Any) -> None:
+    """Stop the SparkSession; a JVM that already died is not worth a trace."""
+    try:
+        spark.stop()
+    except Exception as exc:
+        log.debug("spark stop failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
 def main(settings: Settings, args: argparse.Namespace) -> int:
-    """`lagd jobs trends`: 0 when done, 1 with a one-line reason when the job cannot run."""
+    """`lagd jobs trends`: 0 when done, 1 with what failed and what to do next when the job cannot run."""
+    errors = job_errors()
     try:
         start, end = parse_time(args.start), parse_time(args.end)
+        check_range(start, end, int(time.time() * 1000))  # before Spark starts
         spark = build_session(
             master=settings.jobs.spark_master if args.master is None else args.master,
             app_name="lagd-trends",
@@ -382,9 +525,8 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
             jdbc_jar=settings.jobs.jdbc_jar,
             java_home=settings.jobs.java_home,
         )
-    except JobError as exc:
-        print(f"lagd: {exc}", file=sys.stderr)
-        return 1
+    except errors as exc:
+        return report_failure("trends", exc)
     try:
         run_trends(
             spark,
@@ -394,12 +536,10 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
             partitions=settings.jobs.jdbc_partitions,
             overlap_s=settings.jobs.trends_overlap,
         )
-    except (JobError, psycopg2.Error) as exc:
-        print(f"lagd: trends job failed: {exc}".splitlines()[0], file=sys.stderr)
-        print("check storage.database-url and that `lagd db upgrade` has run", file=sys.stderr)
-        return 1
+    except errors as exc:
+        return report_failure("trends", exc)
     finally:
-        spark.stop()
+        stop_session(spark)
     return 0
 
 
