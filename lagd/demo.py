@@ -59,7 +59,8 @@ def demo_scenario(start_ms: int) -> Scenario:
 
     Windows hold 10 commits, one a second: the stalled and stopped groups go bad at 10 s
     and show ERR about 11 s later; the rewinding group is a crash loop from 30 s (back to
-    one checkpoint every 8 s, so REWIND stays); the lagging group handles a fifth of its
+    one checkpoint every 10 s, the window's length, so the offset it regains before the next
+    rewind is never in the same window as the rewind: REWIND 9 s in 10); the lagging group handles a fifth of its
     input, so its lag grows faster than log-end sampling jitter and WARN holds; the bursty
     topic gets 150-260 records per partition every 15 s, which its consumer drains in 5 s:
     a lag spike a threshold alert fires on, and lagd rightly calls OK; the recovering group
@@ -77,7 +78,7 @@ def demo_scenario(start_ms: int) -> Scenario:
             GroupSpec("search", ("payments",), "lagging", speed=0.2),
             GroupSpec("fraud", ("orders",), "stalled", at=10.0),
             GroupSpec("archive", ("payments",), "stopped", at=10.0),
-            GroupSpec("replay", ("orders",), "rewinding", at=30.0, rewind_by=200, every=8.0),
+            GroupSpec("replay", ("orders",), "rewinding", at=30.0, rewind_by=200, every=10.0),
             GroupSpec("reports", ("payments",), "recovering", speed=0.5, at=50.0),
         ),
         tick=1.0,
