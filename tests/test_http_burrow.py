@@ -181,17 +181,20 @@ async def test_lag_and_status_of_a_warn_group(api: aiohttp.ClientSession) -> Non
     same(body, env(path, "consumer status returned", status=status([WARN_P1])))
 
 
+# Each group committed to one partition of a two-partition topic: Burrow counts both, the
+# one without commits OK with complete 0 (partition_count "counts every partition of every
+# topic the group has committed to").
 @pytest.mark.parametrize(
-    ("group", "group_status", "partition_status", "totallag"),
+    ("group", "group_status", "statuses", "totallag"),
     [
-        ("g-ok", "OK", "OK", 0),
-        ("g-stall", "ERR", "STALL", 2950),
-        ("g-rewind", "ERR", "REWIND", 2600),
-        ("g-stop", "ERR", "STOP", 6700),
+        ("g-ok", "OK", ["OK", "OK"], 0),
+        ("g-stall", "ERR", ["STALL", "OK"], 2950),
+        ("g-rewind", "ERR", ["REWIND", "OK"], 2600),
+        ("g-stop", "ERR", ["OK", "STOP"], 6700),
     ],
 )
 async def test_each_status(
-    api: aiohttp.ClientSession, group: str, group_status: str, partition_status: str, totallag: int
+    api: aiohttp.ClientSession, group: str, group_status: str, statuses: list[str], totallag: int
 ) -> None:
     code, _, body = await fetch(api, "GET", f"/v3/kafka/prod/consumer/{group}/lag")
     assert code == 200
@@ -199,14 +202,14 @@ async def test_each_status(
     assert list(st) == [
         "cluster", "group", "status", "complete", "partitions", "partition_count", "maxlag", "totallag"
     ]  # fmt: skip
-    assert (st["status"], st["totallag"], st["partition_count"]) == (group_status, totallag, 1)
-    assert [p["status"] for p in st["partitions"]] == [partition_status]
+    assert (st["status"], st["totallag"], st["partition_count"], st["complete"]) == (group_status, totallag, 2, 0.5)
+    assert [p["status"] for p in st["partitions"]] == statuses
+    padded = next(p for p in st["partitions"] if p["complete"] == 0.0)
+    assert (padded["status"], padded["start"], padded["end"], padded["current_lag"]) == ("OK", None, None, 0)
     assert list(st["maxlag"]) == list(WARN_P0)
     assert list(st["maxlag"]["end"]) == ["offset", "timestamp", "observedAt", "lag"]
     code, _, body = await fetch(api, "GET", f"/v3/kafka/prod/consumer/{group}/status")
-    assert [p["status"] for p in body["status"]["partitions"]] == (
-        [] if partition_status == "OK" else [partition_status]
-    )
+    assert [p["status"] for p in body["status"]["partitions"]] == [s for s in statuses if s != "OK"]
 
 
 async def test_notfound_is_404_without_error(api: aiohttp.ClientSession) -> None:

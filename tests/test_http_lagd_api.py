@@ -41,10 +41,10 @@ async def test_groups_list(api: aiohttp.ClientSession) -> None:
     code, body = await get(api, "/lagd/v1/groups")
     assert code == 200
     assert [(g["group"], g["status"], g["totallag"], g["partition_count"]) for g in body["groups"]] == [
-        ("g-ok", "OK", 0, 1),
-        ("g-rewind", "ERR", 2600, 1),
-        ("g-stall", "ERR", 2950, 1),
-        ("g-stop", "ERR", 6700, 1),
+        ("g-ok", "OK", 0, 2),  # one committed partition of a two-partition topic
+        ("g-rewind", "ERR", 2600, 2),  # one committed partition of a two-partition topic
+        ("g-stall", "ERR", 2950, 2),  # one committed partition of a two-partition topic
+        ("g-stop", "ERR", 6700, 2),  # one committed partition of a two-partition topic
         ("g-warn", "WARN", 1500, 2),
     ]
     assert body["groups"][4] == {

@@ -101,6 +101,9 @@ async def test_burrow_series_exact() -> None:
     def p(group: str, topic: str, partition: int) -> frozenset[tuple[str, str]]:
         return lab(cluster="prod", consumer_group=group, topic=topic, partition=str(partition))
 
+    # Partitions of a consumed topic without commits are in the group's status (OK, lag 0), so
+    # they have lag and status series; a current offset only where there is a commit.
+    padded = [p("g-ok", "orders", 1), p("g-stall", "events", 1), p("g-rewind", "events", 1), p("g-stop", "events", 0)]
     assert series(samples, "burrow_kafka_consumer_partition_lag") == {
         p("g-ok", "orders", 0): 0,
         p("g-warn", "orders", 0): 0,
@@ -108,6 +111,7 @@ async def test_burrow_series_exact() -> None:
         p("g-stall", "events", 0): 2950,
         p("g-rewind", "events", 0): 2600,
         p("g-stop", "events", 1): 6700,
+        **dict.fromkeys(padded, 0),
     }
     assert series(samples, "burrow_kafka_consumer_current_offset") == {
         p("g-ok", "orders", 0): 300,
@@ -124,6 +128,7 @@ async def test_burrow_series_exact() -> None:
         p("g-stall", "events", 0): 5,
         p("g-rewind", "events", 0): 6,
         p("g-stop", "events", 1): 4,
+        **dict.fromkeys(padded, 1),
     }
     assert series(samples, "burrow_kafka_topic_partition_offset") == {
         lab(cluster="prod", topic="events", partition="0"): 3000,
@@ -175,7 +180,9 @@ async def test_group_detail_drops_partition_series() -> None:
     }
     assert not per_partition & set(types)
     assert {k for k in full if k[0] not in per_partition} == set(grouped)
-    assert len(full) - len(grouped) == 6 * 4 + 4  # four series per group-partition (six), topic offsets (four)
+    # four series per committed group-partition (six), three per partition without commits
+    # (four: no current offset), topic offsets (four)
+    assert len(full) - len(grouped) == 6 * 4 + 4 * 3 + 4
 
 
 async def test_label_values_are_escaped() -> None:

@@ -289,15 +289,39 @@ def test_minimum_complete() -> None:
     assert partition_complete(10, 10) == 1.0
 
 
-offsets_st = st.lists(st.integers(0, 50), min_size=1, max_size=10)
+# Hand-computed: entries 1 s apart from t=0, judged 1 s after the newest, no broker samples,
+# allowed lag 0. Only a single entry is silent (1 s) longer than its window spans (0 s).
+HAND_CASES = [
+    ([100], [5], 5, STOP, "stop"),
+    ([100, 100], [5, 6], 6, STALL, "stall"),
+    ([100, 100], [5, 5], 0, OK, "caught-up"),
+    ([100, 100, 100], [None, 0, None], 5, OK, "recent-low-lag"),  # a zero lag wins over STALL
+    ([100, 200, 300], [0, 10, 20], 20, OK, "recent-low-lag"),
+    ([100, 200, 300], [50, 50, 50], 50, WARN, "lag-not-decreasing"),
+    ([100, 200, 300], [60, None, 50], 50, OK, "progressing"),  # the null is skipped: 60 -> 50 decreases
+    ([100, 200, 300], [50, None, 60], 60, WARN, "lag-not-decreasing"),  # 50 -> 60 across the null
+    ([100, 200, 300], [None, None, None], 20, WARN, "lag-not-decreasing"),
+    ([300, 200, 250], [10, 20, 30], 30, REWIND, "rewind"),  # 200 < 300, never back to 300
+    ([300, 200, 300], [10, 20, 30], 30, WARN, "lag-not-decreasing"),  # back to 300: recovered
+    ([300, 200, 300], [30, 20, 10], 10, OK, "progressing"),
+]
 
 
-@given(offsets_st, st.lists(st.one_of(st.none(), st.integers(0, 50)), min_size=10, max_size=10), st.integers(1, 60))
-def test_column_and_entry_forms_agree(offsets: list[int], lags: list[int | None], current_lag: int) -> None:
+@pytest.mark.parametrize(("offsets", "lags", "current_lag", "status", "rule"), HAND_CASES)
+def test_every_form_gives_the_hand_computed_status(
+    offsets: list[int], lags: list[int | None], current_lag: int, status: PartitionStatus, rule: str
+) -> None:
+    n = len(offsets)
+    now = 1000 * n
     win = [WindowEntry(o, i, 1000 * i, 1000 * i, lags[i]) for i, o in enumerate(offsets)]
-    a = partition_status(win, [], current_lag, 1000 * len(offsets))
-    b = judge(offsets, 0, 1000 * (len(offsets) - 1), lags[: len(offsets)], [], current_lag, 1000 * len(offsets))
-    assert a == b.status
+    flat = array("q")
+    for e in win:
+        flat.extend((e.offset, e.order, e.timestamp, e.observed, NO_LAG if e.lag is None else e.lag))
+    column = judge(offsets, 0, 1000 * (n - 1), lags, [], current_lag, now)
+    assert (column.status, column.rule) == (status, rule)
+    assert partition_status(win, [], current_lag, now) == status
+    assert judge_window(win, [], current_lag, now).rule == rule
+    assert judge_flat(flat, [], current_lag, now).rule == rule
 
 
 @given(

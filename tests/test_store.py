@@ -180,6 +180,23 @@ async def test_state_drain_write_restore_equal(store: Store) -> None:
     assert len(fresh.window("c", "billing", "orders", 0)) == 3
 
 
+async def test_restored_min_distance_window_still_refuses_merged_replays(store: Store) -> None:
+    """The rule that keeps merged commits out needs nothing but the stored window."""
+    a = Commit("c", "g", "t", 0, 100, 1, NOV22, NOV22 + 1)
+    b = Commit("c", "g", "t", 0, 200, 2, NOV22 + 1000, NOV22 + 1001)  # merges into a's entry
+    c = Commit("c", "g", "t", 0, 300, 3, NOV22 + 6000, NOV22 + 6001)
+    state = State(intervals=3, min_distance_ms=5000)
+    state.apply_many([LogEndSample("c", "t", 0, 1000, NOV22 - 1), a, b, c])
+    await store.write(state.drain_changes())
+    fresh = State(intervals=3, min_distance_ms=5000)
+    await store.restore(fresh)
+    want = [WindowEntry(200, 2, NOV22, NOV22 + 1, 800), WindowEntry(300, 3, NOV22 + 6000, NOV22 + 6001, 700)]
+    assert fresh.window("c", "g", "t", 0) == state.window("c", "g", "t", 0) == want
+    fresh.apply_many([a, b, c, a])
+    assert fresh.window("c", "g", "t", 0) == want
+    assert not fresh.drain_changes().windows
+
+
 async def test_retention_drops_only_old_partitions(store: Store, database_url: str) -> None:
     ch = Changes()
     for d in range(-4, 1):

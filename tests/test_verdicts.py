@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from lagd.evaluate import Evaluator, GroupVerdict
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lagd.evaluate import Evaluator, GroupVerdict, group_status, lag_seconds, partition_status
+from lagd.evaluate.rules import apply_minimum_complete
 from lagd.evaluate.verdicts import PartitionVerdict
 from lagd.model import (
     Commit,
@@ -121,3 +125,111 @@ def test_unknown_log_end_reads_zero_lag_and_estimated_time() -> None:
     p: PartitionVerdict = Evaluator(s).group(C, G, 2_000).partitions[0]
     assert (p.status, p.current_lag, p.lag_seconds, p.lag_seconds_estimated, p.end) == (
         PartitionStatus.OK, 0, 0.0, True, WindowEntry(10, 1, 1_000, 1_005, None))  # fmt: skip
+
+
+def test_every_partition_of_a_known_topic_counts_and_those_without_commits_are_ok() -> None:
+    """Burrow keeps a slot per topic partition: 4 partitions known from the broker, commits on p0 only."""
+    s = State(intervals=3)
+    for p in range(4):
+        s.apply(LogEndSample(C, "t", p, 1000, 1))
+    for i, offset in enumerate((700, 800, 900)):
+        s.apply(commit("t", 0, offset, i + 1, 10_000 * (i + 1)))  # lags 300, 200, 100: progressing
+    s.apply(GroupMembers(C, G, 9, (PartitionOwner("t", 2, "/10.0.0.2", "w-2", "m"),), "Stable"))
+    v = Evaluator(s).group(C, G, 30_000)
+    assert (v.status, v.partition_count, v.complete, v.totallag) == (GroupStatus.OK, 4, 0.25, 100)
+    assert [(p.partition, p.status, p.current_lag, p.complete, p.start, p.end) for p in v.partitions] == [
+        (0, PartitionStatus.OK, 100, 1.0, WindowEntry(700, 1, 10_000, 10_005, 300), WindowEntry(900, 3, 30_000, 30_005, 100)),
+        (1, PartitionStatus.OK, 0, 0.0, None, None),
+        (2, PartitionStatus.OK, 0, 0.0, None, None),
+        (3, PartitionStatus.OK, 0, 0.0, None, None),
+    ]  # fmt: skip
+    assert v.maxlag is v.partitions[0]
+    p2 = v.partitions[2]
+    assert (p2.owner, p2.client_id, p2.reason, p2.since, p2.lag_seconds, p2.lag_seconds_estimated) == (
+        "/10.0.0.2", "w-2", "no commits in the window", 30_000, 0.0, False)  # fmt: skip
+
+
+def test_partition_count_without_broker_samples_and_with_a_commit_beyond_them() -> None:
+    s = State(intervals=3)
+    s.apply(commit("u", 0, 10, 1, 1_000))  # topic u: no samples, partition count unknown
+    s.apply(commit("u", 2, 10, 2, 1_000))
+    s.apply(LogEndSample(C, "w", 0, 10, 1))  # topic w: samples for 2 partitions, a commit on p3
+    s.apply(LogEndSample(C, "w", 1, 10, 1))
+    s.apply(commit("w", 3, 10, 3, 1_000))
+    v = Evaluator(s).group(C, G, 1_000)
+    assert [(p.topic, p.partition, p.complete) for p in v.partitions] == [
+        ("u", 0, 1 / 3), ("u", 2, 1 / 3), ("w", 0, 0.0), ("w", 1, 0.0), ("w", 2, 0.0), ("w", 3, 1 / 3)
+    ]  # fmt: skip
+    assert (v.partition_count, v.complete, v.status) == (6, 0.0, GroupStatus.OK)
+
+
+def test_stop_looks_only_at_the_last_intervals_broker_samples() -> None:
+    """p0 caught up (log end 100) 5 samples ago, beyond the last 3: STOP; p1 did so within them: not STOP."""
+    s = State(intervals=3, lag_samples=10)
+    for p, ends in ((0, (100, 500, 600, 700, 800)), (1, (100, 700, 800))):
+        for k, end in enumerate(ends):
+            s.apply(LogEndSample(C, "t", p, end, k + 1))
+    order = 0
+    for ts in (10_000, 11_000, 12_000):
+        for p in (0, 1):
+            order += 1
+            s.apply(commit("t", p, 100, order, ts))
+    v = Evaluator(s).group(C, G, 20_000)  # silent 8 s, longer than the 2 s the window spans
+    assert [(p.partition, p.status, p.current_lag) for p in v.partitions] == [
+        (0, PartitionStatus.STOP, 700),
+        (1, PartitionStatus.STALL, 700),
+    ]
+
+
+def test_min_distance_replay_keeps_the_verdict() -> None:
+    """A merged commit replayed must not re-enter the window (it turned STALL into WARN)."""
+    s = State(intervals=10, min_distance_ms=5000)
+    s.apply(LogEndSample(C, "t", 0, 1000, 1))
+    a = commit("t", 0, 100, 1, 10_000)
+    s.apply(a)
+    s.apply(commit("t", 0, 200, 2, 11_000))
+    s.apply(a)
+    p = Evaluator(s).group(C, G, 10_000).partitions[0]
+    assert (p.status, p.current_lag, p.start, p.end) == (
+        PartitionStatus.STALL, 800, WindowEntry(200, 2, 10_000, 10_005, 800), WindowEntry(200, 2, 10_000, 10_005, 800))  # fmt: skip
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 30_000)), max_size=25),
+    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 80), st.integers(1, 30_000)), max_size=15),
+    st.integers(0, 5),
+    st.sampled_from([0.0, 0.5]),
+    st.integers(0, 90_000),
+)
+def test_fast_path_decides_as_the_pure_rules(
+    commits: list[tuple[int, int, int]],
+    samples: list[tuple[int, int, int]],
+    allowed: int,
+    minimum: float,
+    now: int,
+) -> None:
+    """The evaluator's single pass over flat windows agrees with the rules over entry windows
+    (partition_status, group_status, lag_seconds), partition by partition."""
+    s = State(intervals=3, lag_samples=5)
+    for order, (partition, offset, ts) in enumerate(commits):
+        s.apply(commit("t", partition, offset, order, ts))
+    for partition, offset, ts in samples:
+        s.apply(LogEndSample(C, "t", partition, offset, ts))
+    if not commits:
+        return
+    v = Evaluator(s, allowed_lag=allowed, minimum_complete=minimum).group(C, G, now)
+    for p in v.partitions:
+        window = s.window(C, G, "t", p.partition)
+        offsets, ts = s.log_end_samples(C, "t", p.partition)
+        lag = max(0, offsets[-1] - window[-1].offset) if window and offsets else 0
+        complete = len(window) / 3
+        expected = apply_minimum_complete(partition_status(window, offsets[-3:], lag, now, allowed), complete, minimum)
+        assert (p.status, p.current_lag, p.complete) == (expected, lag, complete)
+        if lag:
+            lt = lag_seconds(window[-1].offset, offsets, ts, now)
+            assert (p.lag_seconds, p.lag_seconds_estimated) == (lt.seconds, lt.estimated)
+    summary = group_status(v.partitions, minimum)
+    assert (v.status, v.complete, v.totallag, v.partition_count) == (
+        summary.status, summary.complete, summary.totallag, summary.partition_count)  # fmt: skip
+    assert v.maxlag is (v.partitions[summary.maxlag] if summary.maxlag is not None else None)
+    assert v.lag_seconds == max([p.lag_seconds for p in v.partitions], default=0.0)

@@ -103,6 +103,52 @@ def test_min_distance_merges_into_newest_keeping_its_timestamp() -> None:
     assert offsets_orders(s) == [(150, 2), (200, 3)]
 
 
+def test_min_distance_replay_of_a_merged_commit_changes_nothing() -> None:
+    """The audit's case: A merged into B's entry must not come back when A is replayed."""
+    s = State(intervals=5, min_distance_ms=5000)
+    s.apply(sample(1000, 1))
+    a, b = commit(100, 1, ts=10_000), commit(200, 2, ts=11_000)
+    s.apply_many([a, b])
+    merged = [WindowEntry(200, 2, 10_000, 10_001, 800)]
+    assert s.window(C, G, T, 0) == merged
+    s.drain_changes()
+    s.apply_many([a, b, a])
+    assert s.window(C, G, T, 0) == merged
+    ch = s.drain_changes()
+    assert ch.windows == {} and ch.commit_history == []
+
+
+def test_min_distance_replay_of_every_absorbed_commit_after_a_late_insert() -> None:
+    s = State(intervals=5, min_distance_ms=5000)
+    s.apply(sample(1000, 1))
+    absorbed = [commit(100, 10, ts=20_000), commit(110, 11, ts=21_000), commit(120, 12, ts=24_999)]
+    s.apply_many(absorbed)
+    assert s.window(C, G, T, 0) == [WindowEntry(120, 12, 20_000, 20_001, 880)]
+    s.apply(commit(50, 5, ts=15_000))  # late and 5 s before the entry after it: a commit of its own
+    want = [WindowEntry(50, 5, 15_000, 15_001, None), WindowEntry(120, 12, 20_000, 20_001, 880)]
+    assert s.window(C, G, T, 0) == want
+    s.apply_many(reversed(absorbed))
+    assert s.window(C, G, T, 0) == want
+
+
+def test_min_distance_drops_a_late_commit_the_entry_after_it_would_have_absorbed() -> None:
+    s = State(intervals=5, min_distance_ms=5000)
+    s.apply_many([commit(100, 1, ts=1_000), commit(300, 4, ts=20_000)])
+    s.apply(commit(250, 3, ts=20_000))  # same time as the newer entry: in order, that one would have merged
+    assert offsets_orders(s) == [(100, 1), (300, 4)]
+    s.apply(commit(200, 2, ts=15_001))  # 4.999 s before the newer entry: kept, a commit of its own
+    assert offsets_orders(s) == [(100, 1), (200, 2), (300, 4)]
+
+
+def test_min_distance_commit_timed_before_the_newest_entry_is_appended() -> None:
+    """Only a commit less than min-distance *after* the newest entry merges (clock stepped back)."""
+    s = State(intervals=5, min_distance_ms=5000)
+    s.apply_many([commit(100, 1, ts=10_000), commit(200, 2, ts=9_000)])
+    assert offsets_orders(s) == [(100, 1), (200, 2)]
+    s.apply(commit(100, 1, ts=10_000))  # replay
+    assert offsets_orders(s) == [(100, 1), (200, 2)]
+
+
 def test_offset_deleted_only_when_newer_than_window() -> None:
     s = State()
     s.apply_many([commit(100, 5), commit(100, 6, partition=1)])
@@ -112,6 +158,38 @@ def test_offset_deleted_only_when_newer_than_window() -> None:
     assert s.group_topics(C, G) == {T: [1]}
     assert s.partitions_tracked() == 1
     assert s.drain_changes().windows[(C, G, T, 0)] is None
+
+
+def test_offset_tombstone_refuses_replayed_older_commits_and_accepts_newer_ones() -> None:
+    s = State()
+    s.apply_many([commit(100, 5), commit(100, 1, partition=1)])
+    s.apply(OffsetDeleted(C, G, T, 0, 6))
+    assert s.group_topics(C, G) == {T: [1]}
+    s.drain_changes()
+    s.apply(commit(100, 5))  # replay of the commit before the tombstone: refused
+    s.apply(commit(90, 4))
+    assert s.group_topics(C, G) == {T: [1]}
+    assert not s.drain_changes()
+    s.apply(commit(120, 7))  # newer than the tombstone: the partition comes back
+    assert offsets_orders(s) == [(120, 7)]
+    s.apply_many([commit(100, 5), OffsetDeleted(C, G, T, 0, 6), commit(120, 7)])  # replay it all again
+    assert offsets_orders(s) == [(120, 7)]
+    assert s.partitions_tracked() == 2
+    s.apply(OffsetDeleted(C, G, T, 1, 3))  # the tombstone of partition 0 does not cover partition 1
+    s.apply(commit(100, 1, partition=1))
+    assert s.group_topics(C, G) == {T: [0]}
+    s.apply(commit(100, 2, partition=1))  # order 2 < 3: still refused
+    s.apply(commit(100, 4, partition=1))
+    assert s.group_topics(C, G) == {T: [0, 1]}
+
+
+def test_offset_tombstone_is_forgotten_once_the_full_window_covers_it() -> None:
+    s = State(intervals=2)
+    s.apply_many([commit(100, 5), OffsetDeleted(C, G, T, 0, 6), commit(110, 7), commit(120, 8)])
+    assert offsets_orders(s) == [(110, 7), (120, 8)]
+    s.apply(commit(100, 5))  # older than every entry of the full window: dropped without the tombstone
+    assert offsets_orders(s) == [(110, 7), (120, 8)]
+    assert s.offset_tombstones(C, G) == {}
 
 
 def test_group_deleted_refuses_older_replays_and_accepts_newer_commits() -> None:
@@ -262,22 +340,37 @@ def test_reads_of_unknown_things() -> None:
     assert s.group_topics(C, G) is None and s.topic_consumers(C, T) == []
 
 
-@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 40)), max_size=60), st.integers(1, 6))
-def test_window_is_the_newest_orders_sorted_whatever_the_arrival_order(
-    pairs: list[tuple[int, int]], intervals: int
+@given(st.data(), st.integers(1, 6), st.sampled_from([0, 1000, 5000]))
+def test_window_is_the_newest_orders_sorted_and_replays_change_nothing(
+    data: st.DataObject, intervals: int, min_distance: int
 ) -> None:
-    """Without min-distance, a window holds distinct orders, ascending, at most `intervals`,
-    and applying everything again changes nothing."""
-    s = State(intervals=intervals)
-    events = [commit(o, r) for o, r in pairs]
-    s.apply_many(events)
-    win = s.window(C, G, T, 0)
+    """Whatever the arrival order and min-distance, a window holds distinct orders, ascending,
+    at most `intervals`, the newest order last; replaying already-applied commits at any point,
+    in any order, changes nothing (timestamps need not grow with the order)."""
+    by_order = data.draw(
+        st.dictionaries(st.integers(0, 40), st.tuples(st.integers(0, 1000), st.integers(0, 20_000)), max_size=30)
+    )
+    events = data.draw(st.permutations([commit(o, r, ts) for r, (o, ts) in by_order.items()]))
+    with_replays: list[Commit] = []
+    for ev in events:
+        with_replays.append(ev)
+        with_replays += data.draw(st.lists(st.sampled_from(with_replays), max_size=3))
+    plain = State(intervals=intervals, min_distance_ms=min_distance)
+    replayed = State(intervals=intervals, min_distance_ms=min_distance)
+    for s in (plain, replayed):
+        s.apply(sample(500, 0))
+    plain.apply_many(events)
+    replayed.apply_many(with_replays)
+    win = plain.window(C, G, T, 0)
     orders = [e.order for e in win]
     assert orders == sorted(set(orders)) and len(win) <= intervals
-    if pairs:
-        assert orders[-1] == max(r for _, r in pairs)
-    s.apply_many(events)
-    assert s.window(C, G, T, 0) == win
+    if by_order:
+        assert orders[-1] == max(by_order)
+    assert replayed.window(C, G, T, 0) == win
+    plain.drain_changes()
+    plain.apply_many(data.draw(st.lists(st.sampled_from(events), max_size=40)) if events else [])
+    assert plain.window(C, G, T, 0) == win
+    assert not plain.drain_changes().windows
 
 
 @given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 3)), max_size=40), st.integers(1, 8))

@@ -36,7 +36,7 @@ class Judgement:
     reason: str
 
 
-_SEVERITY = {
+SEVERITY = {  # a partition status's weight in the group status
     PartitionStatus.OK: GroupStatus.OK,
     PartitionStatus.WARN: GroupStatus.WARN,
     PartitionStatus.STOP: GroupStatus.ERR,
@@ -122,21 +122,25 @@ def judge_flat(
         if not (kept and min(kept) <= arr[-5]):
             return J_STOP
     ordered = arr[0::5].tolist()
-    if sorted(ordered) != ordered:
-        n = len(ordered)
-        for i in range(1, n):
+    if sorted(ordered) == ordered:
+        same = ordered[0] == ordered[-1]  # non-decreasing: all equal iff the ends are
+    else:
+        same = False
+        for i in range(1, len(ordered)):
             if ordered[i] < ordered[i - 1]:
                 if max(ordered[i:]) < ordered[i - 1]:
                     return J_REWIND
                 break
-    known = arr[4::5].tolist()
-    if NO_LAG in known:
-        known = [lag for lag in known if lag != NO_LAG]
-    if known and min(known) <= allowed_lag:
+    lags = arr[4::5].tolist()
+    known = sorted(lags)
+    if known[0] == NO_LAG:  # nulls sort first (real lags are never negative): skip them
+        lags = [lag for lag in lags if lag != NO_LAG]
+        known = known[len(known) - len(lags) :]
+    if known and known[0] <= allowed_lag:
         return J_RECENT_LOW_LAG
-    if ordered.count(ordered[0]) == len(ordered):
+    if same:
         return J_STALL
-    if sorted(known) == known:
+    if known == lags:
         return J_WARN
     return J_PROGRESSING
 
@@ -222,7 +226,7 @@ def group_status(partitions: Sequence[PartitionLike], minimum_complete: float = 
     best_lag = -1
     full = 0
     for i, p in enumerate(partitions):
-        g = _SEVERITY[p.status] if p.complete >= minimum_complete else GroupStatus.OK
+        g = SEVERITY[p.status] if p.complete >= minimum_complete else GroupStatus.OK
         if _RANK[g] > _RANK[worst]:
             worst = g
         lag = p.current_lag

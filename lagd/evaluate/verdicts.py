@@ -3,15 +3,18 @@
 The HTTP layer, metrics and the notifier all read verdicts through one Evaluator, so a
 group is judged once per change (or per TTL, since STOP depends on the clock), not once
 per reader. Reads the state's flat windows directly: entry objects are only built for
-each partition's start and end.
+each partition's start and end. A group's partitions are every partition of each topic it
+has committed to (the partition count known from the broker samples): those without
+commits are OK with complete 0, as Burrow reports them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lagd.evaluate.lagtime import reached_at
-from lagd.evaluate.rules import J_CAUGHT_UP, J_INCOMPLETE, group_status, judge_flat
+from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.state.windows import FIELDS, NO_LAG, State
 
@@ -39,7 +42,7 @@ class GroupVerdict:
     group: str
     status: GroupStatus
     complete: float
-    partitions: list[PartitionVerdict]  # all of them, sorted by (topic, partition)
+    partitions: list[PartitionVerdict]  # every partition of its topics, sorted by (topic, partition)
     partition_count: int
     maxlag: PartitionVerdict | None
     totallag: int
@@ -58,6 +61,9 @@ class _Cached:
 _CODE = {status: i for i, status in enumerate(PartitionStatus)}
 _SHIFT = 8
 Since = dict[tuple[str, int], int]
+# Group severity rank of a partition status, and the group status of a rank (rules.group_status).
+_WORST = (GroupStatus.OK, GroupStatus.WARN, GroupStatus.ERR)
+_RANK_OF = {status: _WORST.index(SEVERITY[status]) for status in PartitionStatus}
 
 
 def not_found(cluster: str, group: str, now_ms: int) -> GroupVerdict:
@@ -133,53 +139,106 @@ class Evaluator:
         append = partitions.append
         since: Since = {}
         code_of = _CODE
+        rank_of = _RANK_OF
         mask = (1 << _SHIFT) - 1
         get_since = since_before.get
         get_owner = owners.get
         max_seconds = 0.0
         no_samples: tuple[int, ...] = ()
+        ok = PartitionStatus.OK
+        ok_code = code_of[ok]
+        empty_reason = J_EMPTY.reason
+        # The group summary (rules.group_status) is folded into the same pass.
+        worst = 0
+        totallag = 0
+        maxlag = -1
+        best_lag = -1
+        full = 0
         # One tight loop: this runs for every partition of every evaluated group.
         for topic in sorted(windows):
             parts = windows[topic]
             log_ends = state.topic_log_ends(cluster, topic)
-            for partition in sorted(parts):
-                arr = parts[partition]
-                size = len(arr)
-                if not size:
-                    continue  # never left behind by State; nothing to judge
-                n = size // FIELDS
-                committed = arr[-5]
+            # Every partition of the topic (Burrow keeps a slot per partition): the count is
+            # known from the broker samples; a commit beyond it proves the topic is wider.
+            # Unknown count: only the partitions with commits.
+            ids = range(max(max(log_ends), max(parts, default=-1)) + 1) if log_ends else sorted(parts)
+            for partition in ids:
+                arr = parts.get(partition)
                 le = log_ends.get(partition)
+                pkey = (topic, partition)
+                owner = get_owner(pkey) if owners else None
+                if not arr:
+                    # no commits: OK, complete 0, no lag (Burrow's empty ring)
+                    prior = get_since(pkey)
+                    seen = prior >> _SHIFT if prior is not None and prior & mask == ok_code else now_ms
+                    since[pkey] = (seen << _SHIFT) | ok_code
+                    if best_lag < 0:
+                        maxlag, best_lag = len(partitions), 0
+                    append(
+                        PartitionVerdict(
+                            topic,
+                            partition,
+                            ok,
+                            None,
+                            None,
+                            0,
+                            0.0,
+                            owner.host if owner is not None else "",
+                            owner.client_id if owner is not None else "",
+                            0.0,
+                            le is None,
+                            empty_reason,
+                            seen,
+                        )
+                    )
+                    continue
+                n = len(arr) // FIELDS
+                committed = arr[-5]
                 current_lag = 0
-                if le is not None:
+                seconds = 0.0
+                if le is None:
+                    estimated = True
+                    leo: Sequence[int] = no_samples
+                else:
+                    estimated = False
                     leo = le.offsets
-                    current_lag = leo[-1] - committed if leo else 0
-                    if current_lag < 0:
-                        current_lag = 0
-                complete = n / intervals if n < intervals else 1.0
-                seconds, estimated = 0.0, le is None
+                    if leo:
+                        current_lag = leo[-1] - committed
+                        if current_lag < 0:
+                            current_lag = 0
+                if n < intervals:
+                    complete = n / intervals
+                else:
+                    complete = 1.0
+                    full += 1
                 if current_lag <= allowed:
                     j = J_CAUGHT_UP
                 elif complete < minimum:
                     j = J_INCOMPLETE
                 else:
-                    j = judge_flat(
-                        arr, le.offsets if le is not None else no_samples, current_lag, now_ms, allowed, intervals
-                    )
-                if current_lag and le is not None:
-                    ts = le.ts
-                    reached, estimated = reached_at(committed, leo, ts, le.run_start, len(ts))
-                    if now_ms > reached:
-                        seconds = (now_ms - reached) / 1000.0
-                        if seconds > max_seconds:
-                            max_seconds = seconds
+                    j = judge_flat(arr, leo, current_lag, now_ms, allowed, intervals)
+                if current_lag:
+                    totallag += current_lag
+                    if le is not None:
+                        ts = le.ts
+                        reached, estimated = reached_at(committed, leo, ts, le.run_start, len(ts))
+                        if now_ms > reached:
+                            seconds = (now_ms - reached) / 1000.0
+                            if seconds > max_seconds:
+                                max_seconds = seconds
+                if current_lag > best_lag:
+                    maxlag, best_lag = len(partitions), current_lag
                 status = j.status
-                pkey = (topic, partition)
-                code = code_of[status]
+                if status is not ok:
+                    rank = rank_of[status]
+                    if rank > worst:
+                        worst = rank
+                    code = code_of[status]
+                else:
+                    code = ok_code
                 prior = get_since(pkey)
                 seen = prior >> _SHIFT if prior is not None and prior & mask == code else now_ms
                 since[pkey] = (seen << _SHIFT) | code
-                owner = get_owner(pkey)
                 lag0 = arr[4]
                 lag1 = arr[-1]
                 append(
@@ -199,16 +258,16 @@ class Evaluator:
                         seen,
                     )
                 )
-        summary = group_status(partitions, minimum)
+        count = len(partitions)
         verdict = GroupVerdict(
             cluster,
             group,
-            summary.status,
-            summary.complete,
+            _WORST[worst],
+            full / count if count else 0.0,
             partitions,
-            summary.partition_count,
-            partitions[summary.maxlag] if summary.maxlag is not None else None,
-            summary.totallag,
+            count,
+            partitions[maxlag] if maxlag >= 0 else None,
+            totallag,
             max_seconds,
             now_ms,
         )

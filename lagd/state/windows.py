@@ -56,6 +56,9 @@ class _Group:
     windows: dict[str, dict[int, array[int]]] = field(default_factory=dict)
     last_commit: int = -(2**63)
     seq: int = 0  # global change counter value at the group's last change
+    # Offset tombstones: (topic, partition) -> order of the newest, only for deleted partitions
+    # (None until the group has one); commits at or below it are replays and are refused.
+    deleted: dict[tuple[str, int], int] | None = None
 
 
 @dataclass(slots=True)
@@ -208,8 +211,13 @@ class State:
         if tomb is not None and ev.order < tomb:
             return  # a replayed commit from before the group was deleted
         gs = cs.groups.get(group)
+        ptomb = None
         if gs is None:
             gs = cs.groups[group] = _Group()
+        elif gs.deleted is not None:
+            ptomb = gs.deleted.get((ev.topic, ev.partition))
+            if ptomb is not None and ev.order <= ptomb:
+                return  # a replayed commit from before the partition's offset was deleted
         parts = gs.windows.get(ev.topic)
         if parts is None:
             parts = gs.windows[ev.topic] = {}
@@ -230,7 +238,7 @@ class State:
                     lag = le.offsets[-1] - offset
                     if lag < 0:
                         lag = 0
-            if n and self.min_distance_ms > 0 and ev.timestamp - arr[-3] < self.min_distance_ms:
+            if n and 0 <= ev.timestamp - arr[-3] < self.min_distance_ms:
                 # min-distance: the newest entry takes the new offset, order and lag, keeps its time
                 arr[-5] = offset
                 arr[-4] = order
@@ -250,9 +258,20 @@ class State:
             while orders[i] < order:
                 i += 1
             b = i * FIELDS
+            if self.min_distance_ms > 0:
+                # A newer entry that started less than min-distance before this commit absorbed it
+                # (or would have, had it come in order): this is a replay, or merged away. Entries
+                # keep their first timestamp and only gain orders, so the test holds for good.
+                ts = ev.timestamp
+                md = self.min_distance_ms
+                for t in arr[b + _TS :: FIELDS]:
+                    if 0 <= ts - t < md:
+                        return
             arr[b:b] = array("q", (offset, order, ev.timestamp, ev.observed, NO_LAG))
             if n + 1 > self.intervals:
                 del arr[: (n + 1 - self.intervals) * FIELDS]
+        if ptomb is not None and len(arr) >= self.intervals * FIELDS and arr[_ORDER] > ptomb:
+            self._forget_offset_tombstone(gs, ev.topic, ev.partition)  # the full window refuses older ones now
         if ev.timestamp > gs.last_commit:
             gs.last_commit = ev.timestamp
         self._seq += 1
@@ -277,11 +296,28 @@ class State:
         gs = cs.groups.get(ev.group) if cs else None
         if cs is None or gs is None:
             return
+        key = (ev.topic, ev.partition)
+        deleted = gs.deleted
+        prior = deleted.get(key) if deleted is not None else None
+        if deleted is not None and prior is not None and ev.order > prior:
+            deleted[key] = ev.order  # a newer tombstone of an already deleted partition
         arr = gs.windows.get(ev.topic, {}).get(ev.partition)
         if arr is None or (arr and ev.order <= arr[-4]):
             return  # unknown, or a commit newer than the tombstone exists
         self._drop_partition(ev.cluster, cs, ev.group, gs, ev.topic, ev.partition)
+        if deleted is None:
+            deleted = gs.deleted = {}
+        if prior is None or ev.order > prior:
+            deleted[key] = ev.order
         gs.seq = self._next_seq()
+
+    @staticmethod
+    def _forget_offset_tombstone(gs: _Group, topic: str, partition: int) -> None:
+        deleted = gs.deleted
+        if deleted is not None:
+            deleted.pop((topic, partition), None)
+            if not deleted:
+                gs.deleted = None
 
     def _group_deleted(self, ev: GroupDeleted) -> None:
         cs = self._cluster(ev.cluster)
@@ -382,6 +418,9 @@ class State:
     def _drop_topic(self, cluster: str, cs: _Cluster, group: str, gs: _Group, topic: str) -> None:
         for partition in list(gs.windows[topic]):
             self._drop_partition(cluster, cs, group, gs, topic, partition)
+        if gs.deleted is not None:
+            for key in [k for k in gs.deleted if k[0] == topic]:
+                self._forget_offset_tombstone(gs, *key)
         gs.seq = self._next_seq()
 
     def _drop_group(self, cluster: str, cs: _Cluster, group: str) -> None:
@@ -525,6 +564,12 @@ class State:
             if s > version:
                 version = s
         return version
+
+    def offset_tombstones(self, cluster: str, group: str) -> dict[tuple[str, int], int]:
+        """Kept offset tombstone orders by (topic, partition); empty when none (or unknown group)."""
+        cs = self._clusters.get(cluster)
+        gs = cs.groups.get(group) if cs else None
+        return dict(gs.deleted) if gs is not None and gs.deleted else {}
 
     def partitions_tracked(self) -> int:
         """Number of group-partitions held."""
