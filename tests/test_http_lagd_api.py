@@ -155,6 +155,11 @@ async def test_incidents(api: aiohttp.ClientSession, engine: AsyncEngine) -> Non
     assert (code, body["message"]) == (400, "state must be open or resolved, got 'sleeping'")
     code, body = await get(api, "/lagd/v1/incidents?limit=0")
     assert (code, body["message"]) == (400, "limit must be between 1 and 1000, got 0")
+    # Postgres text cannot hold NUL: a bad request, not a database outage (found by schemathesis)
+    code, body = await get(api, "/lagd/v1/incidents?cluster=a%00b")
+    assert (code, body["message"]) == (400, "cluster must not contain NUL characters")
+    code, body = await get(api, "/lagd/v1/consumer/prod/g%00x/trend")
+    assert (code, body["message"]) == (400, "group must not contain NUL characters")
 
 
 async def test_mirrors(api: aiohttp.ClientSession, engine: AsyncEngine) -> None:

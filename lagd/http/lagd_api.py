@@ -155,6 +155,14 @@ async def consumer(request: web.Request) -> web.Response:
     return _json(group_view(v))
 
 
+def _name_param(text: str, name: str) -> str:
+    """A cluster or group name bound for a database query. Postgres text cannot hold NUL, so no
+    name lagd stores has one: say so (400) instead of letting the query fail as an outage."""
+    if "\x00" in text:
+        raise BadRequest(f"{name} must not contain NUL characters")
+    return text
+
+
 def _int_param(text: str, name: str, low: int, high: int) -> int:
     try:
         value = int(text)
@@ -237,7 +245,7 @@ async def incidents(request: web.Request) -> web.Response:
                 raise BadRequest(f"state must be open or resolved, got {state[:40]!r}")
             stmt = stmt.where(t.c.state == state)
         if "cluster" in q:
-            stmt = stmt.where(t.c.cluster == q["cluster"])
+            stmt = stmt.where(t.c.cluster == _name_param(q["cluster"], "cluster"))
         limit = _int_param(q.get("limit", "100"), "limit", 1, 1000)
     except BadRequest as exc:
         return _error(request, 400, str(exc))
@@ -277,6 +285,7 @@ async def trend(request: web.Request) -> web.Response:
     cluster, group = request.match_info["cluster"], request.match_info["group"]
     q = request.query
     try:
+        cluster, group = _name_param(cluster, "cluster"), _name_param(group, "group")
         step = _int_param(q.get("step", "60"), "step", 60, 3600)
         if step not in TREND_STEPS:
             raise BadRequest(f"step must be 60 or 3600 seconds, got {step}")
