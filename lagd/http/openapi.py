@@ -171,7 +171,7 @@ def _get(summary: str, params: list[dict[str, Any]], responses: dict[str, Any]) 
 
 
 _DB = {"503": _err("Postgres is unavailable; the answer says what to check.")}
-_BAD = {"400": _err("A parameter is out of range; the message says what is expected.")}
+_BAD = {"400": _err("A parameter is out of range or malformed; the message says what is expected.")}
 
 
 def document() -> dict[str, Any]:
