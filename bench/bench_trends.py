@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import sys
 import time
 import uuid
@@ -122,11 +121,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--warmup", type=int, default=100_000, help="rows of an untimed first run (JVM and JIT warm-up)")
     a = ap.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
-    os.environ.setdefault("LAGD_SPARK_DRIVER_MEMORY", "4g")
     logs.configure("warning", "console")  # stdout carries the figures only
     from lagd.jobs.spark import build_session
 
-    spark = build_session(master=a.master, app_name="lagd-bench-trends", shuffle_partitions=8)
+    spark = build_session(master=a.master, app_name="lagd-bench-trends", shuffle_partitions=8, driver_memory="4g")
     out: dict[str, Any] = {"master": a.master, "sizes": {}}
     try:
         if a.warmup:

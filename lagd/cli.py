@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -25,13 +26,33 @@ def _load_or_exit(path: str) -> Settings:
         raise SystemExit(2) from None
 
 
+def _runtime_error(exc: OSError, settings: Settings, config: str) -> str:
+    """One line for an operating-system failure at start: what failed and what to do next."""
+    listen = settings.http.listen
+    if exc.errno == errno.EADDRINUSE:
+        return f"http.listen {listen} is in use: stop the other process or set http.listen to a free host:port"
+    if exc.errno == errno.EACCES and "listen" in str(exc):
+        return f"http.listen {listen} is not allowed (ports below 1024 need privileges): set http.listen to a port above 1023"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"http.listen {listen}: no such address on this machine: set http.listen to a local address"
+    what = (exc.strerror or str(exc) or exc.__class__.__name__).splitlines()[0]
+    return (
+        f"cannot start: {exc.__class__.__name__}: {what}; check the files and addresses in {config} "
+        f"(lagd check-config {config}) and start lagd again"
+    )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
     from lagd import logs
     from lagd.daemon import run
 
     logs.configure(settings.log.level, settings.log.format)
-    return asyncio.run(run(settings, migrate=args.migrate, config_path=args.config))
+    try:
+        return asyncio.run(run(settings, migrate=args.migrate, config_path=args.config))
+    except OSError as exc:  # the operator needs the reason and the fix, not a traceback
+        print(f"lagd: {_runtime_error(exc, settings, args.config)}", file=sys.stderr)
+        return 1
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ comma-separated. An override may also create a cluster that the file does not na
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import os
 import re
 import tomllib
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 
 class ConfigError(ValueError):
@@ -32,17 +34,55 @@ class ConfigError(ValueError):
         self.reason = reason
 
 
-class Secret(str):
-    """A string that never shows itself in logs, reprs or API output."""
+MASK = "***"
 
-    def __repr__(self) -> str:
-        return "Secret('***')" if self else "Secret('')"
+
+class Secret:
+    """A secret setting (password, token, database URL) that never shows itself.
+
+    Deliberately not a `str`: str(), repr(), f-strings, %-formatting and structlog all see
+    the mask, json.dumps refuses it, and string operations fail loudly instead of leaking.
+    The value is only reachable through `reveal()`, at the one place that hands it to a
+    client library. Truthiness tells whether it is set.
+    """
+
+    __slots__ = ("_value",)
+    _value: str
+
+    def __init__(self, value: str = "") -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"Secret takes a str, not {type(value).__name__}")
+        object.__setattr__(self, "_value", value)
 
     def reveal(self) -> str:
-        return str.__str__(self)
+        """The real value: pass it straight to the library that needs it, never to a log."""
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
 
     def __str__(self) -> str:
-        return "***" if self else ""
+        return MASK if self._value else ""
+
+    def __repr__(self) -> str:
+        return f"Secret({str(self)!r})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Secret is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Secret, (self._value,))
 
 
 def _key(name: str) -> str:
@@ -156,6 +196,7 @@ class JobsSettings:
     jdbc_jar: str = "/usr/share/java/postgresql.jar"
     jdbc_partitions: int = 8
     trends_overlap: float = 300.0
+    driver_memory: str = "2g"
 
 
 @dataclass(frozen=True)
@@ -240,6 +281,83 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, extra: Mapping[str, An
     return cls(**kwargs)
 
 
+# host, host:port, [IPv6] or [IPv6]:port (the host may be empty: callers decide).
+_NETLOC = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\s\[\]/@]*)(?::(?P<port>.*))?$")
+
+
+def _masked(url: str) -> str:
+    """`url` with any user-info replaced by the mask (safe to echo in an error)."""
+    return re.sub(r"^([^/]*//)[^/@]*@", rf"\1{MASK}@", url)
+
+
+def _port(key: str, shown: str, port: str, expected: str, lowest: int = 1) -> None:
+    if not port.isdigit() or not lowest <= int(port) <= 65535:
+        raise ConfigError(
+            key, f"got {shown!r}: port {port!r} is not a number from {lowest} to 65535; expected {expected}"
+        )
+
+
+def _host_port(key: str, value: str, expected: str, *, lowest_port: int = 1, any_host: bool = False) -> None:
+    """host:port or [IPv6]:port, the port from `lowest_port` to 65535; "" as host only if `any_host`."""
+    m = _NETLOC.match(value)
+    if m is None or m["port"] is None or not (m["host"] or any_host):
+        raise ConfigError(key, f"got {value!r}, expected {expected}")
+    _port(key, value, m["port"], expected, lowest_port)
+
+
+def _url(key: str, value: str, schemes: tuple[str, ...], expected: str, userinfo_hint: str) -> None:
+    """scheme://host[:port] with a known scheme, a host, a port in range and nothing else."""
+    shown = _masked(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # e.g. an unclosed [IPv6 bracket
+        raise ConfigError(key, f"got {shown!r}, expected {expected}") from None
+    if "@" in parts.netloc:
+        raise ConfigError(key, f"got {shown!r}: credentials do not go in the URL; {userinfo_hint}")
+    if parts.scheme not in schemes:
+        raise ConfigError(
+            key, f"got {shown!r}: scheme {parts.scheme!r} is not {' or '.join(schemes)}; expected {expected}"
+        )
+    m = _NETLOC.match(parts.netloc)
+    if m is None or not m["host"] or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ConfigError(key, f"got {shown!r}, expected {expected}")
+    if m["port"] is not None:
+        _port(key, shown, m["port"], expected)
+
+
+def _database_url(key: str, url: str) -> None:
+    """The Postgres URL's scheme and port. Never echoes any part of it: it may hold a password."""
+    expected = "expected postgresql://user@host:5432/database (or postgresql+asyncpg://)"
+    if not url.startswith(("postgresql://", "postgresql+asyncpg://", "postgres://")):
+        raise ConfigError(key, f"not a Postgres URL; {expected}")
+    try:
+        netloc = urlsplit(url).netloc.rpartition("@")[2]
+    except ValueError:
+        raise ConfigError(key, f"not a valid URL; {expected}") from None
+    if "," in netloc:  # several hosts: the driver parses them
+        return
+    m = _NETLOC.match(netloc)
+    if m is None:
+        raise ConfigError(key, f"the host part is not host or host:port; {expected}")
+    port = m["port"]
+    if port is not None and (not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise ConfigError(key, f"the port is not a number from 1 to 65535; {expected}")
+
+
+def _readable_file(key: str, path: str, what: str) -> None:
+    """A file named by a setting exists and this process can read it (checked before start)."""
+    if not path:
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            key,
+            f"got {path!r}: cannot read it ({exc.strerror}); expected a readable {what} (check the path and its permissions)",
+        ) from None
+
+
 def _validate(s: Settings) -> None:
     def positive(key: str, v: float) -> None:
         if v <= 0:
@@ -252,8 +370,7 @@ def _validate(s: Settings) -> None:
         if not c.bootstrap_servers:
             raise ConfigError(f"{where}.bootstrap-servers", 'missing: give a list like ["kafka1:9092"]')
         for server in c.bootstrap_servers:
-            if not re.match(r"^[^:\s]+:\d{1,5}$", server):
-                raise ConfigError(f"{where}.bootstrap-servers", f"got {server!r}, expected host:port")
+            _host_port(f"{where}.bootstrap-servers", server, "host:port such as kafka1:9092 or [::1]:9092")
         positive(f"{where}.offset-refresh", c.offset_refresh)
         positive(f"{where}.topic-refresh", c.topic_refresh)
         positive(f"{where}.request-timeout", c.request_timeout)
@@ -268,9 +385,11 @@ def _validate(s: Settings) -> None:
             raise ConfigError(
                 f"{where}.tls-key-file", "tls-cert-file and tls-key-file go together: set both or neither"
             )
+        _readable_file(f"{where}.tls-ca-file", c.tls_ca_file, "PEM CA bundle")
+        _readable_file(f"{where}.tls-cert-file", c.tls_cert_file, "PEM client certificate")
+        _readable_file(f"{where}.tls-key-file", c.tls_key_file, "PEM private key")
     st = s.storage
-    if not st.database_url.reveal().startswith(("postgresql://", "postgresql+asyncpg://", "postgres://")):
-        raise ConfigError("storage.database-url", "expected a postgresql:// URL")
+    _database_url("storage.database-url", st.database_url.reveal())
     if not 1 <= st.intervals <= 100:
         raise ConfigError("storage.intervals", f"got {st.intervals}, expected 1 to 100")
     if st.min_distance < 0:
@@ -285,16 +404,22 @@ def _validate(s: Settings) -> None:
         raise ConfigError("evaluator.allowed-lag", f"got {s.evaluator.allowed_lag}, expected 0 or more")
     if not 0.0 <= s.evaluator.minimum_complete <= 1.0:
         raise ConfigError("evaluator.minimum-complete", f"got {s.evaluator.minimum_complete}, expected 0.0 to 1.0")
-    if not re.match(r"^(\[[0-9a-fA-F:]+\]|[^:\s]*):\d{1,5}$", s.http.listen):
-        raise ConfigError("http.listen", f"got {s.http.listen!r}, expected host:port such as 127.0.0.1:8000")
+    # An empty host listens on every interface; port 0 picks a free port.
+    _host_port("http.listen", s.http.listen, "host:port such as 127.0.0.1:8000", lowest_port=0, any_host=True)
     if bool(s.http.tls_cert_file) != bool(s.http.tls_key_file):
         raise ConfigError("http.tls-key-file", "tls-cert-file and tls-key-file go together: set both or neither")
+    _readable_file("http.tls-cert-file", s.http.tls_cert_file, "PEM certificate")
+    _readable_file("http.tls-key-file", s.http.tls_key_file, "PEM private key")
     if s.http.auth_reads and not s.http.auth_token:
         raise ConfigError("http.auth-token", "missing: required when auth-reads is true")
-    if not re.match(r"^mqtts?://[^/\s]+$", s.notify.mqtt_url):
-        raise ConfigError(
-            "notify.mqtt-url", f"got {s.notify.mqtt_url!r}, expected mqtt://host:port or mqtts://host:port"
-        )
+    _url(
+        "notify.mqtt-url",
+        s.notify.mqtt_url,
+        ("mqtt", "mqtts"),
+        "mqtt://host:port or mqtts://host:port",
+        "set notify.username and notify.password (LAGD_NOTIFY_PASSWORD) and give mqtt://host:port",
+    )
+    _readable_file("notify.tls-ca-file", s.notify.tls_ca_file, "PEM CA bundle")
     if not s.notify.topic_prefix or "#" in s.notify.topic_prefix or "+" in s.notify.topic_prefix:
         raise ConfigError("notify.topic-prefix", "expected a non-empty MQTT topic without wildcards")
     for key in ("correlation_window", "hold_time", "update_interval", "publish_interval"):
@@ -316,6 +441,14 @@ def _validate(s: Settings) -> None:
         except re.error as exc:
             raise ConfigError(f"{where}.topics", f"not a valid regular expression: {exc}") from None
     positive("jobs.jdbc-partitions", s.jobs.jdbc_partitions)
+    if not re.fullmatch(r"[1-9][0-9]*([kmgtp]b?)?", s.jobs.driver_memory, re.IGNORECASE):
+        raise ConfigError(
+            "jobs.driver-memory", f"got {s.jobs.driver_memory!r}, expected a JVM memory size such as 2g or 512m"
+        )
+
+
+# Variables that were read outside the settings once: now ordinary keys under a new name.
+_RENAMED_ENV = {"LAGD_SPARK_DRIVER_MEMORY": "LAGD_JOBS_DRIVER_MEMORY (jobs.driver-memory)"}
 
 
 def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
@@ -323,6 +456,8 @@ def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
     for var, text in sorted(env.items()):
         if not var.startswith("LAGD_") or var in ("LAGD_CONFIG",):
             continue
+        if var in _RENAMED_ENV:
+            raise ConfigError(var, f"renamed: set {_RENAMED_ENV[var]} instead and unset {var}")
         rest = var[len("LAGD_") :].lower()
         placed = False
         for section, cls in _SECTIONS.items():
@@ -431,7 +566,7 @@ def public_view(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {_key(f.name): public_view(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, Secret):
-        return "***" if obj.reveal() else ""
+        return str(obj)  # the mask, or "" when unset
     if isinstance(obj, dict):
         return {k: public_view(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -439,10 +574,20 @@ def public_view(obj: Any) -> Any:
     return obj
 
 
+CONNECT_TIMEOUT_S = 5  # a database that accepts connections but never answers fails an attempt this fast
+
+
 def sync_database_url(url: Secret | str) -> str:
-    """The same database URL for a synchronous driver (Alembic, psycopg2)."""
+    """The same database URL for a synchronous driver (Alembic, psycopg2).
+
+    Adds libpq's `connect_timeout` unless the URL sets one, so a hung server fails the
+    attempt (which is retried) instead of blocking a thread forever.
+    """
     text = url.reveal() if isinstance(url, Secret) else url
-    return re.sub(r"^postgres(ql)?(\+asyncpg)?://", "postgresql+psycopg2://", text)
+    text = re.sub(r"^postgres(ql)?(\+asyncpg)?://", "postgresql+psycopg2://", text)
+    if not re.search(r"[?&]connect_timeout=", text):
+        text += ("&" if "?" in text else "?") + f"connect_timeout={CONNECT_TIMEOUT_S}"
+    return text
 
 
 def async_database_url(url: Secret | str) -> str:

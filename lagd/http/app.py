@@ -7,6 +7,7 @@ TLS are applied here once for all routes.
 
 from __future__ import annotations
 
+import hmac
 import json
 import socket
 import ssl
@@ -118,7 +119,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             {},
         )
     needs = mutating or (settings.auth_reads and request.path not in _OPEN_PATHS)
-    if needs and _bearer(request) != token:
+    if needs and not hmac.compare_digest(
+        _bearer(request).encode(errors="surrogatepass"), token.encode(errors="surrogatepass")
+    ):
         resp = envelope(request, 401, True, "missing or wrong bearer token: send 'Authorization: Bearer <token>'", {})
         resp.headers["WWW-Authenticate"] = 'Bearer realm="lagd"'
         return resp

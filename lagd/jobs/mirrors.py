@@ -243,6 +243,7 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
             shuffle_partitions=max(2, settings.jobs.jdbc_partitions),
             jdbc_jar=settings.jobs.jdbc_jar,
             java_home=settings.jobs.java_home,
+            driver_memory=settings.jobs.driver_memory,
         )
     except errors as exc:
         return report_failure("mirrors", exc)

@@ -19,6 +19,7 @@ from lagd import logs
 log = logs.get(__name__)
 
 DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
+DEFAULT_DRIVER_MEMORY = "2g"  # jobs.driver-memory's default
 
 
 class JobError(RuntimeError):
@@ -60,10 +61,12 @@ def build_session(
     shuffle_partitions: int = 4,
     jdbc_jar: str = DEFAULT_JDBC_JAR,
     java_home: str = "",
+    driver_memory: str = DEFAULT_DRIVER_MEMORY,
 ) -> Any:
     """A SparkSession (or the running one) with the JDBC driver on its classpath and quiet logs.
 
     An empty `master` leaves the choice to spark-submit (its --master) or Spark's default.
+    `driver_memory` is jobs.driver-memory (LAGD_JOBS_DRIVER_MEMORY).
     """
     home = find_java(java_home)
     jar = find_jdbc_jar(jdbc_jar)
@@ -84,7 +87,7 @@ def build_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("LAGD_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", driver_memory or DEFAULT_DRIVER_MEMORY)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
