@@ -348,3 +348,14 @@ def test_cli_job_without_the_driver_exits_1_naming_it(tmp_path: Any, capsys: Any
     args = argparse.Namespace(start=None, end=None, master=None)
     assert trends_main(settings, args) == 1
     assert "libpostgresql-jdbc-java" in capsys.readouterr().err
+
+
+def test_job_connections_get_the_daemons_connect_timeout() -> None:
+    """psycopg2 in the jobs must not hang on a database that accepts but never answers."""
+    from lagd.jobs.trends import pg_dsn
+
+    assert pg_dsn("postgresql+asyncpg://postgres@127.0.0.1:5432/db") == (
+        "postgresql://postgres@127.0.0.1:5432/db?connect_timeout=5"
+    )
+    assert pg_dsn("postgres://u:p@h/db?sslmode=require") == "postgresql://u:p@h/db?sslmode=require&connect_timeout=5"
+    assert pg_dsn("postgresql://h/db?connect_timeout=2") == "postgresql://h/db?connect_timeout=2"

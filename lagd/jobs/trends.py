@@ -48,7 +48,7 @@ from typing import Any
 import psycopg2  # type: ignore[import-untyped]
 
 from lagd import logs
-from lagd.config import ConfigError, Settings, load
+from lagd.config import ConfigError, Settings, load, sync_database_url
 from lagd.jobs.spark import JobError, build_session, read_range, write_table
 
 log = logs.get(__name__)
@@ -90,11 +90,9 @@ class TrendsResult:
 
 
 def pg_dsn(database_url: str) -> str:
-    """A libpq URL for psycopg2 from any of lagd's database URL spellings."""
-    for prefix in ("postgresql+asyncpg://", "postgresql+psycopg2://", "postgres://"):
-        if database_url.startswith(prefix):
-            return "postgresql://" + database_url[len(prefix) :]
-    return database_url
+    """A libpq URL for psycopg2 from any of lagd's database URL spellings, with the daemon's
+    connect timeout, so a database that accepts connections but never answers fails the job."""
+    return sync_database_url(database_url).replace("postgresql+psycopg2://", "postgresql://", 1)
 
 
 def _floor(ms: int, step_ms: int) -> int:
