@@ -14,10 +14,11 @@ import contextlib
 import functools
 import re
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from lagd import logs, sdnotify
 from lagd.config import ConfigError, Settings, load
@@ -29,6 +30,7 @@ from lagd.ingest.log_end import sample_log_ends
 from lagd.ingest.offsets_topic import read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import Event, GroupStatus, IngestCounters, PartitionStatus
+from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.notify.mqtt import PublisherStatus, publish_outbox
 from lagd.notify.notifier import run_notifier
@@ -42,6 +44,8 @@ log = logs.get("lagd.daemon")
 EVENT_QUEUE_BATCHES = 1_000  # backpressure: readers wait when apply falls this far behind
 STOP_BUDGET_S = 4.0  # everything must be down within 5 s of SIGTERM
 VERDICT_SCAN_S = 2.0
+
+T = TypeVar("T")
 
 
 def now_ms() -> int:
@@ -125,13 +129,73 @@ async def pet_watchdog(interval: float) -> None:
         await asyncio.sleep(interval)
 
 
+class _Stopped(Exception):
+    """Stop was requested while a startup step was still running."""
+
+
+async def _unless_stopped(step: Awaitable[T], stop: asyncio.Event) -> T:
+    """Await `step` unless `stop` is set first: then cancel it and raise _Stopped.
+
+    Startup talks to a database that may hang (accepts connections, never answers): SIGTERM
+    must not wait for it.
+    """
+    task = asyncio.ensure_future(step)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved, even when abandoned
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopper], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait([task], timeout=0.5)  # let it close its sockets; never wait long
+    if task.done() and not task.cancelled():
+        return task.result()
+    raise _Stopped
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run blocking `fn` in a daemon thread and await its result.
+
+    Unlike asyncio.to_thread, a call that hangs (a database that never answers) delays
+    neither the loop's shutdown nor the process exit: the thread is abandoned.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if done.done():  # the awaiting side gave up (stop)
+            return
+        if ok:
+            done.set_result(value)
+        else:
+            done.set_exception(value)
+
+    def work() -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, fn(*args))
+        except Exception as exc:
+            outcome = (False, exc)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=work, name=f"lagd-{getattr(fn, '__name__', 'step')}", daemon=True).start()
+    return await done
+
+
 async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio.Event, hint: str) -> Any:
-    """Run `attempt` until it succeeds or stop is set, with capped exponential backoff."""
+    """Run `attempt` until it succeeds or stop is set, with capped exponential backoff.
+
+    Each attempt races `stop`, so SIGTERM ends a hung attempt at once; returns None then.
+    """
     delay = 0.5
     failures = 0
     while not stop.is_set():
         try:
-            return await attempt()
+            return await _unless_stopped(attempt(), stop)
+        except _Stopped:
+            break
         except Exception as exc:
             failures += 1
             if failures == 1 or failures % 10 == 0:
@@ -154,8 +218,12 @@ def consumed_topics(rt: Runtime, cluster: str) -> set[str]:
     return topics
 
 
-async def watch_verdicts(rt: Runtime, changes: asyncio.Queue[GroupChange] | None) -> None:
-    """Evaluates every group periodically; a changed status becomes history and a GroupChange."""
+async def watch_verdicts(rt: Runtime, changes: VerdictFeed | None) -> None:
+    """Evaluates every group periodically; a changed status becomes history and a GroupChange.
+
+    The feed coalesces per group (never drops the newest status) and, once a whole pass is
+    done, serves the notifier a snapshot of every group's current verdict for takeovers.
+    """
     while True:
         now = now_ms()
         seen: set[tuple[str, str]] = set()
@@ -171,10 +239,12 @@ async def watch_verdicts(rt: Runtime, changes: asyncio.Queue[GroupChange] | None
             del rt.statuses[key]
             gone = rt.evaluator.group(key[0], key[1], now)  # NOTFOUND: resolves its incidents
             _on_status_change(rt, gone, changes, now)
+        if changes is not None:
+            changes.mark_complete()
         await asyncio.sleep(VERDICT_SCAN_S)
 
 
-def _on_status_change(rt: Runtime, verdict: GroupVerdict, changes: asyncio.Queue[GroupChange] | None, now: int) -> None:
+def _on_status_change(rt: Runtime, verdict: GroupVerdict, changes: VerdictFeed | None, now: int) -> None:
     rt.state.record_status(verdict.cluster, verdict.group, verdict.status.value, now)
     if changes is None:
         return
@@ -188,10 +258,7 @@ def _on_status_change(rt: Runtime, verdict: GroupVerdict, changes: asyncio.Queue
         topics=tuple(sorted({p.topic for p in bad})),
         hosts=tuple(sorted({p.owner for p in bad if p.owner})),
     )
-    try:
-        changes.put_nowait(change)
-    except asyncio.QueueFull:
-        log.warning("notifier queue full: verdict change dropped", cluster=verdict.cluster, group=verdict.group)
+    changes.put_nowait(change)  # coalesced per group: bounded by the number of groups, never dropped
 
 
 def _reload_log_level(config_path: str | None) -> None:
@@ -208,7 +275,7 @@ def _reload_log_level(config_path: str | None) -> None:
 
 async def _restore(rt: Runtime, store: Store, migrate: bool) -> dict[tuple[str, int], int]:
     if migrate:
-        await asyncio.to_thread(upgrade, rt.settings.storage.database_url.reveal())
+        await _in_thread(upgrade, rt.settings.storage.database_url.reveal())
     started = time.monotonic()
     positions = await store.restore(rt.state)
     log.info(
@@ -326,16 +393,17 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             rt.stop,
             "check storage.database-url and that Postgres is up; lagd starts once it answers",
         )
-        if positions is not None:
+        if positions is not None and not rt.stop.is_set():
             rt.restored.set()
             _start_readers(rt, positions, spawn_ingest)
             spawn(apply_events(rt), "apply")
             spawn(persister.run(wb), "persister")
             spawn(expire_groups(rt), "expiry")
-            changes: asyncio.Queue[GroupChange] | None = None
+            changes: VerdictFeed | None = None
             if settings.notify.enabled:
-                changes = asyncio.Queue(100_000)
+                changes = VerdictFeed()
                 spawn(run_notifier(store.engine, settings.notify, changes, rt.stop), "notifier")
+                # every instance runs one; only the holder of the publish lease drains the outbox
                 spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher), "mqtt")
             spawn(watch_verdicts(rt, changes), "verdicts")
             sdnotify.notify("READY=1")
@@ -360,21 +428,36 @@ async def _run(rt: Runtime, migrate: bool) -> None:
 
 
 async def _supervise(rt: Runtime, tasks: list[asyncio.Task[None]]) -> None:
-    """Wait for stop; a part that dies unexpectedly is logged and stops the daemon (systemd restarts it)."""
+    """Wait for stop; a part that dies unexpectedly is logged and stops the daemon (systemd restarts it).
+
+    Every part runs until lagd stops: one that raises, is cancelled or merely returns before
+    stop is a failure (exit 1), never a silent exit 0 that Restart=on-failure would not restart.
+    """
     stopper = asyncio.create_task(rt.stop.wait())
     try:
         done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopper.cancel()
     for task in done:
-        if task is not stopper and not task.cancelled() and task.exception() is not None:
-            log.error(
-                "a part of lagd failed",
-                part=task.get_name(),
-                error=repr(task.exception()),
-                hint="lagd stops so that systemd restarts it; please report this with the log",
-            )
-            raise SystemExit(1)
+        if task is stopper:
+            continue
+        if task.cancelled():
+            error = "cancelled"
+        elif task.exception() is not None:
+            error = repr(task.exception())
+        elif rt.stop.is_set():
+            continue  # ended together with a requested stop
+        else:
+            error = "returned before lagd was told to stop"
+        if error == "cancelled" and rt.stop.is_set():
+            continue
+        log.error(
+            "a part of lagd failed",
+            part=task.get_name(),
+            error=error,
+            hint="lagd stops so that systemd restarts it; please report this with the log",
+        )
+        raise SystemExit(1)
 
 
 async def _cancel(tasks: list[asyncio.Task[None]], timeout: float) -> None:

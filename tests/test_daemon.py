@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
-from lagd import embedded
+import pytest
+
+from lagd import daemon, embedded
+from lagd.config import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _start(
-    tmp_path: Path, kafka: str, database_url: str, mqtt: tuple[str, int], port: int
+    tmp_path: Path, kafka: str, database_url: str, mqtt: tuple[str, int], port: int, *extra: str
 ) -> tuple[subprocess.Popen[bytes], socket.socket]:
     notify = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -34,7 +41,7 @@ def _start(
         "LAGD_LOG_FORMAT": "json",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lagd", "run", "--config", str(ROOT / "config" / "lagd.example.toml")],
+        [sys.executable, "-m", "lagd", "run", "--config", str(ROOT / "config" / "lagd.example.toml"), *extra],
         env=env,
         stdout=subprocess.PIPE,
         stderr=open(tmp_path / "lagd.log", "wb"),  # noqa: SIM115
@@ -98,3 +105,163 @@ def test_run_with_bad_config_exits_2(tmp_path: Path) -> None:
     )
     assert r.returncode == 2
     assert "evaluator.allowed-lag" in r.stderr
+
+
+@contextlib.contextmanager
+def _hung_database() -> Iterator[tuple[int, list[socket.socket]]]:
+    """A stand-in for a hung Postgres: a plain TCP listener on 127.0.0.1 that accepts every
+    connection and never answers (no real database server is involved). Yields its port and
+    the accepted connections, which stay open until the block ends."""
+    hung = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)
+    hung.settimeout(0.2)
+    accepted: list[socket.socket] = []
+    done = threading.Event()
+
+    def accept_forever() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = hung.accept()
+            except OSError:  # the 0.2 s timeout included
+                continue
+            accepted.append(conn)  # held open, never read or answered
+
+    acceptor = threading.Thread(target=accept_forever, daemon=True)
+    acceptor.start()
+    try:
+        yield hung.getsockname()[1], accepted
+    finally:
+        done.set()
+        acceptor.join(2)
+        for conn in accepted:
+            conn.close()
+        hung.close()
+
+
+@pytest.mark.parametrize("step", ["migration", "restore"])
+def test_sigterm_while_the_database_hangs_stops_within_5s(tmp_path: Path, step: str) -> None:
+    """SIGTERM during the database steps at start (migration, restore, retries) exits promptly.
+
+    The database is `_hung_database`: a TCP listener that accepts and never answers, standing
+    in for a Postgres that hangs. Kafka and MQTT are never reached: lagd does not get past
+    restoring state. "migration" runs Alembic (psycopg2, in a thread); "restore" skips it
+    (--no-migrate) and hangs in asyncpg.
+    """
+    with _hung_database() as (db_port, accepted):
+        port = embedded.free_port()
+        proc, sock = _start(
+            tmp_path,
+            "127.0.0.1:1",
+            f"postgresql+asyncpg://lagd:db-secret-pw@127.0.0.1:{db_port}/lagd",
+            ("127.0.0.1", 1),
+            port,
+            *(["--no-migrate"] if step == "restore" else []),
+        )
+        log = tmp_path / "lagd.log"
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not accepted:  # lagd is inside a database step
+                assert proc.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.1)
+            assert accepted, "lagd never connected to the hung database"
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            try:
+                code = proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"still running 15 s after SIGTERM; log:\n{log.read_text()[-3000:]}") from None
+            elapsed = time.monotonic() - started
+            assert elapsed < 5.0, f"took {elapsed:.1f}s to stop; log:\n{log.read_text()[-3000:]}"
+            assert code == 0, log.read_text()[-3000:]
+            assert "db-secret-pw" not in log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            sock.close()
+
+
+def test_migration_against_a_hung_database_times_out() -> None:
+    """Alembic (psycopg2) gives up on a database that never answers instead of blocking forever.
+
+    `_hung_database` stands in for the hung Postgres (a TCP listener that never answers)."""
+    from lagd.db.migrate import upgrade
+
+    with _hung_database() as (db_port, _):
+        started = time.monotonic()
+        with pytest.raises(Exception, match="timeout"):
+            upgrade(f"postgresql://lagd@127.0.0.1:{db_port}/lagd")
+        assert time.monotonic() - started < 15
+
+
+def test_http_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        proc, sock = _start(tmp_path, "127.0.0.1:1", "postgresql://lagd@127.0.0.1:1/lagd", ("127.0.0.1", 1), port)
+        try:
+            code = proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            sock.close()
+        stderr = (tmp_path / "lagd.log").read_text()
+        assert code == 1, stderr
+        assert "Traceback" not in stderr, stderr
+        last = stderr.strip().splitlines()[-1]
+        assert last == (
+            f"lagd: http.listen 127.0.0.1:{port} is in use: "
+            "stop the other process or set http.listen to a free host:port"
+        ), stderr
+    finally:
+        busy.close()
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises", "cancelled"])
+async def test_a_part_that_ends_before_stop_is_a_failure(ending: str) -> None:
+    """A long-running part that ends on its own must fail lagd (exit 1), never exit 0 quietly."""
+
+    async def part() -> None:
+        await asyncio.sleep(0.01)
+        if ending == "raises":
+            raise RuntimeError("boom")
+
+    rt = daemon.build_runtime(parse({"clusters": {"a": {"bootstrap-servers": ["h:1"]}}}, env={}), asyncio.Event())
+    task = asyncio.create_task(part() if ending != "cancelled" else asyncio.sleep(10), name="part")
+    if ending == "cancelled":
+        asyncio.get_running_loop().call_later(0.01, task.cancel)
+    with pytest.raises(SystemExit) as info:
+        await daemon._supervise(rt, [task])
+    assert info.value.code == 1
+
+
+async def test_parts_that_end_with_a_requested_stop_are_fine() -> None:
+    rt = daemon.build_runtime(parse({"clusters": {"a": {"bootstrap-servers": ["h:1"]}}}, env={}), asyncio.Event())
+
+    async def part() -> None:
+        await rt.stop.wait()
+
+    task = asyncio.create_task(part(), name="part")
+    asyncio.get_running_loop().call_later(0.01, rt.stop.set)
+    await daemon._supervise(rt, [task])  # no SystemExit
+
+
+async def test_unless_stopped_cancels_a_hung_step() -> None:
+    stop = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def hung() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cancelled.set()
+
+    asyncio.get_running_loop().call_later(0.05, stop.set)
+    started = time.monotonic()
+    with pytest.raises(daemon._Stopped):
+        await daemon._unless_stopped(hung(), stop)
+    assert time.monotonic() - started < 1 and cancelled.is_set()
+    assert await daemon._unless_stopped(asyncio.sleep(0, result=7), asyncio.Event()) == 7

@@ -104,15 +104,106 @@ def test_a_flapping_group_keeps_one_incident_open_instead_of_a_storm() -> None:
     assert events[1].resolved_at == flaps[-1].at
 
 
-def test_a_group_going_bad_right_after_a_resolve_opens_a_new_incident_naming_the_old_one() -> None:
+def test_a_group_going_bad_right_after_a_resolve_reopens_the_same_incident() -> None:
+    # The issue: "a group that flaps does not reopen a resolved incident within the hold time".
+    # It used to open a new incident ("recurrence of ..."); now the resolved one comes back.
     engine = IncidentEngine(RULES)
     first = [change("g", GroupStatus.WARN, T0), change("g", GroupStatus.OK, T0 + 1000)]
     events = run(engine, first, until=T0 + 301_000)
     assert kinds(events) == ["opened", "resolved"]
     again = run(engine, [change("g", GroupStatus.WARN, T0 + 302_000)], until=T0 + 303_000, start=T0 + 302_000)
+    assert kinds(again) == ["updated"]
+    assert again[0].incident_id == events[0].incident_id
+    assert again[0].event_id == f"{events[0].incident_id}:3"
+    assert again[0].at == T0 + 302_000  # at once, not rate-limited
+    assert again[0].resolved_at is None
+    assert again[0].groups == {"g": "WARN"}
+    assert again[0].summary.startswith("reopened within the hold time: WARN")
+    assert engine.open_incidents("prod") == [events[0].incident_id]
+    # it resolves again after a full hold time, still under the same id
+    later = run(engine, [change("g", GroupStatus.OK, T0 + 304_000)], until=T0 + 700_000, start=T0 + 304_000)
+    assert kinds(later) == ["resolved"]
+    assert [e.event_id for e in later] == [f"{events[0].incident_id}:4"]
+    assert later[0].resolved_at == T0 + 304_000
+
+
+def test_a_group_flapping_slower_than_the_hold_time_keeps_one_incident_id() -> None:
+    engine = IncidentEngine(RULES)
+    period = RULES.hold_time + 20_000  # bad for 10 s, then OK just long enough to resolve
+    changes: list[GroupChange] = []
+    for n in range(12):  # an hour of it
+        changes.append(change("flappy", GroupStatus.WARN, T0 + n * period, topic="t"))
+        changes.append(change("flappy", GroupStatus.OK, T0 + n * period + 10_000, topic="t"))
+    events = run(engine, changes, until=T0 + 12 * period + RULES.hold_time)
+    assert kinds(events).count("opened") == 1
+    assert {e.incident_id for e in events} == {events[0].incident_id}
+    assert [e.event_id for e in events] == [f"{events[0].incident_id}:{n}" for n in range(1, len(events) + 1)]
+    assert kinds(events)[-1] == "resolved"
+
+
+def test_a_failure_after_the_hold_time_since_the_resolve_opens_a_new_incident() -> None:
+    engine = IncidentEngine(RULES)
+    events = run(engine, [change("g", GroupStatus.WARN, T0), change("g", GroupStatus.OK, T0 + 1000)], T0 + 301_000)
+    assert kinds(events) == ["opened", "resolved"]
+    late = T0 + 301_000 + RULES.hold_time + 1000
+    again = run(engine, [change("g", GroupStatus.WARN, late)], until=late, start=late)
     assert kinds(again) == ["opened"]
     assert again[0].incident_id != events[0].incident_id
+    assert again[0].reason == "group g"
+
+
+def test_a_resolved_incident_still_reopens_after_a_state_round_trip() -> None:
+    engine = IncidentEngine(RULES)
+    events = run(engine, [change("g", GroupStatus.WARN, T0), change("g", GroupStatus.OK, T0 + 1000)], T0 + 301_000)
+    restored = IncidentEngine.load(RULES, json.loads(json.dumps(engine.dump())))
+    assert restored.dump() == engine.dump()
+    again = run(restored, [change("g", GroupStatus.WARN, T0 + 302_000)], until=T0 + 302_000, start=T0 + 302_000)
+    assert [(e.event, e.event_id) for e in again] == [("updated", f"{events[0].incident_id}:3")]
+
+
+def test_state_saved_before_reopening_existed_still_loads_and_names_the_recurrence() -> None:
+    engine = IncidentEngine(RULES)
+    events = run(engine, [change("g", GroupStatus.WARN, T0), change("g", GroupStatus.OK, T0 + 1000)], T0 + 301_000)
+    old = engine.dump()
+    del old["prod"]["closed"]  # the shape written by earlier versions
+    legacy = IncidentEngine.load(RULES, json.loads(json.dumps(old)))
+    again = run(legacy, [change("g", GroupStatus.WARN, T0 + 302_000)], until=T0 + 302_000, start=T0 + 302_000)
+    assert kinds(again) == ["opened"]
     assert again[0].reason == f"group g, recurrence of {events[0].incident_id}"
+
+
+def test_replaying_the_statuses_the_engine_already_knows_changes_nothing() -> None:
+    # after a leadership takeover the notifier feeds a snapshot of every group's current verdict
+    engine = IncidentEngine(RULES)
+    changes = [
+        change("a", GroupStatus.WARN, T0, topic="orders", host="b1"),
+        change("b", GroupStatus.ERR, T0 + 1000, topic="orders", host="b1"),
+        change("c", GroupStatus.OK, T0 + 2000),
+        change("a", GroupStatus.OK, T0 + 50_000),
+    ]
+    run(engine, changes, until=T0 + 60_000)
+    before = engine.dump()
+    snapshot = [
+        change("a", GroupStatus.OK, T0 + 61_000),
+        change("b", GroupStatus.ERR, T0 + 61_000, "prod", "orders", "b1"),
+    ]
+    snapshot.append(change("c", GroupStatus.OK, T0 + 61_000))
+    for ch in snapshot:
+        assert engine.apply(ch) == []
+    assert engine.dump() == before  # `a` keeps the time it recovered
+    assert engine.members("prod") == {"a": "OK", "b": "ERR"}
+
+
+def test_tick_leaves_clusters_it_is_not_asked_about_alone() -> None:
+    engine = IncidentEngine(RULES)
+    for cluster in ("prod", "staging"):
+        engine.apply(change("g", GroupStatus.WARN, T0, cluster=cluster))
+        engine.apply(change("g", GroupStatus.OK, T0 + 1000, cluster=cluster))
+    resolved = engine.tick(T0 + 400_000, clusters={"prod"})
+    assert [(e.event, e.cluster) for e in resolved] == [("resolved", "prod")]
+    assert engine.open_incidents("staging") != []
+    engine.drop_cluster("staging")
+    assert engine.clusters() == ["prod"]
 
 
 def test_two_unrelated_clusters_give_two_incidents() -> None:

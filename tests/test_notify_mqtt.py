@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiomqtt
 import asyncpg
@@ -21,10 +24,12 @@ from lagd.config import NotifySettings, async_database_url
 from lagd.db.schema import outbox as outbox_table
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify import outbox
+from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from lagd.notify.leader import Lease, leadership
-from lagd.notify.mqtt import PublisherStatus, publish_outbox
+from lagd.notify.mqtt import PublisherStatus, client_options, publish_outbox
 from lagd.notify.notifier import run_notifier
+from lagd.notify.outbox import Fence
 
 T0 = 1_700_000_000_000
 RULES = Rules(severity="WARN", correlation_window=60_000, hold_time=10_000, update_interval=1_000)
@@ -320,7 +325,7 @@ async def test_notifier_restart_mid_incident_continues_the_same_incident(engine:
         return GroupChange(cluster, group, status, int(time.time() * 1000))
 
     async def run_once(changes: list[GroupChange], until: Callable[[list[dict[str, Any]]], bool]) -> None:
-        queue: asyncio.Queue[GroupChange] = asyncio.Queue()
+        queue = VerdictFeed()
         stop = asyncio.Event()
         task = asyncio.create_task(run_notifier(engine, settings, queue, stop))
         for ch in changes:
@@ -351,7 +356,7 @@ async def test_a_standby_notifier_records_nothing_while_another_leads(engine: As
     settings = replace(NotifySettings(), hold_time=0.5, update_interval=0.2)
     holder = Lease(engine, "prod")
     assert await holder.refresh()
-    queue: asyncio.Queue[GroupChange] = asyncio.Queue()
+    queue = VerdictFeed()  # never marked complete: no snapshot, changes only
     stop = asyncio.Event()
     task = asyncio.create_task(run_notifier(engine, settings, queue, stop, lease_retry=0.1))
     try:
@@ -373,3 +378,302 @@ async def test_a_standby_notifier_records_nothing_while_another_leads(engine: As
         payloads = [r[0] for r in await conn.execute(select(outbox_table.c.payload).order_by(outbox_table.c.id))]
     assert {p["group"] for p in payloads if "group" in p} == {"after"}
     assert [set(p["groups"]) for p in payloads if "groups" in p] == [{"after"}]
+
+
+# --- leadership of delivery, catching up after takeovers, database outages -------------------
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def incident_payloads(eng: AsyncEngine) -> list[dict[str, Any]]:
+    """The recorded incident events (not the retained statuses), in outbox order."""
+    async with eng.connect() as conn:
+        result = await conn.execute(
+            select(outbox_table.c.payload).where(~outbox_table.c.retain).order_by(outbox_table.c.id)
+        )
+        return [r[0] for r in result]
+
+
+def test_the_default_client_id_is_made_unique_per_host_and_process() -> None:
+    # two instances on the default id would make the broker drop one whenever the other connects
+    assert client_options(NotifySettings())["identifier"] == f"lagd-{socket.gethostname()}-{os.getpid()}"
+    assert client_options(replace(NotifySettings(), client_id="edge-7"))["identifier"] == "edge-7"
+
+
+async def test_two_instances_on_one_outbox_deliver_each_event_exactly_once(
+    engine: AsyncEngine, database_url: str, mqtt_broker: tuple[str, int], unique: str, settle: Settle
+) -> None:
+    host, port = mqtt_broker
+    prefix = f"lagd/t{unique}"
+    settings = replace(
+        settings_for(host, port, prefix, correlation_window=30.0, hold_time=0.5, update_interval=0.2),
+        client_id=NotifySettings().client_id,  # both on the default, as two daemons from one config
+    )
+    second = create_async_engine(async_database_url(database_url))
+    sub = await Subscriber(host, port, prefix).start()
+    feeds: list[VerdictFeed] = []
+    stops: list[asyncio.Event] = []
+    statuses: list[PublisherStatus] = []
+    tasks: list[list[asyncio.Task[None]]] = []
+    for eng in (engine, second):  # each instance has its own connections, as separate processes
+        feed, stop, status = VerdictFeed(), asyncio.Event(), PublisherStatus()
+        feeds.append(feed)
+        stops.append(stop)
+        statuses.append(status)
+        tasks.append(
+            [
+                asyncio.create_task(run_notifier(eng, settings, feed, stop, lease_retry=0.1)),
+                asyncio.create_task(publish_outbox(eng, settings, stop, status, publish_timeout=1.0, lease_retry=0.1)),
+            ]
+        )
+
+    def both(ch: GroupChange) -> None:  # both instances watch the same Kafka: same verdicts
+        for feed in feeds:
+            feed.put_nowait(ch)
+
+    try:
+        for i in range(20):
+            both(GroupChange("prod", f"g{i}", GroupStatus.WARN, now_ms(), topics=("orders",)))
+        for feed in feeds:
+            feed.mark_complete()  # as the daemon does after its first pass over the groups
+        await settle(lambda: len(sub.messages) >= 21, what="the incident and 20 statuses delivered")
+        await settle(lambda: not any(f.qsize() for f in feeds), what="both notifiers consumed the changes")
+        assert sum(s.leader for s in statuses) == 1
+        assert sum(s.published_total > 0 for s in statuses) == 1
+        assert sum(s.connected for s in statuses) == 1  # the standby stays off the broker
+
+        # the first instance goes away; the other takes over recording and delivery
+        stops[0].set()
+        await asyncio.gather(*tasks[0])
+        for i in range(20):  # the standby may drop these until it holds the lease: it catches up then
+            feeds[1].put_nowait(GroupChange("prod", f"g{i}", GroupStatus.OK, now_ms()))
+
+        def resolved() -> bool:
+            return any(p["event"] == "resolved" for t, p, _ in sub.messages if "/incidents/" in t)
+
+        await settle(resolved, what="the resolve, from the new leader")
+        await settle(lambda: statuses[1].published_total > 0, what="the second publisher took over")
+    finally:
+        for stop in stops:
+            stop.set()
+        await asyncio.gather(*(t for pair in tasks for t in pair))
+        await sub.close()
+        await second.dispose()
+    every = [p["event_id"] for _, p, _ in sub.messages]
+    assert len(every) == len(set(every)), "a message was delivered twice"
+    ids = sub.incident_event_ids()
+    incident = ids[0].rsplit(":", 1)[0]
+    assert ids == [f"{incident}:{n}" for n in range(1, len(ids) + 1)]
+    assert sum(s.published_total for s in statuses) == len(sub.messages) == await outbox_rows(engine)
+    assert await outbox_rows(engine, pending_only=True) == 0
+
+
+async def test_the_verdict_feed_keeps_the_newest_status_per_group_and_drops_none() -> None:
+    feed = VerdictFeed()
+    for n in range(200_000):  # far more than the old 100 000-change queue held
+        feed.put_nowait(GroupChange("prod", f"g{n % 10}", GroupStatus.WARN if n % 3 else GroupStatus.OK, T0 + n))
+    feed.put_nowait(GroupChange("staging", "s", GroupStatus.ERR, T0))
+    assert feed.qsize() == 11  # bounded by the number of groups
+    assert feed.snapshot("prod") is None  # no complete pass reported yet
+    feed.mark_complete()
+    got = [feed.get_nowait() for _ in range(11)]
+    assert feed.empty()
+    newest = {f"g{i}": T0 + 199_990 + i for i in range(10)}
+    assert {c.group: c.at for c in got if c.cluster == "prod"} == newest
+    snap = feed.snapshot("prod")
+    assert snap is not None and [(c.group, c.at) for c in snap] == sorted(newest.items(), key=lambda kv: kv[1])
+    feed.put_nowait(GroupChange("prod", "g3", GroupStatus.NOTFOUND, T0 + 300_000))  # the group went away
+    assert "g3" not in {c.group for c in feed.snapshot("prod") or []}
+
+    async def later() -> None:
+        await asyncio.sleep(0)
+        feed.put_nowait(GroupChange("prod", "late", GroupStatus.ERR, T0))
+
+    feed.get_nowait()
+    waker = asyncio.create_task(later())
+    assert (await asyncio.wait_for(feed.get(), 5)).group == "late"
+    await waker
+
+
+async def test_a_takeover_catches_up_on_verdict_changes_nobody_recorded(engine: AsyncEngine, settle: Settle) -> None:
+    settings = replace(NotifySettings(), correlation_window=30.0, hold_time=0.5, update_interval=0.2)
+
+    async def last_groups(want: dict[str, str]) -> bool:
+        got = await incident_payloads(engine)
+        return bool(got) and got[-1]["groups"] == want
+
+    # a leader records an incident of g1 and g2, then stops
+    first, stop1 = VerdictFeed(), asyncio.Event()
+    task1 = asyncio.create_task(run_notifier(engine, settings, first, stop1, lease_retry=0.1))
+    try:
+        first.put_nowait(GroupChange("prod", "g1", GroupStatus.WARN, now_ms()))
+        first.put_nowait(GroupChange("prod", "g2", GroupStatus.WARN, now_ms()))
+        await settle(lambda: last_groups({"g1": "WARN", "g2": "WARN"}), what="the first leader's incident")
+    finally:
+        stop1.set()
+        await task1
+
+    # the next leader dies without recording anything while the verdicts move on; a standby
+    # sees the changes but leaves them to the leader
+    holder = Lease(engine, "prod")
+    assert await holder.refresh()
+    standby, stop2 = VerdictFeed(), asyncio.Event()
+    task2 = asyncio.create_task(run_notifier(engine, settings, standby, stop2, lease_retry=0.1))
+    try:
+        standby.put_nowait(GroupChange("prod", "g1", GroupStatus.OK, now_ms()))
+        standby.put_nowait(GroupChange("prod", "g3", GroupStatus.ERR, now_ms(), topics=("orders",)))
+        standby.mark_complete()  # a full pass: g2 is gone
+        await settle(standby.empty, what="the standby consumed the changes")
+        assert await last_groups({"g1": "WARN", "g2": "WARN"})
+        await holder.release()
+        # it takes over by itself, with no further change, and brings the incident up to date
+        # (g2 leaving changes no severity, so it rides along with the next event)
+        await settle(lambda: last_groups({"g1": "OK", "g2": "WARN", "g3": "ERR"}), what="the takeover catching up")
+        # so the incident can resolve: it no longer waits for changes that were lost
+        standby.put_nowait(GroupChange("prod", "g3", GroupStatus.OK, now_ms()))
+        await settle(lambda: last_groups({"g1": "OK", "g2": "NOTFOUND", "g3": "OK"}), what="the resolve")
+    finally:
+        stop2.set()
+        await task2
+        await holder.release()
+    got = await incident_payloads(engine)
+    assert got[-1]["event"] == "resolved" and got[-2]["severity"] == "ERR"
+    assert [p["event_id"] for p in got] == [f"{got[0]['id']}:{n}" for n in range(1, len(got) + 1)]
+    retained = await outbox.pending(engine, 100)
+    assert [r.payload["status"] for r in retained if r.topic.endswith("/g2/status")][-1] == "NOTFOUND"
+
+
+class Cuttable:
+    """A TCP forwarder to Postgres that a test cuts (connections dropped, new ones refused) and restores."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.up = True
+        self._pipes: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.up:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            writer.transport.abort()
+            return
+        pair = (writer, up_writer)
+        self._pipes.add(pair)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            self._pipes.discard(pair)
+
+    def cut(self) -> None:
+        self.up = False
+        for a, b in list(self._pipes):
+            a.transport.abort()
+            b.transport.abort()
+
+    def restore(self) -> None:
+        self.up = True
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+async def test_a_database_outage_neither_drops_nor_reuses_event_ids(
+    engine: AsyncEngine, database_url: str, settle: Settle
+) -> None:
+    settings = replace(NotifySettings(), correlation_window=60.0, hold_time=60.0, update_interval=0.2)
+    url = urlsplit(database_url)
+    proxy = Cuttable(url.hostname or "127.0.0.1", url.port or 5432)
+    port = await proxy.start()
+    userinfo = url.netloc.rpartition("@")[0]
+    proxied = urlunsplit(url._replace(netloc=(f"{userinfo}@" if userinfo else "") + f"127.0.0.1:{port}"))
+    via = create_async_engine(async_database_url(proxied))  # the notifier's view of the database
+    feed, stop = VerdictFeed(), asyncio.Event()
+    task = asyncio.create_task(run_notifier(via, settings, feed, stop, lease_retry=0.1))
+
+    async def groups_seen() -> list[set[str]]:
+        return [set(p["groups"]) for p in await incident_payloads(engine)]
+
+    try:
+        feed.put_nowait(GroupChange("prod", "g1", GroupStatus.WARN, now_ms()))
+        opened = await settle(lambda: incident_payloads(engine), what="the incident opened")
+        await settle(lambda: now_ms() > opened[0]["at"] + 300, what="the update interval to pass")
+
+        # g2's update is being recorded when the database goes away (the outbox lock holds
+        # the insert until the cut), so the notifier keeps it in memory as unrecorded
+        lock = await asyncpg.connect(database_url)
+        try:
+            tx = lock.transaction()
+            await tx.start()
+            await lock.execute("LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE")
+            feed.put_nowait(GroupChange("prod", "g2", GroupStatus.WARN, now_ms()))
+
+            async def blocked() -> bool:
+                return bool(await lock.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted"))
+
+            await settle(blocked, what="the notifier recording g2")
+            proxy.cut()  # the lease goes with its session, and the record fails
+            await tx.rollback()
+        finally:
+            await lock.close()
+        proxy.restore()  # back: the notifier regains the lease and records what it held
+
+        async def has(groups: set[str]) -> bool:
+            return groups in await groups_seen()
+
+        await settle(lambda: has({"g1", "g2"}), what="the held update recorded after the outage")
+        feed.put_nowait(GroupChange("prod", "g3", GroupStatus.WARN, now_ms()))
+        # it used to reload the older stored state and reissue sequence number 2 for this
+        # update, which the outbox then dropped as a duplicate
+        await settle(lambda: has({"g1", "g2", "g3"}), timeout=10, what="the next update recorded too")
+    finally:
+        stop.set()
+        await task
+        await via.dispose()
+        await proxy.close()
+    got = await incident_payloads(engine)
+    assert [set(p["groups"]) for p in got] == [{"g1"}, {"g1", "g2"}, {"g1", "g2", "g3"}]
+    assert [p["event_id"] for p in got] == [f"{got[0]['id']}:{n}" for n in (1, 2, 3)]
+    state = await outbox.load_engine_state(engine, "prod")
+    assert state is not None and state["open"][0]["seq"] == 3
+
+
+async def test_a_writer_continuing_a_stale_state_cannot_record_over_a_newer_one(engine: AsyncEngine) -> None:
+    a = IncidentEngine(RULES)
+    opened = a.apply(GroupChange("prod", "g1", GroupStatus.WARN, T0))
+    await outbox.record(engine, "prod", opened, {**a.dump_cluster("prod"), outbox.SAVED_BY: "t1"}, fence=Fence(False))
+    stored = await outbox.load_engine_state(engine, "prod")
+    fence = Fence.of(stored)
+    assert fence == Fence(True, "t1")
+    assert stored is not None
+    b = IncidentEngine.load(RULES, {"prod": stored})  # two writers continue from the same state
+    ea = a.apply(GroupChange("prod", "g2", GroupStatus.ERR, T0 + 60_000))
+    eb = b.apply(GroupChange("prod", "g3", GroupStatus.ERR, T0 + 60_000))
+    assert [e.event_id for e in ea] == [e.event_id for e in eb]  # same id, different events
+    await outbox.record(engine, "prod", ea, {**a.dump_cluster("prod"), outbox.SAVED_BY: "t2"}, fence=fence)
+    with pytest.raises(outbox.StateConflict):
+        await outbox.record(engine, "prod", eb, {**b.dump_cluster("prod"), outbox.SAVED_BY: "t3"}, fence=fence)
+    with pytest.raises(outbox.StateConflict):  # "no state yet" is stale too once one exists
+        await outbox.record(engine, "prod", eb, {**b.dump_cluster("prod"), outbox.SAVED_BY: "t4"}, fence=Fence(False))
+    assert Fence.of(await outbox.load_engine_state(engine, "prod")) == Fence(True, "t2")
+    assert [set(p["groups"]) for p in await incident_payloads(engine)] == [{"g1"}, {"g1", "g2"}]

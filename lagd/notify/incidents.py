@@ -16,13 +16,18 @@ Rules (times are ms, passed in by the caller):
 - An incident resolves (on `tick`) when all its groups have been OK for `hold_time`;
   `resolved_at` is when the last group recovered. A member flapping bad-OK-bad within the
   hold time just keeps its incident open: no resolve and reopen.
-- Resolved incidents are final and never reopen, so ids and event sequences stay simple for
-  subscribers. A group that goes bad again within `hold_time` after its incident resolved
-  opens (or joins) a new incident whose reason names the earlier one ("recurrence of ...").
-  Since a resolve needs `hold_time` of continuous health, one group can cause at most one
-  incident per `hold_time`, which bounds any storm.
+- A group that goes bad again within `hold_time` after its incident resolved does not open
+  a new incident: it reopens that one (same id, the sequence goes on) with an immediate
+  `updated` event whose summary says so, and the incident must again hold OK for
+  `hold_time` to resolve. A group that flaps with a period longer than the hold time thus
+  keeps one incident id instead of opening a new incident every cycle. Only resolved
+  incidents younger than `hold_time` can reopen; later failures open new incidents.
+- A change that repeats the status the engine already knows for a group (for example a
+  snapshot of current verdicts fed after a leadership takeover) causes no event; only its
+  partition details are refreshed for the next event.
 
-Ids are deterministic: incident `<cluster>-<opened_at>-<hash of first group>`, event
+Ids are deterministic: incident `<cluster>-<opened_at>-<hash of first group>` (with a
+`-<n>` suffix in the unlikely case that id is still remembered), event
 `<incident_id>:<seq>`, so replaying the same input yields the same ids (outbox dedup).
 The engine state serialises to JSON per cluster (`dump_cluster`/`load_cluster`).
 """
@@ -30,6 +35,7 @@ The engine state serialises to JSON per cluster (`dump_cluster`/`load_cluster`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -132,11 +138,14 @@ class _Incident:
     dirty: bool = False
     members: dict[str, _Member] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
+    closed_at: int | None = None  # when it resolved (tick time), while it may still reopen
 
 
 @dataclass(slots=True)
 class _Cluster:
     open: dict[str, _Incident] = field(default_factory=dict)
+    # incidents resolved within hold_time, which a recurring member reopens
+    closed: dict[str, _Incident] = field(default_factory=dict)
     # group -> [incident id, time of the resolve] for groups whose incident resolved within hold_time
     recent: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -180,6 +189,8 @@ class IncidentEngine:
             if member.ok_since is not None and old.ok_since is not None:
                 member.ok_since = old.ok_since  # still healthy: keep when it recovered
             current.members[change.group] = member
+            if old.status == status:
+                return []  # the status it already had: no news
             self._restate(current)
             return self._maybe_update(current, change.at)
         if member.ok_since is not None:
@@ -187,12 +198,15 @@ class IncidentEngine:
         recurrence = ""
         prior = cl.recent.get(change.group)
         if prior is not None and change.at - int(prior[1]) <= self.rules.hold_time:
-            recurrence = f"recurrence of {prior[0]}"
+            closed = cl.closed.get(str(prior[0]))
+            if closed is not None:
+                return [self._reopen(cl, closed, change.group, member, change.at)]
+            recurrence = f"recurrence of {prior[0]}"  # state from before incidents could reopen
         target, reason = self._correlate(cl, change.at, member)
         if target is None:
             first = f"group {change.group}" + (f", {recurrence}" if recurrence else "")
             inc = _Incident(
-                id=f"{change.cluster}-{change.at}-{_short_hash(change.group)}",
+                id=self._new_id(cl, f"{change.cluster}-{change.at}-{_short_hash(change.group)}"),
                 cluster=change.cluster,
                 opened_at=change.at,
                 last_join=change.at,
@@ -210,10 +224,16 @@ class IncidentEngine:
         self._restate(target)
         return self._maybe_update(target, change.at)
 
-    def tick(self, now: int) -> list[IncidentEvent]:
-        """Flush coalesced updates and resolve incidents whose groups held OK long enough."""
+    def tick(self, now: int, clusters: Collection[str] | None = None) -> list[IncidentEvent]:
+        """Flush coalesced updates and resolve incidents whose groups held OK long enough.
+
+        `clusters` limits the tick to those clusters (the ones this instance leads); the
+        others are left exactly as they are.
+        """
         out: list[IncidentEvent] = []
-        for cl in self._clusters.values():
+        for name, cl in self._clusters.items():
+            if clusters is not None and name not in clusters:
+                continue
             for inc in sorted(cl.open.values(), key=lambda i: (i.opened_at, i.id)):
                 recovered = [m.ok_since for m in inc.members.values()]
                 if all(r is not None for r in recovered):
@@ -221,6 +241,8 @@ class IncidentEngine:
                     if now - last >= self.rules.hold_time:
                         out.append(self._emit(inc, "resolved", now, resolved_at=last))
                         del cl.open[inc.id]
+                        inc.closed_at = now
+                        cl.closed[inc.id] = inc
                         for group in inc.members:
                             cl.recent[group] = [inc.id, now]
                         continue
@@ -228,6 +250,9 @@ class IncidentEngine:
             for group, (_, resolved_at) in list(cl.recent.items()):
                 if now - int(resolved_at) > self.rules.hold_time:
                     del cl.recent[group]
+            for inc_id, inc in list(cl.closed.items()):
+                if inc.closed_at is None or now - inc.closed_at > self.rules.hold_time:
+                    del cl.closed[inc_id]
         return out
 
     # --- views ------------------------------------------------------------------------
@@ -240,6 +265,17 @@ class IncidentEngine:
     def clusters(self) -> list[str]:
         return sorted(self._clusters)
 
+    def members(self, cluster: str) -> dict[str, str]:
+        """The groups of the cluster's open incidents and the status the engine knows for each."""
+        cl = self._clusters.get(cluster)
+        if cl is None:
+            return {}
+        return {g: m.status for inc in cl.open.values() for g, m in inc.members.items()}
+
+    def drop_cluster(self, cluster: str) -> None:
+        """Forget everything about `cluster` (before loading another writer's state)."""
+        self._clusters.pop(cluster, None)
+
     # --- persistence ------------------------------------------------------------------
 
     def dump_cluster(self, cluster: str) -> dict[str, Any]:
@@ -247,31 +283,8 @@ class IncidentEngine:
         cl = self._clusters.get(cluster, _Cluster())
         return {
             "version": 1,
-            "open": [
-                {
-                    "id": i.id,
-                    "cluster": i.cluster,
-                    "opened_at": i.opened_at,
-                    "last_join": i.last_join,
-                    "severity": i.severity,
-                    "first_reason": i.first_reason,
-                    "seq": i.seq,
-                    "last_event_at": i.last_event_at,
-                    "dirty": i.dirty,
-                    "reasons": dict(i.reasons),
-                    "members": {
-                        g: {
-                            "status": m.status,
-                            "ok_since": m.ok_since,
-                            "partitions": [list(p) for p in m.partitions],
-                            "topics": list(m.topics),
-                            "hosts": list(m.hosts),
-                        }
-                        for g, m in i.members.items()
-                    },
-                }
-                for i in cl.open.values()
-            ],
+            "open": [_dump_incident(i) for i in cl.open.values()],
+            "closed": [_dump_incident(i) for i in cl.closed.values()],
             "recent": {g: list(v) for g, v in cl.recent.items()},
         }
 
@@ -284,27 +297,11 @@ class IncidentEngine:
             )
         cl = _Cluster()
         for raw in data["open"]:
-            inc = _Incident(
-                id=raw["id"],
-                cluster=raw["cluster"],
-                opened_at=int(raw["opened_at"]),
-                last_join=int(raw["last_join"]),
-                severity=raw["severity"],
-                first_reason=raw["first_reason"],
-                seq=int(raw["seq"]),
-                last_event_at=int(raw["last_event_at"]),
-                dirty=bool(raw["dirty"]),
-                reasons={str(k): int(v) for k, v in raw["reasons"].items()},
-            )
-            for g, m in raw["members"].items():
-                inc.members[g] = _Member(
-                    status=m["status"],
-                    ok_since=None if m["ok_since"] is None else int(m["ok_since"]),
-                    partitions=[list(p) for p in m["partitions"]],
-                    topics=list(m["topics"]),
-                    hosts=list(m["hosts"]),
-                )
+            inc = _load_incident(raw)
             cl.open[inc.id] = inc
+        for raw in data.get("closed", []):  # absent in state saved before incidents could reopen
+            inc = _load_incident(raw)
+            cl.closed[inc.id] = inc
         cl.recent = {str(g): list(v) for g, v in data["recent"].items()}
         self._clusters[cluster] = cl
 
@@ -320,6 +317,30 @@ class IncidentEngine:
         return engine
 
     # --- internals ----------------------------------------------------------------------
+
+    @staticmethod
+    def _new_id(cl: _Cluster, base: str) -> str:
+        """`base`, or `base-<n>` if an incident the engine still remembers already has it."""
+        taken = cl.open.keys() | cl.closed.keys() | {str(v[0]) for v in cl.recent.values()}
+        if base not in taken:
+            return base
+        n = 2
+        while f"{base}-{n}" in taken:
+            n += 1
+        return f"{base}-{n}"
+
+    def _reopen(self, cl: _Cluster, inc: _Incident, group: str, member: _Member, at: int) -> IncidentEvent:
+        """A member of a recently resolved incident went bad again: the incident reopens."""
+        del cl.closed[inc.id]
+        for g, (inc_id, _) in list(cl.recent.items()):
+            if inc_id == inc.id:
+                del cl.recent[g]
+        inc.closed_at = None
+        inc.members[group] = member
+        inc.last_join = at
+        self._restate(inc)
+        cl.open[inc.id] = inc
+        return self._emit(inc, "updated", at, note="reopened within the hold time")
 
     def _correlate(self, cl: _Cluster, at: int, member: _Member) -> tuple[_Incident | None, str]:
         """The open incident a newly bad group joins, and why (None: open a new one)."""
@@ -351,7 +372,9 @@ class IncidentEngine:
             return [self._emit(inc, "updated", now)]
         return []
 
-    def _emit(self, inc: _Incident, kind: EventKind, at: int, resolved_at: int | None = None) -> IncidentEvent:
+    def _emit(
+        self, inc: _Incident, kind: EventKind, at: int, resolved_at: int | None = None, note: str = ""
+    ) -> IncidentEvent:
         inc.seq += 1
         inc.last_event_at = at
         inc.dirty = False
@@ -373,6 +396,8 @@ class IncidentEngine:
             summary = (
                 f"{inc.severity}: {bad} of {len(groups)} consumer group(s) lagging on cluster {inc.cluster} ({reason})"
             )
+            if note:
+                summary = f"{note}: {summary}"
         return IncidentEvent(
             event=kind,
             event_id=f"{inc.id}:{inc.seq}",
@@ -395,3 +420,56 @@ class IncidentEngine:
         # the most frequent join reason; ties go to the one seen first
         order = {k: n for n, k in enumerate(inc.reasons)}
         return min(inc.reasons.items(), key=lambda kv: (-kv[1], order[kv[0]]))[0]
+
+
+def _dump_incident(i: _Incident) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": i.id,
+        "cluster": i.cluster,
+        "opened_at": i.opened_at,
+        "last_join": i.last_join,
+        "severity": i.severity,
+        "first_reason": i.first_reason,
+        "seq": i.seq,
+        "last_event_at": i.last_event_at,
+        "dirty": i.dirty,
+        "reasons": dict(i.reasons),
+        "members": {
+            g: {
+                "status": m.status,
+                "ok_since": m.ok_since,
+                "partitions": [list(p) for p in m.partitions],
+                "topics": list(m.topics),
+                "hosts": list(m.hosts),
+            }
+            for g, m in i.members.items()
+        },
+    }
+    if i.closed_at is not None:
+        out["closed_at"] = i.closed_at
+    return out
+
+
+def _load_incident(raw: dict[str, Any]) -> _Incident:
+    inc = _Incident(
+        id=raw["id"],
+        cluster=raw["cluster"],
+        opened_at=int(raw["opened_at"]),
+        last_join=int(raw["last_join"]),
+        severity=raw["severity"],
+        first_reason=raw["first_reason"],
+        seq=int(raw["seq"]),
+        last_event_at=int(raw["last_event_at"]),
+        dirty=bool(raw["dirty"]),
+        reasons={str(k): int(v) for k, v in raw["reasons"].items()},
+        closed_at=None if raw.get("closed_at") is None else int(raw["closed_at"]),
+    )
+    for g, m in raw["members"].items():
+        inc.members[g] = _Member(
+            status=m["status"],
+            ok_since=None if m["ok_since"] is None else int(m["ok_since"]),
+            partitions=[list(p) for p in m["partitions"]],
+            topics=list(m["topics"]),
+            hosts=list(m["hosts"]),
+        )
+    return inc

@@ -3,7 +3,8 @@
 Why an advisory lock: it lives exactly as long as the session holding it, so a crashed or
 partitioned leader loses it with its connection and a standby takes over on its next try,
 with nothing else to configure. Running two instances for availability never doubles
-notifications.
+notifications: each cluster's incidents are recorded by the holder of its lock, and the
+outbox (one table for all clusters) is drained to MQTT by the holder of `PUBLISH_KEY`.
 """
 
 from __future__ import annotations
@@ -28,16 +29,21 @@ def lock_key(cluster: str) -> str:
     return f"lagd-notify:{cluster}"
 
 
+# The outbox is one table for every cluster: one publisher drains it, whoever holds this.
+PUBLISH_KEY = "lagd-publish:outbox"
+
+
 class Lease:
-    """A try-lock on one cluster's notifications, held on a dedicated connection.
+    """A try-lock on one cluster's notifications (or on `key`), held on a dedicated connection.
 
     `await lease.refresh()` (re)tries the lock or checks it is still held; `is_leader` says
     the outcome. Call it periodically: a standby becomes leader when the holder goes away.
     """
 
-    def __init__(self, engine: AsyncEngine, cluster: str) -> None:
+    def __init__(self, engine: AsyncEngine, cluster: str, key: str | None = None) -> None:
         self.engine = engine
         self.cluster = cluster
+        self.key = key or lock_key(cluster)
         self.is_leader = False
         self.tried_at = 0.0  # time.monotonic() of the last refresh
         self._conn: AsyncConnection | None = None
@@ -50,14 +56,19 @@ class Lease:
             if self.is_leader:
                 await self._conn.execute(text("SELECT 1"))  # the lock lives as long as this session
             else:
-                got = await self._conn.scalar(_TRY, {"key": lock_key(self.cluster)})
+                got = await self._conn.scalar(_TRY, {"key": self.key})
                 if got:
-                    log.info("notify leadership acquired", cluster=self.cluster)
+                    log.info("notify leadership acquired", cluster=self.cluster, lock=self.key)
                 self.is_leader = bool(got)
             await self._conn.commit()
         except (SQLAlchemyError, OSError) as exc:
             if self.is_leader:
-                log.warning("notify leadership lost with its database session", cluster=self.cluster, error=str(exc))
+                log.warning(
+                    "notify leadership lost with its database session",
+                    cluster=self.cluster,
+                    lock=self.key,
+                    error=str(exc),
+                )
             self.is_leader = False
             await self._drop()
         return self.is_leader
@@ -65,7 +76,7 @@ class Lease:
     async def release(self) -> None:
         if self._conn is not None and self.is_leader:
             with contextlib.suppress(SQLAlchemyError, OSError):
-                await self._conn.scalar(_UNLOCK, {"key": lock_key(self.cluster)})
+                await self._conn.scalar(_UNLOCK, {"key": self.key})
                 await self._conn.commit()
         self.is_leader = False
         await self._drop()

@@ -3,6 +3,11 @@
 Why a separate task: recording never waits on MQTT. A row is marked delivered only after the
 broker acknowledged it (PUBACK), so an outage or a crash can repeat a message (same
 `event_id`, subscribers drop it) but never lose or reorder one.
+
+Why a lease: every lagd instance runs a publisher, but only the one holding the publish
+lease (a Postgres advisory lock, see `leader`) connects to MQTT and drains the outbox; the
+others wait as standbys. Two instances therefore never send the same rows twice, and never
+fight over one MQTT client id (the default id is made unique per host and process).
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -22,10 +29,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from lagd import logs
 from lagd.config import NotifySettings
 from lagd.notify import outbox
+from lagd.notify.leader import PUBLISH_KEY, Lease
 
 log = logs.get(__name__)
 
 MAX_BACKOFF = 30.0
+LEASE_RETRY = 5.0
 
 
 @dataclass(slots=True)
@@ -33,10 +42,23 @@ class PublisherStatus:
     """What /metrics shows about delivery."""
 
     connected: bool = False
+    leader: bool = False  # holds the publish lease (only the leader connects and publishes)
     pending: int = 0
     published_total: int = 0
     failures: int = 0
     last_error: str = ""
+
+
+def client_id(settings: NotifySettings) -> str:
+    """The MQTT client id: the configured one, made unique per host and process if it is the default.
+
+    A broker disconnects a client when another connects with the same id, so instances left on
+    the default id would keep kicking each other off.
+    """
+    configured = settings.client_id
+    if configured != NotifySettings.client_id:
+        return configured
+    return f"{configured}-{socket.gethostname()}-{os.getpid()}"
 
 
 def client_options(settings: NotifySettings) -> dict[str, Any]:
@@ -46,7 +68,7 @@ def client_options(settings: NotifySettings) -> dict[str, Any]:
     opts: dict[str, Any] = {
         "hostname": url.hostname or "127.0.0.1",
         "port": url.port or (8883 if tls else 1883),
-        "identifier": settings.client_id,
+        "identifier": client_id(settings),
     }
     if settings.username:
         opts["username"] = settings.username
@@ -57,16 +79,40 @@ def client_options(settings: NotifySettings) -> dict[str, Any]:
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+
+
+def _honour_cancel() -> None:
+    """Re-raise a cancellation that a library's asyncio.wait_for swallowed (Python 3.11).
+
+    aiomqtt waits for PUBACK with wait_for; when the ack and a cancel arrive together it
+    returns normally, and a cancelled publisher would run on forever.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 async def drain(
-    engine: AsyncEngine, client: aiomqtt.Client, status: PublisherStatus, batch: int = 50, timeout: float = 5.0
+    engine: AsyncEngine,
+    client: aiomqtt.Client,
+    status: PublisherStatus,
+    batch: int = 50,
+    timeout: float = 5.0,
+    lease: Lease | None = None,
 ) -> int:
-    """Publish pending rows in id order, each acknowledged before the next; returns how many."""
+    """Publish pending rows in id order, each acknowledged before the next; returns how many.
+
+    With a `lease`, it is checked before each batch and draining stops once it is lost.
+    """
     sent = 0
     while True:
+        if lease is not None and not await lease.refresh():
+            status.leader = False
+            return sent
         rows = await outbox.pending(engine, batch)
         if not rows:
             status.pending = 0
@@ -79,6 +125,7 @@ async def drain(
                 acked.append(row.id)
                 status.published_total += 1
                 sent += 1
+                _honour_cancel()
         finally:
             # shielded: a cancelled publisher still records what the broker acknowledged
             await asyncio.shield(outbox.mark_delivered(engine, acked))
@@ -93,35 +140,52 @@ async def publish_outbox(
     stop: asyncio.Event,
     status: PublisherStatus,
     publish_timeout: float = 5.0,
+    lease_retry: float = LEASE_RETRY,
 ) -> None:
-    """Run until `stop`: connect, drain every `publish_interval`, reconnect with backoff."""
+    """Run until `stop`: while holding the publish lease, connect, drain every `publish_interval`
+    and reconnect with backoff; without it, stay off MQTT and retry the lease every `lease_retry`.
+    """
     backoff = 0.5
     opts = client_options(settings)
-    while not stop.is_set():
-        try:
-            async with aiomqtt.Client(timeout=publish_timeout, **opts) as client:
-                status.connected = True
-                backoff = 0.5
-                log.info("mqtt connected", host=opts["hostname"], port=opts["port"])
-                while not stop.is_set():
-                    await drain(engine, client, status, timeout=publish_timeout)
-                    await _pause(stop, settings.publish_interval)
-        except aiomqtt.MqttError as exc:
-            status.last_error = f"mqtt: {exc}"
-        except (SQLAlchemyError, OSError) as exc:
-            status.last_error = f"database: {exc}"
-        else:
-            break
+    lease = Lease(engine, "*", key=PUBLISH_KEY)
+    try:
+        while not stop.is_set():
+            status.leader = await lease.refresh()
+            if not status.leader:
+                status.connected = False
+                await _pause(stop, lease_retry)
+                continue
+            try:
+                async with aiomqtt.Client(timeout=publish_timeout, **opts) as client:
+                    status.connected = True
+                    backoff = 0.5
+                    log.info("mqtt connected", host=opts["hostname"], port=opts["port"], client_id=opts["identifier"])
+                    while not stop.is_set():
+                        await drain(engine, client, status, timeout=publish_timeout, lease=lease)
+                        if not lease.is_leader:
+                            log.warning("publish lease lost; leaving the outbox to the new leader")
+                            break
+                        await _pause(stop, settings.publish_interval)
+            except aiomqtt.MqttError as exc:
+                status.last_error = f"mqtt: {exc}"
+            except (SQLAlchemyError, OSError) as exc:
+                status.last_error = f"database: {exc}"
+            else:
+                status.connected = False
+                continue  # stopped, or the lease was lost: the loop decides
+            status.connected = False
+            status.failures += 1
+            with contextlib.suppress(SQLAlchemyError, OSError):
+                status.pending = await outbox.pending_count(engine)
+            log.warning(
+                "notify delivery interrupted; messages stay in the outbox and go out in order when it is back",
+                error=status.last_error,
+                retry_in=backoff,
+                pending=status.pending,
+            )
+            await _pause(stop, backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+    finally:
         status.connected = False
-        status.failures += 1
-        with contextlib.suppress(SQLAlchemyError, OSError):
-            status.pending = await outbox.pending_count(engine)
-        log.warning(
-            "notify delivery interrupted; messages stay in the outbox and go out in order when it is back",
-            error=status.last_error,
-            retry_in=backoff,
-            pending=status.pending,
-        )
-        await _pause(stop, backoff)
-        backoff = min(backoff * 2, MAX_BACKOFF)
-    status.connected = False
+        status.leader = False
+        await lease.release()

@@ -1,11 +1,27 @@
 """The notify loop: verdict changes in, incident events recorded to the outbox when leader.
 
-Per cluster: while this instance holds the cluster's lease it restores the engine state from
-Postgres, feeds it changes, ticks it every second and records every event with the new
-state and the retained group-status messages in one transaction. Without the lease it drops
-the cluster's changes (the leader handles them) and reloads the state when it takes over.
-If recording fails (database away) the events are kept in memory and retried on the next
-tick with the newer state, so nothing is lost while the process lives.
+Per cluster: while this instance holds the cluster's lease it feeds the engine the changes,
+ticks it every second and records every event with the new state and the retained
+group-status messages in one transaction. Without the lease it ignores the cluster's
+changes (the leader handles them) and leaves its state alone.
+
+Taking over a cluster (the lease gained, at start or after losing it):
+- If the stored state is the one this process saved last (nobody else led in between, as
+  after a database outage), the in-memory state is kept together with the events it still
+  holds unrecorded, which are recorded first. Reloading instead would roll the engine back
+  and reissue sequence numbers, so new events would collide with the held ones.
+- Otherwise (another instance led, or this process never did) the stored state is loaded,
+  and whatever this process held unrecorded is dropped: it continued a state that lost.
+- Then the feed's snapshot of current verdicts is replayed, and groups that the engine has
+  in open incidents but the snapshot no longer knows are reported NOTFOUND. Changes dropped
+  as a standby, or never recorded by the previous leader, are caught up this way; statuses
+  the engine already knows change nothing.
+
+Every record is fenced (`outbox.Fence`) on the state this process last saved or loaded, so
+two writers can never both extend one state: the loser gets no rows stored, gives the lease
+back and takes over again later. If recording fails (database away) the events are kept in
+memory and retried on the next tick with the newer state, so nothing is lost while the
+process lives.
 """
 
 from __future__ import annotations
@@ -13,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +38,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from lagd import logs
 from lagd.config import NotifySettings
+from lagd.model import GroupStatus
 from lagd.notify import outbox
+from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from lagd.notify.leader import Lease
 
@@ -37,6 +56,18 @@ class _Unrecorded:
     retained: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     dirty: bool = False
 
+    def any(self) -> bool:
+        return bool(self.events or self.retained or self.dirty)
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """A record that failed on the way: it may still have committed (e.g. lost at COMMIT)."""
+
+    token: str
+    events: int
+    retained: int
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
@@ -45,18 +76,89 @@ def _now_ms() -> int:
 async def run_notifier(
     engine: AsyncEngine,
     settings: NotifySettings,
-    changes: asyncio.Queue[GroupChange],
+    changes: VerdictFeed,
     stop: asyncio.Event,
     lease_retry: float = LEASE_RETRY,
 ) -> None:
     """Run until `stop` is set; releases every lease on the way out."""
     rules = Rules.from_settings(settings)
+    prefix = settings.topic_prefix
     incidents = IncidentEngine(rules)
     leases: dict[str, Lease] = {}
-    unrecorded: dict[str, _Unrecorded] = {}
+    held: dict[str, _Unrecorded] = {}
+    stored: dict[str, outbox.Fence] = {}  # the stored state each cluster's engine state continues
+    attempts: dict[str, list[_Attempt]] = {}  # failed records since the last success
+    unreconciled: set[str] = set()  # taken over before the feed had a snapshot
     loop = asyncio.get_running_loop()
     next_tick = loop.time()
     next_lease = loop.time()
+
+    def hold(cluster: str) -> _Unrecorded:
+        return held.setdefault(cluster, _Unrecorded())
+
+    async def take_over(cluster: str) -> None:
+        """Just became leader of `cluster`: settle which state to continue, then catch up."""
+        try:
+            state = await outbox.load_engine_state(engine, cluster)
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("cannot read the incident state; leaving the lease for now", cluster=cluster, error=str(exc))
+            await leases[cluster].release()
+            return
+        found = outbox.Fence.of(state)
+        pend = held.get(cluster)
+        for attempt in attempts.pop(cluster, []):
+            if found == outbox.Fence(True, attempt.token):
+                # a record that seemed to fail did commit: what it carried is stored
+                if pend is not None:
+                    del pend.events[: attempt.events]
+                    del pend.retained[: attempt.retained]
+                stored[cluster] = found
+        if stored.get(cluster) != found:
+            if pend is not None and pend.events:
+                log.warning(
+                    "another instance recorded incidents meanwhile; dropping events this one did not record",
+                    cluster=cluster,
+                    dropped=len(pend.events),
+                )
+            held.pop(cluster, None)
+            incidents.drop_cluster(cluster)
+            if state is not None:
+                try:
+                    incidents.load_cluster(cluster, state)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.error("cannot restore incident state; starting afresh", cluster=cluster, error=str(exc))
+                    incidents.drop_cluster(cluster)
+            stored[cluster] = found
+        await reconcile(cluster)
+
+    async def reconcile(cluster: str) -> None:
+        """Replay the current verdicts of the cluster's groups into the engine and record the outcome."""
+        snap = changes.snapshot(cluster)
+        if snap is None:
+            unreconciled.add(cluster)  # no complete picture yet: again on a later tick
+            return
+        unreconciled.discard(cluster)
+        pend = hold(cluster)
+        before = len(pend.events)
+        seen: set[str] = set()
+        for ch in snap:
+            seen.add(ch.group)
+            pend.events.extend(incidents.apply(ch))
+            pend.retained.append(outbox.group_status_message(prefix, ch))
+        now = _now_ms()
+        for group in sorted(incidents.members(cluster)):
+            if group not in seen:  # in an open incident, but gone
+                gone = GroupChange(cluster, group, GroupStatus.NOTFOUND, now)
+                pend.events.extend(incidents.apply(gone))
+                pend.retained.append(outbox.group_status_message(prefix, gone))
+        pend.dirty = True
+        log.info(
+            "incident state caught up with current verdicts",
+            cluster=cluster,
+            groups=len(snap),
+            events=len(pend.events) - before,
+        )
+        await flush(cluster)
 
     async def ensure_lease(cluster: str, retry: bool) -> bool:
         """Whether we lead `cluster`; a new or `retry`ed lease asks Postgres again."""
@@ -68,26 +170,30 @@ async def run_notifier(
         if retry or (not was and time.monotonic() - lease.tried_at >= lease_retry):
             await lease.refresh()
         if lease.is_leader and not was:
-            try:
-                state = await outbox.load_engine_state(engine, cluster)
-                if state is not None:
-                    incidents.load_cluster(cluster, state)
-            except (SQLAlchemyError, OSError, ValueError, KeyError) as exc:
-                log.error("cannot restore incident state; starting afresh", cluster=cluster, error=str(exc))
+            await take_over(cluster)
         return lease.is_leader
 
     async def flush(cluster: str) -> None:
-        pend = unrecorded.get(cluster)
-        if pend is None or not (pend.events or pend.retained or pend.dirty):
+        lease = leases.get(cluster)
+        pend = held.get(cluster)
+        if lease is None or not lease.is_leader or pend is None or not pend.any():
             return
+        token = uuid.uuid4().hex
+        state = {**incidents.dump_cluster(cluster), outbox.SAVED_BY: token}
+        fence = stored.get(cluster, outbox.Fence(False))
         try:
-            await outbox.record(
-                engine, cluster, pend.events, incidents.dump_cluster(cluster), pend.retained, settings.topic_prefix
-            )
+            await outbox.record(engine, cluster, pend.events, state, pend.retained, prefix, fence=fence)
+        except outbox.StateConflict as exc:
+            log.warning("another instance writes this cluster's incidents; leaving it the lease", error=str(exc))
+            await lease.release()  # taken over again later, from the state then stored
+            return
         except (SQLAlchemyError, OSError) as exc:
+            attempts.setdefault(cluster, []).append(_Attempt(token, len(pend.events), len(pend.retained)))
             log.warning("recording incident events failed; retrying on the next tick", cluster=cluster, error=str(exc))
             return
-        unrecorded[cluster] = _Unrecorded()
+        attempts.pop(cluster, None)
+        stored[cluster] = outbox.Fence(True, token)
+        held[cluster] = _Unrecorded()
 
     try:
         with contextlib.suppress(SQLAlchemyError, OSError):
@@ -101,9 +207,9 @@ async def run_notifier(
                 change = None
             if change is not None:
                 if await ensure_lease(change.cluster, retry=False):
-                    pend = unrecorded.setdefault(change.cluster, _Unrecorded())
+                    pend = hold(change.cluster)
                     pend.events.extend(incidents.apply(change))
-                    pend.retained.append(outbox.group_status_message(settings.topic_prefix, change))
+                    pend.retained.append(outbox.group_status_message(prefix, change))
                     pend.dirty = True
                     if pend.events:
                         await flush(change.cluster)
@@ -113,13 +219,15 @@ async def run_notifier(
                 for cluster in list(leases):
                     await ensure_lease(cluster, retry=True)
                 next_lease = loop.time() + lease_retry
-            for ev in incidents.tick(_now_ms()):
-                lease = leases.get(ev.cluster)
-                if lease is not None and lease.is_leader:
-                    pend = unrecorded.setdefault(ev.cluster, _Unrecorded())
-                    pend.events.append(ev)
-                    pend.dirty = True
-            for cluster in list(unrecorded):
+            for cluster in sorted(unreconciled):
+                if leases[cluster].is_leader:
+                    await reconcile(cluster)
+            led = {cluster for cluster, lease in leases.items() if lease.is_leader}
+            for ev in incidents.tick(_now_ms(), led):
+                pend = hold(ev.cluster)
+                pend.events.append(ev)
+                pend.dirty = True
+            for cluster in list(held):
                 await flush(cluster)
     finally:
         for lease in leases.values():

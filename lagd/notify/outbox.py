@@ -3,6 +3,13 @@
 Why: an event is only ever published after it is durably stored together with the engine
 state that produced it, so neither an MQTT outage nor a daemon restart loses or invents one.
 Rows carry a unique `event_id`; recording the same events twice is a no-op.
+
+Why a fence: event ids are `<incident_id>:<seq>`, so two writers continuing from the same
+stored state would issue the same ids for different events, and the second would be
+discarded as a "duplicate". A writer that passes a `Fence` only records if the stored state
+is still the one it continued from (its `saved_by` token), in the same transaction; so every
+recorded state descends from the previous one and an event id is never reused for another
+event. A writer that loses the race gets `StateConflict` and must reload.
 """
 
 from __future__ import annotations
@@ -17,10 +24,32 @@ from urllib.parse import quote
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from lagd.db.schema import incident_engine_state, incidents, outbox
 from lagd.notify.incidents import GroupChange, IncidentEvent
+
+SAVED_BY = "saved_by"  # key of the writer's token inside the stored engine state
+
+
+class StateConflict(Exception):
+    """The stored engine state is not the one the writer continued from: another writer saved since."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """The stored engine state a writer continues from: none (`exists` False) or the one saved with `token`."""
+
+    exists: bool
+    token: str | None = None
+
+    @classmethod
+    def of(cls, stored: dict[str, Any] | None) -> Fence:
+        """The fence that matches a state as loaded (None: no row)."""
+        if stored is None:
+            return cls(False)
+        token = stored.get(SAVED_BY)
+        return cls(True, None if token is None else str(token))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +103,19 @@ async def record(
     engine_state_json: dict[str, Any],
     retained: Sequence[tuple[str, dict[str, Any]]] = (),
     prefix: str = "lagd",
+    fence: Fence | None = None,
 ) -> None:
-    """Store incident rows, outbox rows and the engine state in one transaction."""
+    """Store incident rows, outbox rows and the engine state in one transaction.
+
+    With a `fence`, nothing is stored (StateConflict) unless the stored state matches it.
+    """
     now = _now_ms()
     latest: dict[str, IncidentEvent] = {}
     for ev in events:  # one upsert per incident: a statement may touch a row only once
         latest[ev.incident_id] = ev
     async with engine.begin() as conn:
+        if fence is not None:
+            await _swap_state(conn, cluster, engine_state_json, fence)
         if latest:
             stmt = insert(incidents)
             cols = ("cluster", "severity", "state", "reason", "opened_at", "updated_at", "resolved_at", "body")
@@ -128,11 +163,35 @@ async def record(
             )
         if rows:  # multi-row VALUES: ids follow the order given
             await conn.execute(insert(outbox).on_conflict_do_nothing(index_elements=[outbox.c.event_id]), rows)
-        st = insert(incident_engine_state).values(cluster=cluster, state=engine_state_json)
-        await conn.execute(
-            st.on_conflict_do_update(
-                index_elements=[incident_engine_state.c.cluster], set_={"state": st.excluded.state}
+        if fence is None:
+            st = insert(incident_engine_state).values(cluster=cluster, state=engine_state_json)
+            await conn.execute(
+                st.on_conflict_do_update(
+                    index_elements=[incident_engine_state.c.cluster], set_={"state": st.excluded.state}
+                )
             )
+
+
+async def _swap_state(conn: AsyncConnection, cluster: str, state: dict[str, Any], fence: Fence) -> None:
+    """Replace the stored state only if it is the fenced one (the row lock orders racing writers)."""
+    table = incident_engine_state
+    if not fence.exists:
+        stmt: Any = (
+            insert(table)
+            .values(cluster=cluster, state=state)
+            .on_conflict_do_nothing(index_elements=[table.c.cluster])
+            .returning(table.c.cluster)
+        )
+    else:
+        stmt = (
+            update(table)
+            .where(table.c.cluster == cluster, table.c.state[SAVED_BY].astext.is_not_distinct_from(fence.token))
+            .values(state=state)
+            .returning(table.c.cluster)
+        )
+    if (await conn.execute(stmt)).first() is None:
+        raise StateConflict(
+            f"incident state of cluster {cluster!r} was saved by another writer since this one loaded it"
         )
 
 
