@@ -296,7 +296,11 @@ def _start_readers(
         counters = rt.counters[name]
         if cluster.offsets_source == "topic":
             mine = {p: off for (c, p), off in positions.items() if c == name}
-            spawn(read_offsets_topic(cluster, mine, rt.events, progress, counters, rt.stop), f"offsets-{name}")
+            # The stored owners were written with these positions: a resumed reader folds
+            # KIP-848 member records into them instead of starting from an empty group.
+            members = rt.state.group_members(name)
+            reader = read_offsets_topic(cluster, mine, rt.events, progress, counters, rt.stop, members=members)
+            spawn(reader, f"offsets-{name}")
         else:
             topics_of = functools.partial(_group_topics, rt, name)
             spawn(poll_admin(cluster, rt.events, progress, counters, rt.stop, known_topics=topics_of), f"poll-{name}")

@@ -227,6 +227,19 @@ def test_group_members_replace_owners_by_order() -> None:
     assert s.drain_changes().members[(C, G)] == GroupMembers(C, G, 5, (), "Empty")
 
 
+def test_group_members_of_a_cluster_seed_a_resumed_reader() -> None:
+    """The daemon hands these to the offsets reader, restored or applied alike."""
+    s = State()
+    owner = PartitionOwner(T, 0, "/10.0.0.1", "client-a", "m1")
+    s.restore_members(GroupMembers(C, G, 5, (owner,), "Stable"))
+    s.apply(GroupMembers(C, "other", 7, (), "Empty"))
+    assert sorted(s.group_members(C), key=lambda m: m.group) == [
+        GroupMembers(C, G, 5, (owner,), "Stable"),
+        GroupMembers(C, "other", 7, (), "Empty"),
+    ]
+    assert s.group_members("no-such-cluster") == []
+
+
 def test_log_end_samples_keep_newest_and_ignore_stale() -> None:
     s = State(lag_samples=3)
     s.apply_many([sample(10, 1), sample(20, 2), sample(15, 2), sample(30, 3), sample(40, 4)])

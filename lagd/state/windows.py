@@ -488,6 +488,11 @@ class State:
         cs = self._clusters.get(cluster)
         return sorted(cs.groups) if cs else []
 
+    def group_members(self, cluster: str) -> list[GroupMembers]:
+        """Every group's latest membership (owners per partition), as restored or applied."""
+        cs = self._clusters.get(cluster)
+        return list(cs.members.values()) if cs else []
+
     def topics(self, cluster: str) -> list[str]:
         """Topics with log-end samples."""
         cs = self._clusters.get(cluster)
