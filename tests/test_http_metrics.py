@@ -5,13 +5,13 @@ its samples; every sample line well formed)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import aiohttp
 
 from lagd.http.app import HttpContext
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import IngestCounters
+from lagd.notify.mqtt import PublisherStatus
 from lagd.state.persister import PersisterStatus
 from tests.http_state import build_context, build_settings, serve
 
@@ -55,13 +55,6 @@ def lab(**kw: str) -> frozenset[tuple[str, str]]:
     return frozenset(kw.items())
 
 
-@dataclass
-class Publisher:
-    connected: bool = True
-    pending: int = 4
-    published_total: int = 17
-
-
 def health_context(detail: str = "partition") -> HttpContext:
     ctx = build_context(build_settings(metrics_detail=detail))
     counters = IngestCounters()
@@ -74,7 +67,7 @@ def health_context(detail: str = "partition") -> HttpContext:
     ctx.health.counters = {"prod": counters}
     ctx.health.progress = {"prod": progress}
     ctx.health.persister = PersisterStatus(pending=12, write_seconds_last=0.25, dropped_history=3, healthy=False)
-    ctx.health.publisher = Publisher()
+    ctx.health.publisher = PublisherStatus(connected=True, leader=True, pending=4, published_total=17)
     return ctx
 
 
@@ -157,11 +150,12 @@ async def test_lagd_health_series_exact() -> None:
     flat = {name: series(samples, name).get(frozenset()) for name in types}
     assert {k: flat[k] for k in (
         "lagd_store_pending_changes", "lagd_store_write_seconds", "lagd_store_healthy",
-        "lagd_store_dropped_history_total", "lagd_mqtt_connected", "lagd_outbox_pending",
+        "lagd_store_dropped_history_total", "lagd_mqtt_connected", "lagd_mqtt_publish_leader", "lagd_outbox_pending",
         "lagd_mqtt_published_total",
     )} == {
         "lagd_store_pending_changes": 12, "lagd_store_write_seconds": 0.25, "lagd_store_healthy": 0,
-        "lagd_store_dropped_history_total": 3, "lagd_mqtt_connected": 1, "lagd_outbox_pending": 4,
+        "lagd_store_dropped_history_total": 3, "lagd_mqtt_connected": 1, "lagd_mqtt_publish_leader": 1,
+        "lagd_outbox_pending": 4,
         "lagd_mqtt_published_total": 17,
     }  # fmt: skip
     seconds = flat["lagd_evaluation_seconds"]

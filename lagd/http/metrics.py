@@ -155,6 +155,9 @@ def _health(out: list[str], health: Health) -> None:
         _Family(out, "lagd_mqtt_connected", "gauge", "1 while connected to the MQTT broker").add(
             "", bool(getattr(pub, "connected", False))
         )
+        _Family(out, "lagd_mqtt_publish_leader", "gauge", "1 on the one instance that holds the publish lease").add(
+            "", bool(getattr(pub, "leader", False))
+        )
         _Family(out, "lagd_outbox_pending", "gauge", "Incident messages waiting to be published").add(
             "", int(getattr(pub, "pending", 0))
         )
