@@ -21,7 +21,7 @@ import pytest
 from lagd.embedded import free_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
-from tests.test_restart import get, settings_for, start_daemon
+from tests.test_restart import _ready, get, settings_for, start_daemon
 
 Settle = Callable[..., Awaitable[Any]]
 pytestmark = pytest.mark.slow
@@ -185,11 +185,3 @@ def _judged_as_its_behaviour(spec: GroupSpec, group_status: str, partition_statu
         spec.name,
         partition_statuses,
     )
-
-
-async def _ready(session: aiohttp.ClientSession, port: int) -> bool:
-    try:
-        status, _ = await get(session, port, "/burrow/admin/ready")
-    except aiohttp.ClientError:
-        return False
-    return status == 200

@@ -11,6 +11,7 @@ import pytest
 from lagd.config import MirrorSettings, parse
 from lagd.jobs.mirrors import main as mirrors_main
 from lagd.jobs.mirrors import run_mirrors, target_topic
+from tests.test_jobs_trends import _KeepRunning
 
 T0 = 1_800_000_000_000  # window start; the window is [T0, T0+600 s), ten 60 s buckets
 S = 1000
@@ -135,19 +136,6 @@ def test_each_mirrored_topic_gets_its_verdict(spark: Any, database_url: str) -> 
 def test_target_topic_names() -> None:
     assert target_topic(MirrorSettings(rename="identity"), "orders") == "orders"
     assert target_topic(MirrorSettings(rename="prefix", prefix="east."), "orders") == "east.orders"
-
-
-class _KeepRunning:
-    """The tests' SparkSession as `build_session` gives it to a job, whose stop() leaves it running."""
-
-    def __init__(self, spark: Any) -> None:
-        self._spark = spark
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._spark, name)
-
-    def stop(self) -> None:
-        pass
 
 
 def _settings(database_url: str) -> Any:
