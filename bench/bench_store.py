@@ -19,7 +19,7 @@ from lagd.db.migrate import upgrade
 from lagd.model import WindowEntry
 from lagd.state.changes import Changes
 from lagd.state.store import Store
-from lagd.state.windows import State
+from lagd.state.windows import State, flat_window
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 NOV22 = 1_795_305_600_000
@@ -41,10 +41,10 @@ def window_changes(partitions: int, intervals: int, round_: int = 0) -> Changes:
     for k in range(partitions):
         group, part = divmod(k, 100)
         base = round_ * 1_000_000 + k
-        ch.windows[("bench", f"group-{group}", "topic", part)] = [
+        ch.windows[("bench", f"group-{group}", "topic", part)] = flat_window(
             WindowEntry(base + 10 * i, base * 16 + i, NOV22 + 1000 * i, NOV22 + 1000 * i + 3, None if i == 0 else 7)
             for i in range(intervals)
-        ]
+        )
     for p in range(50):
         ch.positions[("bench", p)] = 1_000_000 + round_
     return ch

@@ -23,7 +23,7 @@ from lagd.model import (
 )
 from lagd.state.changes import Changes
 from lagd.state.store import DAY_MS, Store, partition_name
-from lagd.state.windows import State
+from lagd.state.windows import State, flat_window
 
 NOV22 = 1_795_305_600_000  # 2026-11-22T00:00:00Z
 assert NOV22 % DAY_MS == 0
@@ -46,13 +46,16 @@ async def store(database_url: str) -> AsyncIterator[Store]:
     await s.close()
 
 
+HAND_WINDOW = [
+    WindowEntry(100, 1, NOV22 - 2000, NOV22 - 1990, None),
+    WindowEntry(110, 2, NOV22 - 1000, NOV22 - 990, 5),
+]
+
+
 def hand_changes() -> Changes:
     ch = Changes()
-    ch.windows[("c1", "g1", "t", 0)] = [
-        WindowEntry(100, 1, NOV22 - 2000, NOV22 - 1990, None),
-        WindowEntry(110, 2, NOV22 - 1000, NOV22 - 990, 5),
-    ]
-    ch.windows[("c1", "g1", "t", 1)] = [WindowEntry(7, 3, NOV22 - 500, NOV22 - 400, 0)]
+    ch.windows[("c1", "g1", "t", 0)] = flat_window(HAND_WINDOW)
+    ch.windows[("c1", "g1", "t", 1)] = flat_window([WindowEntry(7, 3, NOV22 - 500, NOV22 - 400, 0)])
     ch.members[("c1", "g1")] = GroupMembers(
         "c1",
         "g1",
@@ -84,7 +87,7 @@ async def test_write_then_restore_every_kind(store: Store, database_url: str) ->
 
     assert positions == {("c1", 0): 1234, ("c1", 7): 99, ("c2", 0): 5}
     assert await store.positions("c1") == {0: 1234, 7: 99}
-    assert state.window("c1", "g1", "t", 0) == hand_changes().windows[("c1", "g1", "t", 0)]
+    assert state.window("c1", "g1", "t", 0) == HAND_WINDOW
     assert state.window("c1", "g1", "t", 1) == [WindowEntry(7, 3, NOV22 - 500, NOV22 - 400, 0)]
     assert state.owner("c1", "g1", "t", 0) == PartitionOwner("t", 0, "/10.0.0.1", "app-1", "m-1")
     assert state.owner("c1", "g1", "t", 1) == PartitionOwner("t", 1, "/10.0.0.2", "app-2", "")
@@ -115,7 +118,7 @@ async def test_rewrite_is_idempotent_and_none_deletes(store: Store, database_url
 
     later = Changes()
     later.windows[("c1", "g1", "t", 1)] = None
-    later.windows[("c1", "g1", "t", 0)] = [WindowEntry(120, 8, NOV22, NOV22 + 1, None)]
+    later.windows[("c1", "g1", "t", 0)] = flat_window([WindowEntry(120, 8, NOV22, NOV22 + 1, None)])
     later.members[("c1", "g1")] = None
     later.log_end[("c1", "t", 0)] = None
     later.positions[("c1", 0)] = 2000

@@ -7,9 +7,10 @@ history rows append), so the buffer is bounded by the number of live keys plus h
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
-from lagd.model import GroupMembers, WindowEntry
+from lagd.model import GroupMembers
 
 WindowKey = tuple[str, str, str, int]  # cluster, group, topic, partition
 GroupKey = tuple[str, str]  # cluster, group
@@ -25,8 +26,9 @@ StatusRow = tuple[int, str, str, str]
 
 @dataclass
 class Changes:
-    # Full current window per changed key, oldest first; None = the window was removed.
-    windows: dict[WindowKey, list[WindowEntry] | None] = field(default_factory=dict)
+    # Full current window per changed key, flat (see lagd.state.windows.flat_window: five ints per
+    # entry, oldest first, NO_LAG for a null lag); None = the window was removed.
+    windows: dict[WindowKey, array[int] | None] = field(default_factory=dict)
     # Latest membership per changed group; None = removed.
     members: dict[GroupKey, GroupMembers | None] = field(default_factory=dict)
     # Group tombstones seen: group -> order of the tombstone.

@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 import json
 import re
+from array import array
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from lagd import logs
 from lagd.config import Secret, async_database_url
 from lagd.model import GroupMembers, PartitionOwner, WindowEntry
 from lagd.state.changes import Changes, CommitRow, LogEndRow
-from lagd.state.windows import State
+from lagd.state.windows import State, window_columns
 
 log = logs.get(__name__)
 
@@ -103,15 +104,8 @@ def _owners_json(members: GroupMembers) -> str:
     return json.dumps([[o.topic, o.partition, o.host, o.client_id, o.member_id] for o in members.owners])
 
 
-def _window_row(key: tuple[str, str, str, int], entries: list[WindowEntry]) -> tuple[Any, ...]:
-    return (
-        *key,
-        [e.offset for e in entries],
-        [e.order for e in entries],
-        [e.timestamp for e in entries],
-        [e.observed for e in entries],
-        [e.lag for e in entries],
-    )
+def _window_row(key: tuple[str, str, str, int], window: array[int]) -> tuple[Any, ...]:
+    return (*key, *window_columns(window))
 
 
 class Store:
