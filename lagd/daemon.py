@@ -32,6 +32,7 @@ from lagd.ingest.progress import ReaderProgress
 from lagd.model import Event, GroupStatus, IngestCounters, PartitionStatus
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
+from lagd.notify.mirror_verdicts import watch_mirrors
 from lagd.notify.mqtt import PublisherStatus, publish_outbox
 from lagd.notify.notifier import run_notifier
 from lagd.state import persister
@@ -44,6 +45,7 @@ log = logs.get("lagd.daemon")
 EVENT_QUEUE_BATCHES = 1_000  # backpressure: readers wait when apply falls this far behind
 STOP_BUDGET_S = 4.0  # everything must be down within 5 s of SIGTERM
 VERDICT_SCAN_S = 2.0
+
 
 T = TypeVar("T")
 
@@ -240,7 +242,7 @@ async def watch_verdicts(rt: Runtime, changes: VerdictFeed | None) -> None:
             gone = rt.evaluator.group(key[0], key[1], now)  # NOTFOUND: resolves its incidents
             _on_status_change(rt, gone, changes, now)
         if changes is not None:
-            changes.mark_complete()
+            changes.mark_complete("groups")
         await asyncio.sleep(VERDICT_SCAN_S)
 
 
@@ -405,7 +407,9 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             spawn(expire_groups(rt), "expiry")
             changes: VerdictFeed | None = None
             if settings.notify.enabled:
-                changes = VerdictFeed()
+                changes = VerdictFeed(producers=("groups", "mirrors") if settings.mirrors else ("groups",))
+                if settings.mirrors:
+                    spawn(watch_mirrors(store.engine, settings.mirrors, changes), "mirrors")
                 spawn(run_notifier(store.engine, settings.notify, changes, rt.stop), "notifier")
                 # every instance runs one; only the holder of the publish lease drains the outbox
                 spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher), "mqtt")

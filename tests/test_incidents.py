@@ -277,3 +277,39 @@ def test_foreign_state_is_refused_with_a_clear_message() -> None:
         assert "incident_engine_state" in str(exc)
     else:
         raise AssertionError("expected ValueError")
+
+
+def mirror_change(mirror: str, topic: str, status: GroupStatus, at: int, cluster: str = "dr") -> GroupChange:
+    """A mirrored topic's verdict, as the daemon's mirror watcher offers it."""
+    return GroupChange(cluster, f"mirror:{mirror}/{topic}", status, at, topics=(f"src.{topic}",), kind="mirror")
+
+
+def test_topics_of_one_broken_mirror_make_one_incident_that_resolves_after_the_hold_time() -> None:
+    engine = IncidentEngine(RULES)
+    topics = [f"t{i}" for i in range(5)]
+    # the link breaks: the job judges every topic bad within the correlation window
+    bad = [
+        mirror_change("mm", t, GroupStatus.ERR if i % 2 else GroupStatus.WARN, T0 + i * 20_000)
+        for i, t in enumerate(topics)
+    ]
+    fixed_at = T0 + 200_000
+    ok = [mirror_change("mm", t, GroupStatus.OK, fixed_at + i * 1_000) for i, t in enumerate(topics)]
+    last_ok = ok[-1].at
+    events = run(engine, bad + ok, until=last_ok + RULES.hold_time)
+
+    assert {e.incident_id for e in events} == {events[0].incident_id}
+    assert kinds(events)[0] == "opened" and kinds(events)[-1] == "resolved"
+    assert "resolved" not in kinds(events)[:-1]
+    opened, resolved = events[0], events[-1]
+    assert opened.summary == "WARN: 1 of 1 mirrored topic(s) lagging on cluster dr (mirrored topic mirror:mm/t0)"
+    assert resolved.groups == {f"mirror:mm/{t}": "OK" for t in topics}
+    assert resolved.resolved_at == last_ok and resolved.at == last_ok + RULES.hold_time
+    assert resolved.summary.startswith("resolved: 5 mirrored topic(s) on cluster dr healthy again")
+    assert "ERR" in {e.severity for e in events if e.event == "updated"}  # raised by the first ERR topic
+    # one tick short of the hold time, it was still open
+    engine2 = IncidentEngine(RULES)
+    assert "resolved" not in kinds(run(engine2, bad + ok, until=last_ok + RULES.hold_time - 1000))
+    # the kind survives a save and restore
+    restored = IncidentEngine.load(RULES, json.loads(json.dumps(engine2.dump())))
+    assert {m.get("kind") for inc in restored.dump()["dr"]["open"] for m in inc["members"].values()} == {"mirror"}
+    assert kinds(run(restored, [], until=last_ok + RULES.hold_time, start=last_ok + RULES.hold_time)) == ["resolved"]

@@ -10,12 +10,14 @@ It also keeps the latest change of every group, which the notifier replays as a 
 when it takes over leadership of a cluster: changes it dropped as a standby (and any the
 previous leader never recorded) are then caught up. `snapshot` answers only once the
 producer has reported a complete pass over every group (`mark_complete`), so that a group
-not yet evaluated is not mistaken for a vanished one.
+not yet evaluated is not mistaken for a vanished one. With several producers (the group
+evaluator and the mirror watcher), each named at construction, it waits for all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 
 from lagd.model import GroupStatus
 from lagd.notify.incidents import GroupChange
@@ -24,11 +26,11 @@ from lagd.notify.incidents import GroupChange
 class VerdictFeed:
     """Latest-status-per-group map with the consuming side of an asyncio.Queue."""
 
-    def __init__(self) -> None:
+    def __init__(self, producers: Collection[str] = ("groups",)) -> None:
         self._waiting: dict[tuple[str, str], GroupChange] = {}  # oldest change first
         self._latest: dict[tuple[str, str], GroupChange] = {}
         self._wake = asyncio.Event()
-        self._complete = False
+        self._incomplete = set(producers)  # producers yet to report a complete pass
         self.coalesced = 0  # waiting changes replaced by a newer one of the same group
 
     # --- producer -----------------------------------------------------------------------
@@ -48,9 +50,9 @@ class VerdictFeed:
     async def put(self, change: GroupChange) -> None:
         self.put_nowait(change)
 
-    def mark_complete(self) -> None:
-        """The producer has offered the status of every group at least once."""
-        self._complete = True
+    def mark_complete(self, producer: str = "groups") -> None:
+        """`producer` has offered the status of every member it knows at least once."""
+        self._incomplete.discard(producer)
 
     # --- consumer -----------------------------------------------------------------------
 
@@ -75,7 +77,7 @@ class VerdictFeed:
 
     def snapshot(self, cluster: str) -> list[GroupChange] | None:
         """The latest change of every known group of `cluster`, oldest first; None before a complete pass."""
-        if not self._complete:
+        if self._incomplete:
             return None
         mine = [c for (cl, _), c in self._latest.items() if cl == cluster]
         return sorted(mine, key=lambda c: (c.at, c.group))

@@ -29,6 +29,10 @@ Rules (times are ms, passed in by the caller):
 Ids are deterministic: incident `<cluster>-<opened_at>-<hash of first group>` (with a
 `-<n>` suffix in the unlikely case that id is still remembered), event
 `<incident_id>:<seq>`, so replaying the same input yields the same ids (outbox dedup).
+A member is a consumer group or, with `kind="mirror"`, a mirrored topic judged by the mirror
+job (the daemon names it `mirror:<mirror>/<topic>` on the mirror's target cluster); the rules
+are the same for both, only the summary words differ.
+
 The engine state serialises to JSON per cluster (`dump_cluster`/`load_cluster`).
 """
 
@@ -42,6 +46,7 @@ from typing import Any, Literal
 from lagd.model import GroupStatus, PartitionStatus
 
 EventKind = Literal["opened", "updated", "resolved"]
+MemberKind = Literal["group", "mirror"]
 # (topic, partition, status, owner host) of a group's non-OK partitions.
 PartitionInfo = tuple[str, int, PartitionStatus, str]
 
@@ -59,6 +64,7 @@ class GroupChange:
     partitions: tuple[PartitionInfo, ...] = ()
     topics: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
+    kind: MemberKind = "group"  # "mirror": a mirrored topic's verdict, not a consumer group's
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +129,7 @@ class _Member:
     partitions: list[list[Any]] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
+    kind: str = "group"
 
 
 @dataclass(slots=True)
@@ -182,6 +189,7 @@ class IncidentEngine:
             partitions=[[t, p, str(s), h] for t, p, s, h in change.partitions],
             topics=sorted(set(change.topics) | {t for t, _, _, _ in change.partitions}),
             hosts=sorted(set(change.hosts) | {h for _, _, _, h in change.partitions if h}),
+            kind=change.kind,
         )
         current = next((inc for inc in cl.open.values() if change.group in inc.members), None)
         if current is not None:
@@ -204,7 +212,9 @@ class IncidentEngine:
             recurrence = f"recurrence of {prior[0]}"  # state from before incidents could reopen
         target, reason = self._correlate(cl, change.at, member)
         if target is None:
-            first = f"group {change.group}" + (f", {recurrence}" if recurrence else "")
+            first = f"{'mirrored topic' if change.kind == 'mirror' else 'group'} {change.group}" + (
+                f", {recurrence}" if recurrence else ""
+            )
             inc = _Incident(
                 id=self._new_id(cl, f"{change.cluster}-{change.at}-{_short_hash(change.group)}"),
                 cluster=change.cluster,
@@ -386,16 +396,15 @@ class IncidentEngine:
         )
         reason = self._reason(inc)
         bad = sum(1 for m in inc.members.values() if m.ok_since is None)
+        what = _members_noun({m.kind for m in inc.members.values()})
         if kind == "resolved":
             mins = ((resolved_at or at) - inc.opened_at) // 1000
             summary = (
-                f"resolved: {len(groups)} consumer group(s) on cluster {inc.cluster} healthy again "
+                f"resolved: {len(groups)} {what} on cluster {inc.cluster} healthy again "
                 f"after {mins // 60}m{mins % 60:02d}s ({reason})"
             )
         else:
-            summary = (
-                f"{inc.severity}: {bad} of {len(groups)} consumer group(s) lagging on cluster {inc.cluster} ({reason})"
-            )
+            summary = f"{inc.severity}: {bad} of {len(groups)} {what} lagging on cluster {inc.cluster} ({reason})"
             if note:
                 summary = f"{note}: {summary}"
         return IncidentEvent(
@@ -422,6 +431,27 @@ class IncidentEngine:
         return min(inc.reasons.items(), key=lambda kv: (-kv[1], order[kv[0]]))[0]
 
 
+def _members_noun(kinds: set[str]) -> str:
+    if kinds == {"mirror"}:
+        return "mirrored topic(s)"
+    if "mirror" in kinds:
+        return "consumer group(s) and mirrored topic(s)"
+    return "consumer group(s)"
+
+
+def _dump_member(m: _Member) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "status": m.status,
+        "ok_since": m.ok_since,
+        "partitions": [list(p) for p in m.partitions],
+        "topics": list(m.topics),
+        "hosts": list(m.hosts),
+    }
+    if m.kind != "group":
+        out["kind"] = m.kind  # absent for groups: state saved before mirrors had none
+    return out
+
+
 def _dump_incident(i: _Incident) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": i.id,
@@ -434,16 +464,7 @@ def _dump_incident(i: _Incident) -> dict[str, Any]:
         "last_event_at": i.last_event_at,
         "dirty": i.dirty,
         "reasons": dict(i.reasons),
-        "members": {
-            g: {
-                "status": m.status,
-                "ok_since": m.ok_since,
-                "partitions": [list(p) for p in m.partitions],
-                "topics": list(m.topics),
-                "hosts": list(m.hosts),
-            }
-            for g, m in i.members.items()
-        },
+        "members": {g: _dump_member(m) for g, m in i.members.items()},
     }
     if i.closed_at is not None:
         out["closed_at"] = i.closed_at
@@ -471,5 +492,6 @@ def _load_incident(raw: dict[str, Any]) -> _Incident:
             partitions=[list(p) for p in m["partitions"]],
             topics=list(m["topics"]),
             hosts=list(m["hosts"]),
+            kind=str(m.get("kind", "group")),
         )
     return inc
