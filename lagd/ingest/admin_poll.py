@@ -44,7 +44,7 @@ from aiokafka.structs import TopicPartition
 from lagd import logs
 from lagd.config import ClusterSettings
 from lagd.ingest.group_filter import GroupFilter
-from lagd.ingest.kafka_client import cancelled_here, close_quietly, start_admin
+from lagd.ingest.kafka_client import close_quietly, reconnecting, start_admin
 from lagd.ingest.log_end import confirm_absent
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import (
@@ -60,8 +60,6 @@ from lagd.model import (
 log = logs.get(__name__)
 
 Emit = Callable[[list[Event]], Awaitable[None]]
-BACKOFF_MIN_S = 0.5
-BACKOFF_MAX_S = 30.0
 # Every this many metadata refreshes each group is probed on every topic again (see above).
 FULL_PROBE_EVERY_REFRESHES = 10
 # A topic-level error code that does mean "no such topic"; any other error names a topic that
@@ -232,26 +230,15 @@ async def poll_admin(
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     groups = groups or GroupFilter.for_cluster(cluster)
     memory = PollMemory()
-    delay = BACKOFF_MIN_S
-    while not stop.is_set():
-        try:
-            await _session(cluster, put, progress, counters, stop, groups, known_topics, memory)
-        except (Exception, asyncio.CancelledError) as exc:
-            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
-                raise
-            counters.count_failure(f"admin_poll_{exc.__class__.__name__}")
-            log.warning(
-                "admin polling failed; reconnecting",
-                cluster=cluster.name,
-                error=f"{exc.__class__.__name__}: {exc}",
-                retry_in_s=delay,
-                hint="check that the brokers are reachable and lagd may describe groups and fetch their offsets",
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, BACKOFF_MAX_S)
-        else:
-            delay = BACKOFF_MIN_S
+    await reconnecting(
+        lambda: _session(cluster, put, progress, counters, stop, groups, known_topics, memory),
+        stop,
+        counters,
+        cluster=cluster.name,
+        what="admin polling",
+        counter="admin_poll",
+        hint="check that the brokers are reachable and lagd may describe groups and fetch their offsets",
+    )
 
 
 async def _session(

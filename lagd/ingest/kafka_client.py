@@ -7,6 +7,7 @@ from settings to aiokafka keywords is testable without a broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from aiokafka.helpers import create_ssl_context
 
 from lagd import logs
 from lagd.config import ClusterSettings
+from lagd.model import IngestCounters
 
 log = logs.get(__name__)
 
@@ -101,3 +103,45 @@ def cancelled_here() -> bool:
     a client's internal task, which readers treat as one more failure)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+
+async def reconnecting(
+    session: Callable[[], Awaitable[None]],
+    stop: asyncio.Event,
+    counters: IngestCounters,
+    *,
+    cluster: str,
+    what: str,
+    counter: str,
+    hint: str,
+) -> None:
+    """Run `session` until `stop` is set; after a failure, count it, log it and retry with
+    capped exponential backoff (reset by a session that ends cleanly). Every reader of a
+    cluster (offsets topic, admin polling, log-end sampler) survives broker outages this way."""
+    delay = BACKOFF_MIN_S
+    failures = 0
+    while not stop.is_set():
+        try:
+            await session()
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+                raise
+            failures += 1
+            counters.count_failure(f"{counter}_{exc.__class__.__name__}")
+            log.warning(
+                f"{what} failed; reconnecting",
+                cluster=cluster,
+                error=f"{exc.__class__.__name__}: {exc}",
+                retry_in_s=delay,
+                attempt=failures,
+                hint=hint,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, BACKOFF_MAX_S)
+        else:
+            delay = BACKOFF_MIN_S

@@ -26,7 +26,7 @@ from aiokafka.structs import TopicPartition
 
 from lagd import logs
 from lagd.config import ClusterSettings
-from lagd.ingest.kafka_client import cancelled_here, close_quietly, start_client
+from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
 from lagd.model import Event, IngestCounters, LogEndSample, TopicDeleted
 
 log = logs.get(__name__)
@@ -34,8 +34,6 @@ log = logs.get(__name__)
 Emit = Callable[[list[Event]], Awaitable[None]]
 LATEST = -1
 READ_UNCOMMITTED = 0  # the high watermark, which is what consumers' lag is measured against
-BACKOFF_MIN_S = 0.5
-BACKOFF_MAX_S = 30.0
 
 # A topic missing from one metadata answer is no evidence that it was deleted: aiokafka leaves
 # out every topic the answer carries an error for (LEADER_NOT_AVAILABLE while a leader is being
@@ -158,26 +156,15 @@ async def sample_log_ends(
     sampled: set[str] = set(known)
     absent: dict[str, int] = {}  # sampled topics missing from the latest refreshes, survives reconnects
     matchers = tuple(patterns)
-    delay = BACKOFF_MIN_S
-    while not stop.is_set():
-        try:
-            await _session(cluster, topics_wanted, put, counters, stop, sampled, matchers, absent)
-        except (Exception, asyncio.CancelledError) as exc:
-            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
-                raise
-            counters.count_failure(f"log_end_{exc.__class__.__name__}")
-            log.warning(
-                "log-end sampler failed; reconnecting",
-                cluster=cluster.name,
-                error=f"{exc.__class__.__name__}: {exc}",
-                retry_in_s=delay,
-                hint="check that the brokers are reachable (bootstrap-servers, security settings)",
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, BACKOFF_MAX_S)
-        else:
-            delay = BACKOFF_MIN_S
+    await reconnecting(
+        lambda: _session(cluster, topics_wanted, put, counters, stop, sampled, matchers, absent),
+        stop,
+        counters,
+        cluster=cluster.name,
+        what="log-end sampler",
+        counter="log_end",
+        hint="check that the brokers are reachable (bootstrap-servers, security settings)",
+    )
 
 
 async def _session(

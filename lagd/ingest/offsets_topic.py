@@ -22,7 +22,7 @@ from aiokafka.structs import TopicPartition
 from lagd import logs
 from lagd.config import ClusterSettings
 from lagd.ingest.group_filter import GroupFilter
-from lagd.ingest.kafka_client import cancelled_here, close_quietly, start_client, start_consumer
+from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, start_consumer
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
 from lagd.model import Event, GroupMembers, IngestCounters, ReaderPosition
@@ -31,8 +31,6 @@ log = logs.get(__name__)
 
 Emit = Callable[[list[Event]], Awaitable[None]]
 
-BACKOFF_MIN_S = 0.5
-BACKOFF_MAX_S = 30.0
 # How long to wait for the consumer's positions while catching up (all partitions together):
 # one is unknown only while a reset (after OFFSET_OUT_OF_RANGE) is in flight.
 POSITION_WAIT_S = 0.2
@@ -106,41 +104,28 @@ async def read_offsets_topic(
     owners = ConsumerGroupOwners(resumed=bool(next_offsets))
     if members is not None:
         owners.seed(m for m in members if m.cluster == cluster.name)
-    delay = BACKOFF_MIN_S
-    failures = 0
     warned: set[str] = set()
-    while not stop.is_set():
-        try:
-            await _session(
-                cluster,
-                next_offsets,
-                put,
-                progress,
-                counters,
-                stop,
-                groups,
-                fetch_timeout_ms,
-                max_records,
-                owners,
-                warned,
-            )
-            delay = BACKOFF_MIN_S
-        except (Exception, asyncio.CancelledError) as exc:
-            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
-                raise
-            failures += 1
-            counters.count_failure(f"offsets_topic_{exc.__class__.__name__}")
-            log.warning(
-                "offsets-topic reader failed; reconnecting",
-                cluster=cluster.name,
-                error=f"{exc.__class__.__name__}: {exc}",
-                retry_in_s=delay,
-                attempt=failures,
-                hint="check that the brokers are reachable and that lagd may read " + cluster.offsets_topic,
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, BACKOFF_MAX_S)
+    await reconnecting(
+        lambda: _session(
+            cluster,
+            next_offsets,
+            put,
+            progress,
+            counters,
+            stop,
+            groups,
+            fetch_timeout_ms,
+            max_records,
+            owners,
+            warned,
+        ),
+        stop,
+        counters,
+        cluster=cluster.name,
+        what="offsets-topic reader",
+        counter="offsets_topic",
+        hint="check that the brokers are reachable and that lagd may read " + cluster.offsets_topic,
+    )
 
 
 async def _session(
