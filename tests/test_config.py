@@ -358,7 +358,7 @@ def test_check_config_accepts_lagd_jobs_driver_memory() -> None:
 
 @pytest.mark.parametrize("job", ["trends", "mirrors"])
 def test_jobs_pass_driver_memory_to_spark(monkeypatch: pytest.MonkeyPatch, job: str) -> None:
-    from lagd.jobs import mirrors, trends
+    from lagd.jobs import mirrors, spark, trends
     from lagd.jobs.spark import JobError
 
     seen: dict[str, Any] = {}
@@ -368,7 +368,7 @@ def test_jobs_pass_driver_memory_to_spark(monkeypatch: pytest.MonkeyPatch, job: 
         raise JobError("stop here: no Spark needed")
 
     module = trends if job == "trends" else mirrors
-    monkeypatch.setattr(module, "build_session", fake_build_session)
+    monkeypatch.setattr(spark, "build_session", fake_build_session)  # session_for builds through it
     raw = {**MINIMAL, "jobs": {"driver-memory": "3g"}, "mirrors": {"m": {"source": "prod", "target": "prod"}}}
     args = argparse.Namespace(master=None, start=None, end=None)
     assert module.main(parse(raw, env={}), args) == 1

@@ -163,7 +163,7 @@ def test_spark_error_is_two_lines_without_a_trace(
     spark: Any, empty_database_url: str, capsys: Any, monkeypatch: Any
 ) -> None:
     # A database without lagd's tables: the JDBC read of log_end_history fails inside Spark.
-    monkeypatch.setattr("lagd.jobs.mirrors.build_session", lambda **kw: _KeepRunning(spark))
+    monkeypatch.setattr("lagd.jobs.mirrors.session_for", lambda *a, **kw: _KeepRunning(spark))
     args = argparse.Namespace(end=str(NOW), master=None)
     assert mirrors_main(_settings(empty_database_url), args) == 1
     assert capsys.readouterr().err.splitlines() == [

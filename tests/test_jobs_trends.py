@@ -11,9 +11,9 @@ import pytest
 from pyspark.errors import PySparkException
 
 from lagd.config import parse
-from lagd.jobs.spark import JobError, find_java, find_jdbc_jar, jdbc_options
-from lagd.jobs.trends import explain, parse_time, plan_range, run_trends
+from lagd.jobs.spark import JobError, explain, find_java, find_jdbc_jar, jdbc_options
 from lagd.jobs.trends import main as trends_main
+from lagd.jobs.trends import parse_time, plan_range, run_trends
 
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z, on an hour boundary
 S = 1000  # one second in ms
@@ -238,7 +238,7 @@ def test_lag_seconds_without_a_log_end_sample_is_null(spark: Any, history: str) 
 
 
 class _KeepRunning:
-    """The tests' SparkSession as `build_session` gives it to a job, whose stop() leaves it running."""
+    """The tests' SparkSession as `session_for` gives it to a job, whose stop() leaves it running."""
 
     def __init__(self, spark: Any) -> None:
         self._spark = spark
@@ -268,7 +268,7 @@ def test_empty_range_says_what_to_do_before_spark_starts(capsys: Any) -> None:
 def test_spark_error_is_two_lines_without_a_trace(spark: Any, database_url: str, capsys: Any, monkeypatch: Any) -> None:
     # A database whose commit history table is missing: the JDBC read fails inside Spark (Py4JJavaError).
     _sql(database_url, "DROP TABLE commit_history")
-    monkeypatch.setattr("lagd.jobs.trends.build_session", lambda **kw: _KeepRunning(spark))
+    monkeypatch.setattr("lagd.jobs.trends.session_for", lambda *a, **kw: _KeepRunning(spark))
     args = argparse.Namespace(start=str(T0), end=str(T0 + 3600 * S), master=None)
     assert trends_main(_settings(database_url), args) == 1
     err = capsys.readouterr().err.splitlines()

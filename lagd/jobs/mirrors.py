@@ -37,8 +37,8 @@ from psycopg2.extras import Json  # type: ignore[import-untyped]
 from lagd import logs
 from lagd.config import ConfigError, MirrorSettings, Settings, load
 from lagd.evaluate.mirrors import MirrorJudgement, MirrorVerdict, judge_mirror
-from lagd.jobs.spark import build_session, read_range
-from lagd.jobs.trends import job_errors, parse_time, pg_dsn, report_failure, stop_session
+from lagd.jobs.spark import job_errors, read_range, report_failure, session_for, stop_session
+from lagd.jobs.trends import parse_time, pg_dsn
 
 log = logs.get(__name__)
 
@@ -237,14 +237,7 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
     errors = job_errors()
     try:
         now_ms = parse_time(getattr(args, "end", None))  # before Spark starts
-        spark = build_session(
-            master=settings.jobs.spark_master if args.master is None else args.master,
-            app_name="lagd-mirrors",
-            shuffle_partitions=max(2, settings.jobs.jdbc_partitions),
-            jdbc_jar=settings.jobs.jdbc_jar,
-            java_home=settings.jobs.java_home,
-            driver_memory=settings.jobs.driver_memory,
-        )
+        spark = session_for(settings, "lagd-mirrors", args.master)
     except errors as exc:
         return report_failure("mirrors", exc)
     try:

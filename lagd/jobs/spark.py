@@ -8,13 +8,17 @@ operator gets one line naming what to install instead of a Java stack trace.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import psycopg2  # type: ignore[import-untyped]
+
 from lagd import logs
+from lagd.config import Settings
 
 log = logs.get(__name__)
 
@@ -161,3 +165,120 @@ def write_table(df: Any, database_url: str, table: str) -> None:
     """Append a DataFrame to an existing table over JDBC (batched inserts)."""
     url, props = jdbc_options(database_url)
     df.write.jdbc(url, table, mode="append", properties={**props, "batchsize": "5000", "reWriteBatchedInserts": "true"})
+
+
+# What to do next, by what the failure and its causes say (regular expressions over the
+# lowercased text, not the stack frames); the first match wins.
+_HINTS: tuple[tuple[str, str], ...] = (
+    (
+        r"password authentication failed|no pg_hba\.conf entry|invalidauthorizationspecification",
+        "check the user and password in storage.database-url (and pg_hba.conf on the database server)",
+    ),
+    (r'role "[^"]*" does not exist', "check the user in storage.database-url: PostgreSQL has no such role"),
+    (
+        r'database "[^"]*" does not exist',
+        "create the database named in storage.database-url (createdb), then run `lagd db upgrade`",
+    ),
+    (
+        r"does not exist|undefinedtable|undefinedcolumn",
+        "the database lacks lagd's tables or columns: run `lagd db upgrade` with this configuration",
+    ),
+    (
+        r"permission denied|insufficientprivilege",
+        "grant the storage.database-url user access to lagd's tables, or use the user `lagd db upgrade` ran as",
+    ),
+    (
+        r"connection refused|could(n't| not) connect|connection attempt failed|unknownhostexception"
+        r"|could not translate host name|timeout expired|connectexception",
+        "check storage.database-url and that PostgreSQL is running and reachable from here "
+        "(and from the Spark executors)",
+    ),
+    (
+        r"outofmemoryerror|java heap space|gc overhead limit",
+        "give the Spark driver more memory, or run a shorter range with --from/--to",
+    ),
+    (
+        r"classnotfoundexception: org\.postgresql|no suitable driver",
+        "the PostgreSQL JDBC driver is not on Spark's classpath: set jobs.jdbc-jar (with spark-submit, also --jars)",
+    ),
+)
+
+
+def _java_causes(exc: BaseException) -> list[str]:
+    """'Class: message' of a Spark/Py4J error's Java exception and each of its causes, outermost first."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    out: list[str] = []
+    try:
+        while java is not None and len(out) < 20:
+            out.append(f"{java.getClass().getSimpleName()}: {java.getMessage()}")
+            java = java.getCause()
+    except Exception:  # the JVM may be gone: keep what was read
+        pass
+    return out
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # a Py4J error asks the JVM for its text, and the JVM may be gone
+        return ""
+
+
+def explain(exc: BaseException) -> tuple[str, str | None]:
+    """One line saying why a job failed and one saying what to do next (None: the reason says it)."""
+    if isinstance(exc, JobError):
+        return (_text(exc).splitlines() or ["job error"])[0], None  # a JobError names its own remedy
+    causes = _java_causes(exc)
+    deepest = causes[-1] if causes else f"{type(exc).__name__}: {_text(exc)}"
+    reason = next((line.strip() for line in deepest.splitlines() if line.strip()), type(exc).__name__)
+    reason = reason.removeprefix("ERROR: ")
+    if ": ERROR: " in reason:
+        reason = reason.replace(": ERROR: ", ": ", 1)
+    haystack = " ".join([type(exc).__name__, *(causes or [_text(exc)])]).lower()  # messages, not stack frames
+    for pattern, hint in _HINTS:
+        if re.search(pattern, haystack):
+            return reason, hint
+    if isinstance(exc, psycopg2.Error):
+        return (
+            reason,
+            "PostgreSQL refused the job's statement: see the server's log; after a lagd upgrade run `lagd db upgrade`",
+        )
+    return reason, 'Spark failed: run again with log.level = "debug" for the full Java trace'
+
+
+def job_errors() -> tuple[type[BaseException], ...]:
+    """The failures a job reports in two lines instead of a trace (anything else is a bug: traced)."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    return (JobError, psycopg2.Error, Py4JError, PySparkException)
+
+
+def report_failure(job: str, exc: BaseException) -> int:
+    """Print why `job` failed and what to do next to stderr (the trace goes to the debug log); 1."""
+    reason, hint = explain(exc)
+    log.debug("job failed", job=job, exc_info=exc)
+    print(f"lagd: {job} job failed: {reason}", file=sys.stderr)
+    if hint:
+        print(f"lagd: {hint}", file=sys.stderr)
+    return 1
+
+
+def stop_session(spark: Any) -> None:
+    """Stop the SparkSession; a JVM that already died is not worth a trace."""
+    try:
+        spark.stop()
+    except Exception as exc:
+        log.debug("spark stop failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def session_for(settings: Settings, app_name: str, master: str | None = None) -> Any:
+    """A job's SparkSession from the jobs settings (`master` from --master overrides)."""
+    return build_session(
+        master=settings.jobs.spark_master if master is None else master,
+        app_name=app_name,
+        shuffle_partitions=max(2, settings.jobs.jdbc_partitions),
+        jdbc_jar=settings.jobs.jdbc_jar,
+        java_home=settings.jobs.java_home,
+        driver_memory=settings.jobs.driver_memory,
+    )
