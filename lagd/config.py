@@ -133,11 +133,17 @@ class StorageSettings:
 
 @dataclass(frozen=True)
 class EvaluatorSettings:
-    """Burrow's evaluator knobs."""
+    """How partitions are judged: lagd's rules (default) or Burrow's exactly."""
 
+    rules: Literal["lagd", "burrow"] = "lagd"
     allowed_lag: int = 0
+    allowed_lag_seconds: float = 5.0
     minimum_complete: float = 0.0
     cache_ttl: float = 5.0
+    # lagd rules only: how much evidence a verdict needs and how long silence may last
+    window_step: float = 15.0
+    min_history: float = 60.0
+    stop_after: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -404,6 +410,13 @@ def _validate(s: Settings) -> None:
         raise ConfigError("evaluator.allowed-lag", f"got {s.evaluator.allowed_lag}, expected 0 or more")
     if not 0.0 <= s.evaluator.minimum_complete <= 1.0:
         raise ConfigError("evaluator.minimum-complete", f"got {s.evaluator.minimum_complete}, expected 0.0 to 1.0")
+    if s.evaluator.allowed_lag_seconds < 0:
+        raise ConfigError(
+            "evaluator.allowed-lag-seconds", f"got {s.evaluator.allowed_lag_seconds}, expected 0 or more"
+        )
+    for key in ("window_step", "min_history", "stop_after"):
+        if getattr(s.evaluator, key) < 0:
+            raise ConfigError(f"evaluator.{_key(key)}", f"got {getattr(s.evaluator, key)}, expected 0 or more seconds")
     # An empty host listens on every interface; port 0 picks a free port.
     _host_port("http.listen", s.http.listen, "host:port such as 127.0.0.1:8000", lowest_port=0, any_host=True)
     if bool(s.http.tls_cert_file) != bool(s.http.tls_key_file):

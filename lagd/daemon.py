@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from lagd import logs, sdnotify
 from lagd.config import ConfigError, Settings, load
+from lagd.core import build_core
 from lagd.db.migrate import upgrade
 from lagd.evaluate import Evaluator, GroupVerdict
 from lagd.http.app import Health, HttpContext, start_http
@@ -74,20 +75,7 @@ class Runtime:
 
 
 def build_runtime(settings: Settings, stop: asyncio.Event) -> Runtime:
-    st = settings.storage
-    state = State(
-        intervals=st.intervals,
-        min_distance_ms=int(st.min_distance * 1000),
-        expire_group_ms=int(st.expire_group * 1000),
-        lag_samples=st.lag_samples,
-    )
-    ev = settings.evaluator
-    evaluator = Evaluator(
-        state,
-        allowed_lag=ev.allowed_lag,
-        minimum_complete=ev.minimum_complete,
-        cache_ttl_ms=int(ev.cache_ttl * 1000),
-    )
+    state, evaluator = build_core(settings)
     return Runtime(
         settings=settings,
         state=state,

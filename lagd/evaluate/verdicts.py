@@ -76,11 +76,19 @@ class Evaluator:
         self,
         state: State,
         *,
+        rules: str = "burrow",
         allowed_lag: int = 0,
+        allowed_lag_seconds: float = 5.0,
         minimum_complete: float = 0.0,
         cache_ttl_ms: int = 5000,
+        min_history_ms: int = 60_000,
+        stop_after_ms: int = 60_000,
     ) -> None:
         self.state = state
+        self.rules = rules
+        self.allowed_lag_seconds = allowed_lag_seconds
+        self.min_history_ms = min_history_ms
+        self.stop_after_ms = stop_after_ms
         self.allowed_lag = allowed_lag
         self.minimum_complete = minimum_complete
         self.cache_ttl_ms = cache_ttl_ms

@@ -114,6 +114,7 @@ class State:
         expire_group_ms: int = 7 * 24 * 3600 * 1000,
         lag_samples: int = 360,
         record_history: bool = True,
+        window_step_ms: int = 0,
     ) -> None:
         if intervals < 1 or lag_samples < 1:
             raise ValueError("intervals and lag_samples must be at least 1: check storage.intervals / lag-samples")
@@ -121,6 +122,10 @@ class State:
         self.min_distance_ms = min_distance_ms
         self.expire_group_ms = expire_group_ms
         self.lag_samples = lag_samples
+        # lagd rules: entries older than the newest two are kept at least this far apart, so
+        # a window of `intervals` commits spans minutes whatever the commit cadence (0: Burrow's
+        # window of the last `intervals` commits).
+        self.window_step_ms = window_step_ms
         self.record_history = record_history
         self._clusters: dict[str, _Cluster] = {}
         self._seq = 0

@@ -1,0 +1,42 @@
+"""The pure core built from settings: State and Evaluator, one way for every caller.
+
+The daemon, `lagd replay` and the benchmarks build them here, so they all run the same
+rules with the same knobs.
+"""
+
+from __future__ import annotations
+
+from lagd.config import Settings
+from lagd.evaluate.verdicts import Evaluator
+from lagd.state.windows import State
+
+
+def build_state(settings: Settings) -> State:
+    st = settings.storage
+    ev = settings.evaluator
+    return State(
+        intervals=st.intervals,
+        min_distance_ms=int(st.min_distance * 1000),
+        expire_group_ms=int(st.expire_group * 1000),
+        lag_samples=st.lag_samples,
+        window_step_ms=int(ev.window_step * 1000) if ev.rules == "lagd" else 0,
+    )
+
+
+def build_evaluator(settings: Settings, state: State) -> Evaluator:
+    ev = settings.evaluator
+    return Evaluator(
+        state,
+        rules=ev.rules,
+        allowed_lag=ev.allowed_lag,
+        allowed_lag_seconds=ev.allowed_lag_seconds,
+        minimum_complete=ev.minimum_complete,
+        cache_ttl_ms=int(ev.cache_ttl * 1000),
+        min_history_ms=int(ev.min_history * 1000),
+        stop_after_ms=int(ev.stop_after * 1000),
+    )
+
+
+def build_core(settings: Settings) -> tuple[State, Evaluator]:
+    state = build_state(settings)
+    return state, build_evaluator(settings, state)
