@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lagd.evaluate.lagd_rules import LagdParams, judge_lagd
 from lagd.evaluate.lagtime import reached_at
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
@@ -34,6 +35,7 @@ class PartitionVerdict:
     lag_seconds_estimated: bool
     reason: str
     since: int | None
+    rule: str = ""
 
 
 @dataclass(slots=True)
@@ -59,6 +61,7 @@ class _Cached:
 
 # Since-tracking packs (first seen ms, status) into one int per partition to stay small.
 _CODE = {status: i for i, status in enumerate(PartitionStatus)}
+_STATUS_OF = list(PartitionStatus)
 _SHIFT = 8
 Since = dict[tuple[str, int], int]
 # Group severity rank of a partition status, and the group status of a rank (rules.group_status).
@@ -84,11 +87,19 @@ class Evaluator:
         min_history_ms: int = 60_000,
         stop_after_ms: int = 60_000,
     ) -> None:
+        if rules not in ("lagd", "burrow"):
+            raise ValueError(f"rules must be 'lagd' or 'burrow', got {rules!r}: check evaluator.rules")
         self.state = state
         self.rules = rules
-        self.allowed_lag_seconds = allowed_lag_seconds
-        self.min_history_ms = min_history_ms
-        self.stop_after_ms = stop_after_ms
+        self.lagd_params = LagdParams(
+            allowed_lag=allowed_lag,
+            allowed_lag_seconds=allowed_lag_seconds,
+            min_history_ms=min_history_ms,
+            stop_after_ms=stop_after_ms,
+        )
+        # cluster -> since when lagd has been blind to it (reader or sampler failing or behind):
+        # time-driven verdicts (STOP, STALL) are judged as of that moment, not now.
+        self.blind_since: dict[str, int] = {}
         self.allowed_lag = allowed_lag
         self.minimum_complete = minimum_complete
         self.cache_ttl_ms = cache_ttl_ms
@@ -156,6 +167,12 @@ class Evaluator:
         ok = PartitionStatus.OK
         ok_code = code_of[ok]
         empty_reason = J_EMPTY.reason
+        empty_rule = J_EMPTY.rule
+        lagd = self.rules == "lagd"
+        params = self.lagd_params
+        status_of = _STATUS_OF
+        blind = self.blind_since.get(cluster)
+        judged_at = now_ms if blind is None else min(now_ms, blind)
         # The group summary (rules.group_status) is folded into the same pass.
         worst = 0
         totallag = 0
@@ -197,6 +214,7 @@ class Evaluator:
                             le is None,
                             empty_reason,
                             seen,
+                            empty_rule,
                         )
                     )
                     continue
@@ -219,10 +237,17 @@ class Evaluator:
                 else:
                     complete = 1.0
                     full += 1
-                if current_lag <= allowed:
+                if current_lag <= allowed and not lagd:
                     j = J_CAUGHT_UP
                 elif complete < minimum:
                     j = J_INCOMPLETE
+                elif lagd:
+                    prior_code = get_since(pkey)
+                    prior_status = status_of[prior_code & mask] if prior_code is not None else None
+                    if le is None:
+                        j = judge_lagd(arr, leo, leo, 0, current_lag, judged_at, prior_status, params)
+                    else:
+                        j = judge_lagd(arr, leo, le.ts, le.run_start, current_lag, judged_at, prior_status, params)
                 else:
                     j = judge_flat(arr, leo, current_lag, now_ms, allowed, intervals)
                 if current_lag:
@@ -264,6 +289,7 @@ class Evaluator:
                         estimated,
                         j.reason,
                         seen,
+                        j.rule,
                     )
                 )
         count = len(partitions)

@@ -258,9 +258,16 @@ class State:
                 arr[-4] = order
                 arr[-1] = lag
             else:
+                if n >= 3 and self.window_step_ms and arr[-8] - arr[-13] < self.window_step_ms:
+                    # window-step: the second newest leaves the newest two for the thinned part,
+                    # which keeps entries window-step apart; drop it when too close to its elder
+                    del arr[-10:-5]
+                    n -= 1
                 if n >= self.intervals:
                     del arr[: (n - self.intervals + 1) * FIELDS]
                 arr.extend((offset, order, ev.timestamp, ev.observed, lag))
+        elif self.window_step_ms:
+            return  # lagd's thinned windows keep no commit older than the newest: replays and late ones go
         else:
             # older than the newest: insert in order with a null lag, unless present or too old
             orders = arr[1::5]

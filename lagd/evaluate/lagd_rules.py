@@ -1,0 +1,268 @@
+"""lagd's own partition rules: judged on time, with evidence, without flapping.
+
+Burrow's rules (rules.py) freeze each commit's lag against whatever log-end sample is
+newest and call a consumer falling behind only when that lag never once decreased across
+ten commits. Sampling noise and batching break that test, so Burrow misses slow
+falling-behind consumers and flaps on steady ones. These rules instead:
+
+- measure each commit's lag in seconds against the log end *at the commit's own time*,
+  interpolated from the kept log-end samples (and so corrected when a newer sample lands);
+- call a partition falling behind (WARN) when that lag in seconds trends upwards over the
+  window with a robust slope (Theil-Sen) that is also significant (Mann-Kendall), never on a
+  strict "every step increased";
+- keep a WARN until the consumer has caught up or is significantly catching up;
+- judge STOP and STALL on elapsed time, so a window with too little history (a new group, a
+  freshly started lagd) raises nothing, while a group that commits once and never again
+  still goes STOP once enough time has passed.
+
+Pure: a flat window, the partition's log-end samples, `now` and the previous status in, a
+Judgement out.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_REWIND, Judgement
+from lagd.model import PartitionStatus
+from lagd.state.windows import FIELDS
+
+WARN = PartitionStatus.WARN
+
+J_KEEPING_UP = Judgement(PartitionStatus.OK, "keeping-up", "lag in seconds is not growing")
+J_CATCHING_UP = Judgement(PartitionStatus.OK, "catching-up", "lag in seconds is shrinking")
+J_TOO_LITTLE_HISTORY = Judgement(PartitionStatus.OK, "too-little-history", "not enough history yet to judge a trend")
+J_WITHIN_SECONDS = Judgement(PartitionStatus.OK, "within-allowed-seconds", "lag in seconds within the allowed lag")
+
+RULE_STOP = "stop"
+RULE_STALL = "stall"
+RULE_FALLING_BEHIND = "falling-behind"
+RULE_STILL_BEHIND = "still-behind"
+
+
+@dataclass(frozen=True, slots=True)
+class LagdParams:
+    """The knobs of the lagd rules (evaluator settings, in ms where they are times)."""
+
+    allowed_lag: int = 0
+    allowed_lag_seconds: float = 5.0
+    min_history_ms: int = 60_000
+    stop_after_ms: int = 60_000
+    stall_after_ms: int = 30_000  # the same offset committed this long while records wait is STALL
+    stop_cadences: int = 3  # silence of this many commit intervals (at least stop_after) is STOP
+    min_points: int = 5  # commits with a known lag needed to judge a trend
+    min_slope: float = 0.035  # seconds of lag gained per second: the consumer is below 96.5% of production
+    min_rise_s: float = 3.0  # the trend must add at least this many seconds of lag across the window
+    z_enter: float = 2.5  # Mann-Kendall significance to start a WARN
+    z_leave: float = 2.0  # ... and of a downward trend to end one
+    tie_s: float = 0.25  # lag-in-seconds differences below this are noise (ties)
+    noise_factor: float = 3.0  # the rise must exceed the scatter around the trend this many times
+    drain_margin: float = 1.2  # consuming this much faster than production is working a backlog off
+
+
+def lag_seconds_at(offset: int, at_ms: int, offsets: Sequence[int], ts: Sequence[int], lo: int) -> tuple[float, bool]:
+    """How long the first record not yet consumed (offset `offset`) had waited at `at_ms`.
+
+    From the log-end samples [lo, len) (oldest first). Returns (seconds, exact):
+    - the log end had not passed `offset` at the newest sample and `at_ms` is not after it:
+      (0.0, True), the consumer was caught up;
+    - `at_ms` after the newest sample and the offset not yet passed: (0.0, False), unknown yet
+      (a later sample settles it);
+    - the offset passed before the oldest kept sample: a lower bound, (at - oldest ts, False);
+    - otherwise the passing time is interpolated between the two samples around it.
+    """
+    n = len(offsets)
+    if n <= lo:
+        return 0.0, False
+    target = offset + 1  # the log end passes `offset` when it reaches offset + 1
+    if target > offsets[n - 1]:
+        return 0.0, at_ms <= ts[n - 1]
+    i = bisect_left(offsets, target, lo, n)
+    if i <= lo:
+        return max(0.0, (at_ms - ts[lo]) / 1000.0), False
+    o0, t0 = offsets[i - 1], ts[i - 1]
+    passed = t0 + (ts[i] - t0) * (target - o0) / (offsets[i] - o0)
+    return max(0.0, (at_ms - passed) / 1000.0), True
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """Lag in seconds over a window: Theil-Sen slope (s/s), Mann-Kendall z, fitted rise (s),
+    the residuals' robust spread (s) and the newest known lag (s)."""
+
+    points: int
+    slope: float
+    z: float
+    rise: float
+    noise: float
+    last: float
+
+
+def lag_trend(arr: array[int], offsets: Sequence[int], ts: Sequence[int], lo: int, tie_s: float = 0.25) -> Trend | None:
+    """The trend of the window's per-commit lag in seconds; None with fewer than 3 known points."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for b in range(0, len(arr), FIELDS):
+        at = arr[b + 2]
+        seconds, exact = lag_seconds_at(arr[b], at, offsets, ts, lo)
+        if exact:
+            xs.append(at / 1000.0)
+            ys.append(seconds)
+    n = len(xs)
+    if n < 3:
+        return None
+    slopes: list[float] = []
+    s = 0
+    for i in range(n - 1):
+        xi, yi = xs[i], ys[i]
+        for j in range(i + 1, n):
+            dy = ys[j] - yi
+            if dy > tie_s:
+                s += 1
+            elif dy < -tie_s:
+                s -= 1
+            dx = xs[j] - xi
+            if dx > 0:
+                slopes.append(dy / dx)
+    if not slopes:
+        return None
+    slope = _median(slopes)
+    var = n * (n - 1) * (2 * n + 5) / 18.0
+    z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
+    fitted = [y - slope * x for x, y in zip(xs, ys, strict=True)]
+    middle = _median(fitted)
+    noise = 1.4826 * _median([abs(f - middle) for f in fitted])
+    return Trend(n, slope, z, slope * (xs[-1] - xs[0]), noise, ys[-1])
+
+
+def _median(values: list[float]) -> float:
+    values.sort()
+    m = len(values)
+    return values[m // 2] if m % 2 else (values[m // 2 - 1] + values[m // 2]) / 2
+
+
+def _draining(arr: array[int], offsets: Sequence[int], ts: Sequence[int], lo: int, margin: float) -> bool:
+    """Is the consumer working a backlog off: its recent consumption rate (over the newest
+    three entries, at least one window-step) above the production rate across the window
+    by `margin`? A burst being drained or a catch-up after a pause looks like a growing lag
+    in seconds for a while; this tells it apart from a consumer that cannot keep up."""
+    n = len(arr) // FIELDS
+    if n < 3 or len(offsets) - lo < 2:
+        return False
+    b = (n - 3) * FIELDS
+    span_recent = arr[-3] - arr[b + 2]
+    span_all = ts[-1] - ts[lo]
+    if span_recent <= 0 or span_all <= 0:
+        return False
+    consumed = (arr[-5] - arr[b]) / span_recent
+    produced = (offsets[-1] - offsets[lo]) / span_all
+    return consumed > produced * margin
+
+
+def judge_lagd(
+    arr: array[int],
+    offsets: Sequence[int],
+    ts: Sequence[int],
+    lo: int,
+    current_lag: int,
+    now_ms: int,
+    prior: PartitionStatus | None,
+    p: LagdParams,
+) -> Judgement:
+    """Status of one group-partition under lagd's rules, checked in this order:
+
+    caught up (lag within allowed-lag) -> REWIND (Burrow's rule) -> STOP (no commit for
+    max(stop-after, 3 commit intervals) while the oldest unconsumed record waited as long)
+    -> STALL (the same offset committed for stop-after while records wait) -> lag in seconds
+    within allowed-lag-seconds -> too little history -> WARN falling-behind (or still behind
+    after a WARN) -> OK.
+    `offsets`/`ts` are the partition's log-end samples from index `lo` on; `prior` is the
+    partition's previous status (hysteresis).
+    """
+    n = len(arr) // FIELDS
+    if n == 0:
+        return J_EMPTY
+    was_behind = prior is WARN
+    if current_lag <= p.allowed_lag and not was_behind:
+        return J_CAUGHT_UP
+    committed = arr[-5]
+    last_ts = arr[-3]
+    waited, _ = lag_seconds_at(committed, now_ms, offsets, ts, lo)
+    waited_ms = waited * 1000.0
+    # REWIND: the first backward step, never recovered (Burrow's rule).
+    if n > 1:
+        prev = arr[0]
+        for b in range(FIELDS, len(arr), FIELDS):
+            cur = arr[b]
+            if cur < prev:
+                if max(arr[b::FIELDS]) < prev:
+                    return J_REWIND
+                break
+            prev = cur
+    # STOP: silent for several commit intervals while records wait at least as long.
+    cadence = last_ts - arr[-8] if n > 1 else 0
+    limit = max(p.stop_after_ms, p.stop_cadences * cadence)
+    silence = now_ms - last_ts
+    if silence > limit and waited_ms > limit:
+        return Judgement(
+            PartitionStatus.STOP,
+            RULE_STOP,
+            f"no commit for {silence / 1000:.0f} s (limit {limit / 1000:.0f} s) while records wait {waited:.0f} s",
+        )
+    # STALL: still committing, the same offset for stall-after, while records wait.
+    first_same = n - 1
+    while first_same > 0 and arr[(first_same - 1) * FIELDS] == committed:
+        first_same -= 1
+    stuck = first_same < n - 1
+    stuck_ms = now_ms - arr[first_same * FIELDS + 2] if stuck else 0
+    if stuck and stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
+        return Judgement(
+            PartitionStatus.STALL,
+            RULE_STALL,
+            f"offset {committed} committed again and again for {stuck_ms / 1000:.0f} s "
+            f"while records wait {waited:.0f} s",
+        )
+    trend = None
+    if last_ts - arr[2] >= p.min_history_ms:
+        trend = lag_trend(arr, offsets, ts, lo, p.tie_s)
+        if trend is not None and trend.points < p.min_points:
+            trend = None
+    if was_behind:
+        # A consumer that fell behind stays WARN until it has caught up (its lag at a commit
+        # is within half the allowance) or is clearly catching up.
+        if trend is not None:
+            if trend.last < p.allowed_lag_seconds / 2 and trend.z < p.z_leave:
+                return J_CAUGHT_UP
+            if trend.z <= -p.z_leave and trend.slope < 0:
+                return J_CATCHING_UP
+            return Judgement(WARN, RULE_STILL_BEHIND, _explain("still behind", trend, waited))
+        return Judgement(WARN, RULE_STILL_BEHIND, f"still behind: records wait {waited:.0f} s")
+    if waited < p.allowed_lag_seconds:
+        return J_WITHIN_SECONDS
+    if trend is None:
+        return J_TOO_LITTLE_HISTORY
+    if (
+        trend.slope >= p.min_slope
+        and trend.z >= p.z_enter
+        and trend.rise >= p.min_rise_s
+        and trend.rise >= p.noise_factor * trend.noise
+        and trend.last >= p.allowed_lag_seconds
+        and not stuck  # a consumer that stopped moving is judged by STALL, not as falling behind
+        and not _draining(arr, offsets, ts, lo, p.drain_margin)
+    ):
+        return Judgement(WARN, RULE_FALLING_BEHIND, _explain("falling behind", trend, waited))
+    if trend.slope < 0 and trend.z <= -p.z_leave:
+        return J_CATCHING_UP
+    return J_KEEPING_UP
+
+
+def _explain(what: str, trend: Trend, waited: float) -> str:
+    share = max(0.0, 1.0 - trend.slope) * 100
+    return (
+        f"{what}: lag grows {trend.slope:.3f} s per s (consuming about {share:.0f}% of production), "
+        f"+{trend.rise:.0f} s over the window, now {waited:.0f} s behind (z={trend.z:.1f}, {trend.points} commits)"
+    )
