@@ -114,6 +114,10 @@ class ClusterSettings:
     tls_key_password: Secret = Secret("")
     tls_check_hostname: bool = True
     request_timeout: float = 30.0
+    # Edge checks of offsets-topic records (lagd.ingest.validate): what fails is counted and skipped.
+    max_group_name: int = 1024  # bytes (UTF-8); Postgres cannot index much longer names
+    max_commit_age: float = 0.0  # seconds; 0 = storage.expire-group (an older group is forgotten anyway)
+    max_commit_ahead: float = 86_400.0  # seconds a commit time may lie ahead of lagd's clock
 
 
 @dataclass(frozen=True)
@@ -380,6 +384,13 @@ def _validate(s: Settings) -> None:
         positive(f"{where}.offset-refresh", c.offset_refresh)
         positive(f"{where}.topic-refresh", c.topic_refresh)
         positive(f"{where}.request-timeout", c.request_timeout)
+        if not 1 <= c.max_group_name <= 2048:
+            raise ConfigError(
+                f"{where}.max-group-name", f"got {c.max_group_name}, expected 1 to 2048 bytes (Postgres' index limit)"
+            )
+        if c.max_commit_age < 0:
+            raise ConfigError(f"{where}.max-commit-age", f"got {c.max_commit_age}, expected 0 (= expire-group) or more")
+        positive(f"{where}.max-commit-ahead", c.max_commit_ahead)
         for key in ("groups_allow", "groups_deny", "topics_deny"):
             try:
                 re.compile(getattr(c, key))
@@ -411,9 +422,7 @@ def _validate(s: Settings) -> None:
     if not 0.0 <= s.evaluator.minimum_complete <= 1.0:
         raise ConfigError("evaluator.minimum-complete", f"got {s.evaluator.minimum_complete}, expected 0.0 to 1.0")
     if s.evaluator.allowed_lag_seconds < 0:
-        raise ConfigError(
-            "evaluator.allowed-lag-seconds", f"got {s.evaluator.allowed_lag_seconds}, expected 0 or more"
-        )
+        raise ConfigError("evaluator.allowed-lag-seconds", f"got {s.evaluator.allowed_lag_seconds}, expected 0 or more")
     for key in ("window_step", "min_history", "stop_after"):
         if getattr(s.evaluator, key) < 0:
             raise ConfigError(f"evaluator.{_key(key)}", f"got {getattr(s.evaluator, key)}, expected 0 or more seconds")
@@ -555,6 +564,9 @@ def parse(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Setti
             raise ConfigError(section, f"unknown section; expected one of {', '.join([*_SECTIONS, *_NAMED])}")
     settings = Settings(**kwargs)
     _validate(settings)
+    for name, c in settings.clusters.items():
+        if c.max_commit_age == 0:
+            settings.clusters[name] = dataclasses.replace(c, max_commit_age=settings.storage.expire_group)
     return settings
 
 

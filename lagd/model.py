@@ -160,3 +160,13 @@ class IngestCounters:
 
     def count_failure(self, what: str) -> None:
         self.failures[what] = self.failures.get(what, 0) + 1
+
+    # Records skipped as invalid, by a reason of lagd.ingest.validate.REASONS (a fixed set).
+    rejected: dict[str, int] = field(default_factory=dict)
+
+    def count_rejected(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    # Times the offsets-topic reader found its stored positions outside a partition's range
+    # (topic recreated or truncated) and read that partition again from its start.
+    offsets_topic_rereads: int = 0

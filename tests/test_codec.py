@@ -550,7 +550,7 @@ def test_bad_and_skipped_records_are_counted_not_raised() -> None:
     assert events_from_record("c1", b"\x00\x08\x00\x01g\x00\x01m", None, 6, 0, counters) == []
     assert counters.decode_errors == {"null_key": 1, "truncated": 2}
     assert counters.records_by_type == {
-        "type_17": 1,
+        "unknown": 1,
         "consumer_group_member_metadata": 1,
         "consumer_group_tombstone_type_8": 1,
     }

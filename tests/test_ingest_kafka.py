@@ -103,7 +103,13 @@ def fold(events: list[Event]) -> dict[GPKey, int]:
 
 
 def cluster(kafka: str, **kw: Any) -> ClusterSettings:
-    defaults: dict[str, Any] = {"offset_refresh": 0.2, "topic_refresh": 1.0, "request_timeout": 10.0}
+    # The simulator's scenarios start in 2023 (Scenario.start_ms): accept commit times that old.
+    defaults: dict[str, Any] = {
+        "offset_refresh": 0.2,
+        "topic_refresh": 1.0,
+        "request_timeout": 10.0,
+        "max_commit_age": 100 * 365 * 86_400.0,
+    }
     defaults.update(kw)
     return ClusterSettings(name="sim", bootstrap_servers=[kafka], **defaults)
 

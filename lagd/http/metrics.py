@@ -16,6 +16,7 @@ from aiohttp import web
 
 from lagd.evaluate import Evaluator, GroupVerdict
 from lagd.http.app import CTX, Health
+from lagd.ingest.validate import REASONS as REJECT_REASONS
 from lagd.model import GroupStatus
 from lagd.state.windows import State
 
@@ -124,6 +125,12 @@ def _health(out: list[str], health: Health) -> None:
     for cluster, c in counters:
         for reason, n in sorted(c.decode_errors.items()):
             f.add(f'cluster="{_esc(cluster)}",reason="{_esc(reason)}"', n)
+    f = _Family(
+        out, "lagd_ingest_rejected_total", "counter", "Records skipped as invalid or unusable, by reason (a fixed set)"
+    )
+    for cluster, c in counters:
+        for reason in REJECT_REASONS:
+            f.add(f'cluster="{_esc(cluster)}",reason="{reason}"', c.rejected.get(reason, 0))
     f = _Family(out, "lagd_ingest_failures_total", "counter", "Broker-side failures of readers, by reader and error")
     for cluster, c in counters:
         for what, n in sorted(c.failures.items()):

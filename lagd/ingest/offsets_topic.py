@@ -25,6 +25,7 @@ from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, start_consumer
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
+from lagd.ingest.validate import EdgeLimits
 from lagd.model import Event, GroupMembers, IngestCounters, ReaderPosition
 
 log = logs.get(__name__)
@@ -34,6 +35,8 @@ Emit = Callable[[list[Event]], Awaitable[None]]
 # How long to wait for the consumer's positions while catching up (all partitions together):
 # one is unknown only while a reset (after OFFSET_OUT_OF_RANGE) is in flight.
 POSITION_WAIT_S = 0.2
+# At most this often, a commit for a partition beyond a topic's known count refreshes metadata.
+STALE_COUNTS_REFRESH_S = 5.0
 
 
 def now_ms() -> int:
@@ -55,16 +58,21 @@ def build_batch(
     counters: IngestCounters,
     out: list[Event],
     kip848: ConsumerGroupOwners | None = None,
+    limits: EdgeLimits | None = None,
 ) -> int | None:
     """Append the events of one partition's fetched records (then its position) to `out`.
 
     Returns the new position (last offset + 1), or None when there were no records.
-    Events of groups the filter denies are dropped and counted here, before anything is stored.
+    Events of groups the filter denies are dropped and counted here, before anything is stored;
+    records `limits` refuses are counted and skipped, and the position still moves past them.
     """
     last: int | None = None
     for rec in records:
         last = int(rec.offset)
-        for ev in events_from_record(cluster, rec.key, rec.value, rec.offset, observed, counters, kip848=kip848):
+        events = events_from_record(
+            cluster, rec.key, rec.value, rec.offset, observed, counters, kip848=kip848, limits=limits, source=partition
+        )
+        for ev in events:
             group = getattr(ev, "group", None)
             if group is not None and not groups.allows(group):
                 counters.filtered_groups += 1
@@ -105,6 +113,7 @@ async def read_offsets_topic(
     if members is not None:
         owners.seed(m for m in members if m.cluster == cluster.name)
     warned: set[str] = set()
+    limits = EdgeLimits.for_cluster(cluster)
     await reconnecting(
         lambda: _session(
             cluster,
@@ -118,6 +127,7 @@ async def read_offsets_topic(
             max_records,
             owners,
             warned,
+            limits,
         ),
         stop,
         counters,
@@ -140,9 +150,11 @@ async def _session(
     max_records: int,
     kip848: ConsumerGroupOwners | None = None,
     warned: set[str] | None = None,
+    limits: EdgeLimits | None = None,
 ) -> None:
     topic = cluster.offsets_topic
     warned = set() if warned is None else warned
+    limits = EdgeLimits.for_cluster(cluster) if limits is None else limits
     # Metadata of every topic (the consumer's own covers only what is assigned to it).
     metadata = await start_client(cluster)
     try:
@@ -160,10 +172,16 @@ async def _session(
         known: set[int] = set()
         loop = asyncio.get_running_loop()
         refresh_at = 0.0
+        early_at = 0.0
         while not stop.is_set():
+            if limits.stale_counts and loop.time() >= early_at:
+                # A commit named a partition beyond the known count: partitions may have been added.
+                limits.stale_counts = False
+                early_at = loop.time() + STALE_COUNTS_REFRESH_S
+                refresh_at = 0.0
             if loop.time() >= refresh_at:
                 refresh_at = loop.time() + cluster.topic_refresh
-                await _discover(metadata, consumer, cluster, known, next_offsets, progress)
+                await _discover(metadata, consumer, cluster, known, next_offsets, progress, counters, limits)
             if not known:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), min(cluster.topic_refresh, 5.0))
@@ -171,7 +189,7 @@ async def _session(
                 continue
             fetched = await consumer.getmany(timeout_ms=fetch_timeout_ms, max_records=max_records)
             if fetched:
-                await _apply_batch(cluster.name, fetched, put, next_offsets, progress, groups, counters, kip848)
+                await _apply_batch(cluster.name, fetched, put, next_offsets, progress, groups, counters, kip848, limits)
             if not progress.caught_up:
                 # read_committed positions also pass control records (transaction markers),
                 # which never reach us as records: take the consumer's own positions too.
@@ -191,13 +209,14 @@ async def _apply_batch(
     groups: GroupFilter,
     counters: IngestCounters,
     kip848: ConsumerGroupOwners | None = None,
+    limits: EdgeLimits | None = None,
 ) -> None:
     """Emit one fetch's events (with positions), then move the reader's own positions on."""
     observed = now_ms()
     out: list[Event] = []
     advanced: list[tuple[int, int]] = []
     for tp, records in fetched.items():
-        pos = build_batch(cluster, tp.partition, records, observed, groups, counters, out, kip848)
+        pos = build_batch(cluster, tp.partition, records, observed, groups, counters, out, kip848, limits)
         if pos is not None:
             advanced.append((tp.partition, pos))
     if out:
@@ -249,10 +268,18 @@ async def _discover(
     known: set[int],
     next_offsets: dict[int, int],
     progress: ReaderProgress,
+    counters: IngestCounters | None = None,
+    limits: EdgeLimits | None = None,
 ) -> None:
-    """Assign every partition of the offsets topic (again, when partitions were added)."""
+    """Assign every partition of the offsets topic (again, when partitions were added).
+
+    Also tells `limits` every topic's partition count, so commits for partitions a topic
+    does not have are refused at the edge.
+    """
     topic = cluster.offsets_topic
     metadata = await client.fetch_all_metadata()
+    if limits is not None:
+        limits.partition_counts = partition_counts(metadata)
     found = metadata.partitions_for_topic(topic) or set()
     if not found:
         log.warning(
@@ -281,3 +308,13 @@ async def _discover(
         progress.position.setdefault(p, next_offsets.get(p, begin.get(p, 0)))
     progress.measure(begin, end)
     log.info("offsets topic assigned", cluster=cluster.name, topic=topic, partitions=len(known), new=len(new))
+
+
+def partition_counts(metadata: Any) -> dict[str, int]:
+    """Partition count of every topic the metadata names (highest partition + 1)."""
+    out: dict[str, int] = {}
+    for t in metadata.topics():
+        parts = metadata.partitions_for_topic(t)
+        if parts:
+            out[t] = max(parts) + 1
+    return out

@@ -44,6 +44,7 @@ from lagd.ingest.codec import (
     decode,
     fast_constructor,
 )
+from lagd.ingest.validate import EdgeLimits
 from lagd.model import (
     Commit,
     Event,
@@ -233,32 +234,61 @@ def events_from_record(
     counters: IngestCounters,
     *,
     kip848: ConsumerGroupOwners | None = None,
+    limits: EdgeLimits | None = None,
+    source: int | None = None,
 ) -> list[Event]:
     """The events of one `__consumer_offsets` record at offset `order` of its partition.
 
-    `kip848` folds KIP-848 membership into GroupMembers (see the module docstring).
+    `kip848` folds KIP-848 membership into GroupMembers (see the module docstring). `limits`
+    range-checks every field (lagd.ingest.validate; the reader always passes its cluster's):
+    a record that fails is counted, logged with its position (`source` partition, `order`)
+    and skipped. Without limits records are only decoded (tests, `lagd decode`).
     """
     if key is None:
+        _skip(counters, limits, "null_key", source, order, observed, "record without a key")
         counters.count_error("null_key")
-        log.debug("offsets-topic record without a key skipped", cluster=cluster, order=order)
         return []
     try:
         if value is not None and type(key) is bytes and key[:2] in _COMMIT_TYPES:  # the hot path: no record object
             f = commit_fields(key, value)
             by_type = counters.records_by_type  # count_record, inlined
             by_type["offset_commit"] = by_type.get("offset_commit", 0) + 1
+            if limits is not None:
+                problem = limits.commit_problem(f[0], f[1], f[2], f[3], f[6], observed)
+                if problem is not None:
+                    _skip(counters, limits, problem, source, order, observed, _commit_detail(f))
+                    return []
             if kip848 is not None and f[10] is not None:
                 kip848.learn_topic(f[10], f[1])
             return [_new_commit_event(cluster, f[0], f[1], f[2], f[3], order, f[6], observed)]
         rec = decode(key, value)
     except DecodeError as exc:
         counters.count_error(exc.reason)
-        log.debug("undecodable offsets-topic record skipped", cluster=cluster, order=order, error=str(exc))
+        _skip(counters, limits, exc.reason, source, order, observed, str(exc))
         return []
     except Exception as exc:  # a decoder bug must not stop ingest; the counter shows it
         counters.count_error("decoder_bug")
+        _skip(counters, limits, "decoder_bug", source, order, observed, repr(exc))
         log.warning("decoder failed unexpectedly; record skipped", cluster=cluster, order=order, error=repr(exc))
         return []
+    if limits is not None:
+        problem = _record_problem(rec, limits, observed)
+        if problem is not None:
+            counters.count_record(_kind(rec))
+            _skip(counters, limits, problem, source, order, observed, _record_detail(rec))
+            return []
+    return _record_events(cluster, rec, order, observed, counters, kip848)
+
+
+def _record_events(
+    cluster: str,
+    rec: Record,
+    order: int,
+    observed: int,
+    counters: IngestCounters,
+    kip848: ConsumerGroupOwners | None,
+) -> list[Event]:
+    """The events of one decoded (and checked) record."""
     if isinstance(rec, OffsetCommit):
         counters.count_record("offset_commit")
         if kip848 is not None and rec.topic_id is not None:
@@ -277,11 +307,86 @@ def events_from_record(
         if kip848 is not None:
             kip848.forget_seed(rec.group)
         return [GroupDeleted(cluster, rec.group, order)]
+    counters.count_record(_kind(rec))
     if isinstance(rec, SkippedRecord):
-        counters.count_record(f"type_{rec.record_type}")
         return []
-    if isinstance(rec, ConsumerGroupTombstone):
-        counters.count_record(f"consumer_group_tombstone_type_{rec.record_type}")
-        return [] if kip848 is None else kip848.apply(cluster, rec, order, counters)
-    counters.count_record(_KINDS.get(rec.__class__.__name__, rec.__class__.__name__))
     return [] if kip848 is None else kip848.apply(cluster, rec, order, counters)
+
+
+def _kind(rec: Record) -> str:
+    """The record's label in lagd_ingest_records_total: a fixed set, whatever the record says.
+
+    Types this lagd does not know (and newer versions of known ones) are all "unknown", so
+    a stream of made-up types cannot mint a metric series each.
+    """
+    if isinstance(rec, SkippedRecord):
+        return "unknown"
+    if isinstance(rec, ConsumerGroupTombstone):
+        return f"consumer_group_tombstone_type_{rec.record_type}" if rec.record_type in _KIP848_TYPES else "unknown"
+    return _RECORD_KINDS.get(rec.__class__.__name__, "unknown")
+
+
+_KIP848_TYPES = frozenset({3, 4, 5, 6, 7, 8, 16})
+_RECORD_KINDS = {
+    "OffsetCommit": "offset_commit",
+    "GroupMetadata": "group_metadata",
+    "OffsetTombstone": "offset_tombstone",
+    "GroupTombstone": "group_tombstone",
+    **_KINDS,
+}
+
+
+def _record_problem(rec: Record, limits: EdgeLimits, now_ms: int) -> str | None:
+    """Why a decoded record (other than a hot-path commit) cannot be used, or None."""
+    if isinstance(rec, OffsetCommit):
+        return limits.commit_problem(rec.group, rec.topic, rec.partition, rec.offset, rec.commit_timestamp, now_ms)
+    if isinstance(rec, OffsetTombstone):
+        return limits.tombstone_problem(rec.group, rec.topic, rec.partition)
+    if isinstance(rec, GroupMetadata):
+        problem = limits.group_problem(rec.group)
+        if problem is None:
+            for m in rec.members:
+                if "\x00" in m.member_id or "\x00" in m.client_id or "\x00" in m.client_host:
+                    return "owner_invalid"
+                for topic, _ in m.assignment.partitions if m.assignment is not None else ():
+                    if "\x00" in topic:
+                        return "owner_invalid"
+        return problem
+    group = getattr(rec, "group", None)
+    problem = limits.group_problem(group) if isinstance(group, str) else None
+    if problem is None and isinstance(rec, ConsumerGroupPartitionMetadata):
+        problem = next((p for t in rec.topics if (p := limits.topic_problem(t.topic_name))), None)
+    if problem is None and any("\x00" in (getattr(rec, a, None) or "") for a in _MEMBER_FIELDS):
+        problem = "owner_invalid"  # becomes an owner, stored as JSONB, which cannot hold NUL
+    return problem
+
+
+_MEMBER_FIELDS = ("member_id", "client_id", "client_host")
+
+
+def _skip(
+    counters: IngestCounters,
+    limits: EdgeLimits | None,
+    reason: str,
+    source: int | None,
+    order: int,
+    now_ms: int,
+    detail: str,
+) -> None:
+    if limits is None:
+        log.debug("offsets-topic record skipped", reason=reason, order=order, detail=detail[:200])
+        return
+    limits.reject(counters, reason, source, order, now_ms, detail)
+
+
+def _commit_detail(f: tuple[object, ...]) -> str:
+    group = str(f[0])
+    shown = group if len(group) <= 64 else f"{group[:64]}... ({len(group)} chars)"
+    return f"group={shown!r} topic={str(f[1])[:64]!r} partition={f[2]} offset={f[3]} commit_timestamp={f[6]}"
+
+
+def _record_detail(rec: Record) -> str:
+    group = getattr(rec, "group", None)
+    if isinstance(group, str) and len(group) > 64:
+        group = f"{group[:64]}... ({len(group)} chars)"
+    return f"{rec.__class__.__name__} group={group!r}"
