@@ -266,6 +266,7 @@ async def _session(
                     layout_at = -1e18  # missing once: confirm next round, not a topic-refresh later
             await poll_round(admin, cluster, put, counters, groups, known_topics, memory, layout)
             progress.mark_caught_up()
+            progress.mark_fresh(now_ms())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(cluster.offset_refresh - (loop.time() - started), 0.0))
     finally:

@@ -183,11 +183,14 @@ async def _session(
                 refresh_at = loop.time() + cluster.topic_refresh
                 await _discover(metadata, consumer, cluster, known, next_offsets, progress, counters, limits)
             if not known:
+                progress.mark_fresh(now_ms())  # nothing to read: nothing missed
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), min(cluster.topic_refresh, 5.0))
                 refresh_at = 0.0
                 continue
             fetched = await consumer.getmany(timeout_ms=fetch_timeout_ms, max_records=max_records)
+            if sum(len(records) for records in fetched.values()) < max_records:
+                progress.mark_fresh(now_ms())  # a short fetch: the reader stands at the end
             if fetched:
                 await _apply_batch(cluster.name, fetched, put, next_offsets, progress, groups, counters, kip848, limits)
             if not progress.caught_up:

@@ -19,6 +19,12 @@ class ReaderProgress:
     position: dict[int, int] = field(default_factory=dict)
     measured: bool = False
     done: bool = False
+    # When the reader last stood at the end of what there was to read (ms): a fetch that
+    # came back short, or a finished admin round. Lets lagd tell when it is blind.
+    fresh_at_ms: int | None = None
+
+    def mark_fresh(self, now_ms: int) -> None:
+        self.fresh_at_ms = now_ms
 
     def measure(self, begin: dict[int, int], end: dict[int, int]) -> None:
         """Record the start and end offsets of partitions seen for the first time."""
