@@ -37,6 +37,7 @@ from lagd.notify.mirror_verdicts import watch_mirrors
 from lagd.notify.mqtt import PublisherStatus, publish_outbox
 from lagd.notify.notifier import run_notifier
 from lagd.state import persister
+from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.persister import WriteBehind
 from lagd.state.store import Store
 from lagd.state.windows import State
@@ -87,9 +88,14 @@ def build_runtime(settings: Settings, stop: asyncio.Event) -> Runtime:
 
 
 async def apply_events(rt: Runtime) -> None:
-    """The only writer of State: applies queued event batches in arrival order."""
+    """The only writer of State: applies queued event batches in arrival order.
+
+    One event the state cannot apply is counted, logged and skipped (lagd.state.guard), so
+    it cannot stop ingest, nor crash-loop lagd on the same record after every restart.
+    """
     flush_at = rt.settings.storage.flush_max_changes
     applied = 0
+    poison = PoisonLog()
     while True:
         batch = await rt.events.get()
         rt.state.apply_many(batch)

@@ -241,7 +241,19 @@ async def test_config_paths_mask_secrets(api: aiohttp.ClientSession) -> None:
     code, _, body = await fetch(api, "GET", "/v3/config/clusters/prod")
     assert (code, body["message"], body["module"]["sasl-password"]) == (200, "module detail returned", "***")
     code, _, body = await fetch(api, "GET", "/v3/config/evaluator")
-    assert (code, body["module"]) == (200, {"allowed-lag": 0, "minimum-complete": 0.0, "cache-ttl": 5.0})
+    assert (code, body["module"]) == (
+        200,
+        {
+            "rules": "lagd",
+            "allowed-lag": 0,
+            "allowed-lag-seconds": 5.0,
+            "minimum-complete": 0.0,
+            "cache-ttl": 5.0,
+            "window-step": 15.0,
+            "min-history": 60.0,
+            "stop-after": 60.0,
+        },
+    )
     for path, message in (("/v3/config/nope", "config kind not found"), ("/v3/config/clusters/x", "module not found")):
         code, _, body = await fetch(api, "GET", path)
         assert code == 404

@@ -96,6 +96,7 @@ class Evaluator:
             allowed_lag_seconds=allowed_lag_seconds,
             min_history_ms=min_history_ms,
             stop_after_ms=stop_after_ms,
+            stall_after_ms=stop_after_ms // 2,
         )
         # cluster -> since when lagd has been blind to it (reader or sampler failing or behind):
         # time-driven verdicts (STOP, STALL) are judged as of that moment, not now.

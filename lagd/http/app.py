@@ -64,6 +64,7 @@ class Health:
     persister: Any = None
     publisher: Any = None
     evaluation_seconds_last: float = 0.0
+    sights: Mapping[str, Any] = field(default_factory=dict)  # cluster -> ClusterSight (degraded when blind)
 
 
 @dataclass

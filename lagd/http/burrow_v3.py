@@ -123,9 +123,13 @@ async def admin(request: web.Request) -> web.Response:
 
 
 async def ready(request: web.Request) -> web.Response:
-    if _ctx(request).ready():
-        return web.Response(text="READY")
-    return web.Response(status=503, text="STARTING")
+    ctx = _ctx(request)
+    if not ctx.ready():
+        return web.Response(status=503, text="STARTING")
+    blind = sorted(name for name, sight in ctx.health.sights.items() if getattr(sight, "unreachable", False))
+    if blind:
+        return web.Response(status=503, text=f"DEGRADED: cannot read cluster(s) {', '.join(blind)}")
+    return web.Response(text="READY")
 
 
 async def clusters(request: web.Request) -> web.Response:

@@ -71,7 +71,7 @@ def partition_view(p: PartitionVerdict) -> dict[str, Any]:
         "topic": p.topic,
         "partition": p.partition,
         "status": p.status.value,
-        "rule": RULE_OF.get(p.reason, ""),
+        "rule": p.rule or RULE_OF.get(p.reason, ""),
         "reason": p.reason,
         "since": p.since,
         "current_lag": p.current_lag,
@@ -103,15 +103,15 @@ def reasons(v: GroupVerdict) -> list[dict[str, Any]]:
     found: dict[tuple[str, str], list[PartitionVerdict]] = {}
     for p in v.partitions:
         if p.status is not PartitionStatus.OK:
-            found.setdefault((p.status.value, p.reason), []).append(p)
+            found.setdefault((p.status.value, p.rule or RULE_OF.get(p.reason, "")), []).append(p)
     out = []
-    for (status, reason), parts in found.items():
+    for (status, rule), parts in found.items():
         sinces = [p.since for p in parts if p.since is not None]
         out.append(
             {
                 "status": status,
-                "rule": RULE_OF.get(reason, ""),
-                "reason": reason,
+                "rule": rule,
+                "reason": parts[0].reason,
                 "since": min(sinces) if sinces else None,
                 "partitions": [{"topic": p.topic, "partition": p.partition, "since": p.since} for p in parts],
             }
@@ -340,10 +340,31 @@ async def openapi_doc(request: web.Request) -> web.Response:
     return _json(document())
 
 
+async def clusters(request: web.Request) -> web.Response:
+    """Each cluster and whether lagd sees it: a blind cluster's verdicts are held, not judged."""
+    ctx = _ctx(request)
+    out = []
+    for name in sorted(ctx.settings.clusters):
+        sight = ctx.health.sights.get(name)
+        progress = ctx.health.progress.get(name)
+        out.append(
+            {
+                "cluster": name,
+                "degraded": bool(getattr(sight, "unreachable", False)),
+                "blind_since": getattr(sight, "blind_since", None),
+                "reason": getattr(sight, "reason", ""),
+                "reader_caught_up": bool(getattr(progress, "caught_up", False)),
+                "rules": ctx.settings.evaluator.rules,
+            }
+        )
+    return _json({"clusters": out})
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/lagd/v1/openapi.json", openapi_doc)
     r.add_get("/lagd/v1/groups", groups)
+    r.add_get("/lagd/v1/clusters", clusters)
     r.add_get("/lagd/v1/incidents", incidents)
     r.add_get("/lagd/v1/mirrors", mirrors)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}", consumer)

@@ -145,6 +145,14 @@ def _health(out: list[str], health: Health) -> None:
     f = _Family(out, "lagd_reader_progress_ratio", "gauge", "Share of the backlog at start already read")
     for cluster, p in sorted(health.progress.items()):
         f.add(f'cluster="{_esc(cluster)}"', float(getattr(p, "fraction", 0.0)))
+    f = _Family(
+        out,
+        "lagd_cluster_degraded",
+        "gauge",
+        "1 while lagd cannot read the cluster (reader or log-end sampler failing or stale): verdicts are held",
+    )
+    for cluster, sight in sorted(health.sights.items()):
+        f.add(f'cluster="{_esc(cluster)}"', bool(getattr(sight, "unreachable", False)))
     st = health.persister
     if st is not None:
         _Family(out, "lagd_store_pending_changes", "gauge", "Changes waiting to be written to Postgres").add(

@@ -182,6 +182,32 @@ def document() -> dict[str, Any]:
             [_query_param("cluster", STR, "Only groups of this cluster.")],
             {"200": _json(_obj({"groups": {"type": "array", "items": _ref("GroupSummary")}}), "Group summaries.")},
         ),
+        "/lagd/v1/clusters": _get(
+            "Each configured cluster and whether lagd sees it; a degraded cluster's verdicts are held.",
+            [],
+            {
+                "200": _json(
+                    _obj(
+                        {
+                            "clusters": {
+                                "type": "array",
+                                "items": _obj(
+                                    {
+                                        "cluster": STR,
+                                        "degraded": {"type": "boolean"},
+                                        "blind_since": {"type": ["integer", "null"]},
+                                        "reason": STR,
+                                        "reader_caught_up": {"type": "boolean"},
+                                        "rules": {"type": "string", "enum": ["lagd", "burrow"]},
+                                    }
+                                ),
+                            }
+                        }
+                    ),
+                    "Clusters.",
+                )
+            },
+        ),
         "/lagd/v1/consumer/{cluster}/{group}": _get(
             "A group's verdict: statuses, lag, lag in seconds, and which rule fired on which partitions since when.",
             _GROUP_PARAMS,

@@ -31,7 +31,9 @@ Ids are deterministic: incident `<cluster>-<opened_at>-<hash of first group>` (w
 `<incident_id>:<seq>`, so replaying the same input yields the same ids (outbox dedup).
 A member is a consumer group or, with `kind="mirror"`, a mirrored topic judged by the mirror
 job (the daemon names it `mirror:<mirror>/<topic>` on the mirror's target cluster); the rules
-are the same for both, only the summary words differ.
+are the same for both, only the summary words differ. With `kind="cluster"` the member is lagd's
+own view of a cluster (`cluster:<name>`): ERR while lagd cannot read it, so a broker outage is
+one "cluster unreachable" incident while the groups' verdicts are held.
 
 The engine state serialises to JSON per cluster (`dump_cluster`/`load_cluster`).
 """
@@ -46,7 +48,7 @@ from typing import Any, Literal
 from lagd.model import GroupStatus, PartitionStatus
 
 EventKind = Literal["opened", "updated", "resolved"]
-MemberKind = Literal["group", "mirror"]
+MemberKind = Literal["group", "mirror", "cluster"]
 # (topic, partition, status, owner host) of a group's non-OK partitions.
 PartitionInfo = tuple[str, int, PartitionStatus, str]
 
@@ -64,7 +66,7 @@ class GroupChange:
     partitions: tuple[PartitionInfo, ...] = ()
     topics: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
-    kind: MemberKind = "group"  # "mirror": a mirrored topic's verdict, not a consumer group's
+    kind: MemberKind = "group"  # "mirror": a mirrored topic's verdict; "cluster": lagd cannot read the cluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +214,7 @@ class IncidentEngine:
             recurrence = f"recurrence of {prior[0]}"  # state from before incidents could reopen
         target, reason = self._correlate(cl, change.at, member)
         if target is None:
-            first = f"{'mirrored topic' if change.kind == 'mirror' else 'group'} {change.group}" + (
+            first = _first_reason(change) + (
                 f", {recurrence}" if recurrence else ""
             )
             inc = _Incident(
@@ -397,7 +399,13 @@ class IncidentEngine:
         reason = self._reason(inc)
         bad = sum(1 for m in inc.members.values() if m.ok_since is None)
         what = _members_noun({m.kind for m in inc.members.values()})
-        if kind == "resolved":
+        if what == "view(s) of lagd":
+            if kind == "resolved":
+                mins = ((resolved_at or at) - inc.opened_at) // 1000
+                summary = f"resolved: lagd reads cluster {inc.cluster} again after {mins // 60}m{mins % 60:02d}s"
+            else:
+                summary = f"{inc.severity}: lagd cannot read cluster {inc.cluster}; group verdicts are held ({reason})"
+        elif kind == "resolved":
             mins = ((resolved_at or at) - inc.opened_at) // 1000
             summary = (
                 f"resolved: {len(groups)} {what} on cluster {inc.cluster} healthy again "
@@ -431,7 +439,15 @@ class IncidentEngine:
         return min(inc.reasons.items(), key=lambda kv: (-kv[1], order[kv[0]]))[0]
 
 
+def _first_reason(change: GroupChange) -> str:
+    if change.kind == "cluster":
+        return f"cluster {change.cluster} unreachable"
+    return f"{'mirrored topic' if change.kind == 'mirror' else 'group'} {change.group}"
+
+
 def _members_noun(kinds: set[str]) -> str:
+    if kinds == {"cluster"}:
+        return "view(s) of lagd"
     if kinds == {"mirror"}:
         return "mirrored topic(s)"
     if "mirror" in kinds:

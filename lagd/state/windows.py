@@ -69,6 +69,8 @@ class _Cluster:
     members: dict[str, GroupMembers] = field(default_factory=dict)
     owners: dict[str, dict[tuple[str, int], PartitionOwner]] = field(default_factory=dict)
     tombstones: dict[str, int] = field(default_factory=dict)
+    newest_commit: int | None = None  # newest commit timestamp applied (ms)
+    newest_sample: int | None = None  # newest log-end sample time applied (ms)
 
 
 def entries_of(arr: array[int]) -> list[WindowEntry]:
@@ -295,6 +297,8 @@ class State:
             self._forget_offset_tombstone(gs, ev.topic, ev.partition)  # the full window refuses older ones now
         if ev.timestamp > gs.last_commit:
             gs.last_commit = ev.timestamp
+            if cs.newest_commit is None or ev.timestamp > cs.newest_commit:
+                cs.newest_commit = ev.timestamp
         self._seq += 1
         gs.seq = self._seq
         self._dirty_windows.add((ev.cluster, group, ev.topic, ev.partition))
@@ -394,6 +398,8 @@ class State:
             le.run_start = len(le.offsets)
         le.offsets.append(ev.offset)
         le.ts.append(ev.ts)
+        if cs.newest_sample is None or ev.ts > cs.newest_sample:
+            cs.newest_sample = ev.ts
         extra = len(le.offsets) - self.lag_samples
         if extra > 0:
             del le.offsets[:extra]
@@ -474,6 +480,8 @@ class State:
             arr.extend((e.offset, e.order, e.timestamp, e.observed, NO_LAG if e.lag is None else e.lag))
         parts[partition] = arr
         gs.last_commit = max(gs.last_commit, max(e.timestamp for e in kept))
+        if cs.newest_commit is None or gs.last_commit > cs.newest_commit:
+            cs.newest_commit = gs.last_commit
         gs.seq = self._next_seq()
 
     def restore_members(self, members: GroupMembers) -> None:
@@ -499,6 +507,8 @@ class State:
                 le.run_start = i
         cs = self._cluster(cluster)
         cs.log_end.setdefault(topic, {})[partition] = le
+        if le.ts and (cs.newest_sample is None or le.ts[-1] > cs.newest_sample):
+            cs.newest_sample = le.ts[-1]
         cs.topic_seq[topic] = self._next_seq()
 
     # --- reads ----------------------------------------------------------------------
@@ -508,6 +518,11 @@ class State:
     def groups(self, cluster: str) -> list[str]:
         cs = self._clusters.get(cluster)
         return sorted(cs.groups) if cs else []
+
+    def newest_times(self, cluster: str) -> tuple[int | None, int | None]:
+        """(newest commit timestamp, newest log-end sample time) applied for the cluster, ms."""
+        cs = self._clusters.get(cluster)
+        return (cs.newest_commit, cs.newest_sample) if cs else (None, None)
 
     def group_members(self, cluster: str) -> list[GroupMembers]:
         """Every group's latest membership (owners per partition), as restored or applied."""

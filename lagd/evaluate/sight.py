@@ -1,0 +1,64 @@
+"""Does lagd see a cluster well enough to judge it? Blind verdicts are held, not turned into STOP.
+
+When the offsets reader or the log-end sampler fails or falls behind, commits and log ends
+stop arriving although the consumers may be fine: judged "now", every lagging group would
+go STOP. Instead the time-driven rules are judged as of the moment lagd last saw the
+cluster whole (`blind_since`), the cluster is reported degraded, and the incident engine
+gets one "cluster unreachable" member instead of one incident per group.
+
+Pure: the readers' progress and the newest data times in, a ClusterSight out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+READER_STALE_MIN_MS = 30_000  # the reader may take this long (or 3 offset-refreshes) to reach the end again
+SAMPLES_STALE_FACTOR = 3  # log-end samples older than this many offset-refreshes (+ slack) mean blind
+SAMPLES_STALE_SLACK_MS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSight:
+    """`blind_since` is None when lagd sees the cluster; `unreachable` when it cannot read it
+    (as opposed to still catching up after a start); `reason` says why, for operators."""
+
+    cluster: str
+    blind_since: int | None
+    unreachable: bool
+    reason: str
+
+
+def judge_sight(
+    cluster: str,
+    now_ms: int,
+    *,
+    caught_up: bool,
+    reader_fresh_at: int | None,
+    newest_commit: int | None,
+    newest_sample: int | None,
+    offset_refresh_ms: int,
+) -> ClusterSight:
+    """Blind while the reader has not caught up since start (judged as of the newest commit
+    read so far), while it has not stood at the end of the offsets topic for a while, or
+    while no log-end sample came for several offset-refreshes."""
+    if not caught_up:
+        since = newest_commit if newest_commit is not None else now_ms
+        return ClusterSight(cluster, min(since, now_ms), False, "offsets reader still catching up")
+    reader_limit = max(READER_STALE_MIN_MS, 3 * offset_refresh_ms)
+    if reader_fresh_at is not None and now_ms - reader_fresh_at > reader_limit:
+        return ClusterSight(
+            cluster,
+            reader_fresh_at,
+            True,
+            f"offsets reader has not reached the end of the offsets topic for {(now_ms - reader_fresh_at) // 1000} s",
+        )
+    samples_limit = SAMPLES_STALE_FACTOR * offset_refresh_ms + SAMPLES_STALE_SLACK_MS
+    if newest_sample is not None and now_ms - newest_sample > samples_limit:
+        return ClusterSight(
+            cluster,
+            newest_sample + offset_refresh_ms,
+            True,
+            f"no log-end sample for {(now_ms - newest_sample) // 1000} s",
+        )
+    return ClusterSight(cluster, None, False, "")

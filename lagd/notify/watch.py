@@ -1,0 +1,130 @@
+"""The verdict watch: turns group verdicts into status changes, and lagd's sight into one incident.
+
+Each pass judges every group (through the Evaluator's cache), records a changed group status
+in the history the trends job rolls up, and offers it to the notifier as a GroupChange. It
+also judges whether lagd sees each cluster (lagd.evaluate.sight): while blind, the
+evaluator holds time-driven verdicts as of the moment lagd last saw the cluster, and the
+cluster itself becomes one incident member (`cluster:<name>`, ERR while unreachable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lagd import logs
+from lagd.config import ClusterSettings
+from lagd.evaluate import Evaluator, GroupVerdict
+from lagd.evaluate.sight import ClusterSight, judge_sight
+from lagd.model import GroupStatus, PartitionStatus
+from lagd.notify.feed import VerdictFeed
+from lagd.notify.incidents import GroupChange
+from lagd.state.windows import State
+
+log = logs.get("lagd.watch")
+
+SCAN_EVERY_S = 2.0
+
+
+def cluster_member(cluster: str) -> str:
+    """The incident member name of lagd's own view of a cluster."""
+    return f"cluster:{cluster}"
+
+
+def group_change(verdict: GroupVerdict, at: int) -> GroupChange:
+    """The notifier's view of a group verdict: its status and its non-OK partitions."""
+    bad = [p for p in verdict.partitions if p.status is not PartitionStatus.OK]
+    return GroupChange(
+        cluster=verdict.cluster,
+        group=verdict.group,
+        status=verdict.status,
+        at=at,
+        partitions=tuple((p.topic, p.partition, p.status, p.owner) for p in bad),
+        topics=tuple(sorted({p.topic for p in bad})),
+        hosts=tuple(sorted({p.owner for p in bad if p.owner})),
+    )
+
+
+@dataclass
+class VerdictWatch:
+    """Status changes of every group and the sight of every cluster (see the module doc)."""
+
+    state: State
+    evaluator: Evaluator
+    clusters: Mapping[str, ClusterSettings]
+    progress: Mapping[str, Any]  # cluster -> ReaderProgress (caught_up, fresh_at_ms)
+    changes: VerdictFeed | None
+    clock: Callable[[], int]
+    statuses: dict[tuple[str, str], GroupStatus] = field(default_factory=dict)
+    sights: dict[str, ClusterSight] = field(default_factory=dict)
+
+    def judge_sights(self, now: int) -> None:
+        """Update each cluster's sight and the evaluator's blind_since; an unreachable cluster
+        (or one reachable again) is offered to the notifier as a change of its member."""
+        for name, cluster in self.clusters.items():
+            progress = self.progress.get(name)
+            newest_commit, newest_sample = self.state.newest_times(name)
+            sight = judge_sight(
+                name,
+                now,
+                caught_up=bool(getattr(progress, "caught_up", False)),
+                reader_fresh_at=getattr(progress, "fresh_at_ms", None),
+                newest_commit=newest_commit,
+                newest_sample=newest_sample,
+                offset_refresh_ms=int(cluster.offset_refresh * 1000),
+            )
+            before = self.sights.get(name)
+            self.sights[name] = sight
+            if sight.blind_since is None:
+                self.evaluator.blind_since.pop(name, None)
+            else:
+                self.evaluator.blind_since[name] = sight.blind_since
+            was_unreachable = before is not None and before.unreachable
+            if sight.unreachable != was_unreachable:
+                if sight.unreachable:
+                    log.warning(
+                        "lagd cannot see the cluster; verdicts that need fresh data are held",
+                        cluster=name,
+                        reason=sight.reason,
+                        hint="check that the brokers are reachable; lagd resumes judging once they answer",
+                    )
+                else:
+                    log.info("lagd sees the cluster again", cluster=name)
+                if self.changes is not None:
+                    status = GroupStatus.ERR if sight.unreachable else GroupStatus.OK
+                    self.changes.put_nowait(GroupChange(name, cluster_member(name), status, now, kind="cluster"))
+
+    def scan(self, now: int) -> int:
+        """One pass over every group; returns how many changed status."""
+        self.judge_sights(now)
+        seen: set[tuple[str, str]] = set()
+        changed = 0
+        for cluster in self.clusters:
+            for group in self.state.groups(cluster):
+                verdict = self.evaluator.group(cluster, group, now)
+                key = (cluster, group)
+                seen.add(key)
+                if self.statuses.get(key) != verdict.status:
+                    self.statuses[key] = verdict.status
+                    self._on_change(verdict, now)
+                    changed += 1
+        for key in [k for k in self.statuses if k not in seen]:
+            del self.statuses[key]
+            self._on_change(self.evaluator.group(key[0], key[1], now), now)  # NOTFOUND: resolves its incidents
+            changed += 1
+        if self.changes is not None:
+            self.changes.mark_complete("groups")
+        return changed
+
+    def _on_change(self, verdict: GroupVerdict, now: int) -> None:
+        self.state.record_status(verdict.cluster, verdict.group, verdict.status.value, now)
+        if self.changes is not None:
+            # coalesced per group: bounded by the number of groups, never dropped
+            self.changes.put_nowait(group_change(verdict, now))
+
+    async def run(self, every_s: float = SCAN_EVERY_S) -> None:
+        while True:
+            self.scan(self.clock())
+            await asyncio.sleep(every_s)
