@@ -214,9 +214,7 @@ class IncidentEngine:
             recurrence = f"recurrence of {prior[0]}"  # state from before incidents could reopen
         target, reason = self._correlate(cl, change.at, member)
         if target is None:
-            first = _first_reason(change) + (
-                f", {recurrence}" if recurrence else ""
-            )
+            first = _first_reason(change) + (f", {recurrence}" if recurrence else "")
             inc = _Incident(
                 id=self._new_id(cl, f"{change.cluster}-{change.at}-{_short_hash(change.group)}"),
                 cluster=change.cluster,
