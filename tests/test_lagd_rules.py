@@ -1,0 +1,252 @@
+"""lagd's own rules (evaluator.rules = "lagd"): exact per-commit lag, trend, hysteresis, evidence.
+
+Pure: State and Evaluator driven by hand-made commits and log-end samples, time in the events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+
+from lagd.config import EvaluatorSettings, Settings
+from lagd.core import build_core
+from lagd.evaluate import Evaluator
+from lagd.evaluate.lagd_rules import lag_seconds_at, lag_trend
+from lagd.evaluate.sight import judge_sight
+from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
+from lagd.state.windows import State
+
+C, G, T = "c", "g", "t"
+T0 = 1_700_000_000_000
+
+
+def core(**evaluator: object) -> tuple[State, Evaluator]:
+    ev = dataclasses.replace(EvaluatorSettings(), cache_ttl=0.0, **evaluator)  # type: ignore[arg-type]
+    return build_core(Settings(evaluator=ev))
+
+
+def drive(
+    state: State,
+    seconds: int,
+    produce: Callable[[int], int],
+    position: Callable[[int], int | None],
+    *,
+    sample_every: int = 10,
+    commit_every: int = 5,
+    start: int = 0,
+    judge: Callable[[int], None] | None = None,
+) -> None:
+    """Second by second: log-end samples every `sample_every` s, commits every `commit_every` s."""
+    for t in range(start, start + seconds):
+        ms = T0 + t * 1000
+        if t % sample_every == 0:
+            state.apply(LogEndSample(C, T, 0, produce(t), ms))
+        pos = position(t)
+        if pos is not None and t % commit_every == 0:
+            state.apply(Commit(C, G, T, 0, pos, t + 1, ms, ms))
+        if judge is not None:
+            judge(t)
+
+
+def statuses(
+    state: State,
+    evaluator: Evaluator,
+    seconds: int,
+    produce: Callable[[int], int],
+    position: Callable[[int], int | None],
+    **kw: int,
+) -> list[GroupStatus]:
+    out: list[GroupStatus] = []
+    drive(
+        state, seconds, produce, position, judge=lambda t: out.append(evaluator.group(C, G, T0 + t * 1000).status), **kw
+    )
+    return out
+
+
+def changes(seq: list[GroupStatus]) -> list[tuple[int, GroupStatus]]:
+    return [(i, s) for i, s in enumerate(seq) if i == 0 or seq[i - 1] != s]
+
+
+RATE = 400
+
+
+def produce(t: int) -> int:
+    return 1_000_000 + RATE * t
+
+
+def healthy(t: int) -> int:
+    return produce(t) - RATE // 2  # half a second of records behind
+
+
+def test_lag_seconds_at_interpolates_the_log_end_at_the_commits_own_time() -> None:
+    offsets, ts = [1000, 2000, 3000], [0, 10_000, 20_000]
+    # offset 1499: the record at 1499 arrived when the log end passed 1500, at 5 s
+    assert lag_seconds_at(1499, 8_000, offsets, ts, 0) == (3.0, True)
+    # caught up at commit time: the log end had not passed it by the newest sample
+    assert lag_seconds_at(3000, 19_000, offsets, ts, 0) == (0.0, True)
+    # a commit after the newest sample, beyond it: unknown until the next sample
+    assert lag_seconds_at(3000, 25_000, offsets, ts, 0) == (0.0, False)
+    # passed before the oldest sample: a lower bound only
+    assert lag_seconds_at(500, 30_000, offsets, ts, 0) == (30.0, False)
+
+
+def test_a_steady_consumer_is_ok_whatever_the_sampling_and_commit_cadence() -> None:
+    for sample_every, commit_every in ((10, 1), (10, 5), (1, 5), (30, 60)):
+        state, evaluator = core()
+        seq = statuses(state, evaluator, 1800, produce, healthy, sample_every=sample_every, commit_every=commit_every)
+        assert set(seq) == {GroupStatus.OK}, (sample_every, commit_every, changes(seq))
+
+
+def test_a_slowly_falling_behind_consumer_is_warn_from_soon_after_onset_to_the_end_without_flapping() -> None:
+    onset = 600
+
+    def position(t: int) -> int:
+        return healthy(t) if t < onset else healthy(onset) + int(0.92 * RATE * (t - onset))
+
+    state, evaluator = core()
+    seq = statuses(state, evaluator, 1800, produce, position)
+    assert changes(seq)[0] == (0, GroupStatus.OK)
+    assert len(changes(seq)) == 2, changes(seq)  # one change per problem episode
+    at, status = changes(seq)[1]
+    assert status is GroupStatus.WARN and onset < at < onset + 180
+    verdict = evaluator.group(C, G, T0 + 1799 * 1000)
+    part = verdict.partitions[0]
+    assert part.rule in ("falling-behind", "still-behind")
+    assert "s per s" in part.reason  # explains itself: the rate of lag growth
+
+
+def test_warn_holds_while_the_consumer_stays_behind_and_clears_once_it_has_caught_up() -> None:
+    def position(t: int) -> int:
+        if t < 300:
+            return healthy(t)
+        if t < 700:
+            return healthy(300) + int(0.85 * RATE * (t - 300))  # falls behind
+        if t < 1000:
+            return healthy(300) + int(0.85 * RATE * 400) + RATE * (t - 700)  # keeps pace, still behind
+        return min(healthy(t), healthy(300) + int(0.85 * RATE * 400) + RATE * 300 + 3 * RATE * (t - 1000))
+
+    state, evaluator = core()
+    seq = statuses(state, evaluator, 1600, produce, position)
+    ch = changes(seq)
+    assert [s for _, s in ch] == [GroupStatus.OK, GroupStatus.WARN, GroupStatus.OK], ch
+    assert all(s is GroupStatus.WARN for s in seq[ch[1][0] : 1000])  # staying behind stays WARN
+    assert ch[2][0] > 1000  # recovery needs the catch-up
+
+
+def test_a_new_group_or_fresh_lagd_raises_nothing_on_a_short_window() -> None:
+    # one commit far behind the log end, then commits draining the backlog: no STOP/STALL/WARN
+    def position(t: int) -> int:
+        return min(healthy(t), produce(0) - 100 * RATE + 3 * RATE * t)
+
+    state, evaluator = core()
+    seq = statuses(state, evaluator, 300, produce, position, sample_every=1)
+    assert set(seq) == {GroupStatus.OK}, changes(seq)
+
+
+def test_a_group_that_commits_once_and_never_again_goes_stop_once_enough_time_passed() -> None:
+    state, evaluator = core()
+    seq = statuses(state, evaluator, 200, produce, lambda t: healthy(t) if t == 0 else None)
+    assert seq[30] is GroupStatus.OK
+    assert seq[-1] is GroupStatus.ERR
+    assert evaluator.group(C, G, T0 + 199_000).partitions[0].status is PartitionStatus.STOP
+
+
+def test_stalled_consumer_goes_straight_to_err() -> None:
+    onset = 300
+    state, evaluator = core()
+    seq = statuses(state, evaluator, 600, produce, lambda t: healthy(min(t, onset)))
+    ch = changes(seq)
+    assert [s for _, s in ch] == [GroupStatus.OK, GroupStatus.ERR], ch
+    assert ch[1][0] - onset < 90
+    assert evaluator.group(C, G, T0 + 599_000).partitions[0].status is PartitionStatus.STALL
+
+
+def test_a_burst_drained_in_seconds_is_not_falling_behind() -> None:
+    def burst(t: int) -> int:
+        return produce(t) + (30_000 if t >= 400 else 0)
+
+    def position(t: int) -> int:
+        if t < 400:
+            return healthy(t)
+        return min(burst(t) - RATE // 2, healthy(400) + 3000 * (t - 400))
+
+    state, evaluator = core()
+    assert set(statuses(state, evaluator, 900, burst, position, commit_every=1)) == {GroupStatus.OK}
+
+
+def test_burrow_rules_stay_available_and_differ() -> None:
+    # Burrow's STOP fires on a one-commit window as soon as time passes; lagd's waits for evidence.
+    burrow_state, burrow = core(rules="burrow")
+    lagd_state, lagd = core()
+    for state in (burrow_state, lagd_state):
+        state.apply(LogEndSample(C, T, 0, 5000, T0))
+        state.apply(Commit(C, G, T, 0, 1000, 1, T0, T0))
+    assert burrow.group(C, G, T0 + 1000).status is GroupStatus.ERR
+    assert lagd.group(C, G, T0 + 1000).status is GroupStatus.OK
+
+
+def test_blind_cluster_holds_time_driven_verdicts() -> None:
+    state, evaluator = core()
+    drive(state, 300, produce, healthy)
+    # lagd lost the offsets reader at 299 s: no commits since, while the log end kept growing
+    state.apply(LogEndSample(C, T, 0, produce(3600), T0 + 3_600_000))
+    evaluator.blind_since[C] = T0 + 299_000
+    assert evaluator.group(C, G, T0 + 3_600_000).status is GroupStatus.OK
+    del evaluator.blind_since[C]
+    assert evaluator.group(C, G, T0 + 3_600_000).status is GroupStatus.ERR  # judged now: STOP
+
+
+def test_sight_tells_unreachable_from_catching_up() -> None:
+    now = T0 + 600_000
+    seen = judge_sight(
+        C,
+        now,
+        caught_up=True,
+        reader_fresh_at=now - 1000,
+        newest_commit=now,
+        newest_sample=now,
+        offset_refresh_ms=10_000,
+    )
+    assert seen.blind_since is None and not seen.unreachable
+    catching = judge_sight(
+        C,
+        now,
+        caught_up=False,
+        reader_fresh_at=None,
+        newest_commit=now - 50_000,
+        newest_sample=now,
+        offset_refresh_ms=10_000,
+    )
+    assert (catching.blind_since, catching.unreachable) == (now - 50_000, False)
+    reader = judge_sight(
+        C,
+        now,
+        caught_up=True,
+        reader_fresh_at=now - 40_000,
+        newest_commit=now,
+        newest_sample=now,
+        offset_refresh_ms=10_000,
+    )
+    assert (reader.blind_since, reader.unreachable) == (now - 40_000, True)
+    sampler = judge_sight(
+        C,
+        now,
+        caught_up=True,
+        reader_fresh_at=now,
+        newest_commit=now,
+        newest_sample=now - 60_000,
+        offset_refresh_ms=10_000,
+    )
+    assert sampler.unreachable and sampler.blind_since == now - 50_000
+    assert "log-end" in sampler.reason
+
+
+def test_trend_is_robust_to_one_outlier() -> None:
+    state, _ = core()
+    rng = random.Random(7)
+    drive(state, 600, produce, lambda t: healthy(t) - rng.randrange(RATE), commit_every=1, sample_every=1)
+    arr = state.group_windows(C, G)[T][0]  # type: ignore[index]
+    offsets, ts = state.log_end_samples(C, T, 0)
+    trend = lag_trend(arr, offsets, ts, 0)
+    assert trend is not None and abs(trend.slope) < 0.02 and trend.points >= 5
