@@ -57,6 +57,7 @@ BENCHES = (
         full_args=("--sizes", "1000000,3000000,10000000"),
         timeout=7200.0,
     ),
+    Bench("replay", "replay of a 1-hour 8-partition trace: well under 1 s per group (issue 11)"),
     Bench(
         "quality",
         "labelled corpus (stopped, stalled, falling behind; bursts, slow topics, rebalances, monitor restarts): "

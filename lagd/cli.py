@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from lagd import __version__
 from lagd.config import ConfigError, Settings, load
+from lagd.replay import TS_TOLERANCE_MS
 
 DEFAULT_CONFIG = os.environ.get("LAGD_CONFIG", "/etc/lagd/lagd.toml")
 
@@ -93,6 +94,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return demo_main(args)
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from lagd.replay import run as replay_run
+
+    return replay_run(args)
+
+
 def _cmd_jobs(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
     if args.job == "trends":
@@ -163,6 +170,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-table", dest="table", action="store_false", help="do not draw the live table")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser(
+        "replay",
+        help="judge a recorded trace (or stored history) offline and print every group status change",
+        description="Run lagd's own state and evaluator over a trace and print one JSON line per group status "
+        'change. A trace line is {"ts": MS, "type": "log_end", "cluster", "topic", "partition", "offset"} or '
+        '{"ts": MS, "type": "commit", "cluster", "group", "topic", "partition", "offset"}; blank and # lines are '
+        "skipped. Time comes from the trace only. Lines must come in ascending ts; a line may be at most "
+        f"{TS_TOLERANCE_MS} ms older than the newest before it. A malformed line exits 2 naming it.",
+    )
+    p.add_argument("traces", nargs="*", metavar="TRACE", help='JSON-lines files read in turn (default, or "-": stdin)')
+    p.add_argument(
+        "--config",
+        "-c",
+        default=None,
+        metavar="FILE",
+        help="evaluator and storage keys (default: the built-in defaults)",
+    )
+    p.add_argument(
+        "--every", type=float, default=1.0, metavar="SECONDS", help="trace time between evaluations (default 1)"
+    )
+    p.add_argument("--from-db", action="store_true", help="replay the commit and log-end history kept in Postgres")
+    p.add_argument("--cluster", default=None, metavar="C", help="with --from-db: only this cluster")
+    p.add_argument("--group", default=None, metavar="G", help="with --from-db: only this group")
+    p.add_argument("--from", dest="start", metavar="T", help="with --from-db: range start (ISO time or epoch ms)")
+    p.add_argument("--to", dest="end", metavar="T", help="with --from-db: range end, included (ISO time or epoch ms)")
+    p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser("jobs", help="run a Spark job (trends, mirrors)", description="Run a PySpark job once.")
     p.add_argument("job", choices=["trends", "mirrors"])
