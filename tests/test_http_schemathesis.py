@@ -123,12 +123,16 @@ def test_lagd_api_conforms_to_its_openapi_document(live: str) -> None:
         assert isinstance(result, Ok), f"the served document does not load: {result}"
         operations.append(result.ok())
     assert sorted(op.path for op in operations) == [
+        "/lagd/v1/clusters",
         "/lagd/v1/consumer/{cluster}/{group}",
         "/lagd/v1/consumer/{cluster}/{group}/trend",
         "/lagd/v1/consumer/{cluster}/{group}/window/{topic}/{partition}",
         "/lagd/v1/groups",
         "/lagd/v1/incidents",
         "/lagd/v1/mirrors",
+        "/lagd/v1/quarantine",
+        "/lagd/v1/quarantine",
+        "/lagd/v1/quarantine/{id}",
     ]
     statuses: list[int] = []
     for op in operations:

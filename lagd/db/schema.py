@@ -15,9 +15,11 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -84,6 +86,25 @@ reader_positions = Table(
     Column("cluster", Text, primary_key=True),
     Column("partition", Integer, primary_key=True),
     Column("next_offset", BigInteger, nullable=False),
+)
+
+# Rows Postgres refused to store (a name too long to index, a NUL in text, ...): kept aside so
+# the rest of their batch is written, shown at GET /lagd/v1/quarantine, removed with DELETE.
+# One row per (table, key): a poison key written again only updates last_at and times.
+quarantine = Table(
+    "quarantine",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("table_name", Text, nullable=False),  # the table the row was meant for
+    Column("cluster", Text, nullable=False),
+    Column("row_key", Text, nullable=False),  # the row's key, escaped and shortened for display
+    Column("key_hash", Text, nullable=False),  # sha256 of the full key
+    Column("error", Text, nullable=False),
+    Column("row_data", LargeBinary, nullable=False),  # the whole row, escaped (bytes: no NUL problem)
+    Column("first_at", BigInteger, nullable=False),
+    Column("last_at", BigInteger, nullable=False),
+    Column("times", BigInteger, nullable=False, server_default="1"),
+    UniqueConstraint("table_name", "key_hash", name="uq_quarantine_table_name_key_hash"),
 )
 
 # --- history (for the Spark jobs; partitioned by day on ts) -----------------------

@@ -334,6 +334,78 @@ async def trend(request: web.Request) -> web.Response:
     return _json({"cluster": cluster, "group": group, "step": step, "from": start, "to": to, "points": points})
 
 
+def _quarantined(r: Any) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "table": r["table_name"],
+        "cluster": r["cluster"],
+        "key": r["row_key"],
+        "error": r["error"],
+        "first_at": r["first_at"],
+        "last_at": r["last_at"],
+        "times": r["times"],
+        "size": r["size"],
+    }
+
+
+async def quarantine(request: web.Request) -> web.Response:
+    """Rows Postgres refused (newest first); the row itself stays in the table (row_data)."""
+    t = schema.quarantine
+    try:
+        limit = _int_param(request.query.get("limit", "100"), "limit", 1, 1000)
+    except BadRequest as exc:
+        return _error(request, 400, str(exc))
+    cols = [c for c in t.c if c.name != "row_data"]
+    stmt = sa.select(*cols, sa.func.octet_length(t.c.row_data).label("size"))
+    stmt = stmt.order_by(t.c.last_at.desc(), t.c.id.desc()).limit(limit)
+    return await _db_answer(request, stmt, "quarantine", _quarantined)
+
+
+async def _execute(request: web.Request, stmt: Any) -> int | None:
+    """Rows a change touched, or None when the database is unavailable (logged)."""
+    ctx = _ctx(request)
+    if ctx.engine is None:
+        return None
+    engine = ctx.engine
+
+    async def run() -> int:
+        async with engine.begin() as conn:
+            return int((await conn.execute(stmt)).rowcount)
+
+    try:
+        return await asyncio.wait_for(run(), DB_TIMEOUT_S)
+    except (OSError, TimeoutError, sa.exc.SQLAlchemyError) as exc:
+        log.warning("database change for the API failed", path=request.path, error=f"{exc.__class__.__name__}: {exc}")
+        return None
+
+
+_DB_DOWN = "database unavailable: check storage.database-url and that Postgres is up"
+
+
+async def delete_quarantined(request: web.Request) -> web.Response:
+    """Remove one quarantined row (admin token): the operator has understood it."""
+    try:
+        row_id = _int_param(request.match_info["id"], "id", 1, 2**63 - 1)
+    except BadRequest as exc:
+        return _error(request, 400, str(exc))
+    removed = await _execute(request, sa.delete(schema.quarantine).where(schema.quarantine.c.id == row_id))
+    if removed is None:
+        return _error(request, 503, _DB_DOWN)
+    if not removed:
+        return _error(request, 404, "quarantined row not found")
+    log.info("quarantined row removed over HTTP", id=row_id)
+    return _json({"removed": removed})
+
+
+async def clear_quarantine(request: web.Request) -> web.Response:
+    """Remove every quarantined row (admin token)."""
+    removed = await _execute(request, sa.delete(schema.quarantine))
+    if removed is None:
+        return _error(request, 503, _DB_DOWN)
+    log.info("quarantine cleared over HTTP", removed=removed)
+    return _json({"removed": removed})
+
+
 async def openapi_doc(request: web.Request) -> web.Response:
     from lagd.http.openapi import document
 
@@ -367,6 +439,9 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/lagd/v1/clusters", clusters)
     r.add_get("/lagd/v1/incidents", incidents)
     r.add_get("/lagd/v1/mirrors", mirrors)
+    r.add_get("/lagd/v1/quarantine", quarantine)
+    r.add_delete("/lagd/v1/quarantine", clear_quarantine)
+    r.add_delete("/lagd/v1/quarantine/{id}", delete_quarantined)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}", consumer)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}/trend", trend)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}/window/{topic}/{partition}", window)

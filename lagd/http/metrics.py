@@ -165,6 +165,9 @@ def _health(out: list[str], health: Health) -> None:
         _Family(
             out, "lagd_store_dropped_history_total", "counter", "History rows dropped because the buffer was full"
         ).add("", int(st.dropped_history))
+        _Family(
+            out, "lagd_store_quarantined_total", "counter", "Rows Postgres refused, kept in the quarantine table"
+        ).add("", int(getattr(st, "quarantined", 0)))
     pub = health.publisher
     if pub is not None:
         _Family(out, "lagd_mqtt_connected", "gauge", "1 while connected to the MQTT broker").add(

@@ -127,6 +127,19 @@ SCHEMAS: dict[str, Any] = {
             "details": {"type": "object"},
         }
     ),
+    "Quarantined": _obj(
+        {
+            "id": INT,
+            "table": STR,
+            "cluster": STR,
+            "key": STR,
+            "error": STR,
+            "first_at": INT,
+            "last_at": INT,
+            "times": INT,
+            "size": INT,
+        }
+    ),
     "TrendPoint": _obj(
         {
             "bucket": INT,
@@ -168,6 +181,22 @@ _AUTH = {"401": _err("A bearer token is required (http.auth-reads) and was missi
 
 def _get(summary: str, params: list[dict[str, Any]], responses: dict[str, Any]) -> dict[str, Any]:
     return {"get": {"summary": summary, "parameters": params, "responses": {**responses, **_AUTH}}}
+
+
+def _delete(summary: str, params: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A change: needs the admin token (http.auth-token) as a bearer token."""
+    return {
+        "summary": summary,
+        "parameters": params,
+        "security": [{"bearer": []}],
+        "responses": {
+            "200": _json(_obj({"removed": INT}), "How many rows were removed."),
+            "401": _err("The bearer token was missing or wrong."),
+            "403": _err("Changes are disabled: http.auth-token is not set."),
+            **(extra or {}),
+            **_DB,
+        },
+    }
 
 
 _DB = {"503": _err("Postgres is unavailable; the answer says what to check.")}
@@ -270,6 +299,25 @@ def document() -> dict[str, Any]:
             [],
             {"200": _json(_obj({"mirrors": {"type": "array", "items": _ref("Mirror")}}), "Mirrors."), **_DB},
         ),
+    }
+    paths["/lagd/v1/quarantine"] = {
+        **_get(
+            "Rows Postgres refused to store (newest first), kept aside so the rest was written.",
+            [_query_param("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "At most this many.")],
+            {
+                "200": _json(_obj({"quarantine": {"type": "array", "items": _ref("Quarantined")}}), "Rows."),
+                **_BAD,
+                **_DB,
+            },
+        ),
+        "delete": _delete("Remove every quarantined row.", []),
+    }
+    paths["/lagd/v1/quarantine/{id}"] = {
+        "delete": _delete(
+            "Remove one quarantined row.",
+            [_path_param("id", {"type": "integer", "minimum": 1, "maximum": 2**63 - 1})],
+            {"404": _err("No quarantined row with this id."), **_BAD},
+        )
     }
     return {
         "openapi": "3.1.0",

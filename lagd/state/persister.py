@@ -20,7 +20,7 @@ from typing import Any
 from lagd import logs
 from lagd.config import StorageSettings
 from lagd.state.changes import Changes
-from lagd.state.store import Store
+from lagd.state.store import Store, is_poison
 from lagd.state.windows import State
 
 log = logs.get(__name__)
@@ -41,6 +41,7 @@ class PersisterStatus:
     dropped_history: int = 0  # history rows dropped because the buffer was full (total)
     healthy: bool = True  # False while writes fail
     failed_writes: int = 0  # failed write attempts (total)
+    quarantined: int = 0  # rows Postgres refused, moved to the quarantine table (total)
 
 
 @dataclass
@@ -130,7 +131,7 @@ async def flush(wb: WriteBehind) -> bool:
             return True
         started = time.monotonic()
         try:
-            await asyncio.wait_for(wb.store.write(wb.pending), wb.write_timeout)
+            await asyncio.wait_for(_write(wb), wb.write_timeout)
         except Exception as exc:
             _failed(wb, exc)
             return False
@@ -146,6 +147,20 @@ async def flush(wb: WriteBehind) -> bool:
             wb._outage_started = None
             wb._drops_logged = False
         return True
+
+
+async def _write(wb: WriteBehind) -> None:
+    """Write the pending batch; one Postgres refuses for its rows is written around them.
+
+    A refused row would fail the all-or-nothing batch on every retry, across restarts: the
+    batch is split instead, the refused rows go to the quarantine table and the rest is written.
+    """
+    try:
+        await wb.store.write(wb.pending)
+    except Exception as exc:
+        if not is_poison(exc):
+            raise
+        wb.status.quarantined += await wb.store.write_isolating(wb.pending, wb.clock())
 
 
 def _failed(wb: WriteBehind, exc: Exception) -> None:

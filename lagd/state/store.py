@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import re
 from array import array
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from lagd import logs
@@ -168,6 +170,67 @@ class Store:
                 self._known_partitions.clear()  # someone may have dropped one: check again next time
                 raise
 
+    async def write_isolating(self, changes: Changes, now_ms: int) -> int:
+        """Write what Postgres accepts, quarantine each row it refuses; returns how many were.
+
+        For a batch `write` failed on with `is_poison`: it is split in halves until each
+        refused row stands alone (about 2 log2(n) writes per poison row). Rows are upserts, so
+        writing the good halves in separate transactions is safe. Reader positions go last,
+        once everything they cover is written or quarantined, so the readers move past it.
+        """
+        units = units_of(changes)
+        quarantined = await self._isolate(units, now_ms)
+        if changes.positions:
+            await self.write(Changes(positions=dict(changes.positions)))
+        return quarantined
+
+    async def _isolate(self, units: list[Unit], now_ms: int) -> int:
+        pending = [units]
+        quarantined = 0
+        while pending:
+            part = pending.pop()
+            if not part:
+                continue
+            try:
+                await self.write(changes_of(part))
+                continue
+            except Exception as exc:
+                if not is_poison(exc):
+                    raise
+                if len(part) > 1:
+                    half = len(part) // 2
+                    pending.extend((part[half:], part[:half]))
+                    continue
+                await self._quarantine(part[0], exc, now_ms)
+                quarantined += 1
+        return quarantined
+
+    async def _quarantine(self, unit: Unit, exc: Exception, now_ms: int) -> None:
+        table, cluster, key, data = quarantine_row(unit)
+        error = f"{exc.__class__.__name__}: {exc}".replace("\x00", "\\x00")[:1000]
+        log.error(
+            "postgres refused a row: quarantined, the rest of the batch is written",
+            table=table,
+            cluster=cluster,
+            key=key[:200],
+            error=error,
+            hint="see GET /lagd/v1/quarantine; DELETE /lagd/v1/quarantine/<id> once understood",
+        )
+        async with self._raw() as apg:
+            await apg.execute(
+                "INSERT INTO quarantine (table_name, cluster, row_key, key_hash, error, row_data, first_at, last_at) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT (table_name, key_hash) DO UPDATE SET "
+                "error = EXCLUDED.error, row_data = EXCLUDED.row_data, last_at = EXCLUDED.last_at, "
+                "times = quarantine.times + 1",
+                table,
+                cluster,
+                key[:QUARANTINE_KEY_CHARS],
+                hashlib.sha256(key.encode("utf-8", "backslashreplace")).hexdigest(),
+                error,
+                data,
+                now_ms,
+            )
+
     def _placeable(self, rows: list[Any]) -> list[Any]:
         """History rows whose timestamp falls on a calendar day (garbage times are counted, not written)."""
         lo, hi = _MIN_DAY * DAY_MS, (_MAX_DAY + 1) * DAY_MS
@@ -288,6 +351,69 @@ class Store:
         except Exception:
             return False
         return True
+
+
+# Postgres refuses these for what a row holds, not because it is away; retrying cannot help:
+# 22 data exception (NUL in text, bad encoding, out of range), 23 integrity constraint
+# violation, 54 program limit exceeded (an index row too long).
+POISON_SQLSTATE_CLASSES = ("22", "23", "54")
+QUARANTINE_KEY_CHARS = 1000
+
+# One row of a Changes: (field of Changes, key or history row, value; None for history rows).
+Unit = tuple[str, Any, Any]
+_KEYED_FIELDS = {
+    "windows": "windows",
+    "members": "group_members",
+    "tombstones": "group_tombstones",
+    "log_end": "log_end",
+}
+_HISTORY_FIELDS = ("commit_history", "log_end_history", "status_history")
+
+
+def is_poison(exc: BaseException) -> bool:
+    """True when Postgres (or the driver, encoding the row) refused the data itself."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        return sqlstate[:2] in POISON_SQLSTATE_CLASSES
+    # asyncpg's client-side encoding errors: a value that does not fit its column type
+    return isinstance(exc, asyncpg.exceptions.DataError | ValueError | OverflowError)
+
+
+def units_of(ch: Changes) -> list[Unit]:
+    """Every row of `ch` except reader positions, one unit each."""
+    out: list[Unit] = []
+    for name in _KEYED_FIELDS:
+        out.extend((name, k, v) for k, v in getattr(ch, name).items())
+    for name in _HISTORY_FIELDS:
+        out.extend((name, row, None) for row in getattr(ch, name))
+    return out
+
+
+def changes_of(units: Iterable[Unit]) -> Changes:
+    ch = Changes()
+    for name, key, value in units:
+        target = getattr(ch, name)
+        if isinstance(target, dict):
+            target[key] = value
+        else:
+            target.append(key)
+    return ch
+
+
+def quarantine_row(unit: Unit) -> tuple[str, str, str, bytes]:
+    """(table, cluster, key, row data) of a refused row, escaped so Postgres can hold them."""
+    name, key, value = unit
+    if name in _KEYED_FIELDS:
+        table, cluster, shown, data = _KEYED_FIELDS[name], key[0], key, (key, value)
+    else:  # a history row: (ts, cluster, ...)
+        table, cluster, shown, data = name, key[1], key[:-1] if name == "commit_history" else key, key
+    return table, _escaped(cluster)[:200], _escaped(shown), _escaped(data).encode("utf-8", "backslashreplace")
+
+
+def _escaped(value: object) -> str:
+    """repr escapes NUL and lone surrogates; a plain str is shown without quotes."""
+    text = value if isinstance(value, str) and value.isprintable() else repr(value)
+    return text
 
 
 async def _invalidate(conn: AsyncConnection) -> None:
