@@ -24,18 +24,18 @@ from lagd import logs, sdnotify
 from lagd.config import ConfigError, Settings, load
 from lagd.core import build_core
 from lagd.db.migrate import upgrade
-from lagd.evaluate import Evaluator, GroupVerdict
+from lagd.evaluate import Evaluator
 from lagd.http.app import Health, HttpContext, start_http
 from lagd.ingest.admin_poll import poll_admin
 from lagd.ingest.log_end import sample_log_ends
 from lagd.ingest.offsets_topic import read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Event, GroupStatus, IngestCounters, PartitionStatus
+from lagd.model import Event, IngestCounters
 from lagd.notify.feed import VerdictFeed
-from lagd.notify.incidents import GroupChange
 from lagd.notify.mirror_verdicts import watch_mirrors
 from lagd.notify.mqtt import PublisherStatus, publish_outbox
 from lagd.notify.notifier import run_notifier
+from lagd.notify.watch import VerdictWatch
 from lagd.state import persister
 from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.persister import WriteBehind
@@ -46,7 +46,6 @@ log = logs.get("lagd.daemon")
 
 EVENT_QUEUE_BATCHES = 1_000  # backpressure: readers wait when apply falls this far behind
 STOP_BUDGET_S = 4.0  # everything must be down within 5 s of SIGTERM
-VERDICT_SCAN_S = 2.0
 
 
 T = TypeVar("T")
@@ -69,7 +68,6 @@ class Runtime:
     counters: dict[str, IngestCounters] = field(default_factory=dict)
     progress: dict[str, Any] = field(default_factory=dict)
     persist_wake: asyncio.Event = field(default_factory=asyncio.Event)
-    statuses: dict[tuple[str, str], GroupStatus] = field(default_factory=dict)
 
     def ready(self) -> bool:
         return self.restored.is_set() and all(getattr(p, "caught_up", False) for p in self.progress.values())
@@ -98,7 +96,7 @@ async def apply_events(rt: Runtime) -> None:
     poison = PoisonLog()
     while True:
         batch = await rt.events.get()
-        rt.state.apply_many(batch)
+        apply_guarded(rt.state, batch, rt.counters, poison)
         applied += len(batch)
         if applied >= flush_at:
             applied = 0
@@ -212,49 +210,6 @@ def consumed_topics(rt: Runtime, cluster: str) -> set[str]:
     for group in state.groups(cluster):
         topics.update(state.group_topics(cluster, group) or ())
     return topics
-
-
-async def watch_verdicts(rt: Runtime, changes: VerdictFeed | None) -> None:
-    """Evaluates every group periodically; a changed status becomes history and a GroupChange.
-
-    The feed coalesces per group (never drops the newest status) and, once a whole pass is
-    done, serves the notifier a snapshot of every group's current verdict for takeovers.
-    """
-    while True:
-        now = now_ms()
-        seen: set[tuple[str, str]] = set()
-        for cluster in rt.settings.clusters:
-            for group in rt.state.groups(cluster):
-                verdict = rt.evaluator.group(cluster, group, now)
-                key = (cluster, group)
-                seen.add(key)
-                if rt.statuses.get(key) != verdict.status:
-                    rt.statuses[key] = verdict.status
-                    _on_status_change(rt, verdict, changes, now)
-        for key in [k for k in rt.statuses if k not in seen]:
-            del rt.statuses[key]
-            gone = rt.evaluator.group(key[0], key[1], now)  # NOTFOUND: resolves its incidents
-            _on_status_change(rt, gone, changes, now)
-        if changes is not None:
-            changes.mark_complete("groups")
-        await asyncio.sleep(VERDICT_SCAN_S)
-
-
-def _on_status_change(rt: Runtime, verdict: GroupVerdict, changes: VerdictFeed | None, now: int) -> None:
-    rt.state.record_status(verdict.cluster, verdict.group, verdict.status.value, now)
-    if changes is None:
-        return
-    bad = [p for p in verdict.partitions if p.status is not PartitionStatus.OK]
-    change = GroupChange(
-        cluster=verdict.cluster,
-        group=verdict.group,
-        status=verdict.status,
-        at=now,
-        partitions=tuple((p.topic, p.partition, p.status, p.owner) for p in bad),
-        topics=tuple(sorted({p.topic for p in bad})),
-        hosts=tuple(sorted({p.owner for p in bad if p.owner})),
-    )
-    changes.put_nowait(change)  # coalesced per group: bounded by the number of groups, never dropped
 
 
 def _reload_log_level(config_path: str | None) -> None:
@@ -407,7 +362,9 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 spawn(run_notifier(store.engine, settings.notify, changes, rt.stop), "notifier")
                 # every instance runs one; only the holder of the publish lease drains the outbox
                 spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher), "mqtt")
-            spawn(watch_verdicts(rt, changes), "verdicts")
+            watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, now_ms)
+            health.sights = watch.sights
+            spawn(watch.run(), "verdicts")
             sdnotify.notify("READY=1")
             sdnotify.notify("STATUS=running")
             log.info("lagd running", group_partitions=rt.state.partitions_tracked())
