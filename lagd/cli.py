@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from lagd import __version__
 from lagd.config import ConfigError, Settings, load
-from lagd.replay import TS_TOLERANCE_MS
 
 DEFAULT_CONFIG = os.environ.get("LAGD_CONFIG", "/etc/lagd/lagd.toml")
 
@@ -178,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         'change. A trace line is {"ts": MS, "type": "log_end", "cluster", "topic", "partition", "offset"} or '
         '{"ts": MS, "type": "commit", "cluster", "group", "topic", "partition", "offset"}; blank and # lines are '
         "skipped. Time comes from the trace only. Lines must come in ascending ts; a line may be at most "
-        f"{TS_TOLERANCE_MS} ms older than the newest before it. A malformed line exits 2 naming it.",
+        "1000 ms older than the newest before it. A malformed line exits 2 naming it.",
     )
     p.add_argument("traces", nargs="*", metavar="TRACE", help='JSON-lines files read in turn (default, or "-": stdin)')
     p.add_argument(

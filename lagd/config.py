@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+MIN_INTERVALS_LAGD = 6  # a Mann-Kendall trend over fewer commits can never reach significance
+
 
 class ConfigError(ValueError):
     """A configuration problem; `str()` is one line naming the key and what to do."""
@@ -423,6 +425,12 @@ def _validate(s: Settings) -> None:
         raise ConfigError("evaluator.minimum-complete", f"got {s.evaluator.minimum_complete}, expected 0.0 to 1.0")
     if s.evaluator.allowed_lag_seconds < 0:
         raise ConfigError("evaluator.allowed-lag-seconds", f"got {s.evaluator.allowed_lag_seconds}, expected 0 or more")
+    if s.evaluator.rules == "lagd" and st.intervals < MIN_INTERVALS_LAGD:
+        raise ConfigError(
+            "storage.intervals",
+            f'got {st.intervals}, expected {MIN_INTERVALS_LAGD} or more with evaluator.rules = "lagd" '
+            "(the falling-behind trend needs that many commits to be significant)",
+        )
     for key in ("window_step", "min_history", "stop_after"):
         if getattr(s.evaluator, key) < 0:
             raise ConfigError(f"evaluator.{_key(key)}", f"got {getattr(s.evaluator, key)}, expected 0 or more seconds")

@@ -26,7 +26,7 @@ from tests.test_restart import _ready, get, settings_for, start_daemon
 Settle = Callable[..., Awaitable[Any]]
 pytestmark = pytest.mark.slow
 
-INTERVALS = 5  # settings_for's window size
+INTERVALS = 10  # settings_for's window size; its evaluator knobs are scaled to seconds-long scenarios
 ENVELOPE = ["error", "message", "{payload}", "request"]
 GROUP_STATUS = ["cluster", "group", "status", "complete", "partitions", "partition_count", "maxlag", "totallag"]
 PARTITION_STATUS = ["topic", "partition", "owner", "client_id", "status", "start", "end", "current_lag", "complete"]
@@ -38,15 +38,15 @@ def scenario(u: str) -> Scenario:
     """One group per state, on steady topics so every lag is exactly computable."""
     orders, payments = f"orders-{u}", f"payments-{u}"
     return Scenario(
-        topics=(TopicSpec(orders, 3, rate=2.0), TopicSpec(payments, 2, rate=3.0)),
+        topics=(TopicSpec(orders, 3, rate=6.0), TopicSpec(payments, 2, rate=10.0)),
         groups=(
             GroupSpec(f"billing-{u}", (orders,), "healthy"),
             GroupSpec(f"search-{u}", (payments,), "lagging", speed=0.2),
             GroupSpec(f"fraud-{u}", (orders, payments), "stalled", at=2.0),
             GroupSpec(f"archive-{u}", (payments,), "stopped", at=3.0),
-            # 30 records back at 6 s: more than the fastest partition (3/s) regains by 9 s, when the
+            # 60 records back at 6 s: more than its partitions (6/s) regain by 9 s, when the
             # test reads, so the window holds an unrecovered backward step.
-            GroupSpec(f"replay-{u}", (orders,), "rewinding", at=6.0, rewind_by=30),
+            GroupSpec(f"replay-{u}", (orders,), "rewinding", at=6.0, rewind_by=60),
         ),
         start_ms=int(time.time() * 1000),
     )

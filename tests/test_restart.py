@@ -26,7 +26,21 @@ Settle = Callable[..., Awaitable[Any]]
 pytestmark = pytest.mark.slow
 
 
-def settings_for(kafka: str, database_url: str, port: int, offsets_topic: str) -> Settings:
+# lagd's default rules with their time knobs scaled to these seconds-long scenarios (1 s ticks):
+# every commit kept (window-step 0, so a window is the last `intervals` commits, as Burrow's),
+# a trend judged from 3 s of history, STOP after 4 s of silence, STALL after 2 s of one offset.
+SCALED_EVALUATOR = {"window-step": 0.0, "min-history": 3.0, "stop-after": 4.0, "allowed-lag-seconds": 2.0}
+
+
+def settings_for(
+    kafka: str,
+    database_url: str,
+    port: int,
+    offsets_topic: str,
+    *,
+    intervals: int = 10,
+    evaluator: dict[str, Any] | None = None,
+) -> Settings:
     return parse(
         {
             "clusters": {
@@ -37,8 +51,8 @@ def settings_for(kafka: str, database_url: str, port: int, offsets_topic: str) -
                     "topic-refresh": 2.0,
                 }
             },
-            "storage": {"database-url": database_url, "intervals": 5, "flush-interval": 0.2},
-            "evaluator": {"cache-ttl": 0.2},
+            "storage": {"database-url": database_url, "intervals": intervals, "flush-interval": 0.2},
+            "evaluator": {"cache-ttl": 0.2, **SCALED_EVALUATOR, **(evaluator or {})},
             "http": {"listen": f"127.0.0.1:{port}"},
             "notify": {"enabled": False},
         },
@@ -100,8 +114,9 @@ async def test_restart_keeps_every_verdict_and_resumes_where_it_left_off(
             await driver.run(until=8.0)
             expected_groups = set(groups)
             await settle(lambda: _all_known(session, port, expected_groups), timeout=30, what="every group judged")
-            # Let the verdicts settle on the last commits, then freeze the picture.
-            await asyncio.sleep(2.0)
+            # The simulator has stopped: every group with lag ends STOP once stop-after has passed.
+            # Wait for that terminal picture (no partition STALL or WARN any more), then freeze it.
+            await settle(lambda: _terminal(session, port, groups), timeout=30, what="verdicts settled on STOP/OK")
             before = await snapshot(session, port, groups)
             statuses = {v["status"] for v in before.values()}
             assert "ERR" in statuses and "OK" in statuses, before
@@ -129,6 +144,13 @@ async def _ready(session: aiohttp.ClientSession, port: int) -> bool:
     except aiohttp.ClientError:
         return False
     return status == 200
+
+
+async def _terminal(session: aiohttp.ClientSession, port: int, groups: list[str]) -> bool:
+    for part in (await snapshot(session, port, groups)).values():
+        if any(status not in ("OK", "STOP") for _, _, status in part["partitions"]):
+            return False
+    return True
 
 
 async def _all_known(session: aiohttp.ClientSession, port: int, groups: set[str]) -> bool:

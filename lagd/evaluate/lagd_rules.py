@@ -226,6 +226,8 @@ def judge_lagd(
             f"offset {committed} committed again and again for {stuck_ms / 1000:.0f} s "
             f"while records wait {waited:.0f} s",
         )
+    if not was_behind and waited < p.allowed_lag_seconds:
+        return J_WITHIN_SECONDS
     trend = None
     if last_ts - arr[2] >= p.min_history_ms:
         trend = lag_trend(arr, offsets, ts, lo, p.tie_s)
@@ -241,8 +243,6 @@ def judge_lagd(
                 return J_CATCHING_UP
             return Judgement(WARN, RULE_STILL_BEHIND, _explain("still behind", trend, waited))
         return Judgement(WARN, RULE_STILL_BEHIND, f"still behind: records wait {waited:.0f} s")
-    if waited < p.allowed_lag_seconds:
-        return J_WITHIN_SECONDS
     if trend is None:
         return J_TOO_LITTLE_HISTORY
     if (
