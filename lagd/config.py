@@ -163,6 +163,11 @@ class HttpSettings:
     tls_key_file: str = ""
     cors_origin: str = ""
     metrics_detail: Literal["partition", "group"] = "partition"
+    # Bounds against slow or hostile clients (aiohttp's own defaults wait an hour).
+    idle_timeout: float = 15.0  # seconds without a complete request head: idle keep-alive or slow headers
+    request_timeout: float = 30.0  # seconds to read a request's body and answer it
+    max_request_bytes: int = 65_536  # largest request body
+    status_cache_bytes: int = 64 * 1024 * 1024  # Burrow status bodies kept for evaluator.cache-ttl
 
 
 @dataclass(frozen=True)
@@ -440,6 +445,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError("http.tls-key-file", "tls-cert-file and tls-key-file go together: set both or neither")
     _readable_file("http.tls-cert-file", s.http.tls_cert_file, "PEM certificate")
     _readable_file("http.tls-key-file", s.http.tls_key_file, "PEM private key")
+    positive("http.idle-timeout", s.http.idle_timeout)
+    positive("http.request-timeout", s.http.request_timeout)
+    positive("http.max-request-bytes", s.http.max_request_bytes)
+    if s.http.status_cache_bytes < 0:
+        raise ConfigError("http.status-cache-bytes", f"got {s.http.status_cache_bytes}, expected 0 (no cache) or more")
     if s.http.auth_reads and not s.http.auth_token:
         raise ConfigError("http.auth-token", "missing: required when auth-reads is true")
     _url(

@@ -7,6 +7,7 @@ TLS are applied here once for all routes.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import socket
@@ -170,11 +171,36 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return envelope(request, 500, True, "internal error: see lagd's log for the traceback", {})
 
 
+@web.middleware
+async def timeout_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Reading a request's body and answering it take at most http.request-timeout.
+
+    A client that sends its body slowly (or never) would otherwise hold the handler forever.
+    """
+    limit = request.app[CTX].settings.http.request_timeout
+    try:
+        async with asyncio.timeout(limit):
+            return await handler(request)
+    except TimeoutError:
+        log.warning("request timed out", path=request.path[:200], method=request.method, timeout_s=limit)
+        return envelope(
+            request,
+            503,
+            True,
+            f"the request was not read and answered within http.request-timeout ({limit:g} s): "
+            "send the body at once, or try again later",
+            {},
+        )
+
+
 def build_app(ctx: HttpContext) -> web.Application:
     """The application with every route: Burrow v3, /metrics, /lagd/v1 and the status page."""
     from lagd.http import burrow_v3, lagd_api, metrics, page
 
-    app = web.Application(middlewares=[cors_middleware, error_middleware, auth_middleware])
+    app = web.Application(
+        middlewares=[timeout_middleware, cors_middleware, error_middleware, auth_middleware],
+        client_max_size=ctx.settings.http.max_request_bytes,
+    )
     app[CTX] = ctx
     burrow_v3.add_routes(app)
     metrics.add_routes(app)
@@ -197,7 +223,9 @@ def _ssl_context(cert: str, key: str) -> ssl.SSLContext:
 async def start_http(ctx: HttpContext) -> web.AppRunner:
     """Listen on http.listen (TLS when cert and key are set); stop with `stop_http`."""
     http = ctx.settings.http
-    runner = web.AppRunner(build_app(ctx), access_log=None, handle_signals=False)
+    # keepalive_timeout closes a connection that has no complete request head this long after
+    # it opened or after its last answer: idle keep-alive and slowly sent headers alike.
+    runner = web.AppRunner(build_app(ctx), access_log=None, handle_signals=False, keepalive_timeout=http.idle_timeout)
     await runner.setup()
     host, port = _listen(http.listen)
     tls = _ssl_context(http.tls_cert_file, http.tls_key_file) if http.tls_cert_file else None

@@ -188,12 +188,9 @@ def _detail_topics(ctx: HttpContext, cluster: str, group: str, verdict: GroupVer
     lags = {(p.topic, p.partition): p.current_lag for p in verdict.partitions}
     out: dict[str, Any] = {}
     for topic, partitions in (state.group_topics(cluster, group) or {}).items():
-        width = max(partitions) + 1 if partitions else 0
         log_end = state.topic_offsets(cluster, topic)
-        if log_end is not None:
-            width = max(width, len(log_end))
         rows: list[dict[str, Any]] = []
-        for partition in range(width):
+        for partition in detail_partitions(partitions, len(log_end) if log_end is not None else 0):
             window = state.window(cluster, group, topic, partition)
             owner = state.owner(cluster, group, topic, partition)
             offsets: list[dict[str, Any] | None] = [None] * (intervals - len(window))
@@ -208,6 +205,24 @@ def _detail_topics(ctx: HttpContext, cluster: str, group: str, verdict: GroupVer
             )
         out[topic] = rows
     return out
+
+
+# Empty rows the detail may pad with, so that list index = partition (Burrow's layout).
+MAX_DETAIL_PADDING = 1024
+
+
+def detail_partitions(committed: list[int], known: int) -> list[int]:
+    """The partitions a topic's detail lists: 0 .. the topic's count (`known`, from the broker
+    samples) and every committed one, padded so the list index is the partition number.
+
+    A committed partition far beyond the rest (a hostile or stale record) is listed without
+    padding up to it: padding would build a row for every number below it.
+    """
+    width = max(known, max(committed) + 1 if committed else 0)
+    beyond = [p for p in committed if p >= known]
+    if width - known - len(beyond) <= MAX_DETAIL_PADDING:
+        return list(range(width))
+    return list(range(known)) + sorted(beyond)
 
 
 async def consumer_detail(request: web.Request) -> web.Response:
@@ -225,10 +240,59 @@ class _Body:
     verdict: GroupVerdict
     code: int
     body: bytes
+    size: int
 
 
-STATUS_BODIES: web.AppKey[dict[str, _Body]] = web.AppKey("lagd_status_bodies", dict)
-MAX_CACHED_BODIES = 200_000
+# What an entry costs besides its body and path: the entry, its key and the verdict it holds
+# (the verdict is shared with the evaluator's cache, but may outlive it here).
+_ENTRY_OVERHEAD = 512
+
+
+class StatusBodies:
+    """Status bodies by path, oldest first, bounded in bytes (`max_bytes`) and by age.
+
+    A hit that is refreshed moves to the end, so the front is always the oldest: expired
+    entries and, past the byte bound, the oldest live ones are dropped from there. Bodies of
+    unknown groups (404) are never kept: any path can be asked for, only known groups are few.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._bodies: dict[str, _Body] = {}
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+    def get(self, path: str) -> _Body | None:
+        return self._bodies.get(path)
+
+    def refresh(self, path: str, hit: _Body, now: int) -> None:
+        hit.at = now
+        self._bodies[path] = self._bodies.pop(path)
+
+    def put(self, path: str, body: _Body, now: int, ttl: int) -> None:
+        self.pop(path)
+        self._bodies[path] = body
+        self.bytes += body.size
+        self.prune(now, ttl)
+
+    def pop(self, path: str) -> None:
+        old = self._bodies.pop(path, None)
+        if old is not None:
+            self.bytes -= old.size
+
+    def prune(self, now: int, ttl: int) -> None:
+        """Drop expired entries, then the oldest ones until within the byte bound."""
+        bodies = self._bodies
+        while bodies:
+            path = next(iter(bodies))
+            if self.bytes <= self.max_bytes and 0 <= now - bodies[path].at < ttl:
+                break
+            self.pop(path)
+
+
+STATUS_BODIES: web.AppKey[StatusBodies] = web.AppKey("lagd_status_bodies", StatusBodies)
 
 
 def _status_response(request: web.Request, only_bad: bool) -> web.Response:
@@ -239,7 +303,8 @@ def _status_response(request: web.Request, only_bad: bool) -> web.Response:
     most cache-ttl old (the same bound the evaluator keeps for clock-driven STOP); a
     DELETE drops the group's cached bodies at once. Each path keeps its body for between
     half and all of cache-ttl (fixed per path), so groups first asked together do not all
-    expire together and come back as one burst of judging.
+    expire together and come back as one burst of judging. The cache is bounded (see
+    StatusBodies): a flood of requests for groups that do not exist keeps nothing.
     """
     ctx = _ctx(request)
     bodies = request.app[STATUS_BODIES]
@@ -252,16 +317,17 @@ def _status_response(request: web.Request, only_bad: bool) -> web.Response:
     cluster, group = request.match_info["cluster"], request.match_info["group"]
     verdict = ctx.evaluator.group(cluster, group, now)
     if hit is not None and hit.verdict is verdict:
-        hit.at = now
+        bodies.refresh(path, hit, now)
         return web.Response(status=hit.code, body=hit.body, content_type="application/json")
     code = 404 if verdict.status is GroupStatus.NOTFOUND else 200
     body = (
         f'{{"error": false, "message": "consumer status returned", "status": {group_status_json(verdict, only_bad)}, '
         f'"request": {json.dumps({"url": path, "host": HOST})}}}'
     ).encode()
-    if len(bodies) >= MAX_CACHED_BODIES:
-        bodies.clear()
-    bodies[path] = _Body(now, verdict, code, body)
+    if code == 200:
+        bodies.put(path, _Body(now, verdict, code, body, len(body) + len(path) + _ENTRY_OVERHEAD), now, ttl)
+    else:
+        bodies.pop(path)
     return web.Response(status=code, body=body, content_type="application/json")
 
 
@@ -278,7 +344,7 @@ def _deleted(request: web.Request, cluster: str, group: str) -> None:
     ctx.evaluator.forget(cluster, group)
     prefix = f"/v3/kafka/{cluster}/consumer/{group}/"
     for path in (prefix + "lag", prefix + "status"):
-        request.app[STATUS_BODIES].pop(path, None)
+        request.app[STATUS_BODIES].pop(path)
     if ctx.on_delete is not None:
         ctx.on_delete(cluster, group)
 
@@ -350,7 +416,7 @@ async def set_loglevel(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app[STATUS_BODIES] = {}
+    app[STATUS_BODIES] = StatusBodies(app[CTX].settings.http.status_cache_bytes)
     r = app.router
     r.add_get("/burrow/admin", admin)
     r.add_get("/burrow/admin/ready", ready)
