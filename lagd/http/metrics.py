@@ -131,6 +131,14 @@ def _health(out: list[str], health: Health) -> None:
     for cluster, c in counters:
         for reason in REJECT_REASONS:
             f.add(f'cluster="{_esc(cluster)}",reason="{reason}"', c.rejected.get(reason, 0))
+    f = _Family(
+        out,
+        "lagd_offsets_topic_rereads_total",
+        "counter",
+        "Offsets-topic partitions read again from the start: stored positions outside them (recreated or truncated)",
+    )
+    for cluster, c in counters:
+        f.add(f'cluster="{_esc(cluster)}"', c.offsets_topic_rereads)
     f = _Family(out, "lagd_ingest_failures_total", "counter", "Broker-side failures of readers, by reader and error")
     for cluster, c in counters:
         for what, n in sorted(c.failures.items()):

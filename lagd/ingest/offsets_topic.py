@@ -298,15 +298,31 @@ async def _discover(
     known |= new
     tps = [TopicPartition(topic, p) for p in sorted(known)]
     consumer.assign(tps)
+    new_tps = [TopicPartition(topic, p) for p in sorted(new)]
+    begin = {tp.partition: off for tp, off in (await consumer.beginning_offsets(new_tps)).items()}
+    end = {tp.partition: off for tp, off in (await consumer.end_offsets(new_tps)).items()}
+    for p, pos in outside_range(next_offsets, begin, end).items():
+        # Recreated or truncated: the stored position points into a log that is gone.
+        del next_offsets[p]
+        if counters is not None:
+            counters.offsets_topic_rereads += 1
+        log.warning(
+            "stored offsets-topic position outside the partition: reading it again from its start",
+            cluster=cluster.name,
+            topic=topic,
+            partition=p,
+            stored_position=pos,
+            log_start=begin.get(p),
+            log_end=end.get(p),
+            hint="the offsets topic was recreated or truncated; lagd re-reads it, which is safe. "
+            "If this repeats, check that offsets-topic names the right topic",
+        )
     fresh = [tp for tp in tps if tp.partition not in next_offsets]
     for tp in tps:
         if tp.partition in next_offsets:
             consumer.seek(tp, next_offsets[tp.partition])
     if fresh:
         await consumer.seek_to_beginning(*fresh)
-    new_tps = [TopicPartition(topic, p) for p in sorted(new)]
-    begin = {tp.partition: off for tp, off in (await consumer.beginning_offsets(new_tps)).items()}
-    end = {tp.partition: off for tp, off in (await consumer.end_offsets(new_tps)).items()}
     for p in new:
         progress.position.setdefault(p, next_offsets.get(p, begin.get(p, 0)))
     progress.measure(begin, end)
@@ -321,3 +337,8 @@ def partition_counts(metadata: Any) -> dict[str, int]:
         if parts:
             out[t] = max(parts) + 1
     return out
+
+
+def outside_range(positions: dict[int, int], begin: dict[int, int], end: dict[int, int]) -> dict[int, int]:
+    """Stored positions of the partitions in `begin`/`end` that lie outside [log start, log end]."""
+    return {p: pos for p, pos in positions.items() if p in begin and p in end and not begin[p] <= pos <= end[p]}

@@ -1,0 +1,65 @@
+"""The offsets topic recreated or truncated: stored positions beyond its end are re-read from the start.
+
+Real broker (Tansu): an offsets topic of the test's own, real-format commit records, and
+the offsets-topic reader resumed from positions the topic no longer has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from structlog.testing import capture_logs
+
+from lagd.ingest.offsets_topic import outside_range, read_offsets_topic
+from lagd.ingest.progress import ReaderProgress
+from lagd.model import Commit, IngestCounters, ReaderPosition
+from lagd.sim.encode import encode_offset_commit
+from tests.test_ingest_kafka import Store, cluster, running
+
+Settle = Callable[..., Awaitable[Any]]
+
+
+def test_positions_outside_the_log_are_found() -> None:
+    begin, end = {0: 0, 1: 5, 2: 0}, {0: 10, 1: 9, 2: 0}
+    assert outside_range({0: 10, 1: 4, 2: 3, 3: 99}, begin, end) == {1: 4, 2: 3}
+    assert outside_range({0: 0, 1: 5}, begin, end) == {}
+
+
+async def test_a_recreated_offsets_topic_is_read_again_from_its_start(kafka: str, unique: str, settle: Settle) -> None:
+    topic = f"__consumer_offsets_{unique}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 2, 1)])
+    finally:
+        await admin.close()
+    now = time.time_ns() // 1_000_000
+    producer = AIOKafkaProducer(bootstrap_servers=kafka)
+    await producer.start()
+    try:
+        for i in range(3):  # one record per batch (Tansu's ListOffsets quirk, see TESTING.md)
+            key, value = encode_offset_commit(f"g-{unique}", f"orders-{unique}", 0, 100 + i, now)
+            await producer.send_and_wait(topic, value, key=key, partition=0)
+    finally:
+        await producer.stop()
+
+    store, counters, stop = Store(), IngestCounters(), asyncio.Event()
+    # Positions stored before the topic was recreated: far beyond its new end on partition 0;
+    # partition 1 is empty, and its stored position 0 is still inside it.
+    reader = read_offsets_topic(
+        cluster(kafka, offsets_topic=topic), {0: 5_000, 1: 0}, store, ReaderProgress(), counters, stop
+    )
+    with capture_logs() as logs:
+        async with running(reader):
+            await settle(lambda: store.positions.get(0) == 3, what="partition 0 read from its start")
+    offsets = [e.offset for e in store.events if isinstance(e, Commit)]
+    assert offsets == [100, 101, 102]
+    assert counters.offsets_topic_rereads == 1
+    warned = [e for e in logs if e["log_level"] == "warning" and e.get("stored_position") == 5_000]
+    assert len(warned) == 1 and warned[0]["partition"] == 0 and warned[0]["log_end"] == 3
+    assert ReaderPosition("sim", 0, 3) in store.events
