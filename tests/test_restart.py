@@ -114,8 +114,8 @@ async def test_restart_keeps_every_verdict_and_resumes_where_it_left_off(
             await driver.run(until=8.0)
             expected_groups = set(groups)
             await settle(lambda: _all_known(session, port, expected_groups), timeout=30, what="every group judged")
-            # The simulator has stopped: every group with lag ends STOP once stop-after has passed.
-            # Wait for that terminal picture (no partition STALL or WARN any more), then freeze it.
+            # The simulator has stopped: every partition with lag ends STOP once stop-after has
+            # passed. Wait for that terminal picture, then freeze it.
             await settle(lambda: _terminal(session, port, groups), timeout=30, what="verdicts settled on STOP/OK")
             before = await snapshot(session, port, groups)
             statuses = {v["status"] for v in before.values()}
@@ -147,9 +147,12 @@ async def _ready(session: aiohttp.ClientSession, port: int) -> bool:
 
 
 async def _terminal(session: aiohttp.ClientSession, port: int, groups: list[str]) -> bool:
-    for part in (await snapshot(session, port, groups)).values():
-        if any(status not in ("OK", "STOP") for _, _, status in part["partitions"]):
-            return False
+    """Every partition behind its log end reads STOP, every other one OK: nothing left to change."""
+    for g in groups:
+        _, lag = await get(session, port, f"/v3/kafka/sim/consumer/{g}/lag")
+        for p in lag["status"]["partitions"]:
+            if p["status"] != ("STOP" if p["current_lag"] > 0 else "OK"):
+                return False
     return True
 
 

@@ -39,11 +39,14 @@ def judge_sight(
     newest_sample: int | None,
     offset_refresh_ms: int,
 ) -> ClusterSight:
-    """Blind while the reader has not caught up since start (judged as of the newest commit
-    read so far), while it has not stood at the end of the offsets topic for a while, or
+    """Blind while the reader has not caught up since start (judged as of the newest data
+    restored or read so far), while it has not stood at the end of the offsets topic for a while, or
     while no log-end sample came for several offset-refreshes."""
     if not caught_up:
-        since = newest_commit if newest_commit is not None else now_ms
+        # Complete up to the newest data restored or read so far (the samples go on until a
+        # stop, so after a restart that is about when the last run stopped judging).
+        known = [t for t in (newest_commit, newest_sample) if t is not None]
+        since = max(known) if known else now_ms
         return ClusterSight(cluster, min(since, now_ms), False, "offsets reader still catching up")
     reader_limit = max(READER_STALE_MIN_MS, 3 * offset_refresh_ms)
     if reader_fresh_at is not None and now_ms - reader_fresh_at > reader_limit:

@@ -10,7 +10,7 @@ commits are OK with complete 0, as Burrow reports them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lagd.evaluate.lagd_rules import LagdParams, judge_lagd
@@ -69,6 +69,10 @@ _WORST = (GroupStatus.OK, GroupStatus.WARN, GroupStatus.ERR)
 _RANK_OF = {status: _WORST.index(SEVERITY[status]) for status in PartitionStatus}
 
 
+def _never_blind(cluster: str, now_ms: int) -> int | None:
+    return None
+
+
 def not_found(cluster: str, group: str, now_ms: int) -> GroupVerdict:
     """Burrow's answer for an unknown or expired group."""
     return GroupVerdict(cluster, group, GroupStatus.NOTFOUND, 1.0, [], 0, None, 0, 0.0, now_ms)
@@ -98,9 +102,10 @@ class Evaluator:
             stop_after_ms=stop_after_ms,
             stall_after_ms=stop_after_ms // 2,
         )
-        # cluster -> since when lagd has been blind to it (reader or sampler failing or behind):
-        # time-driven verdicts (STOP, STALL) are judged as of that moment, not now.
-        self.blind_since: dict[str, int] = {}
+        # (cluster, now) -> since when lagd has been blind to it (reader or sampler failing or
+        # behind), or None: time-driven verdicts (STOP, STALL) are judged as of that moment, not
+        # now. Asked at each evaluation, so a verdict never lags behind lagd's own sight.
+        self.blind_since: Callable[[str, int], int | None] = _never_blind
         self.allowed_lag = allowed_lag
         self.minimum_complete = minimum_complete
         self.cache_ttl_ms = cache_ttl_ms
@@ -172,7 +177,7 @@ class Evaluator:
         lagd = self.rules == "lagd"
         params = self.lagd_params
         status_of = _STATUS_OF
-        blind = self.blind_since.get(cluster)
+        blind = self.blind_since(cluster, now_ms) if lagd else None
         judged_at = now_ms if blind is None else min(now_ms, blind)
         # The group summary (rules.group_status) is folded into the same pass.
         worst = 0

@@ -60,27 +60,35 @@ class VerdictWatch:
     statuses: dict[tuple[str, str], GroupStatus] = field(default_factory=dict)
     sights: dict[str, ClusterSight] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.evaluator.blind_since = self.blind_since
+
+    def sight(self, name: str, now: int) -> ClusterSight:
+        """lagd's sight of one cluster now (pure: from the readers' progress and the state)."""
+        progress = self.progress.get(name)
+        newest_commit, newest_sample = self.state.newest_times(name)
+        cluster = self.clusters.get(name)
+        return judge_sight(
+            name,
+            now,
+            caught_up=bool(getattr(progress, "caught_up", False)),
+            reader_fresh_at=getattr(progress, "fresh_at_ms", None),
+            newest_commit=newest_commit,
+            newest_sample=newest_sample,
+            offset_refresh_ms=int((cluster.offset_refresh if cluster else 10.0) * 1000),
+        )
+
+    def blind_since(self, name: str, now: int) -> int | None:
+        """What the evaluator asks at each evaluation: judge as of when lagd last saw the cluster."""
+        return self.sight(name, now).blind_since
+
     def judge_sights(self, now: int) -> None:
-        """Update each cluster's sight and the evaluator's blind_since; an unreachable cluster
+        """Keep each cluster's sight for /metrics, readiness and /lagd/v1; an unreachable cluster
         (or one reachable again) is offered to the notifier as a change of its member."""
-        for name, cluster in self.clusters.items():
-            progress = self.progress.get(name)
-            newest_commit, newest_sample = self.state.newest_times(name)
-            sight = judge_sight(
-                name,
-                now,
-                caught_up=bool(getattr(progress, "caught_up", False)),
-                reader_fresh_at=getattr(progress, "fresh_at_ms", None),
-                newest_commit=newest_commit,
-                newest_sample=newest_sample,
-                offset_refresh_ms=int(cluster.offset_refresh * 1000),
-            )
+        for name in self.clusters:
+            sight = self.sight(name, now)
             before = self.sights.get(name)
             self.sights[name] = sight
-            if sight.blind_since is None:
-                self.evaluator.blind_since.pop(name, None)
-            else:
-                self.evaluator.blind_since[name] = sight.blind_since
             was_unreachable = before is not None and before.unreachable
             if sight.unreachable != was_unreachable:
                 if sight.unreachable:
