@@ -191,6 +191,11 @@ async def test_status_page_in_headless_chromium(
         "LAGD_HTTP_LISTEN": f"127.0.0.1:{port}",
         "LAGD_NOTIFY_MQTT_URL": f"mqtt://{mqtt_broker[0]}:{mqtt_broker[1]}",
         "LAGD_EVALUATOR_CACHE_TTL": "0.5",
+        # lagd's rules with their time knobs scaled to this seconds-long scenario
+        "LAGD_EVALUATOR_WINDOW_STEP": "0",
+        "LAGD_EVALUATOR_MIN_HISTORY": "5",
+        "LAGD_EVALUATOR_STOP_AFTER": "10",
+        "LAGD_EVALUATOR_ALLOWED_LAG_SECONDS": "2",
         "LAGD_LOG_FORMAT": "json",
     }
     env.pop("NOTIFY_SOCKET", None)
