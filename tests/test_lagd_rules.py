@@ -223,12 +223,12 @@ def test_sight_tells_unreachable_from_catching_up() -> None:
         C,
         now,
         caught_up=True,
-        reader_fresh_at=now - 40_000,
+        reader_fresh_at=now - 45_000,
         newest_commit=now,
         newest_sample=now,
         offset_refresh_ms=10_000,
     )
-    assert (reader.blind_since, reader.unreachable) == (now - 40_000, True)
+    assert (reader.blind_since, reader.unreachable) == (now - 45_000, True)
     sampler = judge_sight(
         C,
         now,

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-READER_STALE_MIN_MS = 30_000  # the reader may take this long (or 3 offset-refreshes) to reach the end again
-SAMPLES_STALE_FACTOR = 3  # log-end samples older than this many offset-refreshes (+ slack) mean blind
-SAMPLES_STALE_SLACK_MS = 10_000
+STALE_FACTOR = 3  # data older than this many offset-refreshes (plus the slack) means lagd is blind
+STALE_SLACK_MS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,16 +47,15 @@ def judge_sight(
         known = [t for t in (newest_commit, newest_sample) if t is not None]
         since = max(known) if known else now_ms
         return ClusterSight(cluster, min(since, now_ms), False, "offsets reader still catching up")
-    reader_limit = max(READER_STALE_MIN_MS, 3 * offset_refresh_ms)
-    if reader_fresh_at is not None and now_ms - reader_fresh_at > reader_limit:
+    limit = STALE_FACTOR * offset_refresh_ms + STALE_SLACK_MS
+    if reader_fresh_at is not None and now_ms - reader_fresh_at > limit:
         return ClusterSight(
             cluster,
             reader_fresh_at,
             True,
             f"offsets reader has not reached the end of the offsets topic for {(now_ms - reader_fresh_at) // 1000} s",
         )
-    samples_limit = SAMPLES_STALE_FACTOR * offset_refresh_ms + SAMPLES_STALE_SLACK_MS
-    if newest_sample is not None and now_ms - newest_sample > samples_limit:
+    if newest_sample is not None and now_ms - newest_sample > limit:
         return ClusterSight(
             cluster,
             newest_sample + offset_refresh_ms,

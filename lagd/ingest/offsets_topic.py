@@ -190,7 +190,7 @@ async def _session(
                 continue
             fetched = await consumer.getmany(timeout_ms=fetch_timeout_ms, max_records=max_records)
             if sum(len(records) for records in fetched.values()) < max_records:
-                progress.mark_fresh(now_ms())  # a short fetch: the reader stands at the end
+                _note_fresh(consumer, progress)
             if fetched:
                 await _apply_batch(cluster.name, fetched, put, next_offsets, progress, groups, counters, kip848, limits)
             if not progress.caught_up:
@@ -201,6 +201,15 @@ async def _session(
     finally:
         await close_quietly(consumer.stop)
         await close_quietly(metadata.close)
+
+
+def _note_fresh(consumer: Any, progress: ReaderProgress) -> None:
+    """After a short fetch the reader stands at the end of the topic as of the broker's last
+    fetch answers: the oldest of them is when lagd last saw every partition whole. (An empty
+    fetch alone proves nothing: aiokafka also returns one while the broker is unreachable.)"""
+    polled = [consumer.last_poll_timestamp(tp) for tp in consumer.assignment()]
+    if polled and all(p is not None for p in polled):
+        progress.mark_fresh(min(polled))
 
 
 async def _apply_batch(
