@@ -107,8 +107,12 @@ def tansu_binary() -> Path:
     return path
 
 
-def start_tansu(port: int | None = None, timeout: float = 20.0) -> Process:
-    """A Kafka-protocol broker (memory storage) on 127.0.0.1:`port`."""
+def start_tansu(port: int | None = None, timeout: float = 20.0, advertised_port: int | None = None) -> Process:
+    """A Kafka-protocol broker (memory storage) on 127.0.0.1:`port`.
+
+    `advertised_port`: the port clients are told to use (a forwarder in front of the broker,
+    for outage tests); the broker's own port by default.
+    """
     port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
     args = [
@@ -117,7 +121,7 @@ def start_tansu(port: int | None = None, timeout: float = 20.0) -> Process:
         "--listener-url",
         url,
         "--advertised-listener-url",
-        url,
+        f"tcp://127.0.0.1:{advertised_port or port}",
         "--storage-engine",
         "memory://tansu/",
     ]

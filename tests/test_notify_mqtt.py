@@ -30,6 +30,7 @@ from lagd.notify.leader import Lease, leadership
 from lagd.notify.mqtt import PublisherStatus, client_options, publish_outbox
 from lagd.notify.notifier import run_notifier
 from lagd.notify.outbox import Fence
+from tests.netcut import Cuttable
 
 T0 = 1_700_000_000_000
 RULES = Rules(severity="WARN", correlation_window=60_000, hold_time=10_000, update_interval=1_000)
@@ -543,59 +544,6 @@ async def test_a_takeover_catches_up_on_verdict_changes_nobody_recorded(engine: 
     assert [p["event_id"] for p in got] == [f"{got[0]['id']}:{n}" for n in range(1, len(got) + 1)]
     retained = await outbox.pending(engine, 100)
     assert [r.payload["status"] for r in retained if r.topic.endswith("/g2/status")][-1] == "NOTFOUND"
-
-
-class Cuttable:
-    """A TCP forwarder to Postgres that a test cuts (connections dropped, new ones refused) and restores."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.up = True
-        self._pipes: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self.up:
-            writer.transport.abort()
-            return
-        try:
-            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
-        except OSError:
-            writer.transport.abort()
-            return
-        pair = (writer, up_writer)
-        self._pipes.add(pair)
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.transport.abort()
-
-        try:
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        finally:
-            self._pipes.discard(pair)
-
-    def cut(self) -> None:
-        self.up = False
-        for a, b in list(self._pipes):
-            a.transport.abort()
-            b.transport.abort()
-
-    def restore(self) -> None:
-        self.up = True
-
-    async def close(self) -> None:
-        self.cut()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
 
 
 async def test_a_database_outage_neither_drops_nor_reuses_event_ids(

@@ -40,6 +40,7 @@ def settings_for(
     *,
     intervals: int = 10,
     evaluator: dict[str, Any] | None = None,
+    notify: dict[str, Any] | None = None,
 ) -> Settings:
     return parse(
         {
@@ -54,7 +55,7 @@ def settings_for(
             "storage": {"database-url": database_url, "intervals": intervals, "flush-interval": 0.2},
             "evaluator": {"cache-ttl": 0.2, **SCALED_EVALUATOR, **(evaluator or {})},
             "http": {"listen": f"127.0.0.1:{port}"},
-            "notify": {"enabled": False},
+            "notify": notify or {"enabled": False},
         },
         env={},
     )

@@ -1,0 +1,64 @@
+"""A cuttable TCP forwarder: the outage tests put it between lagd and a real service.
+
+A labelled stand-in for a network failure, not for the service: the service itself (Postgres,
+the Kafka broker) stays real and keeps running while the path to it is cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+class Cuttable:
+    """A TCP forwarder that a test cuts (connections dropped, new ones refused) and restores."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.up = True
+        self._pipes: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self, port: int = 0) -> int:
+        """Listen on 127.0.0.1:`port` (0: any free port); returns the port."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.up:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            writer.transport.abort()
+            return
+        pair = (writer, up_writer)
+        self._pipes.add(pair)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            self._pipes.discard(pair)
+
+    def cut(self) -> None:
+        self.up = False
+        for a, b in list(self._pipes):
+            a.transport.abort()
+            b.transport.abort()
+
+    def restore(self) -> None:
+        self.up = True
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
