@@ -205,11 +205,7 @@ async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio
 
 def consumed_topics(rt: Runtime, cluster: str) -> set[str]:
     """Topics whose log-end offsets the sampler must read: those any known group consumes."""
-    topics: set[str] = set()
-    state = rt.state
-    for group in state.groups(cluster):
-        topics.update(state.group_topics(cluster, group) or ())
-    return topics
+    return rt.state.consumed_topics(cluster)
 
 
 def _reload_log_level(config_path: str | None) -> None:

@@ -413,6 +413,29 @@ async def test_log_end_sampler_exact_offsets_and_topic_deleted(kafka: str, uniqu
         await driver.close()
 
 
+async def test_log_end_sampler_samples_a_newly_consumed_topic_at_once(kafka: str, unique: str, settle: Settle) -> None:
+    """A commit naming a topic no group consumed before gets its log end within seconds, not
+    after a whole offset-refresh (an hour here): its lag can be judged from the start."""
+    old, new = TopicSpec(f"le-old-{unique}", 1, rate=1.0), TopicSpec(f"le-new-{unique}", 1, rate=1.0)
+    driver = Driver(kafka, Scenario((old, new), (GroupSpec(f"g-{unique}", (old.name, new.name)),)), mode="produce")
+    await driver.start()
+    try:
+        await drive(driver, 2)
+        wanted = [old.name]
+        store, counters, stop = Store(), IngestCounters(), asyncio.Event()
+        sampler = sample_log_ends(cluster(kafka, offset_refresh=3600.0), lambda: wanted, store, counters, stop)
+        async with running(sampler):
+            await settle(lambda: any(isinstance(e, LogEndSample) for e in store.events), what="the first round")
+            wanted.append(new.name)  # a group commits on a new topic
+            await settle(
+                lambda: any(isinstance(e, LogEndSample) and e.topic == new.name for e in store.events),
+                timeout=10,
+                what="the new topic sampled",
+            )
+    finally:
+        await driver.close()
+
+
 async def test_log_end_topic_deleted_only_after_a_second_metadata_answer(
     kafka: str, unique: str, settle: Settle
 ) -> None:

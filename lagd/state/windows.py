@@ -549,6 +549,11 @@ class State:
                 out[partition] = le.offsets[-1]
         return out
 
+    def consumed_topics(self, cluster: str) -> set[str]:
+        """Topics some group of the cluster has windows for (cheap: one set per cluster)."""
+        cs = self._clusters.get(cluster)
+        return set(cs.consumers) if cs else set()
+
     def topic_consumers(self, cluster: str, topic: str) -> list[str]:
         cs = self._clusters.get(cluster)
         return sorted(cs.consumers.get(topic, ())) if cs else []
