@@ -134,6 +134,8 @@ async def test_burrow_series_exact() -> None:
     assert series(samples, "lagd_consumer_lag_seconds")[g["g-warn"]] == 15.001
     assert series(samples, "lagd_consumer_lag_seconds")[g["g-ok"]] == 0.0
     assert series(samples, "lagd_consumer_partition_lag_seconds")[p("g-warn", "orders", 1)] == 15.001
+    # exact within the kept samples: not a lower bound
+    assert series(samples, "lagd_consumer_lag_seconds_lower_bound")[g["g-warn"]] == 0
     assert types["burrow_kafka_consumer_status"] == "gauge"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from array import array
 from collections.abc import Callable
 
 from lagd.config import EvaluatorSettings, Settings
@@ -15,7 +16,7 @@ from lagd.evaluate import Evaluator
 from lagd.evaluate.lagd_rules import lag_seconds_at, lag_trend
 from lagd.evaluate.sight import judge_sight
 from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
-from lagd.state.windows import State
+from lagd.state.windows import COARSE_MAX, LogEnd, State
 
 C, G, T = "c", "g", "t"
 T0 = 1_700_000_000_000
@@ -80,15 +81,41 @@ def healthy(t: int) -> int:
 
 
 def test_lag_seconds_at_interpolates_the_log_end_at_the_commits_own_time() -> None:
-    offsets, ts = [1000, 2000, 3000], [0, 10_000, 20_000]
+    le = LogEnd(array("q", [1000, 2000, 3000]), array("q", [0, 10_000, 20_000]))
     # offset 1499: the record at 1499 arrived when the log end passed 1500, at 5 s
-    assert lag_seconds_at(1499, 8_000, offsets, ts, 0) == (3.0, True)
+    assert lag_seconds_at(1499, 8_000, le) == (3.0, True)
     # caught up at commit time: the log end had not passed it by the newest sample
-    assert lag_seconds_at(3000, 19_000, offsets, ts, 0) == (0.0, True)
+    assert lag_seconds_at(3000, 19_000, le) == (0.0, True)
     # a commit after the newest sample, beyond it: unknown until the next sample
-    assert lag_seconds_at(3000, 25_000, offsets, ts, 0) == (0.0, False)
+    assert lag_seconds_at(3000, 25_000, le) == (0.0, False)
     # passed before the oldest sample: a lower bound only
-    assert lag_seconds_at(500, 30_000, offsets, ts, 0) == (30.0, False)
+    assert lag_seconds_at(500, 30_000, le) == (30.0, False)
+
+
+def test_lag_in_seconds_stays_exact_for_a_consumer_hours_behind() -> None:
+    """Past the fine samples (here 30 x 10 s = 5 minutes) the coarse tier answers: a consumer
+    stopped 3 hours ago is 3 hours behind, exactly, not 'at least 5 minutes'."""
+    state = State(lag_samples=30)
+    evaluator = Evaluator(state, cache_ttl_ms=0)
+    hours = 3
+    for t in range(0, hours * 3600 + 1, 10):
+        state.apply(LogEndSample(C, T, 0, produce(t), T0 + t * 1000))
+    state.apply(Commit(C, G, T, 0, produce(0) + 10 * RATE, 1, T0 + 10_000, T0 + 10_000))
+    now = T0 + hours * 3600 * 1000
+    part = evaluator.group(C, G, now).partitions[0]
+    assert not part.lag_seconds_estimated
+    assert abs(part.lag_seconds - (hours * 3600 - 10)) < 0.05 * hours * 3600
+    offsets, _ = state.log_end_samples(C, T, 0)
+    assert len(offsets) == 30  # the fine tier keeps its size; the coarse one is bounded
+    le = state.topic_log_ends(C, T)[0]
+    assert 0 < len(le.coarse_ts) <= COARSE_MAX
+    # and it survives the store: what drain_changes hands over restores the same answer
+    history = state.drain_changes().log_end[(C, T, 0)]
+    assert history is not None
+    again = State(lag_samples=30)
+    again.restore_log_end((C, T, 0), *history)
+    again.restore_window((C, G, T, 0), state.window(C, G, T, 0))
+    assert Evaluator(again, cache_ttl_ms=0).group(C, G, now).partitions[0].lag_seconds == part.lag_seconds
 
 
 def test_a_steady_consumer_is_ok_whatever_the_sampling_and_commit_cadence() -> None:
@@ -247,6 +274,5 @@ def test_trend_is_robust_to_one_outlier() -> None:
     rng = random.Random(7)
     drive(state, 600, produce, lambda t: healthy(t) - rng.randrange(RATE), commit_every=1, sample_every=1)
     arr = state.group_windows(C, G)[T][0]  # type: ignore[index]
-    offsets, ts = state.log_end_samples(C, T, 0)
-    trend = lag_trend(arr, offsets, ts, 0)
+    trend = lag_trend(arr, state.topic_log_ends(C, T)[0])
     assert trend is not None and abs(trend.slope) < 0.02 and trend.points >= 5

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_REWIND, Judgement
 from lagd.model import PartitionStatus
-from lagd.state.windows import FIELDS
+from lagd.state.windows import FIELDS, LogEnd
 
 WARN = PartitionStatus.WARN
 
@@ -64,29 +63,27 @@ class LagdParams:
     drain_margin: float = 1.2  # consuming this much faster than production is working a backlog off
 
 
-def lag_seconds_at(offset: int, at_ms: int, offsets: Sequence[int], ts: Sequence[int], lo: int) -> tuple[float, bool]:
+def lag_seconds_at(offset: int, at_ms: int, le: LogEnd) -> tuple[float, bool]:
     """How long the first record not yet consumed (offset `offset`) had waited at `at_ms`.
 
-    From the log-end samples [lo, len) (oldest first). Returns (seconds, exact):
+    From the partition's kept log-end samples. Returns (seconds, exact):
     - the log end had not passed `offset` at the newest sample and `at_ms` is not after it:
       (0.0, True), the consumer was caught up;
     - `at_ms` after the newest sample and the offset not yet passed: (0.0, False), unknown yet
       (a later sample settles it);
-    - the offset passed before the oldest kept sample: a lower bound, (at - oldest ts, False);
+    - the offset passed before the oldest kept sample (coarse tier included): a lower bound,
+      (at - oldest ts, False);
     - otherwise the passing time is interpolated between the two samples around it.
     """
+    offsets = le.offsets
     n = len(offsets)
-    if n <= lo:
+    if n <= le.run_start:
         return 0.0, False
     target = offset + 1  # the log end passes `offset` when it reaches offset + 1
     if target > offsets[n - 1]:
-        return 0.0, at_ms <= ts[n - 1]
-    i = bisect_left(offsets, target, lo, n)
-    if i <= lo:
-        return max(0.0, (at_ms - ts[lo]) / 1000.0), False
-    o0, t0 = offsets[i - 1], ts[i - 1]
-    passed = t0 + (ts[i] - t0) * (target - o0) / (offsets[i] - o0)
-    return max(0.0, (at_ms - passed) / 1000.0), True
+        return 0.0, at_ms <= le.ts[n - 1]
+    passed, bound = reached_in(le, target)
+    return max(0.0, (at_ms - passed) / 1000.0), not bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +99,13 @@ class Trend:
     last: float
 
 
-def lag_trend(arr: array[int], offsets: Sequence[int], ts: Sequence[int], lo: int, tie_s: float = 0.25) -> Trend | None:
+def lag_trend(arr: array[int], le: LogEnd, tie_s: float = 0.25) -> Trend | None:
     """The trend of the window's per-commit lag in seconds; None with fewer than 3 known points."""
     xs: list[float] = []
     ys: list[float] = []
     for b in range(0, len(arr), FIELDS):
         at = arr[b + 2]
-        seconds, exact = lag_seconds_at(arr[b], at, offsets, ts, lo)
+        seconds, exact = lag_seconds_at(arr[b], at, le)
         if exact:
             xs.append(at / 1000.0)
             ys.append(seconds)
@@ -145,12 +142,13 @@ def _median(values: list[float]) -> float:
     return values[m // 2] if m % 2 else (values[m // 2 - 1] + values[m // 2]) / 2
 
 
-def _draining(arr: array[int], offsets: Sequence[int], ts: Sequence[int], lo: int, margin: float) -> bool:
+def _draining(arr: array[int], le: LogEnd, margin: float) -> bool:
     """Is the consumer working a backlog off: its recent consumption rate (over the newest
     three entries, at least one window-step) above the production rate across the window
     by `margin`? A burst being drained or a catch-up after a pause looks like a growing lag
     in seconds for a while; this tells it apart from a consumer that cannot keep up."""
     n = len(arr) // FIELDS
+    offsets, ts, lo = le.offsets, le.ts, le.run_start
     if n < 3 or len(offsets) - lo < 2:
         return False
     b = (n - 3) * FIELDS
@@ -165,9 +163,7 @@ def _draining(arr: array[int], offsets: Sequence[int], ts: Sequence[int], lo: in
 
 def judge_lagd(
     arr: array[int],
-    offsets: Sequence[int],
-    ts: Sequence[int],
-    lo: int,
+    le: LogEnd,
     current_lag: int,
     now_ms: int,
     prior: PartitionStatus | None,
@@ -180,8 +176,8 @@ def judge_lagd(
     -> STALL (the same offset committed for stop-after while records wait) -> lag in seconds
     within allowed-lag-seconds -> too little history -> WARN falling-behind (or still behind
     after a WARN) -> OK.
-    `offsets`/`ts` are the partition's log-end samples from index `lo` on; `prior` is the
-    partition's previous status (hysteresis).
+    `le` holds the partition's log-end samples; `prior` is the partition's previous status
+    (hysteresis).
     """
     n = len(arr) // FIELDS
     if n == 0:
@@ -191,7 +187,7 @@ def judge_lagd(
         return J_CAUGHT_UP
     committed = arr[-5]
     last_ts = arr[-3]
-    waited, _ = lag_seconds_at(committed, now_ms, offsets, ts, lo)
+    waited, _ = lag_seconds_at(committed, now_ms, le)
     waited_ms = waited * 1000.0
     # REWIND: the first backward step, never recovered (Burrow's rule).
     if n > 1:
@@ -230,7 +226,7 @@ def judge_lagd(
         return J_WITHIN_SECONDS
     trend = None
     if last_ts - arr[2] >= p.min_history_ms:
-        trend = lag_trend(arr, offsets, ts, lo, p.tie_s)
+        trend = lag_trend(arr, le, p.tie_s)
         if trend is not None and trend.points < p.min_points:
             trend = None
     if was_behind:
@@ -252,7 +248,7 @@ def judge_lagd(
         and trend.rise >= p.noise_factor * trend.noise
         and trend.last >= p.allowed_lag_seconds
         and not stuck  # a consumer that stopped moving is judged by STALL, not as falling behind
-        and not _draining(arr, offsets, ts, lo, p.drain_margin)
+        and not _draining(arr, le, p.drain_margin)
     ):
         return Judgement(WARN, RULE_FALLING_BEHIND, _explain("falling behind", trend, waited))
     if trend.slope < 0 and trend.z <= -p.z_leave:

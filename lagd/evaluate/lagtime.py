@@ -11,6 +11,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lagd.state.windows import LogEnd
+
 
 @dataclass(frozen=True, slots=True)
 class LagTime:
@@ -74,6 +76,28 @@ def reached_at(committed: int, offsets: Sequence[int], ts: Sequence[int], lo: in
     o0, t0 = offsets[i - 1], ts[i - 1]
     # o0 < committed <= offsets[i], so the divisor is positive
     return t0 + (ts[i] - t0) * (committed - o0) / (offsets[i] - o0), False
+
+
+def reached_in(le: LogEnd, target: int) -> tuple[float, bool]:
+    """When the log end first reached `target` (ms), and whether that is only an upper bound
+    (the target lies before every kept sample). Looks in the fine samples from `run_start`, then
+    in the coarse tier for offsets older than them. Requires target <= the newest sample."""
+    offsets, ts, lo = le.offsets, le.ts, le.run_start
+    n = len(offsets)
+    if target > offsets[lo] or lo > 0 or not le.coarse_ts:
+        return reached_at(target, offsets, ts, lo, n)
+    coarse_offsets, coarse_ts = le.coarse_offsets, le.coarse_ts
+    j = bisect_left(coarse_offsets, target)
+    if j == 0:
+        return coarse_ts[0], True
+    o0, t0 = coarse_offsets[j - 1], coarse_ts[j - 1]
+    if j < len(coarse_offsets):
+        o1, t1 = coarse_offsets[j], coarse_ts[j]
+    else:
+        o1, t1 = offsets[0], ts[0]  # between the newest coarse sample and the oldest fine one
+    if o1 <= o0:
+        return t1, False
+    return t0 + (t1 - t0) * (target - o0) / (o1 - o0), False
 
 
 def _seconds(ms: float) -> float:

@@ -14,10 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lagd.evaluate.lagd_rules import LagdParams, judge_lagd
-from lagd.evaluate.lagtime import reached_at
+from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
-from lagd.state.windows import FIELDS, NO_LAG, State
+from lagd.state.windows import FIELDS, NO_LAG, LogEnd, State
+
+_NO_LOG_END = LogEnd()  # read only: a partition without samples
 
 
 @dataclass(slots=True)
@@ -250,17 +252,13 @@ class Evaluator:
                 elif lagd:
                     prior_code = get_since(pkey)
                     prior_status = status_of[prior_code & mask] if prior_code is not None else None
-                    if le is None:
-                        j = judge_lagd(arr, leo, leo, 0, current_lag, judged_at, prior_status, params)
-                    else:
-                        j = judge_lagd(arr, leo, le.ts, le.run_start, current_lag, judged_at, prior_status, params)
+                    j = judge_lagd(arr, le or _NO_LOG_END, current_lag, judged_at, prior_status, params)
                 else:
                     j = judge_flat(arr, leo, current_lag, now_ms, allowed, intervals)
                 if current_lag:
                     totallag += current_lag
                     if le is not None:
-                        ts = le.ts
-                        reached, estimated = reached_at(committed, leo, ts, le.run_start, len(ts))
+                        reached, estimated = reached_in(le, committed)
                         if now_ms > reached:
                             seconds = (now_ms - reached) / 1000.0
                             if seconds > max_seconds:

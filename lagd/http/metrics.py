@@ -85,6 +85,14 @@ def render(state: State, evaluator: Evaluator, health: Health, now_ms: int, deta
     f = _Family(out, "lagd_consumer_lag_seconds", "gauge", "How far behind the group is in time (highest partition)")
     for v, lab in labels:
         f.add(lab, v.lag_seconds)
+    f = _Family(
+        out,
+        "lagd_consumer_lag_seconds_lower_bound",
+        "gauge",
+        "1 when a lagging partition's lag in seconds is only a lower bound (older than every kept log-end sample)",
+    )
+    for v, lab in labels:
+        f.add(lab, any(p.lag_seconds_estimated and p.current_lag > 0 for p in v.partitions))
 
     if per_partition:
         rows = [

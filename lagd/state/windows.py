@@ -37,17 +37,50 @@ FIELDS = 5  # offset, order, timestamp, observed, lag
 _OFFSET, _ORDER, _TS, _OBSERVED, _LAG = range(FIELDS)
 
 
+COARSE_STEP_MS = 60_000  # a sample leaving the fine tier is kept if this far after the coarse tier's newest
+COARSE_MAX = 120  # coarse samples kept per partition, thinned so spacing grows with age (a few % of it)
+
+
 @dataclass(slots=True)
 class LogEnd:
     """Kept log-end samples of one topic-partition, oldest first.
 
+    The fine tier holds the last `lag-samples` samples; samples leaving it go to a coarse tier
+    (at most one a minute, at most COARSE_MAX, thinned so that their spacing stays a small
+    share of their age), so lag in seconds stays exact for consumers hours or days behind in
+    bounded memory (about 2 KiB per partition).
     `run_start` is where the newest non-decreasing run of offsets begins (after a log
-    truncation the older samples describe a log that is gone); lag-in-time bisects from it.
+    truncation the older samples describe a log that is gone, and the coarse tier is dropped);
+    lag-in-time bisects from it.
     """
 
     offsets: array[int] = field(default_factory=lambda: array("q"))
     ts: array[int] = field(default_factory=lambda: array("q"))
     run_start: int = 0
+    coarse_offsets: array[int] = field(default_factory=lambda: array("q"))
+    coarse_ts: array[int] = field(default_factory=lambda: array("q"))
+
+    def retire(self, offset: int, ts: int) -> None:
+        """Keep a sample leaving the fine tier in the coarse tier (thinned by age)."""
+        cts = self.coarse_ts
+        if cts and ts - cts[-1] < COARSE_STEP_MS:
+            return
+        self.coarse_offsets.append(offset)
+        cts.append(ts)
+        if len(cts) > COARSE_MAX:
+            # drop the inner sample whose neighbours are closest together relative to its age
+            newest = cts[-1]
+            best, best_score = 1, float("inf")
+            for i in range(1, len(cts) - 1):
+                score = (cts[i + 1] - cts[i - 1]) / (newest - cts[i] + 1)
+                if score < best_score:
+                    best, best_score = i, score
+            del self.coarse_offsets[best]
+            del cts[best]
+
+    def history(self) -> tuple[list[int], list[int]]:
+        """Every kept sample (coarse then fine), oldest first: what the store keeps."""
+        return (self.coarse_offsets.tolist() + self.offsets.tolist(), self.coarse_ts.tolist() + self.ts.tolist())
 
 
 @dataclass(slots=True)
@@ -193,7 +226,7 @@ class State:
             if le is None:
                 ch.log_end[pkey] = None
             else:
-                ch.log_end[pkey] = (le.offsets.tolist(), le.ts.tolist())
+                ch.log_end[pkey] = le.history()
         self._dirty_windows = set()
         self._dirty_log_end = set()
         self._changes = Changes()
@@ -396,12 +429,17 @@ class State:
             return  # not newer than the newest kept sample: a replay or a late answer
         if le.offsets and ev.offset < le.offsets[-1]:
             le.run_start = len(le.offsets)
+            le.coarse_offsets = array("q")  # the log was truncated or recreated: its past is gone
+            le.coarse_ts = array("q")
         le.offsets.append(ev.offset)
         le.ts.append(ev.ts)
         if cs.newest_sample is None or ev.ts > cs.newest_sample:
             cs.newest_sample = ev.ts
         extra = len(le.offsets) - self.lag_samples
         if extra > 0:
+            if le.run_start == 0:
+                for i in range(extra):
+                    le.retire(le.offsets[i], le.ts[i])
             del le.offsets[:extra]
             del le.ts[:extra]
             le.run_start = max(0, le.run_start - extra)
@@ -500,11 +538,20 @@ class State:
             raise ValueError(
                 f"log-end samples of {key}: {len(offsets)} offsets but {len(ts)} times; fix the stored row"
             )
-        pairs = sorted(zip(ts, offsets, strict=True))[-self.lag_samples :]
+        every = sorted(zip(ts, offsets, strict=True))
+        pairs = every[-self.lag_samples :]
         le = LogEnd(array("q", [o for _, o in pairs]), array("q", [t for t, _ in pairs]))
         for i in range(1, len(le.offsets)):
             if le.offsets[i] < le.offsets[i - 1]:
                 le.run_start = i
+        older = every[: -self.lag_samples]
+        if le.run_start == 0 and older and older[-1][1] <= le.offsets[0]:
+            start = 0
+            for i in range(1, len(older)):  # only the newest non-decreasing run of the past counts
+                if older[i][1] < older[i - 1][1]:
+                    start = i
+            for t, o in older[start:]:
+                le.retire(o, t)
         cs = self._cluster(cluster)
         cs.log_end.setdefault(topic, {})[partition] = le
         if le.ts and (cs.newest_sample is None or le.ts[-1] > cs.newest_sample):
