@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagd.evaluate.mirrors import MirrorVerdict, cumulative, delay_at, judge_mirror, level_at
+from lagd.config import MirrorSettings
+from lagd.evaluate.mirrors import MirrorVerdict, cumulative, delay_at, judge_mirror, judge_young_mirror, level_at
+from lagd.jobs.mirrors import TopicCounts, judge_mirrors
 
 B = 60.0  # bucket seconds
 
@@ -224,3 +226,35 @@ def test_figures_are_always_sane(source: list[int], target: list[int], history: 
     assert j.completeness is not None and j.completeness >= 0.0
     assert j.verdict in set(MirrorVerdict) - {MirrorVerdict.MISSING}
     assert j.details["backlog"] >= 0
+
+
+# --- young mirrors: buckets before the first samples are not messages lost ----------------
+
+
+def test_a_young_healthy_mirror_is_not_enough_data_not_incomplete() -> None:
+    # A mirror younger than the series (10 history + 10 window buckets of 60 s): the source is
+    # sampled from bucket 15, its copy from bucket 16, whose first sample has no predecessor:
+    # the target looks 100 messages short for good, though every message was copied.
+    source = [0] * 15 + [100] * 5
+    target = [0] * 16 + [100] * 4
+    assert judge_mirror(source, target, B, history=10).verdict is MirrorVerdict.INCOMPLETE  # what it used to read
+    j = judge_young_mirror(source, target, B, history=10, uncovered=17)
+    assert j.verdict is MirrorVerdict.NOT_ENOUGH_DATA
+    assert (j.completeness, j.delay_seconds) == (None, None)
+
+
+def test_a_mirror_covering_most_of_the_window_is_judged_on_what_it_covers() -> None:
+    healthy = judge_young_mirror([0] * 13 + [100] * 7, [0] * 13 + [100] * 7, B, history=10, uncovered=13)
+    assert healthy.verdict is MirrorVerdict.OK and healthy.details["uncovered_buckets"] == 13
+    lossy = judge_young_mirror([0] * 13 + [100] * 7, [0] * 13 + [90] * 7, B, history=10, uncovered=13)
+    assert lossy.verdict is MirrorVerdict.INCOMPLETE
+
+
+def test_judge_mirrors_leaves_out_buckets_before_either_sides_first_sample() -> None:
+    mirror = MirrorSettings(name="m", source="a", target="b", window=600.0)
+    counts = {
+        ("a", "t"): TopicCounts({i: 100 for i in range(-1, 20)}, 0, -1),  # sampled long before
+        ("b", "t"): TopicCounts({17: 0, 18: 100, 19: 99}, 0, 17),  # the copy exists since bucket 17
+    }
+    [verdict] = judge_mirrors(mirror, counts, buckets=10, history=10)
+    assert verdict.judgement.verdict is MirrorVerdict.NOT_ENOUGH_DATA

@@ -55,6 +55,9 @@ Verdicts, checked in this order:
 4. LAGGING: the delay grows across the window: never shrinks from one bucket end to the
    next and ends above where it was at the first, by more than one second.
 5. OK otherwise.
+A mirror whose samples cover less than half the window (it is younger than that, or lagd
+started sampling it only lately) is NOT_ENOUGH_DATA instead (see `judge_young_mirror`): the
+leading buckets without samples look exactly like messages the target never received.
 A mirror whose throughput is a fixed fraction below a steady source is, from counts alone,
 indistinguishable from a lossy one and is reported INCOMPLETE until the source slows down.
 """
@@ -73,6 +76,7 @@ class MirrorVerdict(StrEnum):
     STALLED = "STALLED"
     INCOMPLETE = "INCOMPLETE"
     MISSING = "MISSING"
+    NOT_ENOUGH_DATA = "NOT_ENOUGH_DATA"  # a young mirror: its history covers too little of the window yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,3 +222,39 @@ def judge_mirror(
     if growing and delays[m] > delays[history + 1] + 1.0:
         return judged(MirrorVerdict.LAGGING)
     return judged(MirrorVerdict.OK)
+
+
+MIN_COVERED_SHARE = 0.5  # a window must be covered by samples this much to be judged
+
+
+def judge_young_mirror(
+    source: Sequence[int],
+    target: Sequence[int] | None,
+    bucket_seconds: float,
+    allowed_loss: float = 0.001,
+    *,
+    history: int = 0,
+    backlog: int | None = None,
+    uncovered: int = 0,
+) -> MirrorJudgement:
+    """`judge_mirror` for a series whose first `uncovered` buckets precede the first samples of
+    the source or the target (a mirror younger than the series): those buckets are left out;
+    with less than half the window covered the answer is NOT_ENOUGH_DATA, not a verdict."""
+    if uncovered <= 0:
+        return judge_mirror(source, target, bucket_seconds, allowed_loss, history=history, backlog=backlog)
+    m = len(source)
+    n = m - history
+    covered = min(n, m - uncovered)
+    if covered < max(1, n * MIN_COVERED_SHARE):
+        details = {"buckets": n, "covered_buckets": max(0, covered), "bucket_seconds": bucket_seconds}
+        return MirrorJudgement(MirrorVerdict.NOT_ENOUGH_DATA, None, None, 0.0, None, details)
+    judged = judge_mirror(
+        source[uncovered:],
+        None if target is None else target[uncovered:],
+        bucket_seconds,
+        allowed_loss,
+        history=max(0, history - uncovered),
+        backlog=None,  # the levels at the series start are not the levels at the first samples
+    )
+    judged.details["uncovered_buckets"] = uncovered
+    return judged

@@ -118,7 +118,10 @@ SCHEMAS: dict[str, Any] = {
             "mirror": STR,
             "topic": STR,
             "target_topic": STR,
-            "verdict": {"type": "string", "enum": ["OK", "LAGGING", "STALLED", "INCOMPLETE", "MISSING"]},
+            "verdict": {
+                "type": "string",
+                "enum": ["OK", "LAGGING", "STALLED", "INCOMPLETE", "MISSING", "NOT_ENOUGH_DATA"],
+            },
             "completeness": _nullable(NUM),
             "delay_seconds": _nullable(NUM),
             "source_rate": _nullable(NUM),

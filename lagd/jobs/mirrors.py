@@ -36,7 +36,7 @@ from psycopg2.extras import Json  # type: ignore[import-untyped]
 
 from lagd import logs
 from lagd.config import ConfigError, MirrorSettings, Settings, load
-from lagd.evaluate.mirrors import MirrorJudgement, MirrorVerdict, judge_mirror
+from lagd.evaluate.mirrors import MirrorJudgement, MirrorVerdict, judge_young_mirror
 from lagd.jobs.spark import job_errors, read_range, report_failure, session_for, stop_session
 from lagd.jobs.trends import parse_time, pg_dsn
 
@@ -52,6 +52,7 @@ class TopicCounts:
 
     appended: dict[int, int]  # bucket index -> messages; -1 = the bucket before the series
     base: int  # sum over partitions of each partition's first sampled offset
+    first_bucket: int = -1  # the bucket of the topic's first sample read (-1: before the series)
 
     @property
     def start_level(self) -> int:
@@ -125,7 +126,8 @@ def appended_counts(
         key = (r["cluster"], r["topic"])
         appended.setdefault(key, {})[int(r["bucket"])] = int(r["appended"])
         base[key] = base.get(key, 0) + int(r["first"])
-    return {key: TopicCounts(counts, base[key]) for key, counts in appended.items()}
+    # every bucket with a row holds a sample: the first of them is where the topic's data begins
+    return {key: TopicCounts(counts, base[key], min(counts)) for key, counts in appended.items()}
 
 
 def judge_mirrors(
@@ -150,8 +152,16 @@ def judge_mirrors(
         source_series = [src.appended.get(i, 0) for i in series]
         target_series = None if tgt is None else [tgt.appended.get(i, 0) for i in series]
         backlog = None if tgt is None else src.start_level - tgt.start_level
-        judgement = judge_mirror(
-            source_series, target_series, bucket_seconds, mirror.allowed_loss, history=history, backlog=backlog
+        # Buckets before both sides' first samples are not "nothing copied": leave them out.
+        uncovered = max(src.first_bucket, -1 if tgt is None else tgt.first_bucket) + 1
+        judgement = judge_young_mirror(
+            source_series,
+            target_series,
+            bucket_seconds,
+            mirror.allowed_loss,
+            history=history,
+            backlog=backlog,
+            uncovered=uncovered,
         )
         out.append(TopicVerdict(mirror.name, topic, target_name, judgement))
     return out
@@ -223,7 +233,7 @@ def run_mirrors(
             tally[v.judgement.verdict.value] = tally.get(v.judgement.verdict.value, 0) + 1
         summary = ", ".join(f"{n} {v}" for v, n in sorted(tally.items())) or "no source topics sampled"
         progress(f"mirrors: {name} ({mirror.source} -> {mirror.target}): {len(found)} topic(s): {summary}")
-        bad = [v.topic for v in found if v.judgement.verdict is not MirrorVerdict.OK]
+        bad = [v.topic for v in found if v.judgement.verdict not in (MirrorVerdict.OK, MirrorVerdict.NOT_ENOUGH_DATA)]
         log.info("mirror judged", mirror=name, topics=len(found), not_ok=bad[:20])
         verdicts.extend(found)
     return verdicts

@@ -32,6 +32,7 @@ MIRROR_SEVERITY = {
     "STALLED": GroupStatus.ERR,
     "INCOMPLETE": GroupStatus.ERR,
     "MISSING": GroupStatus.ERR,
+    "NOT_ENOUGH_DATA": GroupStatus.OK,  # a young mirror: nothing to say yet, nothing to alert on
 }
 
 
