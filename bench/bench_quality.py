@@ -469,10 +469,8 @@ def _restored(old: State, settings: Settings) -> State:
                 for p in parts:
                     new.restore_window((cluster, group, topic, p), old.window(cluster, group, topic, p))
         for topic in old.topics(cluster):
-            for p in range(len(old.topic_offsets(cluster, topic) or ())):
-                offsets, ts = old.log_end_samples(cluster, topic, p)
-                if offsets:
-                    new.restore_log_end((cluster, topic, p), list(offsets), list(ts))
+            for p, le in old.topic_log_ends(cluster, topic).items():
+                new.restore_log_end((cluster, topic, p), *le.history())  # fine and coarse tiers, as stored
     return new
 
 
