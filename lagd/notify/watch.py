@@ -10,7 +10,8 @@ cluster itself becomes one incident member (`cluster:<name>`, ERR while unreacha
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from lagd.state.windows import State
 log = logs.get("lagd.watch")
 
 SCAN_EVERY_S = 2.0
+SLICE_S = 0.01  # the longest the verdict scan keeps the event loop at once
 
 
 def cluster_member(cluster: str) -> str:
@@ -105,10 +107,14 @@ class VerdictWatch:
                     self.changes.put_nowait(GroupChange(name, cluster_member(name), status, now, kind="cluster"))
 
     def scan(self, now: int) -> int:
-        """One pass over every group; returns how many changed status."""
+        """One whole pass over every group at once; returns how many changed status."""
+        return sum(self._pass(now))
+
+    def _pass(self, now: int) -> Iterator[int]:
+        """One pass, a group at a time: yields 1 for a group whose status changed, else 0, so
+        the daemon can hand the loop back between groups (nothing blocks it for long)."""
         self.judge_sights(now)
         seen: set[tuple[str, str]] = set()
-        changed = 0
         for cluster in self.clusters:
             for group in self.state.groups(cluster):
                 verdict = self.evaluator.group(cluster, group, now)
@@ -117,14 +123,15 @@ class VerdictWatch:
                 if self.statuses.get(key) != verdict.status:
                     self.statuses[key] = verdict.status
                     self._on_change(verdict, now)
-                    changed += 1
+                    yield 1
+                else:
+                    yield 0
         for key in [k for k in self.statuses if k not in seen]:
             del self.statuses[key]
             self._on_change(self.evaluator.group(key[0], key[1], now), now)  # NOTFOUND: resolves its incidents
-            changed += 1
+            yield 1
         if self.changes is not None:
             self.changes.mark_complete("groups")
-        return changed
 
     def _on_change(self, verdict: GroupVerdict, now: int) -> None:
         self.state.record_status(verdict.cluster, verdict.group, verdict.status.value, now)
@@ -132,7 +139,14 @@ class VerdictWatch:
             # coalesced per group: bounded by the number of groups, never dropped
             self.changes.put_nowait(group_change(verdict, now))
 
-    async def run(self, every_s: float = SCAN_EVERY_S) -> None:
+    async def run(self, every_s: float = SCAN_EVERY_S, slice_s: float = SLICE_S) -> None:
+        """A pass every `every_s`, handing the loop back every `slice_s` of work, so HTTP and
+        ingest go on while thousands of groups are judged."""
         while True:
-            self.scan(self.clock())
-            await asyncio.sleep(every_s)
+            started = time.perf_counter()
+            slice_end = started + slice_s
+            for _ in self._pass(self.clock()):
+                if time.perf_counter() >= slice_end:
+                    await asyncio.sleep(0)
+                    slice_end = time.perf_counter() + slice_s
+            await asyncio.sleep(max(0.0, every_s - (time.perf_counter() - started)))
