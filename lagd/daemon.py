@@ -104,8 +104,11 @@ async def apply_events(rt: Runtime) -> None:
 
 
 async def drain_queue(rt: Runtime) -> None:
+    """Apply what the readers queued before they stopped (guarded: a poison event at shutdown
+    must not skip the final flush)."""
+    poison = PoisonLog()
     while not rt.events.empty():
-        rt.state.apply_many(rt.events.get_nowait())
+        apply_guarded(rt.state, rt.events.get_nowait(), rt.counters, poison)
 
 
 async def expire_groups(rt: Runtime, every_s: float = 60.0) -> None:

@@ -33,7 +33,16 @@ from lagd.config import Settings, parse
 from lagd.core import build_core
 from lagd.embedded import free_port
 from lagd.ingest.validate import EdgeLimits
-from lagd.model import Commit, Event, GroupDeleted, GroupMembers, LogEndSample, OffsetDeleted, PartitionOwner
+from lagd.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    GroupMembers,
+    IngestCounters,
+    LogEndSample,
+    OffsetDeleted,
+    PartitionOwner,
+)
 from lagd.sim.driver import Driver
 from lagd.sim.encode import (
     encode_group_metadata,
@@ -42,6 +51,7 @@ from lagd.sim.encode import (
     encode_offset_tombstone,
 )
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
+from lagd.state.guard import PoisonLog, apply_guarded
 
 Settle = Callable[..., Awaitable[Any]]
 
@@ -104,11 +114,15 @@ def test_state_and_evaluator_never_raise_nor_allocate_beyond_a_bound(events: lis
         parse({"clusters": {"c": {"bootstrap-servers": ["k:9092"]}}, "evaluator": {"rules": rules}}, env={})
     )
     limits = EdgeLimits("c", partition_counts=dict(COUNTS))
+    counters = {"c": IngestCounters()}
+    poison = PoisonLog()
     tracemalloc.start()
     try:
         for ev in events:
             if admitted(ev, limits, NOW):
-                state.apply(ev)
+                # as the daemon applies them: an event the state refuses (a negative log end, say)
+                # is counted and skipped, never raised out
+                apply_guarded(state, [ev], counters, poison)
         for group in state.groups("c"):
             verdict = evaluator.group("c", group, NOW)
             assert len(verdict.partitions) <= sum(COUNTS.values()) + len(events)

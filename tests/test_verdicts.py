@@ -233,3 +233,12 @@ def test_fast_path_decides_as_the_pure_rules(
         summary.status, summary.complete, summary.totallag, summary.partition_count)  # fmt: skip
     assert v.maxlag is (v.partitions[summary.maxlag] if summary.maxlag is not None else None)
     assert v.lag_seconds == max([p.lag_seconds for p in v.partitions], default=0.0)
+
+
+def test_a_hostile_partition_number_is_listed_alone_not_padded_up_to() -> None:
+    s = State(intervals=3)
+    s.apply(LogEndSample(C, "t", 0, 10, 1))
+    s.apply(commit("t", 0, 10, 1, 1_000))
+    s.apply(commit("t", 2**31 - 1, 10, 2, 1_000))
+    v = Evaluator(s).group(C, G, 1_000)
+    assert [p.partition for p in v.partitions] == [0, 2**31 - 1]

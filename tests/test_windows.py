@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -399,3 +400,17 @@ def test_kept_run_start_matches_a_scan(samples: list[tuple[int, int]], keep: int
     if le is not None:
         assert le.run_start == run_start(le.offsets)
         assert len(le.offsets) <= keep
+
+
+def test_out_of_range_numbers_are_refused_before_anything_changes() -> None:
+    """A commit at offset -2^63 (or past int64) used to leave a broken window and overflow the
+    lag; it is refused whole, and the state stays as it was."""
+    s = State()
+    s.apply(sample(100, 1))
+    s.apply(commit(10, 1))
+    for bad in (commit(-(2**63), 2), commit(2**63, 3), commit(5, 2**63), sample(-1, 5), sample(2**63, 6)):
+        with pytest.raises(ValueError, match=r"outside int64"):
+            s.apply(bad)
+    assert offsets_orders(s) == [(10, 1)]
+    assert s.partitions_tracked() == 1 and s.groups(C) == [G]
+    assert s.log_end_samples(C, T, 0) == ([100], [1])

@@ -20,6 +20,7 @@ from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.state.windows import FIELDS, NO_LAG, LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples
+MAX_PADDING = 1024  # empty slots listed beyond a topic's sampled partitions, up to a committed one
 
 
 @dataclass(slots=True)
@@ -194,7 +195,17 @@ class Evaluator:
             # Every partition of the topic (Burrow keeps a slot per partition): the count is
             # known from the broker samples; a commit beyond it proves the topic is wider.
             # Unknown count: only the partitions with commits.
-            ids = range(max(max(log_ends), max(parts, default=-1)) + 1) if log_ends else sorted(parts)
+            # A hostile partition number must not make the evaluator build millions of slots:
+            # past MAX_PADDING beyond the sampled count, committed partitions are listed alone.
+            if log_ends:
+                top = max(max(log_ends), max(parts, default=-1))
+                known = max(log_ends) + 1
+                if top < known + MAX_PADDING:
+                    ids: Sequence[int] = range(top + 1)
+                else:
+                    ids = [*range(known), *sorted(p for p in parts if p >= known)]
+            else:
+                ids = sorted(parts)
             for partition in ids:
                 arr = parts.get(partition)
                 le = log_ends.get(partition)

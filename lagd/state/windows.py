@@ -33,6 +33,7 @@ from lagd.model import (
 from lagd.state.changes import Changes, CommitRow, LogEndRow, PartitionKey, WindowKey
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
+_MIN_Q, _MAX_Q = -(2**63), 2**63 - 1  # what an array('q') holds
 FIELDS = 5  # offset, order, timestamp, observed, lag
 _OFFSET, _ORDER, _TS, _OBSERVED, _LAG = range(FIELDS)
 
@@ -254,6 +255,11 @@ class State:
         return self._seq
 
     def _commit(self, ev: Commit) -> None:
+        if not (0 <= ev.offset <= _MAX_Q and _MIN_Q <= ev.order <= _MAX_Q):
+            # checked before anything changes: the flat window holds int64 only
+            raise ValueError(f"commit offset {ev.offset} or order {ev.order} outside int64 (offsets are >= 0)")
+        if not (_MIN_Q <= ev.timestamp <= _MAX_Q and _MIN_Q <= ev.observed <= _MAX_Q):
+            raise ValueError(f"commit times {ev.timestamp}, {ev.observed} outside int64")
         cs = self._clusters.get(ev.cluster) or self._cluster(ev.cluster)
         group = ev.group
         tomb = cs.tombstones.get(group)
@@ -418,6 +424,8 @@ class State:
         cs.owners[members.group] = {(o.topic, o.partition): o for o in members.owners}
 
     def _log_end_sample(self, ev: LogEndSample) -> None:
+        if not (0 <= ev.offset <= _MAX_Q and _MIN_Q <= ev.ts <= _MAX_Q):
+            raise ValueError(f"log-end offset {ev.offset} or time {ev.ts} outside int64 (offsets are >= 0)")
         cs = self._clusters.get(ev.cluster) or self._cluster(ev.cluster)
         parts = cs.log_end.get(ev.topic)
         if parts is None:
