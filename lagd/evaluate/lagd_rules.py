@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass
+from typing import Any
 
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_REWIND, Judgement
@@ -99,20 +101,45 @@ class Trend:
     last: float
 
 
-def lag_trend(arr: array[int], le: LogEnd, tie_s: float = 0.25) -> Trend | None:
-    """The trend of the window's per-commit lag in seconds; None with fewer than 3 known points."""
+def lag_points(arr: array[int], le: LogEnd) -> tuple[list[float], list[float]]:
+    """(commit times in s, lag in seconds at each) for the window's commits whose lag the
+    samples settle: `lag_seconds_at` for every entry, inlined (this runs per partition)."""
     xs: list[float] = []
     ys: list[float] = []
+    offsets, ts, lo = le.offsets, le.ts, le.run_start
+    n = len(offsets)
+    if n <= lo:
+        return xs, ys
+    newest, newest_ts, oldest = offsets[n - 1], ts[n - 1], offsets[lo]
     for b in range(0, len(arr), FIELDS):
         at = arr[b + 2]
-        seconds, exact = lag_seconds_at(arr[b], at, le)
-        if exact:
-            xs.append(at / 1000.0)
-            ys.append(seconds)
+        target = arr[b] + 1
+        if target > newest:
+            if at <= newest_ts:  # caught up at commit time
+                xs.append(at / 1000.0)
+                ys.append(0.0)
+            continue
+        if target <= oldest:
+            passed, bound = reached_in(le, target)
+            if bound:
+                continue
+        else:
+            i = bisect_left(offsets, target, lo, n)
+            o0, t0 = offsets[i - 1], ts[i - 1]
+            passed = t0 + (ts[i] - t0) * (target - o0) / (offsets[i] - o0)
+        xs.append(at / 1000.0)
+        ys.append((at - passed) / 1000.0 if at > passed else 0.0)
+    return xs, ys
+
+
+def lag_trend(arr: array[int], le: LogEnd, tie_s: float = 0.25) -> Trend | None:
+    """The trend of the window's per-commit lag in seconds; None with fewer than 3 known points."""
+    xs, ys = lag_points(arr, le)
     n = len(xs)
     if n < 3:
         return None
     slopes: list[float] = []
+    add = slopes.append
     s = 0
     for i in range(n - 1):
         xi, yi = xs[i], ys[i]
@@ -124,16 +151,39 @@ def lag_trend(arr: array[int], le: LogEnd, tie_s: float = 0.25) -> Trend | None:
                 s -= 1
             dx = xs[j] - xi
             if dx > 0:
-                slopes.append(dy / dx)
+                add(dy / dx)
     if not slopes:
         return None
     slope = _median(slopes)
-    var = n * (n - 1) * (2 * n + 5) / 18.0
-    z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
+    sd = math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    z = (s - 1) / sd if s > 0 else (s + 1) / sd if s < 0 else 0.0
     fitted = [y - slope * x for x, y in zip(xs, ys, strict=True)]
     middle = _median(fitted)
     noise = 1.4826 * _median([abs(f - middle) for f in fitted])
     return Trend(n, slope, z, slope * (xs[-1] - xs[0]), noise, ys[-1])
+
+
+Stamp = tuple[int, int, int, int, int, int]
+
+
+class TrendMemo:
+    """The trends of one group's previous evaluation, by partition, reused while a partition's
+    window and log-end samples are unchanged: re-judging a group whose time alone moved (a
+    TTL expiry, a STOP deadline) then costs a dictionary lookup per partition, not a trend."""
+
+    __slots__ = ("new", "old")
+
+    def __init__(self, old: dict[Any, tuple[Stamp, Trend | None]] | None = None) -> None:
+        self.old = old or {}
+        self.new: dict[Any, tuple[Stamp, Trend | None]] = {}
+
+    def trend(self, key: Any, arr: array[int], le: LogEnd, tie_s: float) -> Trend | None:
+        ts = le.ts
+        stamp = (arr[-4], len(arr), len(ts), ts[-1] if ts else 0, le.run_start, len(le.coarse_ts))
+        hit = self.old.get(key)
+        trend = hit[1] if hit is not None and hit[0] == stamp else lag_trend(arr, le, tie_s)
+        self.new[key] = (stamp, trend)
+        return trend
 
 
 def _median(values: list[float]) -> float:
@@ -168,6 +218,8 @@ def judge_lagd(
     now_ms: int,
     prior: PartitionStatus | None,
     p: LagdParams,
+    memo: TrendMemo | None = None,
+    key: Any = None,
 ) -> Judgement:
     """Status of one group-partition under lagd's rules, checked in this order:
 
@@ -226,7 +278,7 @@ def judge_lagd(
         return J_WITHIN_SECONDS
     trend = None
     if last_ts - arr[2] >= p.min_history_ms:
-        trend = lag_trend(arr, le, p.tie_s)
+        trend = memo.trend(key, arr, le, p.tie_s) if memo is not None else lag_trend(arr, le, p.tie_s)
         if trend is not None and trend.points < p.min_points:
             trend = None
     if was_behind:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from lagd.evaluate.lagd_rules import LagdParams, judge_lagd
+from lagd.evaluate.lagd_rules import LagdParams, TrendMemo, judge_lagd
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
@@ -115,6 +116,7 @@ class Evaluator:
         # Insertion order is evaluation order, so expired verdicts are dropped from the front.
         self._cache: dict[tuple[str, str], _Cached] = {}
         self._since: dict[tuple[str, str], Since] = {}
+        self._trends: dict[tuple[str, str], Any] = {}  # lagd rules: each group's TrendMemo.new
 
     def group(self, cluster: str, group: str, now_ms: int) -> GroupVerdict:
         """The group's verdict, recomputed when its version changes or the TTL passes."""
@@ -128,11 +130,15 @@ class Evaluator:
         if last is None or last < now_ms - self.state.expire_group_ms:
             self._cache.pop(key, None)
             self._since.pop(key, None)
+            self._trends.pop(key, None)
             return not_found(cluster, group, now_ms)
-        verdict, since = self._evaluate(cluster, group, now_ms, self._since.get(key) or {})
+        memo = TrendMemo(self._trends.get(key)) if self.rules == "lagd" else None
+        verdict, since = self._evaluate(cluster, group, now_ms, self._since.get(key) or {}, memo)
         self._cache.pop(key, None)
         self._cache[key] = _Cached(version, now_ms, verdict)
         self._since[key] = since
+        if memo is not None:
+            self._trends[key] = memo.new
         return verdict
 
     def _evict(self, now_ms: int) -> None:
@@ -149,6 +155,7 @@ class Evaluator:
         """Drop the cached verdict and status history of a removed group."""
         self._cache.pop((cluster, group), None)
         self._since.pop((cluster, group), None)
+        self._trends.pop((cluster, group), None)
 
     def _evaluate(
         self,
@@ -156,6 +163,7 @@ class Evaluator:
         group: str,
         now_ms: int,
         since_before: Since,
+        memo: TrendMemo | None = None,
     ) -> tuple[GroupVerdict, Since]:
         state = self.state
         intervals = state.intervals
@@ -263,7 +271,7 @@ class Evaluator:
                 elif lagd:
                     prior_code = get_since(pkey)
                     prior_status = status_of[prior_code & mask] if prior_code is not None else None
-                    j = judge_lagd(arr, le or _NO_LOG_END, current_lag, judged_at, prior_status, params)
+                    j = judge_lagd(arr, le or _NO_LOG_END, current_lag, judged_at, prior_status, params, memo, pkey)
                 else:
                     j = judge_flat(arr, leo, current_lag, now_ms, allowed, intervals)
                 if current_lag:
