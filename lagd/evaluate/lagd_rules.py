@@ -30,7 +30,7 @@ from typing import Any
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_REWIND, Judgement
 from lagd.model import PartitionStatus
-from lagd.state.windows import FIELDS, LogEnd
+from lagd.state.windows import FIELDS, LAST, OFFSET, ORDER, PREV, TS, LogEnd
 
 WARN = PartitionStatus.WARN
 
@@ -112,8 +112,8 @@ def lag_points(arr: array[int], le: LogEnd) -> tuple[list[float], list[float]]:
         return xs, ys
     newest, newest_ts, oldest = offsets[n - 1], ts[n - 1], offsets[lo]
     for b in range(0, len(arr), FIELDS):
-        at = arr[b + 2]
-        target = arr[b] + 1
+        at = arr[b + TS]
+        target = arr[b + OFFSET] + 1
         if target > newest:
             if at <= newest_ts:  # caught up at commit time
                 xs.append(at / 1000.0)
@@ -179,7 +179,7 @@ class TrendMemo:
 
     def trend(self, key: Any, arr: array[int], le: LogEnd, tie_s: float) -> Trend | None:
         ts = le.ts
-        stamp = (arr[-4], len(arr), len(ts), ts[-1] if ts else 0, le.run_start, len(le.coarse_ts))
+        stamp = (arr[LAST + ORDER], len(arr), len(ts), ts[-1] if ts else 0, le.run_start, len(le.coarse_ts))
         hit = self.old.get(key)
         trend = hit[1] if hit is not None and hit[0] == stamp else lag_trend(arr, le, tie_s)
         self.new[key] = (stamp, trend)
@@ -202,11 +202,11 @@ def _draining(arr: array[int], le: LogEnd, margin: float) -> bool:
     if n < 3 or len(offsets) - lo < 2:
         return False
     b = (n - 3) * FIELDS
-    span_recent = arr[-3] - arr[b + 2]
+    span_recent = arr[LAST + TS] - arr[b + TS]
     span_all = ts[-1] - ts[lo]
     if span_recent <= 0 or span_all <= 0:
         return False
-    consumed = (arr[-5] - arr[b]) / span_recent
+    consumed = (arr[LAST + OFFSET] - arr[b + OFFSET]) / span_recent
     produced = (offsets[-1] - offsets[lo]) / span_all
     return consumed > produced * margin
 
@@ -237,22 +237,22 @@ def judge_lagd(
     was_behind = prior is WARN
     if current_lag <= p.allowed_lag and not was_behind:
         return J_CAUGHT_UP
-    committed = arr[-5]
-    last_ts = arr[-3]
+    committed = arr[LAST + OFFSET]
+    last_ts = arr[LAST + TS]
     waited, _ = lag_seconds_at(committed, now_ms, le)
     waited_ms = waited * 1000.0
     # REWIND: the first backward step, never recovered (Burrow's rule).
     if n > 1:
-        prev = arr[0]
+        prev = arr[OFFSET]
         for b in range(FIELDS, len(arr), FIELDS):
-            cur = arr[b]
+            cur = arr[b + OFFSET]
             if cur < prev:
                 if max(arr[b::FIELDS]) < prev:
                     return J_REWIND
                 break
             prev = cur
     # STOP: silent for several commit intervals while records wait at least as long.
-    cadence = last_ts - arr[-8] if n > 1 else 0
+    cadence = last_ts - arr[PREV + TS] if n > 1 else 0
     limit = max(p.stop_after_ms, p.stop_cadences * cadence)
     silence = now_ms - last_ts
     if silence > limit and waited_ms > limit:
@@ -263,10 +263,10 @@ def judge_lagd(
         )
     # STALL: still committing, the same offset for stall-after, while records wait.
     first_same = n - 1
-    while first_same > 0 and arr[(first_same - 1) * FIELDS] == committed:
+    while first_same > 0 and arr[(first_same - 1) * FIELDS + OFFSET] == committed:
         first_same -= 1
     stuck = first_same < n - 1
-    stuck_ms = now_ms - arr[first_same * FIELDS + 2] if stuck else 0
+    stuck_ms = now_ms - arr[first_same * FIELDS + TS] if stuck else 0
     if stuck and stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
         return Judgement(
             PartitionStatus.STALL,
@@ -277,7 +277,7 @@ def judge_lagd(
     if not was_behind and waited < p.allowed_lag_seconds:
         return J_WITHIN_SECONDS
     trend = None
-    if last_ts - arr[2] >= p.min_history_ms:
+    if last_ts - arr[TS] >= p.min_history_ms:
         trend = memo.trend(key, arr, le, p.tie_s) if memo is not None else lag_trend(arr, le, p.tie_s)
         if trend is not None and trend.points < p.min_points:
             trend = None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from lagd.model import GroupStatus, PartitionStatus
-from lagd.state.windows import NO_LAG
+from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OFFSET, TS
 
 
 class EntryLike(Protocol):
@@ -116,12 +116,12 @@ def judge_flat(
         return J_EMPTY
     if current_lag <= allowed_lag:
         return J_CAUGHT_UP
-    last_ts = arr[-3]
-    if now_ms - last_ts > last_ts - arr[2]:
+    last_ts = arr[LAST + TS]
+    if now_ms - last_ts > last_ts - arr[TS]:
         kept = broker_offsets[-recent:] if recent > 0 else broker_offsets
-        if not (kept and min(kept) <= arr[-5]):
+        if not (kept and min(kept) <= arr[LAST + OFFSET]):
             return J_STOP
-    ordered = arr[0::5].tolist()
+    ordered = arr[OFFSET::FIELDS].tolist()
     if sorted(ordered) == ordered:
         same = ordered[0] == ordered[-1]  # non-decreasing: all equal iff the ends are
     else:
@@ -131,7 +131,7 @@ def judge_flat(
                 if max(ordered[i:]) < ordered[i - 1]:
                     return J_REWIND
                 break
-    lags = arr[4::5].tolist()
+    lags = arr[LAG::FIELDS].tolist()
     known = sorted(lags)
     if known[0] == NO_LAG:  # nulls sort first (real lags are never negative): skip them
         lags = [lag for lag in lags if lag != NO_LAG]

@@ -18,7 +18,7 @@ from lagd.evaluate.lagd_rules import LagdParams, TrendMemo, judge_lagd
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
-from lagd.state.windows import FIELDS, NO_LAG, LogEnd, State
+from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples
 MAX_PADDING = 1024  # empty slots listed beyond a topic's sampled partitions, up to a committed one
@@ -246,7 +246,7 @@ class Evaluator:
                     )
                     continue
                 n = len(arr) // FIELDS
-                committed = arr[-5]
+                committed = arr[LAST + OFFSET]
                 current_lag = 0
                 seconds = 0.0
                 if le is None:
@@ -295,15 +295,21 @@ class Evaluator:
                 prior = get_since(pkey)
                 seen = prior >> _SHIFT if prior is not None and prior & mask == code else now_ms
                 since[pkey] = (seen << _SHIFT) | code
-                lag0 = arr[4]
-                lag1 = arr[-1]
+                lag0 = arr[LAG]
+                lag1 = arr[LAST + LAG]
                 append(
                     PartitionVerdict(
                         topic,
                         partition,
                         status,
-                        WindowEntry(arr[0], arr[1], arr[2], arr[3], None if lag0 == NO_LAG else lag0),
-                        WindowEntry(committed, arr[-4], arr[-3], arr[-2], None if lag1 == NO_LAG else lag1),
+                        WindowEntry(arr[OFFSET], arr[ORDER], arr[TS], arr[OBSERVED], None if lag0 == NO_LAG else lag0),
+                        WindowEntry(
+                            committed,
+                            arr[LAST + ORDER],
+                            arr[LAST + TS],
+                            arr[LAST + OBSERVED],
+                            None if lag1 == NO_LAG else lag1,
+                        ),
                         current_lag,
                         complete,
                         owner.host if owner is not None else "",

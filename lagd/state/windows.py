@@ -34,8 +34,12 @@ from lagd.state.changes import Changes, CommitRow, LogEndRow, PartitionKey, Wind
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1  # what an array('q') holds
-FIELDS = 5  # offset, order, timestamp, observed, lag
-_OFFSET, _ORDER, _TS, _OBSERVED, _LAG = range(FIELDS)
+# The flat window layout, the one definition every reader uses: FIELDS ints per entry, oldest
+# first; arr[i * FIELDS + TS] is entry i's timestamp, arr[LAST + TS] the newest entry's.
+FIELDS = 5
+OFFSET, ORDER, TS, OBSERVED, LAG = range(FIELDS)
+LAST = -FIELDS  # the newest entry's base index
+PREV = -2 * FIELDS  # the second newest entry's
 
 
 COARSE_STEP_MS = 60_000  # a sample leaving the fine tier is kept if this far after the coarse tier's newest
@@ -109,10 +113,10 @@ class _Cluster:
 
 def entries_of(arr: array[int]) -> list[WindowEntry]:
     """Materialise a flat window as WindowEntry copies, oldest first."""
-    lags: list[int | None] = arr[4::5].tolist()  # type: ignore[assignment]
+    lags: list[int | None] = arr[LAG::FIELDS].tolist()  # type: ignore[assignment]
     if NO_LAG in lags:
         lags = [None if lag == NO_LAG else lag for lag in lags]
-    return list(map(WindowEntry, arr[0::5], arr[1::5], arr[2::5], arr[3::5], lags))
+    return list(map(WindowEntry, arr[OFFSET::FIELDS], arr[ORDER::FIELDS], arr[TS::FIELDS], arr[OBSERVED::FIELDS], lags))
 
 
 def flat_window(entries: Iterable[WindowEntry]) -> array[int]:
@@ -126,10 +130,12 @@ def flat_window(entries: Iterable[WindowEntry]) -> array[int]:
 def window_columns(arr: array[int]) -> tuple[list[int], list[int], list[int], list[int], list[int | None]]:
     """A flat window as its five columns (offsets, orders, timestamps, observed, lags): the
     store's row, built by slicing instead of materialising an object per entry."""
-    lags: list[int | None] = arr[4::5].tolist()  # type: ignore[assignment]
+    lags: list[int | None] = arr[LAG::FIELDS].tolist()  # type: ignore[assignment]
     if NO_LAG in lags:
         lags = [None if lag == NO_LAG else lag for lag in lags]
-    return arr[0::5].tolist(), arr[1::5].tolist(), arr[2::5].tolist(), arr[3::5].tolist(), lags
+    columns = (arr[f::FIELDS].tolist() for f in (OFFSET, ORDER, TS, OBSERVED))
+    offsets, orders, timestamps, observed = columns
+    return offsets, orders, timestamps, observed, lags
 
 
 def entry_at(arr: array[int], i: int) -> WindowEntry:
@@ -137,7 +143,7 @@ def entry_at(arr: array[int], i: int) -> WindowEntry:
     if i < 0:
         i += len(arr) // FIELDS
     b = i * FIELDS
-    lag = arr[b + _LAG]
+    lag = arr[b + LAG]
     return WindowEntry(arr[b], arr[b + 1], arr[b + 2], arr[b + 3], None if lag == NO_LAG else lag)
 
 
@@ -284,7 +290,7 @@ class State:
         n = len(arr) // FIELDS
         offset = ev.offset
         order = ev.order
-        if n == 0 or order > arr[-4]:
+        if n == 0 or order > arr[LAST + ORDER]:
             lag = NO_LAG
             topic_ends = cs.log_end.get(ev.topic)
             if topic_ends is not None:
@@ -293,16 +299,16 @@ class State:
                     lag = le.offsets[-1] - offset
                     if lag < 0:
                         lag = 0
-            if n and 0 <= ev.timestamp - arr[-3] < self.min_distance_ms:
+            if n and 0 <= ev.timestamp - arr[LAST + TS] < self.min_distance_ms:
                 # min-distance: the newest entry takes the new offset, order and lag, keeps its time
-                arr[-5] = offset
-                arr[-4] = order
-                arr[-1] = lag
+                arr[LAST + OFFSET] = offset
+                arr[LAST + ORDER] = order
+                arr[LAST + LAG] = lag
             else:
-                if n >= 3 and self.window_step_ms and arr[-8] - arr[-13] < self.window_step_ms:
+                if n >= 3 and self.window_step_ms and arr[PREV + TS] - arr[PREV - FIELDS + TS] < self.window_step_ms:
                     # window-step: the second newest leaves the newest two for the thinned part,
                     # which keeps entries window-step apart; drop it when too close to its elder
-                    del arr[-10:-5]
+                    del arr[PREV:LAST]
                     n -= 1
                 if n >= self.intervals:
                     del arr[: (n - self.intervals + 1) * FIELDS]
@@ -311,7 +317,7 @@ class State:
             return  # lagd's thinned windows keep no commit older than the newest: replays and late ones go
         else:
             # older than the newest: insert in order with a null lag, unless present or too old
-            orders = arr[1::5]
+            orders = arr[ORDER::FIELDS]
             if order in orders:
                 return
             if n >= self.intervals and order < orders[0]:
@@ -326,13 +332,13 @@ class State:
                 # keep their first timestamp and only gain orders, so the test holds for good.
                 ts = ev.timestamp
                 md = self.min_distance_ms
-                for t in arr[b + _TS :: FIELDS]:
+                for t in arr[b + TS :: FIELDS]:
                     if 0 <= ts - t < md:
                         return
             arr[b:b] = array("q", (offset, order, ev.timestamp, ev.observed, NO_LAG))
             if n + 1 > self.intervals:
                 del arr[: (n + 1 - self.intervals) * FIELDS]
-        if ptomb is not None and len(arr) >= self.intervals * FIELDS and arr[_ORDER] > ptomb:
+        if ptomb is not None and len(arr) >= self.intervals * FIELDS and arr[ORDER] > ptomb:
             self._forget_offset_tombstone(gs, ev.topic, ev.partition)  # the full window refuses older ones now
         if ev.timestamp > gs.last_commit:
             gs.last_commit = ev.timestamp
@@ -342,7 +348,7 @@ class State:
         gs.seq = self._seq
         self._dirty_windows.add((ev.cluster, group, ev.topic, ev.partition))
         if self.record_history:
-            lag_now = arr[-1] if arr[-4] == order else NO_LAG
+            lag_now = arr[LAST + LAG] if arr[LAST + ORDER] == order else NO_LAG
             row: CommitRow = (
                 ev.timestamp,
                 ev.cluster,
@@ -366,7 +372,7 @@ class State:
         if deleted is not None and prior is not None and ev.order > prior:
             deleted[key] = ev.order  # a newer tombstone of an already deleted partition
         arr = gs.windows.get(ev.topic, {}).get(ev.partition)
-        if arr is None or (arr and ev.order <= arr[-4]):
+        if arr is None or (arr and ev.order <= arr[LAST + ORDER]):
             return  # unknown, or a commit newer than the tombstone exists
         self._drop_partition(ev.cluster, cs, ev.group, gs, ev.topic, ev.partition)
         if deleted is None:
@@ -394,7 +400,7 @@ class State:
             # Only windows whose newest commit precedes the tombstone go: replays stay harmless.
             for topic, parts in list(gs.windows.items()):
                 for partition, arr in list(parts.items()):
-                    if not arr or arr[-4] < ev.order:
+                    if not arr or arr[LAST + ORDER] < ev.order:
                         self._drop_partition(ev.cluster, cs, ev.group, gs, topic, partition)
             gs.seq = self._next_seq()
             if not gs.windows:
