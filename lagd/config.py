@@ -98,8 +98,9 @@ class ClusterSettings:
     name: str = ""
     bootstrap_servers: list[str] = field(default_factory=list)
     client_id: str = "lagd"
-    # "topic" streams __consumer_offsets; "admin" polls committed offsets (OffsetFetch).
-    offsets_source: Literal["topic", "admin"] = "topic"
+    # "topic" streams __consumer_offsets; "admin" polls committed offsets (OffsetFetch);
+    # "auto" streams the topic where lagd can read it and polls where it cannot (lagd.ingest.source).
+    offsets_source: Literal["auto", "topic", "admin"] = "auto"
     offsets_topic: str = "__consumer_offsets"
     offset_refresh: float = 10.0
     topic_refresh: float = 60.0

@@ -26,10 +26,9 @@ from lagd.core import build_core
 from lagd.db.migrate import upgrade
 from lagd.evaluate import Evaluator
 from lagd.http.app import Health, HttpContext, start_http
-from lagd.ingest.admin_poll import poll_admin
 from lagd.ingest.log_end import sample_log_ends
-from lagd.ingest.offsets_topic import read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
+from lagd.ingest.source import read_offsets
 from lagd.model import Event, IngestCounters
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.mirror_verdicts import watch_mirrors
@@ -244,16 +243,15 @@ def _start_readers(
         progress = ReaderProgress()
         rt.progress[name] = progress
         counters = rt.counters[name]
-        if cluster.offsets_source == "topic":
-            mine = {p: off for (c, p), off in positions.items() if c == name}
-            # The stored owners were written with these positions: a resumed reader folds
-            # KIP-848 member records into them instead of starting from an empty group.
-            members = rt.state.group_members(name)
-            reader = read_offsets_topic(cluster, mine, rt.events, progress, counters, rt.stop, members=members)
-            spawn(reader, f"offsets-{name}")
-        else:
-            topics_of = functools.partial(_group_topics, rt, name)
-            spawn(poll_admin(cluster, rt.events, progress, counters, rt.stop, known_topics=topics_of), f"poll-{name}")
+        mine = {p: off for (c, p), off in positions.items() if c == name}
+        # The stored owners were written with these positions: a resumed reader folds
+        # KIP-848 member records into them instead of starting from an empty group.
+        members = rt.state.group_members(name) if cluster.offsets_source != "admin" else None
+        topics_of = functools.partial(_group_topics, rt, name)
+        reader = read_offsets(
+            cluster, mine, rt.events, progress, counters, rt.stop, members=members, known_topics=topics_of
+        )
+        spawn(reader, f"offsets-{name}")
         wanted = functools.partial(consumed_topics, rt, name)
         sampler = sample_log_ends(
             cluster,

@@ -38,7 +38,7 @@ def test_example_config_is_valid_and_documents_every_default() -> None:
 def test_minimal_config_gets_defaults() -> None:
     s = parse(MINIMAL, env={})
     c = s.clusters["prod"]
-    assert c.name == "prod" and c.offsets_source == "topic" and c.offset_refresh == 10.0
+    assert c.name == "prod" and c.offsets_source == "auto" and c.offset_refresh == 10.0
     assert s.evaluator.allowed_lag == 0 and s.storage.expire_group == 7 * 24 * 3600
 
 

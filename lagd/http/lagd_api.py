@@ -426,6 +426,8 @@ async def clusters(request: web.Request) -> web.Response:
                 "blind_since": getattr(sight, "blind_since", None),
                 "reason": getattr(sight, "reason", ""),
                 "reader_caught_up": bool(getattr(progress, "caught_up", False)),
+                # "topic" or "admin"; null until offsets-source "auto" has chosen
+                "offsets_source": getattr(progress, "source", "") or None,
                 "rules": ctx.settings.evaluator.rules,
             }
         )

@@ -158,6 +158,13 @@ def _health(out: list[str], health: Health) -> None:
     f = _Family(out, "lagd_reader_caught_up", "gauge", "1 once the cluster's offsets reader has caught up")
     for cluster, p in progress:
         f.add(f'cluster="{_esc(cluster)}"', bool(getattr(p, "caught_up", False)))
+    f = _Family(
+        out, "lagd_offsets_source", "gauge", 'Where committed offsets come from: 1 for source="topic" or "admin"'
+    )
+    for cluster, p in sorted(health.progress.items()):
+        source = str(getattr(p, "source", "") or "")
+        if source:
+            f.add(f'cluster="{_esc(cluster)}",source="{_esc(source)}"', 1)
     f = _Family(out, "lagd_reader_progress_ratio", "gauge", "Share of the backlog at start already read")
     for cluster, p in sorted(health.progress.items()):
         f.add(f'cluster="{_esc(cluster)}"', float(getattr(p, "fraction", 0.0)))

@@ -230,6 +230,10 @@ def document() -> dict[str, Any]:
                                         "blind_since": {"type": ["integer", "null"]},
                                         "reason": STR,
                                         "reader_caught_up": {"type": "boolean"},
+                                        "offsets_source": {
+                                            "type": ["string", "null"],
+                                            "enum": ["topic", "admin", None],
+                                        },
                                         "rules": {"type": "string", "enum": ["lagd", "burrow"]},
                                     }
                                 ),

@@ -298,7 +298,8 @@ async def _discover(
             "offsets topic not found",
             cluster=cluster.name,
             topic=topic,
-            hint="check offsets-topic, or set offsets-source = 'admin' where the topic cannot be read",
+            hint="check offsets-topic, or set offsets-source = 'auto' (the default), which polls committed "
+            "offsets through the admin API where the topic cannot be read",
         )
         return
     new = set(found) - known

@@ -22,6 +22,8 @@ class ReaderProgress:
     # When the reader last stood at the end of what there was to read (ms): a fetch that
     # came back short, or a finished admin round. Lets lagd tell when it is blind.
     fresh_at_ms: int | None = None
+    # Where the reader gets committed offsets: "topic" or "admin" ("" until "auto" has chosen).
+    source: str = ""
 
     def mark_fresh(self, now_ms: int) -> None:
         self.fresh_at_ms = now_ms

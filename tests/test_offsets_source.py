@@ -1,0 +1,116 @@
+"""offsets-source = "auto" (the default) against the real broker (Tansu): it streams the offsets
+topic where that can be read and polls committed offsets where it cannot, and says which.
+
+Tansu never writes `__consumer_offsets` itself: a topic name that does not exist stands in for a
+cluster whose offsets topic lagd cannot read (real aiokafka groups committing, judged by admin
+polling); a topic the simulator writes real-format commit records into is streamed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from lagd.config import parse
+from lagd.ingest.progress import ReaderProgress
+from lagd.ingest.source import choose_source, read_offsets, unreadable_reason
+from lagd.model import Commit, GroupMembers, IngestCounters
+from lagd.sim.driver import Driver
+from lagd.sim.scenario import Scenario, standard
+from tests.http_state import build_context, serve
+from tests.test_ingest_kafka import Store, cluster, drive, fold, running
+
+Settle = Callable[..., Awaitable[Any]]
+
+
+def test_auto_is_the_default() -> None:
+    settings = parse({"clusters": {"c": {"bootstrap-servers": ["k:9092"]}}}, env={})
+    assert settings.clusters["c"].offsets_source == "auto"
+
+
+async def test_auto_falls_back_to_admin_polling_where_the_offsets_topic_is_missing(
+    kafka: str, unique: str, settle: Settle
+) -> None:
+    scenario = standard(unique, partitions=2)
+    orders = scenario.topics[0].name
+    scenario = Scenario(scenario.topics[:1], tuple(g for g in scenario.groups if set(g.topics) <= {orders}))
+    driver = Driver(kafka, scenario, mode="admin")
+    await driver.start()
+    try:
+        await drive(driver, 3)
+    finally:
+        await driver.close()
+    expected = driver.last_commits
+    assert expected
+
+    settings = cluster(
+        kafka, offsets_source="auto", offsets_topic=f"__consumer_offsets_missing_{unique}", groups_allow=unique
+    )
+    assert await unreadable_reason(settings) == f"topic {settings.offsets_topic} does not exist"
+    store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
+    async with running(read_offsets(settings, {}, store, progress, counters, stop)):
+        await settle(lambda: progress.caught_up, what="first admin polling round")
+        snapshot = list(store.events)
+    assert progress.source == "admin"
+    assert fold(snapshot) == expected
+    # Judged from real groups: their members came from DescribeGroups.
+    assert {e.group for e in snapshot if isinstance(e, GroupMembers)} == {g for g, _, _ in expected}
+
+
+async def test_auto_streams_an_offsets_topic_it_can_read(kafka: str, unique: str, settle: Settle) -> None:
+    scenario = standard(unique, partitions=2)
+    topic = f"__consumer_offsets_{unique}"
+    driver = Driver(kafka, scenario, mode="topic", offsets_topic=topic, offsets_partitions=3)
+    await driver.start()
+    try:
+        await drive(driver, 3)
+    finally:
+        await driver.close()
+
+    settings = cluster(kafka, offsets_source="auto", offsets_topic=topic, groups_deny="")
+    assert await unreadable_reason(settings) is None
+    store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
+    async with running(read_offsets(settings, {}, store, progress, counters, stop)):
+        await settle(lambda: progress.caught_up, what="offsets-topic reader caught up")
+        snapshot = list(store.events)
+    assert progress.source == "topic"
+    assert fold(snapshot) == driver.last_commits
+    # Streamed, not polled: each commit's order is its record's offset in the offsets topic.
+    commits = [e for e in snapshot if isinstance(e, Commit)]
+    written = sorted(off for places in driver.orders.values() for _, off in places)
+    assert sorted(e.order for e in commits) == written
+
+
+async def test_choosing_waits_for_an_unreachable_broker_and_stops_on_request() -> None:
+    from lagd.embedded import free_port
+
+    settings = cluster(f"127.0.0.1:{free_port()}", offsets_source="auto", request_timeout=1.0)
+    stop, counters = asyncio.Event(), IngestCounters()
+    task = asyncio.ensure_future(choose_source(settings, stop, counters))
+    while not counters.failures:
+        await asyncio.wait([task], timeout=0.05)
+        assert not task.done(), "a broker that refuses connections decides nothing"
+    stop.set()
+    assert await asyncio.wait_for(task, 5.0) is None
+    assert all(k.startswith("offsets_source_probe_") for k in counters.failures)
+
+
+async def test_clusters_and_metrics_say_which_source_was_chosen() -> None:
+    ctx = build_context()
+    chosen, undecided = ReaderProgress(), ReaderProgress()
+    chosen.source = "admin"
+    ctx.health.progress = {
+        name: (chosen if i == 0 else undecided) for i, name in enumerate(sorted(ctx.settings.clusters))
+    }
+    async with serve(ctx) as base, aiohttp.ClientSession(base) as s:
+        async with s.get("/lagd/v1/clusters") as resp:
+            body = await resp.json()
+        async with s.get("/metrics") as resp:
+            metrics = await resp.text()
+    sources = [c["offsets_source"] for c in body["clusters"]]
+    assert sources[0] == "admin" and all(src is None for src in sources[1:])
+    first = sorted(ctx.settings.clusters)[0]
+    assert f'lagd_offsets_source{{cluster="{first}",source="admin"}} 1' in metrics
