@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from lagd import logs, sdnotify
+from lagd.backoff import Backoff, describe_error
 from lagd.config import ConfigError, Settings, load
 from lagd.core import build_core
 from lagd.db.migrate import upgrade
@@ -30,10 +31,12 @@ from lagd.ingest.log_end import sample_log_ends
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.source import read_offsets
 from lagd.model import Event, IngestCounters
+from lagd.notify.delivery import SinkStatus, run_sink
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.mirror_verdicts import watch_mirrors
 from lagd.notify.mqtt import PublisherStatus, publish_outbox
 from lagd.notify.notifier import run_notifier
+from lagd.notify.sinks import status_page_url
 from lagd.notify.watch import VerdictWatch
 from lagd.state import persister
 from lagd.state.guard import PoisonLog, apply_guarded
@@ -181,27 +184,36 @@ async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
 
 
 async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio.Event, hint: str) -> Any:
-    """Run `attempt` until it succeeds or stop is set, with capped exponential backoff.
+    """Run `attempt` until it succeeds or stop is set, with capped, jittered backoff
+    (lagd.backoff): the first failure is logged at once, then one line every 30 s or so.
 
     Each attempt races `stop`, so SIGTERM ends a hung attempt at once; returns None then.
     """
-    delay = 0.5
-    failures = 0
+    backoff = Backoff()
     while not stop.is_set():
         try:
-            return await _unless_stopped(attempt(), stop)
+            result = await _unless_stopped(attempt(), stop)
         except _Stopped:
             break
         except Exception as exc:
-            failures += 1
-            if failures == 1 or failures % 10 == 0:
-                log.error(
-                    f"{what} failed; retrying", error=f"{exc.__class__.__name__}: {exc}", hint=hint, attempt=failures
-                )
-            sdnotify.notify(f"STATUS={what} failed ({exc.__class__.__name__}); retrying")
+            delay, log_now = backoff.failed()
+            error = describe_error(exc)
+            (log.error if log_now else log.debug)(
+                f"{what} failed; retrying",
+                error=error,
+                hint=hint,
+                attempt=backoff.attempts,
+                waiting_s=backoff.waiting_s,
+                retry_in_s=round(delay, 1),
+            )
+            sdnotify.notify(f"STATUS={what} failed ({exc.__class__.__name__}, attempt {backoff.attempts}); retrying")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, 30.0)
+        else:
+            attempts, waited = backoff.attempts, backoff.waiting_s
+            if backoff.succeeded():
+                log.info(f"{what} succeeded after failures", attempts=attempts + 1, waited_s=waited)
+            return result
     return None
 
 
@@ -359,6 +371,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 spawn(run_notifier(store.engine, settings.notify, changes, rt.stop), "notifier")
                 # every instance runs one; only the holder of the publish lease drains the outbox
                 spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher), "mqtt")
+                _start_sinks(rt, store, health, spawn)
             watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, now_ms)
             health.sights = watch.sights
             spawn(watch.run(), "verdicts")
@@ -381,6 +394,21 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(store.close(), 0.3)
         log.info("lagd stopped")
+
+
+def _start_sinks(
+    rt: Runtime, store: Store, health: Health, spawn: Callable[[Coroutine[Any, Any, None], str], None]
+) -> None:
+    """One delivery task per notification sink, each from its own outbox position (lagd.notify.delivery)."""
+    page = status_page_url(rt.settings.notify.status_page_url, rt.settings.http.listen)
+    statuses = {}
+    for sink in rt.settings.sinks.values():
+        statuses[sink.name] = status = SinkStatus(sink.name, sink.kind)
+        run = run_sink(
+            store.engine, sink, rt.stop, status, status_url=page, poll_interval=rt.settings.notify.publish_interval
+        )
+        spawn(run, f"sink-{sink.name}")
+    health.sinks = statuses
 
 
 async def _supervise(rt: Runtime, tasks: list[asyncio.Task[None]]) -> None:

@@ -17,6 +17,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.helpers import create_ssl_context
 
 from lagd import logs
+from lagd.backoff import Backoff, describe_error
 from lagd.config import ClusterSettings
 from lagd.model import IngestCounters
 
@@ -105,10 +106,6 @@ def cancelled_here() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-BACKOFF_MIN_S = 0.5
-BACKOFF_MAX_S = 30.0
-
-
 async def reconnecting(
     session: Callable[[], Awaitable[None]],
     stop: asyncio.Event,
@@ -119,29 +116,34 @@ async def reconnecting(
     counter: str,
     hint: str,
 ) -> None:
-    """Run `session` until `stop` is set; after a failure, count it, log it and retry with
-    capped exponential backoff (reset by a session that ends cleanly). Every reader of a
-    cluster (offsets topic, admin polling, log-end sampler) survives broker outages this way."""
-    delay = BACKOFF_MIN_S
-    failures = 0
+    """Run `session` until `stop` is set; after a failure, count it and retry with capped,
+    jittered backoff (lagd.backoff), reset by a session that ends cleanly or ran a while. The
+    first failure of an outage is logged at once, then one line every 30 s or so with the
+    attempt count. Every reader of a cluster (offsets topic, admin polling, log-end sampler)
+    survives broker outages this way."""
+    backoff = Backoff()
+    loop = asyncio.get_running_loop()
     while not stop.is_set():
+        started = loop.time()
         try:
             await session()
         except (Exception, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError) and cancelled_here():
                 raise
-            failures += 1
+            if loop.time() - started >= backoff.cap:
+                backoff.succeeded()  # it worked for a while: this is a new outage
             counters.count_failure(f"{counter}_{exc.__class__.__name__}")
-            log.warning(
+            delay, log_now = backoff.failed()
+            (log.warning if log_now else log.debug)(
                 f"{what} failed; reconnecting",
                 cluster=cluster,
-                error=f"{exc.__class__.__name__}: {exc}",
-                retry_in_s=delay,
-                attempt=failures,
+                error=describe_error(exc),
+                attempt=backoff.attempts,
+                waiting_s=backoff.waiting_s,
+                retry_in_s=round(delay, 1),
                 hint=hint,
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, BACKOFF_MAX_S)
         else:
-            delay = BACKOFF_MIN_S
+            backoff.succeeded()
