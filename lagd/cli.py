@@ -56,9 +56,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    settings = _load_or_exit(args.file)
+    if args.file and args.config and args.file != args.config:
+        print(f"lagd: check-config got two files ({args.file} and --config {args.config}); pass one", file=sys.stderr)
+        return 2
+    path = args.file or args.config or DEFAULT_CONFIG
+    settings = _load_or_exit(path)
     names = ", ".join(settings.clusters)
-    print(f"{args.file}: OK ({len(settings.clusters)} cluster(s): {names}; {len(settings.mirrors)} mirror(s))")
+    print(f"{path}: OK ({len(settings.clusters)} cluster(s): {names}; {len(settings.mirrors)} mirror(s))")
     return 0
 
 
@@ -115,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lagd",
         description="Kafka consumer-lag evaluator: judges every consumer group by Burrow's window rules.",
     )
+    parser.add_argument("--version", "-V", action="version", version=f"lagd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="run the daemon", description="Run the lagd daemon in the foreground.")
@@ -132,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate a settings file",
         description="Validate a settings file (and LAGD_* overrides); exit 2 naming the bad key.",
     )
-    p.add_argument("file", nargs="?", default=DEFAULT_CONFIG)
+    p.add_argument("file", nargs="?", default=None, help=f"TOML settings file (default {DEFAULT_CONFIG})")
+    p.add_argument("--config", "-c", default=None, metavar="FILE", help="the same, as lagd run takes it")
     p.set_defaults(func=_cmd_check_config)
 
     p = sub.add_parser("db", help="database maintenance", description="Database maintenance.")

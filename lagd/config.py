@@ -36,6 +36,15 @@ class ConfigError(ValueError):
         self.reason = reason
 
 
+class ConfigFileError(ConfigError):
+    """The settings file as a whole cannot be used (unreadable, not TOML): `str()` names the file."""
+
+    def __init__(self, path: str, message: str) -> None:
+        ValueError.__init__(self, message)
+        self.key = path
+        self.reason = message
+
+
 MASK = "***"
 
 
@@ -594,14 +603,17 @@ def load(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            str(p), f"cannot read the file ({exc.strerror}); pass an existing file with --config"
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise ConfigFileError(
+            str(p), f"cannot read {p}: {why}; pass the path of a TOML settings file (see config/lagd.example.toml)"
         ) from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(p), f"not valid TOML: {exc}") from None
+        raise ConfigFileError(
+            str(p), f"{p} is not valid TOML: {exc}; fix the file (see config/lagd.example.toml)"
+        ) from None
     return parse(raw, os.environ if env is None else env)
 
 
