@@ -196,6 +196,33 @@ class NotifySettings:
     hold_time: float = 300.0
     update_interval: float = 30.0
     publish_interval: float = 1.0
+    # Linked from Slack and PagerDuty messages; empty: http://<http.listen>/ (0.0.0.0 shown as 127.0.0.1)
+    status_page_url: str = ""
+
+
+SinkKind = Literal["webhook", "slack", "pagerduty", "alertmanager"]
+PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """One notification sink beside MQTT: incidents delivered over HTTP from its own outbox position."""
+
+    name: str = ""
+    kind: SinkKind = "webhook"
+    # webhook: the receiver (a $field template); slack: the incoming-webhook URL;
+    # pagerduty: the Events API v2 endpoint; alertmanager: the base URL (http://host:9093)
+    url: str = ""
+    headers: list[str] = field(default_factory=list)  # "Name: value" lines added to every request
+    hmac_secret: Secret = Secret("")  # webhook: signs the body (HMAC-SHA256) when set
+    signature_header: str = "X-Lagd-Signature"  # webhook: carries "sha256=<hex of the HMAC>"
+    body_template: str = ""  # webhook: $field template of the body; empty: the event's JSON
+    routing_key: Secret = Secret("")  # pagerduty: the integration's routing key
+    timeout: float = 10.0  # seconds per request
+    retry_initial: float = 1.0  # seconds before the first retry; doubles, with jitter
+    retry_max: float = 300.0  # longest wait between retries
+    dead_letter_after: float = 3600.0  # seconds an event is retried before it goes to dead_letters
+    alert_ttl: float = 300.0  # alertmanager: endsAt this far ahead; re-posted every third of it
 
 
 @dataclass(frozen=True)
@@ -240,6 +267,7 @@ class Settings:
     http: HttpSettings = field(default_factory=HttpSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
     mirrors: dict[str, MirrorSettings] = field(default_factory=dict)
+    sinks: dict[str, SinkSettings] = field(default_factory=dict)
     jobs: JobsSettings = field(default_factory=JobsSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
@@ -252,7 +280,7 @@ _SECTIONS: dict[str, type] = {
     "jobs": JobsSettings,
     "log": LogSettings,
 }
-_NAMED: dict[str, type] = {"clusters": ClusterSettings, "mirrors": MirrorSettings}
+_NAMED: dict[str, type] = {"clusters": ClusterSettings, "mirrors": MirrorSettings, "sinks": SinkSettings}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -474,6 +502,10 @@ def _validate(s: Settings) -> None:
         raise ConfigError("notify.topic-prefix", "expected a non-empty MQTT topic without wildcards")
     for key in ("correlation_window", "hold_time", "update_interval", "publish_interval"):
         positive(f"notify.{_key(key)}", getattr(s.notify, key))
+    if s.notify.status_page_url:
+        _http_url("notify.status-page-url", s.notify.status_page_url)
+    for name, sink in s.sinks.items():
+        _validate_sink(f"sinks.{name}", sink)
     for name, m in s.mirrors.items():
         where = f"mirrors.{name}"
         for role in ("source", "target"):
@@ -494,6 +526,40 @@ def _validate(s: Settings) -> None:
     if not re.fullmatch(r"[1-9][0-9]*([kmgtp]b?)?", s.jobs.driver_memory, re.IGNORECASE):
         raise ConfigError(
             "jobs.driver-memory", f"got {s.jobs.driver_memory!r}, expected a JVM memory size such as 2g or 512m"
+        )
+
+
+def _http_url(key: str, value: str) -> None:
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(key, f"got {_masked(value)!r}, expected an http:// or https:// URL")
+
+
+def _validate_sink(where: str, sink: SinkSettings) -> None:
+    if sink.kind != "pagerduty" and not sink.url:
+        raise ConfigError(f"{where}.url", f"missing: a {sink.kind} sink needs the receiver's http(s):// URL")
+    if sink.url:
+        _http_url(f"{where}.url", sink.url if sink.kind != "webhook" else sink.url.split("$", 1)[0] or "http://x")
+    if sink.kind == "pagerduty" and not sink.routing_key:
+        raise ConfigError(
+            f"{where}.routing-key",
+            f"missing: set the PagerDuty integration's routing key (prefer LAGD_SINKS_{where.split('.', 1)[1].upper().replace('-', '_')}_ROUTING_KEY)",
+        )
+    for line in sink.headers:
+        name, sep, _ = line.partition(":")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name.strip()):
+            raise ConfigError(f"{where}.headers", f'got {line!r}, expected "Name: value" lines')
+    if not re.fullmatch(r"[A-Za-z0-9-]+", sink.signature_header):
+        raise ConfigError(f"{where}.signature-header", f"got {sink.signature_header!r}, expected an HTTP header name")
+    for key in ("timeout", "retry_initial", "retry_max", "dead_letter_after", "alert_ttl"):
+        if getattr(sink, key) <= 0:
+            raise ConfigError(f"{where}.{_key(key)}", f"got {getattr(sink, key)!r}, expected a number greater than 0")
+    if sink.retry_max < sink.retry_initial:
+        raise ConfigError(
+            f"{where}.retry-max", f"got {sink.retry_max}, expected at least retry-initial ({sink.retry_initial})"
         )
 
 

@@ -127,12 +127,15 @@ def test_lagd_api_conforms_to_its_openapi_document(live: str) -> None:
         "/lagd/v1/consumer/{cluster}/{group}",
         "/lagd/v1/consumer/{cluster}/{group}/trend",
         "/lagd/v1/consumer/{cluster}/{group}/window/{topic}/{partition}",
+        "/lagd/v1/dead-letters",
         "/lagd/v1/groups",
         "/lagd/v1/incidents",
         "/lagd/v1/mirrors",
         "/lagd/v1/quarantine",
         "/lagd/v1/quarantine",
         "/lagd/v1/quarantine/{id}",
+        "/lagd/v1/schemas",
+        "/lagd/v1/schemas/{name}",
     ]
     statuses: list[int] = []
     for op in operations:

@@ -178,6 +178,36 @@ outbox = Table(
 )
 Index("ix_outbox_pending", outbox.c.id, postgresql_where=outbox.c.delivered_at.is_(None))
 
+# Each notification sink's own position in the outbox (the last row it delivered or gave up
+# on) and the retry state of the row after it, so backoff and dead-lettering survive restarts.
+sink_positions = Table(
+    "sink_positions",
+    metadata,
+    Column("sink", Text, primary_key=True),
+    Column("position", BigInteger, nullable=False),
+    Column("retry_id", BigInteger, nullable=True),  # the outbox row being retried, if any
+    Column("retry_since", BigInteger, nullable=True),  # its first failed attempt (ms)
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("last_error", Text, nullable=False, server_default=""),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+# Events a sink gave up on (after notify sink dead-letter-after, or refused outright).
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("sink", Text, nullable=False),
+    Column("outbox_id", BigInteger, nullable=False),
+    Column("event_id", Text, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("first_attempt_at", BigInteger, nullable=False),
+    Column("dead_at", BigInteger, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    UniqueConstraint("sink", "event_id", name="uq_dead_letters_sink_event_id"),
+)
+
 # Small persistent state of the incident engine (one row per cluster, JSON).
 incident_engine_state = Table(
     "incident_engine_state",

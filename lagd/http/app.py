@@ -66,6 +66,7 @@ class Health:
     publisher: Any = None
     evaluation_seconds_last: float = 0.0
     sights: Mapping[str, Any] = field(default_factory=dict)  # cluster -> ClusterSight (degraded when blind)
+    sinks: Mapping[str, Any] = field(default_factory=dict)  # sink name -> lagd.notify.delivery.SinkStatus
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import sqlalchemy as sa
@@ -361,6 +362,56 @@ async def quarantine(request: web.Request) -> web.Response:
     return await _db_answer(request, stmt, "quarantine", _quarantined)
 
 
+SINK_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+
+
+def _dead_letter(r: Any) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "sink": r["sink"],
+        "event_id": r["event_id"],
+        "outbox_id": r["outbox_id"],
+        "error": r["error"],
+        "attempts": r["attempts"],
+        "first_attempt_at": r["first_attempt_at"],
+        "dead_at": r["dead_at"],
+        "payload": r["payload"] if isinstance(r["payload"], dict) else {},
+    }
+
+
+async def dead_letters(request: web.Request) -> web.Response:
+    """Events a notification sink gave up on (newest first), with the error and the attempts."""
+    t = schema.dead_letters
+    try:
+        limit = _int_param(request.query.get("limit", "100"), "limit", 1, 1000)
+    except BadRequest as exc:
+        return _error(request, 400, str(exc))
+    stmt = sa.select(t).order_by(t.c.id.desc()).limit(limit)
+    if "sink" in request.query:
+        sink = request.query["sink"]
+        if not re.fullmatch(SINK_NAME, sink) or len(sink) > 200:
+            return _error(request, 400, "sink: expected a configured sink's name (letters, digits, '.', '_', '-')")
+        stmt = stmt.where(t.c.sink == sink)
+    return await _db_answer(request, stmt, "dead_letters", _dead_letter)
+
+
+async def payload_schemas(request: web.Request) -> web.Response:
+    """The names of the JSON Schemas of lagd's notification payloads."""
+    from lagd.notify.schemas import names
+
+    return _json({"schemas": names()})
+
+
+async def payload_schema(request: web.Request) -> web.Response:
+    """One JSON Schema (draft 2020-12) of a notification payload (MQTT and the webhook sink)."""
+    from lagd.notify.schemas import load
+
+    found = load(request.match_info["name"])
+    if found is None:
+        return _error(request, 404, "no such schema: GET /lagd/v1/schemas lists them")
+    return _json(found)
+
+
 async def _execute(request: web.Request, stmt: Any) -> int | None:
     """Rows a change touched, or None when the database is unavailable (logged)."""
     ctx = _ctx(request)
@@ -442,6 +493,9 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/lagd/v1/incidents", incidents)
     r.add_get("/lagd/v1/mirrors", mirrors)
     r.add_get("/lagd/v1/quarantine", quarantine)
+    r.add_get("/lagd/v1/dead-letters", dead_letters)
+    r.add_get("/lagd/v1/schemas", payload_schemas)
+    r.add_get("/lagd/v1/schemas/{name}", payload_schema)
     r.add_delete("/lagd/v1/quarantine", clear_quarantine)
     r.add_delete("/lagd/v1/quarantine/{id}", delete_quarantined)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}", consumer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from aiohttp import web
 
@@ -205,9 +206,38 @@ def _health(out: list[str], health: Health) -> None:
         _Family(out, "lagd_mqtt_published_total", "counter", "Incident messages published").add(
             "", int(getattr(pub, "published_total", 0))
         )
+    _sinks(out, health, time.time_ns() // 1_000_000)
     _Family(out, "lagd_evaluation_seconds", "gauge", "Time to evaluate every group for this scrape").add(
         "", health.evaluation_seconds_last
     )
+
+
+def _sinks(out: list[str], health: Health, now_ms: int) -> None:
+    """Per notification sink (webhook, Slack, PagerDuty, Alertmanager): lease, backlog, outcomes."""
+    sinks = sorted(health.sinks.items())
+    if not sinks:
+        return
+    families: list[tuple[str, str, str, Any]] = [
+        ("lagd_sink_leader", "gauge", "1 on the instance that holds the sink's lease and delivers", "leader"),
+        ("lagd_sink_backlog", "gauge", "Incident events after the sink's position, not delivered yet", "backlog"),
+        ("lagd_sink_delivered_total", "counter", "Incident events the sink's receiver accepted", "delivered_total"),
+        ("lagd_sink_failures_total", "counter", "Failed delivery attempts (each is retried)", "failures_total"),
+        (
+            "lagd_sink_dead_letters_total",
+            "counter",
+            "Events given up on (GET /lagd/v1/dead-letters)",
+            "dead_letters_total",
+        ),
+    ]
+    for name, kind, help_text, attr in families:
+        f = _Family(out, name, kind, help_text)
+        for sink, st in sinks:
+            f.add(f'sink="{_esc(sink)}",kind="{_esc(str(getattr(st, "kind", "")))}"', getattr(st, attr, 0) or 0)
+    f = _Family(out, "lagd_sink_retrying_seconds", "gauge", "How long the event at the sink's head has been failing")
+    for sink, st in sinks:
+        since = getattr(st, "retrying_since", None)
+        value = max(0.0, (now_ms - since) / 1000) if since is not None else 0.0
+        f.add(f'sink="{_esc(sink)}",kind="{_esc(str(getattr(st, "kind", "")))}"', value)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -143,6 +143,19 @@ SCHEMAS: dict[str, Any] = {
             "size": INT,
         }
     ),
+    "DeadLetter": _obj(
+        {
+            "id": INT,
+            "sink": STR,
+            "event_id": STR,
+            "outbox_id": INT,
+            "error": STR,
+            "attempts": INT,
+            "first_attempt_at": INT,
+            "dead_at": INT,
+            "payload": {"type": "object"},
+        }
+    ),
     "TrendPoint": _obj(
         {
             "bucket": INT,
@@ -319,6 +332,33 @@ def document() -> dict[str, Any]:
         ),
         "delete": _delete("Remove every quarantined row.", []),
     }
+    paths["/lagd/v1/dead-letters"] = _get(
+        "Incident events a notification sink gave up on (newest first): retried for the sink's "
+        "dead-letter-after, or refused by the receiver.",
+        [
+            _query_param(
+                "sink",
+                {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$", "maxLength": 200},
+                "Only this sink.",
+            ),
+            _query_param("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "At most this many."),
+        ],
+        {
+            "200": _json(_obj({"dead_letters": {"type": "array", "items": _ref("DeadLetter")}}), "Dead letters."),
+            **_BAD,
+            **_DB,
+        },
+    )
+    paths["/lagd/v1/schemas"] = _get(
+        "Names of the JSON Schemas (draft 2020-12) of lagd's notification payloads.",
+        [],
+        {"200": _json(_obj({"schemas": {"type": "array", "items": STR}}), "Schema names.")},
+    )
+    paths["/lagd/v1/schemas/{name}"] = _get(
+        "One notification payload's JSON Schema (MQTT topics and the webhook sink's default body).",
+        [_path_param("name", STR)],
+        {"200": _json({"type": "object"}, "A JSON Schema."), "404": _err("No schema of this name.")},
+    )
     paths["/lagd/v1/quarantine/{id}"] = {
         "delete": _delete(
             "Remove one quarantined row.",
