@@ -10,6 +10,9 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
+# the Alertmanager sink's tests run a real Alertmanager; the rule and dashboard tests run promtool
+command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing Debian packages: ${need[*]}; run: sudo apt-get install -y ${need[*]}" >&2
