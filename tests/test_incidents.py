@@ -313,3 +313,27 @@ def test_topics_of_one_broken_mirror_make_one_incident_that_resolves_after_the_h
     restored = IncidentEngine.load(RULES, json.loads(json.dumps(engine2.dump())))
     assert {m.get("kind") for inc in restored.dump()["dr"]["open"] for m in inc["members"].values()} == {"mirror"}
     assert kinds(run(restored, [], until=last_ok + RULES.hold_time, start=last_ok + RULES.hold_time)) == ["resolved"]
+
+
+def test_a_resolve_carries_the_peak_severity_and_how_long_the_incident_lasted() -> None:
+    engine = IncidentEngine(RULES)
+    changes = [
+        change("a", GroupStatus.WARN, T0),
+        change("a", GroupStatus.ERR, T0 + 40_000),
+        change("a", GroupStatus.WARN, T0 + 80_000),
+        change("a", GroupStatus.OK, T0 + 120_000),
+    ]
+    half = run(engine, changes[:3], until=T0 + 100_000)
+    # the peak survives a restart of the engine (its JSON state)
+    engine = IncidentEngine.load(RULES, json.loads(json.dumps(engine.dump())))
+    events = half + run(engine, changes[3:], until=T0 + 500_000, start=T0 + 101_000)
+    assert [(e.event, e.severity, e.peak_severity) for e in events] == [
+        ("opened", "WARN", "WARN"),
+        ("updated", "ERR", "ERR"),
+        ("updated", "WARN", "ERR"),
+        ("resolved", "WARN", "ERR"),
+    ]
+    body = events[-1].payload()
+    assert body["peak_severity"] == "ERR" and body["duration_ms"] == 120_000
+    assert "peaked at ERR" in body["summary"]
+    assert events[0].payload()["duration_ms"] is None

@@ -85,9 +85,10 @@ class IncidentEvent:
     partitions: tuple[dict[str, Any], ...]
     reason: str
     summary: str
+    peak_severity: str = ""  # the worst severity the incident reached so far ("" : that of `severity`)
 
     def payload(self) -> dict[str, Any]:
-        """The JSON body published over MQTT and stored in the outbox."""
+        """The JSON body published over MQTT and stored in the outbox (schema: incident-event)."""
         return {
             "event": self.event,
             "id": self.incident_id,
@@ -101,6 +102,9 @@ class IncidentEvent:
             "partitions": [dict(p) for p in self.partitions],
             "reason": self.reason,
             "summary": self.summary,
+            "peak_severity": self.peak_severity or self.severity,
+            # how long the incident was open (resolved events only)
+            "duration_ms": None if self.resolved_at is None else self.resolved_at - self.opened_at,
         }
 
 
@@ -148,6 +152,7 @@ class _Incident:
     members: dict[str, _Member] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
     closed_at: int | None = None  # when it resolved (tick time), while it may still reopen
+    peak: str = ""  # the worst severity it reached ("": not tracked yet, as in state saved before)
 
 
 @dataclass(slots=True)
@@ -376,6 +381,7 @@ class IncidentEngine:
         if worst is not None and worst != inc.severity:
             inc.severity = worst
             inc.dirty = True
+        inc.peak = _peak(inc.peak, inc.severity)
 
     def _maybe_update(self, inc: _Incident, now: int) -> list[IncidentEvent]:
         if inc.dirty and now - inc.last_event_at >= self.rules.update_interval:
@@ -386,6 +392,7 @@ class IncidentEngine:
         self, inc: _Incident, kind: EventKind, at: int, resolved_at: int | None = None, note: str = ""
     ) -> IncidentEvent:
         inc.seq += 1
+        inc.peak = _peak(inc.peak, inc.severity)
         inc.last_event_at = at
         inc.dirty = False
         groups = {g: inc.members[g].status for g in sorted(inc.members)}
@@ -407,7 +414,7 @@ class IncidentEngine:
             mins = ((resolved_at or at) - inc.opened_at) // 1000
             summary = (
                 f"resolved: {len(groups)} {what} on cluster {inc.cluster} healthy again "
-                f"after {mins // 60}m{mins % 60:02d}s ({reason})"
+                f"after {mins // 60}m{mins % 60:02d}s, peaked at {inc.peak} ({reason})"
             )
         else:
             summary = f"{inc.severity}: {bad} of {len(groups)} {what} lagging on cluster {inc.cluster} ({reason})"
@@ -426,6 +433,7 @@ class IncidentEngine:
             partitions=partitions,
             reason=reason,
             summary=summary,
+            peak_severity=inc.peak,
         )
 
     @staticmethod
@@ -435,6 +443,13 @@ class IncidentEngine:
         # the most frequent join reason; ties go to the one seen first
         order = {k: n for n, k in enumerate(inc.reasons)}
         return min(inc.reasons.items(), key=lambda kv: (-kv[1], order[kv[0]]))[0]
+
+
+def _peak(peak: str, severity: str) -> str:
+    """The worse of the peak so far and `severity`."""
+    if not peak or _RANK[GroupStatus(severity)] > _RANK[GroupStatus(peak)]:
+        return severity
+    return peak
 
 
 def _first_reason(change: GroupChange) -> str:
@@ -482,6 +497,8 @@ def _dump_incident(i: _Incident) -> dict[str, Any]:
     }
     if i.closed_at is not None:
         out["closed_at"] = i.closed_at
+    if i.peak:
+        out["peak"] = i.peak
     return out
 
 
@@ -498,6 +515,7 @@ def _load_incident(raw: dict[str, Any]) -> _Incident:
         dirty=bool(raw["dirty"]),
         reasons={str(k): int(v) for k, v in raw["reasons"].items()},
         closed_at=None if raw.get("closed_at") is None else int(raw["closed_at"]),
+        peak=str(raw.get("peak", "")),
     )
     for g, m in raw["members"].items():
         inc.members[g] = _Member(
