@@ -1,0 +1,179 @@
+"""Every line lagd writes is one log event: JSON off a terminal (level, event, timestamp on each),
+one console line on a terminal; libraries' records (aiokafka, aiohttp, asyncio, warnings) and
+exceptions included. The real daemon is run as a process against a broker that refuses
+connections for a while, then answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from lagd import embedded
+
+ROOT = Path(__file__).resolve().parent.parent
+Settle = Callable[..., Awaitable[Any]]
+
+# Logs through every path lagd's process has: structlog with an exception, a library's record
+# with a multi-line message and a traceback, a Python warning, an unretrieved task exception.
+EMITTER = textwrap.dedent(
+    """
+    import asyncio, gc, logging, sys, warnings
+    from lagd import logs
+    logs.configure("info", sys.argv[1])
+    log = logs.get("lagd.test")
+    log.info("plain", n=1)
+    try:
+        raise ValueError("bad\\nvalue")
+    except ValueError:
+        log.error("lagd failed", exc_info=True)
+        logging.getLogger("aiohttp.server").error("Error handling request\\nsecond line", exc_info=True)
+    logging.getLogger("aiokafka.conn").error("Unable connect to node with id 0")  # quiet unless debug
+    logging.getLogger("sqlalchemy.pool").warning("pool warning")
+    warnings.warn("something deprecated", DeprecationWarning, stacklevel=1)
+
+    async def main():
+        async def boom():
+            raise RuntimeError("never retrieved")
+        t = asyncio.ensure_future(boom())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        del t
+        gc.collect()
+
+    asyncio.run(main())
+    """
+)
+
+
+def emit(fmt: str) -> list[str]:
+    r = subprocess.run(
+        [sys.executable, "-W", "always", "-c", EMITTER, fmt],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    return r.stderr.splitlines()
+
+
+def parse_all(lines: list[str]) -> list[dict[str, Any]]:
+    events = []
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            raise AssertionError(f"not a JSON line: {line!r}") from None
+        assert isinstance(ev, dict) and {"level", "event", "timestamp"} <= ev.keys(), line
+        events.append(ev)
+    return events
+
+
+def test_every_path_logs_one_json_object_a_line() -> None:
+    events = parse_all(emit("json"))
+    by_event = {e["event"]: e for e in events}
+    assert by_event["plain"]["n"] == 1
+    assert "ValueError: bad" in by_event["lagd failed"]["exception"]
+    lib = by_event["Error handling request | second line"]
+    assert lib["logger"] == "aiohttp.server" and lib["level"] == "error" and "Traceback" in lib["exception"]
+    assert by_event["pool warning"]["logger"] == "sqlalchemy.pool"
+    assert any("something deprecated" in e["event"] and e["logger"] == "py.warnings" for e in events)
+    assert any(e.get("logger") == "asyncio" and "never retrieved" in e.get("exception", "") for e in events)
+    assert not any("Unable connect" in e["event"] for e in events)
+
+
+def test_console_format_is_one_line_per_event() -> None:
+    lines = emit("console")
+    assert len([ln for ln in lines if "plain" in ln]) == 1
+    failed = [ln for ln in lines if "lagd failed" in ln]
+    assert len(failed) == 1 and "exc='ValueError: bad value (<string>:" in failed[0]
+    assert not any(ln.startswith(("Traceback", "  File", " ")) for ln in lines), lines
+    assert len(lines) == 6, lines
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/burrow/admin/ready", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def failures(port: int) -> float:
+    """Failed reader attempts so far, from /metrics (lagd_ingest_failures_total)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, OSError):
+        return 0.0
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("lagd_ingest_failures_total{"))
+
+
+def start_lagd(env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
+    """`lagd run` with the example settings and `env`'s overrides; stdout and stderr to `out`."""
+    with out.open("wb") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "lagd", "run", "--config", str(ROOT / "config" / "lagd.example.toml")],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+
+
+async def test_daemon_logs_only_json_while_the_broker_refuses_and_after(
+    database_url: str, tmp_path: Path, settle: Settle
+) -> None:
+    broker_port, http_port = embedded.free_port(), embedded.free_port()
+    env = {
+        **os.environ,
+        "LAGD_CLUSTERS_LOCAL_BOOTSTRAP_SERVERS": f"127.0.0.1:{broker_port}",
+        "LAGD_CLUSTERS_LOCAL_OFFSET_REFRESH": "0.5",
+        "LAGD_CLUSTERS_LOCAL_REQUEST_TIMEOUT": "2",
+        "LAGD_STORAGE_DATABASE_URL": database_url,
+        "LAGD_HTTP_LISTEN": f"127.0.0.1:{http_port}",
+        "LAGD_NOTIFY_ENABLED": "false",
+        "LAGD_LOG_FORMAT": "json",
+        "LAGD_LOG_LEVEL": "info",
+    }
+    out = tmp_path / "lagd.log"
+    proc = start_lagd(env, out)
+    broker = None
+    try:
+
+        def logged(needle: str) -> bool:
+            return needle in out.read_text(errors="replace")
+
+        await settle(lambda: logged("failed; reconnecting"), timeout=30, what="a reconnect warning")
+        await settle(lambda: proc.poll() is not None or failures(http_port) >= 6, timeout=30, what="more attempts")
+        assert proc.poll() is None
+        broker = embedded.start_tansu(port=broker_port)  # the address answers from now on
+        await settle(lambda: _ready(http_port), timeout=60, what="lagd ready once the broker answers")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            if broker is not None:
+                broker.stop()
+    assert proc.returncode == 0, out.read_text()
+    events = parse_all(out.read_text().splitlines())
+    names = [e["event"] for e in events]
+    assert "lagd starting" in names and "lagd stopped" in names
+    # A fresh broker has no __consumer_offsets: "auto" polls, and says so.
+    assert "offsets source: admin polling, the offsets topic cannot be read" in names
+    warnings = [e for e in events if e["level"] == "warning" and e["event"].endswith("failed; reconnecting")]
+    assert warnings and all(e["attempt"] == 1 for e in warnings), warnings  # once per reader, not per attempt
+    assert not any("KafkaConnectionError: KafkaConnectionError" in e.get("error", "") for e in events)
+    assert not any(e.get("logger", "").startswith("aiokafka") for e in events)
