@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
+from collections.abc import Callable
 
+import pytest
+
+from bench import bench_quality as quality
 from lagd.config import ClusterSettings, EvaluatorSettings, Settings
 from lagd.core import build_core
 from lagd.evaluate import GroupVerdict
@@ -134,3 +139,56 @@ async def test_run_hands_the_loop_back_during_a_pass() -> None:
     runner.cancel()
     ticker.cancel()
     assert turns >= 49  # the other task ran between groups of the same pass
+
+
+@pytest.mark.parametrize("rules", ["lagd", "burrow"])
+@pytest.mark.parametrize("make", [m for m in quality.SCENARIOS if m is not quality.scenario_restart])
+def test_skipping_groups_that_are_not_due_changes_no_status(
+    make: Callable[[random.Random, int], quality.Trace], rules: str
+) -> None:
+    """The scan re-judges a group only when it is due (new data, a time-driven rule's moment, a
+    change of sight); on the quality benchmark's traces it sees every status change at the
+    same second as judging every group every second, with far fewer evaluations."""
+    trace = make(random.Random(f"{make.__name__}/2"), 2)
+    expected = quality.lagd_statuses(trace, rules)
+    cluster = quality.CLUSTER
+    settings = Settings(
+        clusters={cluster: ClusterSettings(name=cluster, bootstrap_servers=["x:9092"], offset_refresh=10.0)},
+        evaluator=dataclasses.replace(EvaluatorSettings(), rules=rules, cache_ttl=0.0),  # type: ignore[arg-type]
+    )
+    state, evaluator = build_core(settings)
+    progress = ReaderProgress()
+    progress.mark_caught_up()
+    watch = VerdictWatch(state, evaluator, settings.clusters, {cluster: progress}, None, lambda: 0)
+    judged = 0
+    group = evaluator.group
+
+    def counted(c: str, g: str, now: int) -> GroupVerdict:
+        nonlocal judged
+        judged += 1
+        return group(c, g, now)
+
+    evaluator.group = counted  # type: ignore[method-assign]
+    seen: list[str] = []
+    order = 0
+    fed = 0  # seconds in which new commits or samples came
+    for t in range(quality.DURATION + 1):
+        ms = quality.START_MS + t * 1000
+        news = t % quality.OFFSET_REFRESH == 0
+        for p in range(len(trace.log_end)):
+            if t % quality.OFFSET_REFRESH == 0:
+                state.apply(LogEndSample(cluster, quality.TOPIC, p, trace.log_end[p][t], ms))
+            off = trace.commits[p][t]
+            if off is not None:
+                news = True
+                order += 1
+                state.apply(Commit(cluster, quality.GROUP, quality.TOPIC, p, off, order, ms, ms))
+        fed += news
+        progress.mark_fresh(ms)
+        watch.scan(ms)
+        status = watch.statuses.get((cluster, quality.GROUP), GroupStatus.OK)
+        seen.append("OK" if status in (GroupStatus.OK, GroupStatus.NOTFOUND) else status.value)
+    assert seen == expected
+    # judged when new data came, and otherwise only around time-driven moments (on average
+    # less than once every 10 s), not every second
+    assert judged <= fed + quality.DURATION // 10, (judged, fed)

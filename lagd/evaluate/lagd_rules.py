@@ -308,6 +308,35 @@ def judge_lagd(
     return J_KEEPING_UP
 
 
+NEVER = 2**63 - 1  # no time-driven change: only new commits or samples can change the answer
+
+
+def recheck_at(
+    arr: array[int], le: LogEnd, current_lag: int, at_ms: int, status: PartitionStatus, p: LagdParams
+) -> int:
+    """The earliest time (ms) at which `judge_lagd` could answer otherwise for the same window
+    and samples: when STOP, STALL or the allowed lag in seconds could be reached as time
+    passes. Never later than the real change, sometimes earlier (then the next check simply
+    finds nothing new). Lets the verdict scan skip a group until then."""
+    n = len(arr) // FIELDS
+    if n == 0 or current_lag <= p.allowed_lag or status in (PartitionStatus.STOP, PartitionStatus.REWIND):
+        return NEVER
+    committed = arr[LAST + OFFSET]
+    last_ts = arr[LAST + TS]
+    waited, _ = lag_seconds_at(committed, at_ms, le)
+    passed = at_ms - int(waited * 1000)  # when the oldest unconsumed record arrived
+    cadence = last_ts - arr[PREV + TS] if n > 1 else 0
+    due = max(last_ts, passed) + max(p.stop_after_ms, p.stop_cadences * cadence) + 1
+    if status is not PartitionStatus.STALL and n > 1 and arr[PREV + OFFSET] == committed:
+        first_same = n - 1
+        while first_same > 0 and arr[(first_same - 1) * FIELDS + OFFSET] == committed:
+            first_same -= 1
+        due = min(due, max(arr[first_same * FIELDS + TS], passed) + p.stall_after_ms)
+    if waited < p.allowed_lag_seconds:
+        due = min(due, passed + int(p.allowed_lag_seconds * 1000) + 1)
+    return due
+
+
 def _explain(what: str, trend: Trend, waited: float) -> str:
     share = max(0.0, 1.0 - trend.slope) * 100
     return (

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lagd.evaluate.lagd_rules import LagdParams, TrendMemo, judge_lagd
+from lagd.evaluate.lagd_rules import NEVER, LagdParams, TrendMemo, judge_lagd, recheck_at
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
@@ -117,6 +117,9 @@ class Evaluator:
         self._cache: dict[tuple[str, str], _Cached] = {}
         self._since: dict[tuple[str, str], Since] = {}
         self._trends: dict[tuple[str, str], Any] = {}  # lagd rules: each group's TrendMemo.new
+        # (version, recheck at, blind since) of each group's last evaluation: until one of them
+        # changes, the group's status cannot (see `due`).
+        self._due: dict[tuple[str, str], tuple[int, int, int | None]] = {}
 
     def group(self, cluster: str, group: str, now_ms: int) -> GroupVerdict:
         """The group's verdict, recomputed when its version changes or the TTL passes."""
@@ -124,22 +127,39 @@ class Evaluator:
         version = self.state.group_version(cluster, group)
         cached = self._cache.get(key)
         if cached is not None and cached.version == version and 0 <= now_ms - cached.at < self.cache_ttl_ms:
-            return cached.verdict
+            due = self._due.get(key)
+            if due is None or now_ms < due[1]:  # a time-driven rule's moment ends the reuse early
+                return cached.verdict
         self._evict(now_ms)
         last = self.state.last_commit(cluster, group)
         if last is None or last < now_ms - self.state.expire_group_ms:
             self._cache.pop(key, None)
             self._since.pop(key, None)
             self._trends.pop(key, None)
+            self._due.pop(key, None)
             return not_found(cluster, group, now_ms)
         memo = TrendMemo(self._trends.get(key)) if self.rules == "lagd" else None
-        verdict, since = self._evaluate(cluster, group, now_ms, self._since.get(key) or {}, memo)
+        verdict, since, recheck, blind = self._evaluate(cluster, group, now_ms, self._since.get(key) or {}, memo)
+        self._due[key] = (version, recheck, blind)
         self._cache.pop(key, None)
         self._cache[key] = _Cached(version, now_ms, verdict)
         self._since[key] = since
         if memo is not None:
             self._trends[key] = memo.new
         return verdict
+
+    def due(self, cluster: str, group: str, now_ms: int) -> bool:
+        """Could the group's status differ from its last evaluation? Only when its windows or
+        samples changed, a time-driven rule's moment came, or lagd's sight of the cluster changed:
+        the verdict scan skips the others (their status stands), so a pass over many groups
+        costs a lookup per unchanged group."""
+        last = self._due.get((cluster, group))
+        if last is None:
+            return True
+        version, recheck, blind = last
+        if version != self.state.group_version(cluster, group) or now_ms >= recheck:
+            return True
+        return self.rules == "lagd" and blind != self.blind_since(cluster, now_ms)
 
     def _evict(self, now_ms: int) -> None:
         """Drop verdicts past their TTL (oldest first) so the cache holds only live ones."""
@@ -156,6 +176,7 @@ class Evaluator:
         self._cache.pop((cluster, group), None)
         self._since.pop((cluster, group), None)
         self._trends.pop((cluster, group), None)
+        self._due.pop((cluster, group), None)
 
     def _evaluate(
         self,
@@ -164,7 +185,7 @@ class Evaluator:
         now_ms: int,
         since_before: Since,
         memo: TrendMemo | None = None,
-    ) -> tuple[GroupVerdict, Since]:
+    ) -> tuple[GroupVerdict, Since, int, int | None]:
         state = self.state
         intervals = state.intervals
         allowed = self.allowed_lag
@@ -190,6 +211,7 @@ class Evaluator:
         status_of = _STATUS_OF
         blind = self.blind_since(cluster, now_ms) if lagd else None
         judged_at = now_ms if blind is None else min(now_ms, blind)
+        recheck = NEVER
         # The group summary (rules.group_status) is folded into the same pass.
         worst = 0
         totallag = 0
@@ -271,9 +293,18 @@ class Evaluator:
                 elif lagd:
                     prior_code = get_since(pkey)
                     prior_status = status_of[prior_code & mask] if prior_code is not None else None
-                    j = judge_lagd(arr, le or _NO_LOG_END, current_lag, judged_at, prior_status, params, memo, pkey)
+                    sampled = le or _NO_LOG_END
+                    j = judge_lagd(arr, sampled, current_lag, judged_at, prior_status, params, memo, pkey)
+                    at = recheck_at(arr, sampled, current_lag, judged_at, j.status, params)
+                    if at < recheck:
+                        recheck = at
                 else:
                     j = judge_flat(arr, leo, current_lag, now_ms, allowed, intervals)
+                    if j.status is not PartitionStatus.STOP and current_lag > allowed:
+                        # Burrow's STOP: silent for longer than the window spans
+                        at = 2 * arr[LAST + TS] - arr[TS] + 1
+                        if at < recheck:
+                            recheck = at
                 if current_lag:
                     totallag += current_lag
                     if le is not None:
@@ -334,4 +365,4 @@ class Evaluator:
             max_seconds,
             now_ms,
         )
-        return verdict, since
+        return verdict, since, recheck, blind

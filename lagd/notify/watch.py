@@ -115,11 +115,15 @@ class VerdictWatch:
         the daemon can hand the loop back between groups (nothing blocks it for long)."""
         self.judge_sights(now)
         seen: set[tuple[str, str]] = set()
+        evaluator = self.evaluator
         for cluster in self.clusters:
             for group in self.state.groups(cluster):
-                verdict = self.evaluator.group(cluster, group, now)
                 key = (cluster, group)
                 seen.add(key)
+                if key in self.statuses and not evaluator.due(cluster, group, now):
+                    yield 0  # nothing it depends on changed: its status stands
+                    continue
+                verdict = evaluator.group(cluster, group, now)
                 if self.statuses.get(key) != verdict.status:
                     self.statuses[key] = verdict.status
                     self._on_change(verdict, now)
