@@ -51,6 +51,13 @@ BENCHES = (
         "GET /v3/kafka/{c}/consumer/{g}/lag p99 <= 20 ms (issue 5)",
     ),
     Bench(
+        "catchup",
+        "catch-up from a fresh start of 500,010 commit records (2,000 groups x 50 partitions), Burrow 1.2.1 on "
+        "the same input in the same run: lagd >= Burrow's records/s, >= 1.5x its records per CPU-second, peak RSS "
+        "<= Burrow's; no event-loop stall above 50 ms (worst /lag response) during catch-up (issue 13)",
+        timeout=1200.0,
+    ),
+    Bench(
         "trends",
         "trends job on local[2]: rows/s and wall time; time close to linear from 1M to 10M rows (issue 7)",
         args=("--sizes", "1000000,10000000"),

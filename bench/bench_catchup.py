@@ -1,0 +1,648 @@
+"""Catch-up from a fresh start: the real lagd daemon (and Burrow 1.2.1) reading a pre-filled offsets topic.
+
+Input (one embedded Tansu broker, memory storage): 10 topics of 50 partitions, each
+partition holding 101 records (a batch of 100, then one record alone: Tansu's ListOffsets
+LATEST is "base offset of the newest batch + 1", so the last batch must hold one record for
+the log end to be right); an offsets topic `__consumer_offsets` of 50 partitions holding
+500,010 offset commits (value v3, byte-exact from lagd.sim.encode) of 2,000 groups x 50
+partitions: 5 commits per group-partition a minute apart, ending 1 minute ago, plus a 6th for
+10 of them. Each group reads one topic, so every commit's lag is computable. Records go to
+the partition a real coordinator would use (Java hash of the group name) in batches of up
+to 512 KiB (aiokafka create_batch/send_batch); the last record of each offsets partition
+goes alone, for the same ListOffsets quirk.
+
+All clients reach Tansu through bench/kafka_shim.py (Tansu advertises the shim's port): a
+frame-by-frame TCP proxy that rewrites ListOffsets v0 to v1 for Burrow 1.2.1. lagd goes
+through the same proxy, so both read the same bytes over the same path; the proxy's own
+CPU is reported apart and counted for neither.
+
+lagd: `python -m lagd run --config FILE`, its own process, started fresh: a new, already
+migrated Postgres database (CREATE DATABASE on the local server; migration is an install
+step, not catch-up), offsets-source "topic", notify on (the local Mosquitto, a topic prefix
+of its own), log level warning, every other key at its default. So every part runs:
+reader, apply, verdict watch, persister (writing the windows to Postgres), notifier, MQTT.
+Burrow 1.2.1 (Debian `burrow`): a fresh ZooKeeper (Debian `zookeeper`, own data dir and
+port), a kafka cluster module and a kafka consumer module reading the same offsets topic,
+in-memory storage with intervals 10 (lagd's default), min-distance 1, kafka-version 2.0.0.
+
+Completion (the same test for both, polled every 0.25 s): `/v3/kafka/bench/consumer`
+lists all 2,000 groups, AND for each of the 50 offsets partitions, the group-partition
+whose commit is the last record of that offsets partition shows that commit's offset as
+the newest entry of its window in `/v3/kafka/bench/consumer/<group>` (the stored windows:
+not `/lag`, whose answers both daemons cache for seconds). Records of one offsets partition are
+read and applied in order, so this means every record has been read and applied (Burrow:
+stored). Time runs from the process spawn to the poll that first sees completion (so it
+includes the daemon's start-up, and up to one poll interval). Figures per daemon:
+records/s (500,010 / that time), CPU-s (utime+stime from /proc/PID/stat, all threads, at
+completion), records per CPU-second, peak RSS (VmHWM from /proc/PID/status at completion).
+Meanwhile a client GETs /v3/kafka/bench/consumer/<random group>/lag every 50 ms (sequential,
+30 s timeout) from the first answer of the HTTP server to completion; the max and p99 of
+those response times (including 404s for groups not yet known) are the API's worst
+response during catch-up; requests that fail to connect are counted, not timed.
+
+Limits: one broker, memory storage, loopback; the checker's and the latency client's
+requests share the daemon's loop; Burrow keeps everything in memory and writes nothing,
+lagd also writes its windows to Postgres (whose CPU is not counted). The bench process
+itself and the shim share the 2 cores with the daemon under test.
+Run: `python -m bench.bench_catchup [--groups 2000] [--partitions 50] [--no-burrow]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psycopg2
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from bench import target
+from lagd import embedded
+from lagd.db.migrate import upgrade
+from lagd.sim.encode import encode_offset_commit, offsets_partition_for
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER = "bench"
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITIONS = 50
+TOPICS = 10
+LOG_END = 101  # records per data-topic partition
+ROUNDS = 5
+EXTRA = 10  # group-partitions that get a 6th commit: 2,000 x 50 x 5 + 10 = 500,010 records
+BATCH_BYTES = 512 * 1024
+POLL_S = 0.25
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def say(msg: str) -> None:
+    """Progress, on stderr (stdout holds the figures)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    """A free port below the ephemeral range (client sockets cannot take it meanwhile)."""
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32000")
+
+
+# --- input ------------------------------------------------------------------------
+
+
+def topic_of(g: int) -> str:
+    return f"topic-{g % TOPICS:02d}"
+
+
+def group_name(g: int) -> str:
+    return f"group-{g:05d}"
+
+
+@dataclass
+class Input:
+    records: int = 0
+    groups: int = 0
+    # offsets partition -> (group, topic, partition, offset) of its last record
+    markers: dict[int, tuple[str, str, int, int]] = field(default_factory=dict)
+
+
+def build_records(groups: int, partitions: int) -> tuple[dict[int, list[tuple[bytes, bytes]]], Input]:
+    """Key/value pairs per offsets partition, in write order."""
+    now = int(time.time() * 1000)
+    per: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(OFFSETS_PARTITIONS)}
+    info = Input(groups=groups)
+    home = [offsets_partition_for(group_name(g), OFFSETS_PARTITIONS) for g in range(groups)]
+
+    def put(g: int, p: int, offset: int, ts: int) -> None:
+        key, value = encode_offset_commit(group_name(g), topic_of(g), p, offset, ts, metadata="")
+        per[home[g]].append((key, value))
+        info.markers[home[g]] = (group_name(g), topic_of(g), p, offset)
+        info.records += 1
+
+    for r in range(ROUNDS):
+        ts = now - (ROUNDS + 1 - r) * 60_000
+        for g in range(groups):
+            for p in range(partitions):
+                put(g, p, 10 + 15 * r, ts)
+    for i in range(EXTRA):
+        put(i % groups, 0, 95, now - 60_000 + 1)
+    return per, info
+
+
+async def fill(bootstrap: str, groups: int, partitions: int) -> Input:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    await admin.create_topics(
+        [NewTopic(OFFSETS_TOPIC, OFFSETS_PARTITIONS, 1)]
+        + [NewTopic(f"topic-{t:02d}", partitions, 1) for t in range(TOPICS)]
+    )
+    await admin.close()
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, max_batch_size=BATCH_BYTES, max_request_size=4 * BATCH_BYTES, linger_ms=0, acks=1
+    )
+    await producer.start()
+    try:
+        started = time.perf_counter()
+        # data topics: 100 records in one batch, then one alone (ListOffsets quirk, see above)
+        futures = []
+        for t in range(TOPICS):
+            for p in range(partitions):
+                b = producer.create_batch()
+                for _ in range(LOG_END - 1):
+                    b.append(key=None, value=b"x" * 16, timestamp=None)
+                futures.append(await producer.send_batch(b, f"topic-{t:02d}", partition=p))
+        await asyncio.gather(*futures)
+        futures = []
+        for t in range(TOPICS):
+            for p in range(partitions):
+                b = producer.create_batch()
+                b.append(key=None, value=b"x" * 16, timestamp=None)
+                futures.append(await producer.send_batch(b, f"topic-{t:02d}", partition=p))
+        await asyncio.gather(*futures)
+        say(f"fill: {TOPICS} topics x {partitions} partitions of {LOG_END} records each")
+
+        per, info = build_records(groups, partitions)
+        say(f"fill: {info.records:,} offset commits encoded ({time.perf_counter() - started:.1f} s)")
+        sent = 0
+        last_report = time.perf_counter()
+        futures = []
+        for op, recs in per.items():
+            body, last = recs[:-1], recs[-1:]
+            for chunk in (body, last):
+                b = producer.create_batch()
+                for key, value in chunk:
+                    if b.append(key=key, value=value, timestamp=None) is None:
+                        futures.append(await producer.send_batch(b, OFFSETS_TOPIC, partition=op))
+                        b = producer.create_batch()
+                        b.append(key=key, value=value, timestamp=None)
+                    sent += 1
+                if b.record_count():
+                    if chunk is last:
+                        await asyncio.gather(*futures)  # the lone last record must be its own, newest batch
+                        futures = []
+                    futures.append(await producer.send_batch(b, OFFSETS_TOPIC, partition=op))
+            if time.perf_counter() - last_report > 2:
+                last_report = time.perf_counter()
+                say(f"fill: {sent:,}/{info.records:,} commit records sent")
+        await asyncio.gather(*futures)
+        elapsed = time.perf_counter() - started
+        say(f"fill: {info.records:,} commit records written in {elapsed:.1f} s ({info.records / elapsed:,.0f}/s)")
+        return info
+    finally:
+        await producer.stop()
+
+
+def spawn(argv: list[str], out: Any, cwd: Path | None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A child in its own process group (stopped with its children)."""
+    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+
+
+def burrow_binary() -> str | None:
+    """Debian's Burrow, when it and ZooKeeper are installed."""
+    exe = shutil.which("Burrow") or shutil.which("burrow")
+    return exe if exe and Path("/usr/share/zookeeper/bin/zkServer.sh").exists() else None
+
+
+# --- measuring a daemon -----------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@dataclass
+class Run:
+    name: str
+    seconds: float = 0.0
+    cpu_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    startup_s: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    connect_errors: int = 0
+    completed: bool = False
+    shim_cpu_s: float = 0.0
+
+
+async def _latency_client(base: str, groups: int, done: asyncio.Event, run: Run, started: float) -> None:
+    rnd = random.Random(11)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(base, timeout=timeout) as session:
+        answered = False
+        while not done.is_set():
+            path = f"/v3/kafka/{CLUSTER}/consumer/{group_name(rnd.randrange(groups))}/lag"
+            t0 = time.perf_counter()
+            try:
+                async with session.get(path) as resp:
+                    await resp.read()
+                if not answered:
+                    answered = True
+                    run.startup_s = time.perf_counter() - started
+                else:
+                    run.latencies_ms.append((time.perf_counter() - t0) * 1000)
+            except (aiohttp.ClientError, TimeoutError):
+                if answered:
+                    run.connect_errors += 1
+            await asyncio.sleep(0.05)
+
+
+async def _complete(session: aiohttp.ClientSession, info: Input) -> tuple[bool, str]:
+    """The completion test (see the docstring), and a progress note."""
+    try:
+        async with session.get(f"/v3/kafka/{CLUSTER}/consumer") as resp:
+            if resp.status != 200:
+                return False, f"consumer list: HTTP {resp.status}"
+            listed = len(json.loads(await resp.read()).get("consumers") or [])
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        return False, f"consumer list: {exc.__class__.__name__}"
+    if listed < info.groups:
+        return False, f"{listed:,}/{info.groups:,} groups listed"
+    behind = 0
+    for group, topic, partition, offset in info.markers.values():
+        # the consumer detail (stored windows), not /lag: both daemons cache /lag answers
+        try:
+            async with session.get(f"/v3/kafka/{CLUSTER}/consumer/{group}") as resp:
+                body = json.loads(await resp.read()) if resp.status == 200 else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            body = {}
+        rows = (body.get("topics") or {}).get(topic) or []
+        window = (rows[partition] or {}).get("offsets") or [] if partition < len(rows) else []
+        newest = [o for o in window if o]
+        if not newest or newest[-1].get("offset") != offset:
+            behind += 1
+    if behind:
+        return (
+            False,
+            f"all groups listed; {OFFSETS_PARTITIONS - behind}/{OFFSETS_PARTITIONS} offsets partitions' last commits visible",
+        )
+    return True, "complete"
+
+
+async def _lagd_records(session: aiohttp.ClientSession) -> str:
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        async with session.get("/metrics") as resp:
+            text = (await resp.read()).decode()
+        n = 0
+        for line in text.splitlines():
+            if line.startswith("lagd_ingest_records_total{"):
+                n += int(float(line.rsplit(" ", 1)[1]))
+        return f", {n:,} records read"
+    return ""
+
+
+async def measure(
+    name: str,
+    argv: list[str],
+    base: str,
+    info: Input,
+    shim_pid: int,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 600.0,
+    log: Path | None = None,
+) -> Run:
+    run = Run(name)
+    out = log.open("wb") if log else subprocess.DEVNULL
+    shim_cpu0 = cpu_seconds(shim_pid)
+    started = time.perf_counter()
+    proc = spawn(argv, out, cwd, env)
+    done = asyncio.Event()
+    client = asyncio.create_task(_latency_client(base, info.groups, done, run, started))
+    try:
+        async with aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as session:
+            last_note = 0.0
+            while time.perf_counter() - started < timeout:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with status {proc.returncode} before catching up (log: {log})")
+                ok, note = await _complete(session, info)
+                now = time.perf_counter()
+                if ok:
+                    run.seconds = now - started
+                    run.cpu_s = cpu_seconds(proc.pid)
+                    run.peak_rss_mb = peak_rss_mb(proc.pid)
+                    run.shim_cpu_s = cpu_seconds(shim_pid) - shim_cpu0
+                    run.completed = True
+                    break
+                if now - last_note >= 2.0:
+                    last_note = now
+                    extra = await _lagd_records(session) if name == "lagd" else ""
+                    say(
+                        f"{name}: {now - started:5.1f} s, cpu {cpu_seconds(proc.pid):5.1f} s, "
+                        f"rss {peak_rss_mb(proc.pid):4.0f} MB: {note}{extra}"
+                    )
+                await asyncio.sleep(POLL_S)
+            else:
+                run.seconds = time.perf_counter() - started
+                run.cpu_s = cpu_seconds(proc.pid)
+                run.peak_rss_mb = peak_rss_mb(proc.pid)
+                say(f"{name}: not complete after {timeout:.0f} s")
+    finally:
+        done.set()
+        await client
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        if log:
+            out.close()  # type: ignore[union-attr]
+    return run
+
+
+# --- lagd -----------------------------------------------------------------------------
+
+
+def fresh_database() -> tuple[str, str, str]:
+    """(lagd's database URL, the admin URL, the name) of a new, migrated database."""
+    pg = embedded.system_postgres() or embedded.start_embedded_postgres()
+    name = f"lagd_bench_{uuid.uuid4().hex[:8]}"
+    conn = psycopg2.connect(pg.url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    conn.close()
+    base, _, query = pg.url.partition("?")
+    url = base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+    upgrade(url)
+    return url, pg.url, name
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    conn = psycopg2.connect(admin_url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    conn.close()
+
+
+async def run_lagd(bootstrap: str, info: Input, shim_pid: int, workdir: Path) -> Run:
+    url, admin_url, dbname = fresh_database()
+    port = free_port()
+    mqtt = "mqtt://127.0.0.1:1883" if embedded.port_open("127.0.0.1", 1883) else ""
+    tag = uuid.uuid4().hex[:6]
+    config = workdir / "lagd.toml"
+    config.write_text(
+        f"""
+[log]
+level = "warning"
+format = "json"
+
+[clusters.{CLUSTER}]
+bootstrap-servers = ["{bootstrap}"]
+offsets-source = "topic"
+offsets-topic = "{OFFSETS_TOPIC}"
+
+[storage]
+database-url = "{url}"
+
+[http]
+listen = "127.0.0.1:{port}"
+
+[notify]
+enabled = {"true" if mqtt else "false"}
+mqtt-url = "{mqtt or "mqtt://127.0.0.1:1883"}"
+topic-prefix = "lagd-bench-{tag}"
+client-id = "lagd-bench-{tag}"
+"""
+    )
+    say(f"lagd: database {dbname}, notify {'on (' + mqtt + ')' if mqtt else 'off (no Mosquitto on :1883)'}")
+    try:
+        return await measure(
+            "lagd",
+            [sys.executable, "-m", "lagd", "run", "--config", str(config), "--no-migrate"],
+            f"http://127.0.0.1:{port}",
+            info,
+            shim_pid,
+            cwd=ROOT,
+            log=workdir / "lagd.log",
+        )
+    finally:
+        drop_database(admin_url, dbname)
+
+
+# --- Burrow -------------------------------------------------------------------------------
+
+
+def start_zookeeper(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    zk = workdir / "zk"
+    (zk / "data").mkdir(parents=True)
+    cfg = zk / "zoo.cfg"
+    cfg.write_text(
+        f"tickTime=2000\ndataDir={zk / 'data'}\nclientPort={port}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n"
+    )
+    env = {**os.environ, "ZOO_LOG_DIR": str(zk), "ZOO_LOG4J_PROP": "WARN,CONSOLE"}
+    log = (zk / "zk.log").open("wb")
+    proc = subprocess.Popen(
+        ["/usr/share/zookeeper/bin/zkServer.sh", "start-foreground", str(cfg)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    embedded.wait_port("127.0.0.1", port, 60, proc)  # type: ignore[arg-type]
+    # listening is not serving yet: wait until `srvr` shows a mode (a session asked earlier is refused)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(b"srvr")
+            if b"Mode:" in s.recv(4096):
+                return proc, port
+        time.sleep(0.2)
+    raise RuntimeError(f"ZooKeeper on port {port} does not serve (log: {zk / 'zk.log'})")
+
+
+async def run_burrow(exe: str, bootstrap: str, info: Input, shim_pid: int, workdir: Path) -> Run:
+    zk, zk_port = start_zookeeper(workdir)
+    try:
+        port = free_port()
+        conf = workdir / "burrow"
+        conf.mkdir()
+        (conf / "burrow.toml").write_text(
+            f"""
+[general]
+pidfile = "{conf / "burrow.pid"}"
+
+[logging]
+filename = "{conf / "burrow.log"}"
+level = "warn"
+
+[zookeeper]
+servers = ["127.0.0.1:{zk_port}"]
+timeout = 6
+root-path = "/burrow-bench"
+
+[client-profile.bench]
+client-id = "burrow-bench"
+kafka-version = "2.0.0"
+
+[cluster.{CLUSTER}]
+class-name = "kafka"
+servers = ["{bootstrap}"]
+client-profile = "bench"
+topic-refresh = 60
+offset-refresh = 10
+
+[consumer.{CLUSTER}]
+class-name = "kafka"
+cluster = "{CLUSTER}"
+servers = ["{bootstrap}"]
+client-profile = "bench"
+offsets-topic = "{OFFSETS_TOPIC}"
+group-blacklist = "^(console-consumer-|python-kafka-consumer-|quick-).*$"
+group-whitelist = ""
+
+[httpserver.default]
+address = "127.0.0.1:{port}"
+
+[storage.default]
+class-name = "inmemory"
+workers = 20
+intervals = 10
+expire-group = 604800
+min-distance = 1
+
+[evaluator.default]
+class-name = "caching"
+expire-cache = 10
+"""
+        )
+        say(f"burrow: zookeeper on 127.0.0.1:{zk_port}, HTTP on 127.0.0.1:{port}")
+        return await measure(
+            "burrow",
+            [exe, "-config-dir", str(conf)],
+            f"http://127.0.0.1:{port}",
+            info,
+            shim_pid,
+            cwd=conf,
+            log=conf / "burrow.out",
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(zk.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            zk.wait(10)
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(len(s) * q))]
+
+
+def report(r: Run, records: int) -> None:
+    rps = records / r.seconds
+    per_cpu = records / r.cpu_s if r.cpu_s else float("nan")
+    state = "" if r.completed else " (DID NOT COMPLETE: figures at the time limit)"
+    print(f"{r.name}: caught up on {records:,} records in {r.seconds:.2f} s from process start{state}")
+    print(
+        f"{r.name}: {rps:,.0f} records/s; {r.cpu_s:.2f} CPU-s ({per_cpu:,.0f} records per CPU-second); "
+        f"peak RSS {r.peak_rss_mb:,.0f} MB; HTTP up after {r.startup_s:.2f} s"
+    )
+    print(
+        f"{r.name}: /lag during catch-up: max {max(r.latencies_ms, default=float('nan')):,.1f} ms, "
+        f"p99 {pct(r.latencies_ms, 0.99):,.1f} ms, p50 {pct(r.latencies_ms, 0.5):,.1f} ms "
+        f"({len(r.latencies_ms)} requests, {r.connect_errors} failed)"
+    )
+    print(f"{r.name}: kafka_shim CPU meanwhile {r.shim_cpu_s:.2f} s (not counted above)")
+
+
+async def main_async(a: argparse.Namespace) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="lagd-bench-catchup-"))
+    shim_port = free_port()
+    broker = embedded.start_tansu(port=free_port(), advertised_port=shim_port)
+    shim = spawn(
+        [sys.executable, "-m", "bench.kafka_shim", "--listen", f"127.0.0.1:{shim_port}", "--upstream", broker.address],
+        sys.stderr,
+        ROOT,
+    )
+    try:
+        embedded.wait_port("127.0.0.1", shim_port, 20, shim)  # type: ignore[arg-type]
+        bootstrap = f"127.0.0.1:{shim_port}"
+        info = await fill(bootstrap, a.groups, a.partitions)
+        burrow = burrow_binary()
+        runs: dict[str, Run] = {}
+        runs["lagd"] = await run_lagd(bootstrap, info, shim.pid, workdir)
+        report(runs["lagd"], info.records)
+        if a.no_burrow:
+            print("burrow: not run (--no-burrow)")
+        elif not burrow:
+            print("burrow: not run: Burrow or ZooKeeper is not installed here (apt-get install burrow zookeeper)")
+        else:
+            runs["burrow"] = await run_burrow(burrow, bootstrap, info, shim.pid, workdir)
+            report(runs["burrow"], info.records)
+        lagd = runs["lagd"]
+        lat_max = max(lagd.latencies_ms, default=float("inf"))
+        if "burrow" in runs:
+            b = runs["burrow"]
+            ratio_rps = b.seconds / lagd.seconds
+            ratio_cpu = (info.records / lagd.cpu_s) / (info.records / b.cpu_s)
+            ratio_rss = lagd.peak_rss_mb / b.peak_rss_mb
+            print(
+                f"ratios lagd/Burrow: records/s {ratio_rps:.2f}x, records per CPU-second {ratio_cpu:.2f}x, "
+                f"peak RSS {ratio_rss:.2f}x"
+            )
+            target("lagd records/s relative to Burrow's", ratio_rps, ">=", 1.0, "x")
+            target("lagd records per CPU-second relative to Burrow's", ratio_cpu, ">=", 1.5, "x")
+            target("lagd peak RSS relative to Burrow's", ratio_rss, "<=", 1.0, "x")
+        target("lagd /lag worst response during catch-up (no stall above 50 ms)", lat_max, "<=", 50, "ms")
+        if not lagd.completed:
+            print("lagd: did not complete within the time limit")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shim.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            shim.wait(5)
+        broker.stop()
+        if not a.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            say(f"kept {workdir}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--groups", type=int, default=2000)
+    ap.add_argument("--partitions", type=int, default=50)
+    ap.add_argument("--no-burrow", action="store_true", help="measure lagd alone")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, configs)")
+    asyncio.run(main_async(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
