@@ -34,7 +34,7 @@ from lagd.model import Event, IngestCounters
 from lagd.notify.delivery import SinkStatus, run_sink
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.mirror_verdicts import watch_mirrors
-from lagd.notify.mqtt import PublisherStatus, publish_outbox
+from lagd.notify.mqtt import PublisherStatus, announce_availability, publish_outbox
 from lagd.notify.notifier import run_notifier
 from lagd.notify.sinks import status_page_url
 from lagd.notify.watch import VerdictWatch
@@ -371,6 +371,11 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 spawn(run_notifier(store.engine, settings.notify, changes, rt.stop), "notifier")
                 # every instance runs one; only the holder of the publish lease drains the outbox
                 spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher), "mqtt")
+                # <prefix>/<cluster>/status: online while running, offline (last will) after
+                spawn(
+                    announce_availability(store.engine, settings.notify, list(settings.clusters), rt.stop),
+                    "mqtt-status",
+                )
                 _start_sinks(rt, store, health, spawn)
             watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, now_ms)
             health.sights = watch.sights

@@ -31,6 +31,8 @@ def lock_key(cluster: str) -> str:
 
 # The outbox is one table for every cluster: one publisher drains it, whoever holds this.
 PUBLISH_KEY = "lagd-publish:outbox"
+# The availability topics (<prefix>/<cluster>/status with a last will): announced by whoever holds this.
+AVAILABILITY_KEY = "lagd-publish:availability"
 
 
 class Lease:

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from lagd import logs
 from lagd.config import NotifySettings
 from lagd.notify import outbox
-from lagd.notify.leader import PUBLISH_KEY, Lease
+from lagd.notify.leader import AVAILABILITY_KEY, PUBLISH_KEY, Lease
 
 log = logs.get(__name__)
 
@@ -78,6 +78,13 @@ def client_options(settings: NotifySettings) -> dict[str, Any]:
     return opts
 
 
+def wire_body(row: outbox.OutboxRow) -> bytes:
+    """What goes over MQTT for an outbox row: its JSON, or nothing for a retained clear."""
+    if row.retain and row.payload.get(outbox.CLEAR):
+        return b""
+    return json.dumps(row.payload, separators=(",", ":"), sort_keys=True).encode()
+
+
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
     # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
     with contextlib.suppress(TimeoutError):
@@ -120,7 +127,7 @@ async def drain(
         acked: list[int] = []
         try:
             for row in rows:
-                body = json.dumps(row.payload, separators=(",", ":"), sort_keys=True)
+                body = wire_body(row)
                 await client.publish(row.topic, body, qos=1, retain=row.retain, timeout=timeout)
                 acked.append(row.id)
                 status.published_total += 1
@@ -187,5 +194,106 @@ async def publish_outbox(
             backoff = min(backoff * 2, MAX_BACKOFF)
     finally:
         status.connected = False
+        status.leader = False
+        await lease.release()
+
+
+async def _while_connected(
+    clients: list[tuple[str, aiomqtt.Client]], stop: asyncio.Event, lease: Lease, lease_retry: float
+) -> None:
+    """Return on stop or when the lease is lost; raise MqttError as soon as a connection drops.
+
+    Each client listens on its own topic: aiomqtt ends a message iteration with MqttError when
+    the connection goes, which is how a dropped connection is noticed at once.
+    """
+
+    async def hold() -> None:
+        while not stop.is_set() and await lease.refresh():
+            await _pause(stop, lease_retry)
+
+    async def watch(topic: str, client: aiomqtt.Client) -> None:
+        await client.subscribe(topic, qos=1)
+        async for _ in client.messages:
+            pass
+        raise aiomqtt.MqttError(f"connection for {topic} closed")
+
+    tasks = [asyncio.create_task(hold()), *(asyncio.create_task(watch(t, c)) for t, c in clients)]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
+@dataclass(slots=True)
+class AvailabilityStatus:
+    """What /metrics could show about the availability announcer."""
+
+    online: bool = False
+    leader: bool = False
+    last_error: str = ""
+
+
+async def announce_availability(
+    engine: AsyncEngine,
+    settings: NotifySettings,
+    clusters: list[str],
+    stop: asyncio.Event,
+    status: AvailabilityStatus | None = None,
+    lease_retry: float = LEASE_RETRY,
+    keepalive: int = 30,
+) -> None:
+    """Keep `<prefix>/<cluster>/status` at "online" (retained) while lagd runs, "offline" after.
+
+    Why one MQTT connection per cluster: a connection has one last will, and each cluster's
+    topic needs its own. The broker publishes the will ("offline", retained) when the
+    connection dies without a clean goodbye (a crash, a cut network, keepalive missed); a
+    clean stop publishes "offline" itself first. Only the holder of the availability lease
+    announces, so a standby stopping never marks a cluster offline under a live leader.
+    """
+    status = status or AvailabilityStatus()
+    lease = Lease(engine, "*", key=AVAILABILITY_KEY)
+    backoff = 0.5
+    base = client_options(settings)
+    try:
+        while not stop.is_set():
+            status.leader = await lease.refresh()
+            if not status.leader:
+                await _pause(stop, lease_retry)
+                continue
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    clients: list[tuple[str, aiomqtt.Client]] = []
+                    for n, cluster in enumerate(clusters):
+                        topic = outbox.availability_topic(settings.topic_prefix, cluster)
+                        opts = {**base, "identifier": f"{base['identifier']}-status-{n}"}
+                        will = aiomqtt.Will(topic, b"offline", qos=1, retain=True)
+                        client = await stack.enter_async_context(aiomqtt.Client(will=will, keepalive=keepalive, **opts))
+                        await client.publish(topic, b"online", qos=1, retain=True)
+                        clients.append((topic, client))
+                    status.online = True
+                    backoff = 0.5
+                    log.info("availability announced", clusters=clusters, state="online")
+                    await _while_connected(clients, stop, lease, lease_retry)
+                    for topic, client in clients:  # a clean goodbye sends no will: say it
+                        with contextlib.suppress(aiomqtt.MqttError):
+                            await client.publish(topic, b"offline", qos=1, retain=True, timeout=2)
+                    status.online = False
+            except aiomqtt.MqttError as exc:
+                status.online = False
+                status.last_error = f"mqtt: {exc}"
+                log.warning(
+                    "availability topic not announced; retrying (the broker shows the last will meanwhile)",
+                    error=status.last_error,
+                    retry_in=backoff,
+                )
+                await _pause(stop, backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+    finally:
+        status.online = False
         status.leader = False
         await lease.release()

@@ -27,6 +27,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from lagd.db.schema import incident_engine_state, incidents, outbox
+from lagd.model import GroupStatus
 from lagd.notify.incidents import GroupChange, IncidentEvent
 
 SAVED_BY = "saved_by"  # key of the writer's token inside the stored engine state
@@ -80,15 +81,34 @@ def group_status_topic(prefix: str, cluster: str, group: str) -> str:
     return f"{prefix}/{_topic_part(cluster)}/groups/{_topic_part(group)}/status"
 
 
+# A retained row carrying this key is published as an empty retained message, which makes the
+# broker forget the topic's retained message (a deleted or expired group leaves no stale status).
+CLEAR = "$clear"
+
+
+def availability_topic(prefix: str, cluster: str) -> str:
+    """`<prefix>/<cluster>/status`: "online" / "offline" (retained; the last will says offline)."""
+    return f"{prefix}/{_topic_part(cluster)}/status"
+
+
 def group_status_message(prefix: str, change: GroupChange) -> tuple[str, dict[str, Any]]:
-    """The retained current-verdict message for dashboards."""
-    return group_status_topic(prefix, change.cluster, change.group), {
-        "cluster": change.cluster,
-        "group": change.group,
-        "status": str(change.status),
-        "at": change.at,
-        "partitions": [{"topic": t, "partition": p, "status": str(s), "owner": h} for t, p, s, h in change.partitions],
-    }
+    """The retained current-verdict message for dashboards; a group gone (NOTFOUND: deleted or
+    expired) clears its topic instead."""
+    topic, body = (
+        group_status_topic(prefix, change.cluster, change.group),
+        {
+            "cluster": change.cluster,
+            "group": change.group,
+            "status": str(change.status),
+            "at": change.at,
+            "partitions": [
+                {"topic": t, "partition": p, "status": str(s), "owner": h} for t, p, s, h in change.partitions
+            ],
+        },
+    )
+    if change.status == GroupStatus.NOTFOUND:
+        body[CLEAR] = True
+    return topic, body
 
 
 def _retained_event_id(topic: str, payload: dict[str, Any]) -> str:

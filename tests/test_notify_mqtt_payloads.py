@@ -1,0 +1,179 @@
+"""MQTT done properly, against the real Postgres and Mosquitto: every payload published matches
+its shipped JSON Schema, a deleted group's retained status is cleared, and the availability
+topic says online while lagd runs and offline (its last will) when the connection dies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+import aiomqtt
+import jsonschema
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from lagd import embedded
+from lagd.config import NotifySettings, async_database_url
+from lagd.model import GroupStatus, PartitionStatus
+from lagd.notify import outbox, schemas
+from lagd.notify.incidents import GroupChange, IncidentEngine, Rules
+from lagd.notify.mqtt import AvailabilityStatus, PublisherStatus, announce_availability, publish_outbox
+from tests.netcut import Cuttable
+
+T0 = 1_700_000_000_000
+RULES = Rules(severity="WARN", correlation_window=60_000, hold_time=10_000, update_interval=1_000)
+Settle = Callable[..., Any]
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    eng = create_async_engine(async_database_url(database_url))
+    yield eng
+    await eng.dispose()
+
+
+class Raw:
+    """Every message under a prefix as it arrived: (topic, raw bytes, retained)."""
+
+    def __init__(self, host: str, port: int, topic: str) -> None:
+        self.host, self.port, self.topic = host, port, topic
+        self.messages: list[tuple[str, bytes, bool]] = []
+        self.ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        with contextlib.suppress(aiomqtt.MqttError):
+            async with aiomqtt.Client(self.host, self.port, identifier=f"raw-{uuid.uuid4().hex[:8]}") as client:
+                await client.subscribe(self.topic, qos=1)
+                self.ready.set()
+                async for msg in client.messages:
+                    assert isinstance(msg.payload, bytes)
+                    self.messages.append((str(msg.topic), msg.payload, bool(msg.retain)))
+
+    async def __aenter__(self) -> Raw:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.wait_for(self.ready.wait(), 10)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    schema = schemas.load(name)
+    assert schema is not None, name
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_every_shipped_schema_is_valid_draft_2020_12() -> None:
+    assert schemas.names() == ["availability", "group-status", "incident-event"]
+    for name in schemas.names():
+        assert validator(name).schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schemas.load("nope") is None
+
+
+async def test_published_payloads_match_their_schemas_and_a_deleted_group_is_cleared(
+    engine: AsyncEngine, mqtt_broker: tuple[str, int], settle: Settle
+) -> None:
+    host, port = mqtt_broker
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    settings = replace(NotifySettings(), mqtt_url=f"mqtt://{host}:{port}", topic_prefix=prefix, publish_interval=0.05)
+    incidents = IncidentEngine(RULES)
+    changes = [
+        GroupChange("prod", "g0", GroupStatus.WARN, T0, partitions=(("orders", 0, PartitionStatus.STOP, "h1"),)),
+        GroupChange("prod", "g1", GroupStatus.ERR, T0 + 2000, partitions=(("orders", 1, PartitionStatus.STALL, ""),)),
+        GroupChange("prod", "g0", GroupStatus.OK, T0 + 20_000),
+        GroupChange("prod", "g1", GroupStatus.NOTFOUND, T0 + 21_000),  # deleted (or expired)
+    ]
+    async with Raw(host, port, f"{prefix}/#") as live:
+        now = T0
+        pending = list(changes)
+        while now <= T0 + 40_000:
+            while pending and pending[0].at <= now:
+                ch = pending.pop(0)
+                events = incidents.apply(ch)
+                status = [outbox.group_status_message(prefix, ch)]
+                await outbox.record(engine, "prod", events, incidents.dump_cluster("prod"), status, prefix)
+            ticked = incidents.tick(now)
+            if ticked:
+                await outbox.record(engine, "prod", ticked, incidents.dump_cluster("prod"), [], prefix)
+            now += 1000
+        stop, pub = asyncio.Event(), PublisherStatus()
+        task = asyncio.create_task(publish_outbox(engine, settings, stop, pub, lease_retry=0.1))
+        try:
+            await settle(lambda: outbox_empty(engine), what="the outbox drained")
+        finally:
+            stop.set()
+            await task
+        await settle(lambda: any(t.endswith("/g1/status") and not b for t, b, _ in live.messages), what="the clear")
+    incident_schema, status_schema = validator("incident-event"), validator("group-status")
+    kinds = []
+    for topic, body, _ in live.messages:
+        if "/incidents/" in topic:
+            payload = json.loads(body)
+            incident_schema.validate(payload)
+            kinds.append((payload["event"], payload["severity"], payload["peak_severity"]))
+        elif body:
+            status_schema.validate(json.loads(body))
+    assert kinds[0] == ("opened", "WARN", "WARN") and kinds[-1][0] == "resolved" and kinds[-1][2] == "ERR"
+    resolved = json.loads(next(b for t, b, _ in reversed(live.messages) if "/incidents/" in t))
+    assert resolved["duration_ms"] == resolved["resolved_at"] - resolved["opened_at"] > 0
+    g1 = [b for t, b, _ in live.messages if t.endswith("/g1/status")]
+    assert json.loads(g1[0])["status"] == "ERR" and g1[-1] == b""
+    # a dashboard subscribing now gets g0's retained status and nothing for the deleted g1
+    async with Raw(host, port, f"{prefix}/prod/groups/+/status") as late:
+        await settle(lambda: any(t.endswith("/g0/status") for t, _, _ in late.messages), what="g0's retained status")
+    assert [t for t, _, r in late.messages if r] == [f"{prefix}/prod/groups/g0/status"]
+
+
+async def outbox_empty(engine: AsyncEngine) -> bool:
+    return await outbox.pending_count(engine) == 0
+
+
+@pytest.mark.slow
+async def test_availability_is_online_while_running_and_offline_by_last_will(
+    engine: AsyncEngine, private_mosquitto: embedded.Process, settle: Settle
+) -> None:
+    """Through a cuttable path to a real Mosquitto: "online" (retained) per cluster; the path
+    cut, the broker publishes the last will "offline"; back, "online"; a clean stop, "offline"."""
+    path = Cuttable(private_mosquitto.host, private_mosquitto.port)
+    via = await path.start(embedded.free_port())
+    prefix = f"a-{uuid.uuid4().hex[:8]}"
+    settings = replace(NotifySettings(), mqtt_url=f"mqtt://127.0.0.1:{via}", topic_prefix=prefix)
+    state = validator("availability")
+    stop, status = asyncio.Event(), AvailabilityStatus()
+    async with Raw(private_mosquitto.host, private_mosquitto.port, f"{prefix}/+/status") as seen:
+
+        def last(cluster: str) -> str | None:
+            got = [b.decode() for t, b, _ in seen.messages if t == f"{prefix}/{cluster}/status"]
+            return got[-1] if got else None
+
+        task = asyncio.create_task(
+            announce_availability(engine, settings, ["prod", "dr"], stop, status, lease_retry=0.1, keepalive=5)
+        )
+        try:
+            await settle(lambda: last("prod") == "online" and last("dr") == "online", what="online")
+            path.cut()  # the connection dies without a goodbye: the broker sends the will
+            await settle(lambda: last("prod") == "offline" and last("dr") == "offline", what="the last will")
+            path.restore()
+            await settle(lambda: last("prod") == "online" and last("dr") == "online", timeout=30, what="online again")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+        await settle(lambda: last("prod") == "offline" and last("dr") == "offline", what="offline on a clean stop")
+    for _, body, _ in seen.messages:
+        state.validate(body.decode())
+    # retained: a subscriber arriving now learns the state at once
+    async with Raw(private_mosquitto.host, private_mosquitto.port, f"{prefix}/prod/status") as late:
+        await settle(lambda: late.messages, what="the retained state")
+    assert late.messages[0][1:] == (b"offline", True)
+    await path.close()
