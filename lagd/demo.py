@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import secrets
 import signal
 import sys
 import time
@@ -39,7 +41,7 @@ from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 log = logs.get(__name__)
 
 CLUSTER = "demo"
-DATABASE = "lagd_demo"
+DATABASE = "lagd_demo"  # prefix: each run creates lagd_demo_<pid>_<random> and drops it at exit
 REFRESH_S = 2.0
 
 # What each simulated group is meant to show, in table order.
@@ -104,9 +106,16 @@ class Services:
     mqtt: Process | None = None
     mqtt_address: tuple[str, int] = ("127.0.0.1", 1883)
     database_url: str = ""
+    # this run's own database on a shared server (dropped at exit); "" with an embedded server
+    database: str = ""
+    server_url: str = ""
     notes: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
+        if self.database and self.server_url:
+            with contextlib.suppress(Exception):
+                asyncio.run(_drop_database(self.server_url, self.database))
+            self.database = ""
         for name in ("mqtt", "kafka"):
             proc = getattr(self, name)
             if proc is not None:
@@ -119,20 +128,61 @@ class Services:
             self.postgres = None
 
 
-async def _fresh_database(server_url: str) -> str:
-    """Drop and create `lagd_demo` on the server; return its asyncpg URL."""
-    import asyncpg
-
+def _admin_url(server_url: str) -> tuple[str, Any]:
     parts = urlsplit(server_url)
     # keep the query: the embedded server is reached by its socket (`?host=/tmp/...`)
-    admin = urlunsplit(("postgresql", parts.netloc, "/postgres", parts.query, ""))
+    return urlunsplit(("postgresql", parts.netloc, "/postgres", parts.query, "")), parts
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _fresh_database(server_url: str) -> tuple[str, str]:
+    """Create a database of this run's own, `lagd_demo_<pid>_<random>`; return (name, asyncpg URL).
+
+    Never touches a database another process uses: earlier demos' databases are dropped only
+    when the demo that made them is gone and nothing is connected to them (a demo killed
+    before it could clean up).
+    """
+    import asyncpg
+
+    admin, parts = _admin_url(server_url)
+    name = f"{DATABASE}_{os.getpid()}_{secrets.token_hex(3)}"
     conn = await asyncpg.connect(admin, timeout=10)
     try:
-        await conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        await conn.execute(f"CREATE DATABASE {DATABASE}")
+        rows = await conn.fetch(
+            "SELECT d.datname, (SELECT count(*) FROM pg_stat_activity a WHERE a.datname = d.datname) AS users "
+            "FROM pg_database d WHERE d.datname LIKE $1",
+            f"{DATABASE}\\_%",
+        )
+        for row in rows:
+            m = re.fullmatch(rf"{DATABASE}_(\d+)_[0-9a-f]+", row["datname"])
+            if m and row["users"] == 0 and not _pid_alive(int(m.group(1))):
+                with contextlib.suppress(asyncpg.PostgresError):  # someone connected meanwhile: keep it
+                    await conn.execute(f'DROP DATABASE IF EXISTS "{row["datname"]}"')
+        await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    return urlunsplit(("postgresql+asyncpg", parts.netloc, f"/{DATABASE}", parts.query, ""))
+    return name, urlunsplit(("postgresql+asyncpg", parts.netloc, f"/{name}", parts.query, ""))
+
+
+async def _drop_database(server_url: str, name: str) -> None:
+    """Drop this run's own database (lagd has stopped; nobody else knows its name)."""
+    import asyncpg
+
+    admin, _ = _admin_url(server_url)
+    conn = await asyncpg.connect(admin, timeout=10)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
 
 
 def start_services(out: TextIO) -> Services:
@@ -147,9 +197,10 @@ def start_services(out: TextIO) -> Services:
             pg = start_embedded_postgres()
             s.postgres = pg
             s.notes.append("PostgreSQL: embedded (removed on exit)")
-        else:
-            s.notes.append(f"PostgreSQL: the local server, database {DATABASE} (recreated each run)")
-        s.database_url = asyncio.run(_fresh_database(pg.url))
+        name, s.database_url = asyncio.run(_fresh_database(pg.url))
+        if s.postgres is None:
+            s.database, s.server_url = name, pg.url
+            s.notes.append(f"PostgreSQL: the local server, database {name} (this run's own, dropped on exit)")
         if port_open("127.0.0.1", 1883):
             s.notes.append("MQTT: the local broker on 127.0.0.1:1883")
         else:

@@ -16,8 +16,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -182,6 +184,15 @@ def test_demo_shows_every_state_and_leaves_nothing_behind() -> None:
     left = {pid: c for pid, c in children.items() if alive(pid)}
     assert not left, f"processes left behind: {left}"
     assert not [d for d in workdirs if Path(d).exists()], f"directories left behind: {workdirs}"
+    # on a shared PostgreSQL the demo used a database of its own, and dropped it
+    own = re.search(r"database (lagd_demo_\d+_[0-9a-f]+)", output)
+    if "PostgreSQL: the local server" in output:
+        assert own, output[-4000:]
+        from lagd.embedded import system_postgres
+
+        pg = system_postgres()
+        assert pg is not None
+        assert own.group(1) not in _databases(demo._admin_url(pg.url)[0])
 
 
 def _read(proc: subprocess.Popen[str], lines: list[str], base: list[str]) -> None:
@@ -191,3 +202,70 @@ def _read(proc: subprocess.Popen[str], lines: list[str], base: list[str]) -> Non
         m = re.match(r"^lagd: (http://\S+?)/?$", line.strip())
         if m and not base:
             base.append(m.group(1))
+
+
+# --- the demo's database ----------------------------------------------------------------
+
+
+def _databases(admin_url: str) -> dict[str, int]:
+    """Every database on the server and how many connections it has."""
+    import psycopg2
+
+    conn = psycopg2.connect(admin_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT d.datname, (SELECT count(*) FROM pg_stat_activity a WHERE a.datname = d.datname) "
+                "FROM pg_database d"
+            )
+            return {name: int(n) for name, n in cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def test_each_demo_run_has_a_database_of_its_own_and_never_drops_one_in_use(postgres: Any) -> None:
+    import asyncio
+
+    import psycopg2
+
+    from lagd.embedded import Postgres
+
+    pg: Postgres = postgres
+    admin = demo._admin_url(pg.url)[0]
+    # A demo that was killed (its pid is gone) left its database behind, nobody connected;
+    # another demo's database is in use right now.
+    dead_pid = 2**22 + 12345  # above pid_max's default: no such process
+    stale = f"lagd_demo_{dead_pid}_{uuid.uuid4().hex[:6]}"
+    busy = f"lagd_demo_{dead_pid}_{uuid.uuid4().hex[:6]}"
+    for name in (stale, busy):
+        conn = psycopg2.connect(admin)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+        conn.close()
+    parts = urlsplit(admin)
+    user = psycopg2.connect(urlunsplit((parts.scheme, parts.netloc, f"/{busy}", parts.query, "")))
+    first = second = ""
+    try:
+        first, _ = asyncio.run(demo._fresh_database(pg.url))
+        second, url = asyncio.run(demo._fresh_database(pg.url))
+        assert first != second and first.startswith(f"lagd_demo_{os.getpid()}_")
+        assert url.startswith("postgresql+asyncpg://") and url.split("?")[0].endswith(f"/{second}")
+        now = _databases(admin)
+        assert stale not in now  # the killed demo's leftover is cleaned up
+        assert busy in now and {first, second} <= set(now)  # one in use, and live runs', are kept
+        with user.cursor() as cur:  # the other user's connection was never cut
+            cur.execute("SELECT 1")
+        services = demo.Services(database=second, server_url=pg.url)
+        services.stop()
+        assert second not in _databases(admin) and first in _databases(admin)
+    finally:
+        user.close()
+        for name in (first, second, busy, stale):
+            if not name:
+                continue
+            conn = psycopg2.connect(admin)
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.close()
