@@ -3,19 +3,32 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+HASH := $(shell sha1sum pyproject.toml | cut -c1-12)
+# What the demo needs (lagd, its dependencies, the embedded services) and, for tests, the developer tools too.
+RUN_STAMP := $(VENV)/.installed-run-$(HASH)
+DEV_STAMP := $(VENV)/.installed-dev-$(HASH)
 
 .PHONY: demo test lint typecheck pytest bench system-deps venv clean
 
-venv: $(STAMP)
+venv: $(DEV_STAMP)
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (3.11+): apt-get install python3 python3-venv"; exit 1; }
+	@echo "== creating $(VENV) and upgrading pip"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "== installing lagd and what the demo needs into $(VENV) (no developer tools; the first time takes a minute or two)"
+	$(PY) -m pip install --progress-bar on -e '.[demo]'
+	rm -f $(VENV)/.installed-run-*
+	touch $@
+
+$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "== installing lagd with the Spark jobs and the developer tools into $(VENV)"
 	$(PY) -m pip install --quiet -e '.[dev]'
 	rm -f $(VENV)/.installed-*
-	touch $@
+	touch $@ $(RUN_STAMP)
 
 # Spark needs a Java runtime and the PostgreSQL JDBC driver: Debian packages, installed when missing.
 system-deps:
@@ -33,7 +46,7 @@ pytest: venv system-deps
 
 test: lint typecheck pytest
 
-demo: venv
+demo: $(RUN_STAMP)
 	$(VENV)/bin/lagd demo
 
 bench: venv system-deps

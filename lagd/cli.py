@@ -105,6 +105,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        print(
+            "lagd: the Spark jobs need PySpark, which is not installed here: "
+            "pip install 'lagd[jobs]' (from a checkout: pip install -e '.[jobs]')",
+            file=sys.stderr,
+        )
+        return 2
     if args.job == "trends":
         from lagd.jobs.trends import main as trends_main
 
