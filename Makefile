@@ -19,7 +19,7 @@ $(VENV)/bin/python:
 	$(PY) -m pip install --upgrade pip
 
 $(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
-	@echo "== installing lagd and what the demo needs into $(VENV) (no developer tools; the first time takes a minute or two)"
+	@echo "== installing lagd and what the demo needs into $(VENV) (no developer tools; about half a minute the first time)"
 	$(PY) -m pip install --progress-bar on -e '.[demo]'
 	rm -f $(VENV)/.installed-run-*
 	touch $@
@@ -30,7 +30,7 @@ $(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
 	rm -f $(VENV)/.installed-*
 	touch $@ $(RUN_STAMP)
 
-# Spark needs a Java runtime and the PostgreSQL JDBC driver: Debian packages, installed when missing.
+# The Debian packages no wheel provides (README lists them), installed when missing.
 system-deps:
 	@bash scripts/system-deps.sh
 
