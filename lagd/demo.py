@@ -59,14 +59,16 @@ EXPECTED: dict[str, tuple[str, str]] = {
 def demo_scenario(start_ms: int) -> Scenario:
     """Seven groups, one per state; times are seconds after the simulator starts.
 
-    Windows hold 10 commits, one a second: the stalled and stopped groups go bad at 10 s
-    and show ERR about 11 s later; the rewinding group is a crash loop from 30 s (back to
-    one checkpoint every 10 s, the window's length, so the offset it regains before the next
-    rewind is never in the same window as the rewind: REWIND 9 s in 10); the lagging group handles a fifth of its
-    input, so its lag grows faster than log-end sampling jitter and WARN holds; the bursty
-    topic gets 150-260 records per partition every 15 s, which its consumer drains in 5 s:
-    a lag spike a threshold alert fires on, and lagd rightly calls OK; the recovering group
-    catches up from 50 s.
+    lagd's rules with the demo's time knobs (config/demo.toml): windows hold the last 10
+    commits, one a second; a trend is judged from 8 s of history; STOP after 10 s of
+    silence, STALL after 5 s of one offset. The stalled group goes bad at 10 s and reads ERR
+    (STALL) about 5 s later, the stopped one about 10 s later (STOP); the rewinding group is
+    a crash loop from 30 s (back to one checkpoint every 10 s, the window's length, so the
+    offset it regains before the next rewind is never in the same window as the rewind:
+    REWIND 9 s in 10); the lagging group handles a fifth of its input: WARN once its trend is
+    judged, and it stays WARN; the bursty topic gets 150-260 records per partition every 15 s,
+    which its consumer drains in 5 s: a lag spike a threshold alert fires on, and lagd
+    rightly calls OK; the recovering group falls behind (WARN) and catches up from 50 s (OK).
     """
     return Scenario(
         topics=(
