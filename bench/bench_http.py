@@ -44,6 +44,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -420,6 +421,7 @@ async def main_async(a: argparse.Namespace) -> None:
         )
     finally:
         broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> None:
