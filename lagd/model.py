@@ -138,7 +138,27 @@ class ReaderPosition:
     offset: int
 
 
-Event = Commit | OffsetDeleted | GroupMembers | GroupDeleted | LogEndSample | TopicDeleted | ReaderPosition
+@dataclass(frozen=True, slots=True)
+class OffsetsPartitionReset:
+    """Partition `partition` of the offsets topic (of `partitions`) is read again from its start:
+    the topic was recreated or truncated. Its new records' orders (their offsets) may be lower
+    than the orders kept for its groups, which would make every new commit look like a replay."""
+
+    cluster: str
+    partition: int
+    partitions: int
+
+
+Event = (
+    Commit
+    | OffsetDeleted
+    | GroupMembers
+    | GroupDeleted
+    | LogEndSample
+    | TopicDeleted
+    | ReaderPosition
+    | OffsetsPartitionReset
+)
 
 
 @dataclass(slots=True)

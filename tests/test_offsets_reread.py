@@ -17,8 +17,9 @@ from structlog.testing import capture_logs
 
 from lagd.ingest.offsets_topic import outside_range, read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, IngestCounters, ReaderPosition
+from lagd.model import Commit, IngestCounters, OffsetsPartitionReset, ReaderPosition
 from lagd.sim.encode import encode_offset_commit
+from lagd.state.windows import State, offsets_partition
 from tests.test_ingest_kafka import Store, cluster, running
 
 Settle = Callable[..., Awaitable[Any]]
@@ -63,3 +64,31 @@ async def test_a_recreated_offsets_topic_is_read_again_from_its_start(kafka: str
     warned = [e for e in logs if e["log_level"] == "warning" and e.get("stored_position") == 5_000]
     assert len(warned) == 1 and warned[0]["partition"] == 0 and warned[0]["log_end"] == 3
     assert ReaderPosition("sim", 0, 3) in store.events
+    # the state is told, before the re-read records, to move that partition's groups' orders down
+    resets = [i for i, e in enumerate(store.events) if isinstance(e, OffsetsPartitionReset)]
+    assert [store.events[i] for i in resets] == [OffsetsPartitionReset("sim", 0, 2)]
+    assert resets[0] < min(i for i, e in enumerate(store.events) if isinstance(e, Commit))
+
+
+def test_a_reset_partitions_groups_take_their_new_commits_as_new() -> None:
+    """Windows kept from the old offsets topic carry orders (record offsets) far above the new
+    topic's: without the reset every new commit would read as a replay and be dropped."""
+    state = State(window_step_ms=15_000)
+    mine = next(f"g{i}" for i in range(100) if offsets_partition(f"g{i}", 2) == 0)
+    other = next(f"g{i}" for i in range(100) if offsets_partition(f"g{i}", 2) == 1)
+    for group in (mine, other):
+        for k in range(3):
+            state.apply(Commit("sim", group, "t", 0, 100 + k, 5_000 + k, 1_000 * k, 1_000 * k))
+    state.apply(OffsetsPartitionReset("sim", 0, 2))
+    state.apply(Commit("sim", mine, "t", 0, 200, 0, 60_000, 60_000))  # order 0: the new topic's first record
+    state.apply(Commit("sim", other, "t", 0, 200, 0, 60_000, 60_000))  # not reset: a replay, dropped
+    assert [e.offset for e in state.window("sim", mine, "t", 0)][-1] == 200
+    assert [e.offset for e in state.window("sim", other, "t", 0)][-1] == 102
+    orders = [e.order for e in state.window("sim", mine, "t", 0)]
+    assert orders[-1] == 0 and all(o < 0 for o in orders[:-1]) and orders == sorted(orders)
+
+
+def test_offsets_partition_is_kafkas() -> None:
+    # Java: "abc".hashCode() == 96354; "polygenelubricants".hashCode() == Integer.MIN_VALUE
+    assert offsets_partition("abc", 50) == 96354 % 50
+    assert offsets_partition("polygenelubricants", 50) == 0

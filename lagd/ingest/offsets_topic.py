@@ -26,7 +26,7 @@ from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, 
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
 from lagd.ingest.validate import EdgeLimits
-from lagd.model import Event, GroupMembers, IngestCounters, ReaderPosition
+from lagd.model import Event, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
 
 log = logs.get(__name__)
 
@@ -181,7 +181,9 @@ async def _session(
                 refresh_at = 0.0
             if loop.time() >= refresh_at:
                 refresh_at = loop.time() + cluster.topic_refresh
-                await _discover(metadata, consumer, cluster, known, next_offsets, progress, counters, limits)
+                reread = await _discover(metadata, consumer, cluster, known, next_offsets, progress, counters, limits)
+                if reread:
+                    await put([OffsetsPartitionReset(cluster.name, p, len(known)) for p in sorted(reread)])
             if not known:
                 progress.mark_fresh(now_ms())  # nothing to read: nothing missed
                 with contextlib.suppress(TimeoutError):
@@ -282,8 +284,9 @@ async def _discover(
     progress: ReaderProgress,
     counters: IngestCounters | None = None,
     limits: EdgeLimits | None = None,
-) -> None:
-    """Assign every partition of the offsets topic (again, when partitions were added).
+) -> set[int]:
+    """Assign every partition of the offsets topic (again, when partitions were added); returns
+    the partitions whose stored position lay outside them, now read again from their start.
 
     Also tells `limits` every topic's partition count, so commits for partitions a topic
     does not have are refused at the edge.
@@ -301,17 +304,18 @@ async def _discover(
             hint="check offsets-topic, or set offsets-source = 'auto' (the default), which polls committed "
             "offsets through the admin API where the topic cannot be read",
         )
-        return
+        return set()
     new = set(found) - known
     if not new:
-        return
+        return set()
     known |= new
     tps = [TopicPartition(topic, p) for p in sorted(known)]
     consumer.assign(tps)
     new_tps = [TopicPartition(topic, p) for p in sorted(new)]
     begin = {tp.partition: off for tp, off in (await consumer.beginning_offsets(new_tps)).items()}
     end = {tp.partition: off for tp, off in (await consumer.end_offsets(new_tps)).items()}
-    for p, pos in outside_range(next_offsets, begin, end).items():
+    outside = outside_range(next_offsets, begin, end)
+    for p, pos in outside.items():
         # Recreated or truncated: the stored position points into a log that is gone.
         del next_offsets[p]
         if counters is not None:
@@ -337,6 +341,7 @@ async def _discover(
         progress.position.setdefault(p, next_offsets.get(p, begin.get(p, 0)))
     progress.measure(begin, end)
     log.info("offsets topic assigned", cluster=cluster.name, topic=topic, partitions=len(known), new=len(new))
+    return set(outside)
 
 
 def partition_counts(metadata: Any) -> dict[str, int]:

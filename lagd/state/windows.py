@@ -13,6 +13,7 @@ objects are only built on reads. That keeps a group-partition well under 1 KiB.
 
 from __future__ import annotations
 
+import dataclasses
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from lagd.model import (
     GroupMembers,
     LogEndSample,
     OffsetDeleted,
+    OffsetsPartitionReset,
     PartitionOwner,
     ReaderPosition,
     TopicDeleted,
@@ -111,6 +113,16 @@ class _Cluster:
     newest_sample: int | None = None  # newest log-end sample time applied (ms)
 
 
+def offsets_partition(group: str, partitions: int) -> int:
+    """The offsets-topic partition of a group, as Kafka places it: abs(groupId.hashCode()) % n
+    (Java's String.hashCode over UTF-16 code units; Kafka's abs is `& 0x7fffffff`)."""
+    h = 0
+    raw = group.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(raw), 2):
+        h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % partitions
+
+
 def entries_of(arr: array[int]) -> list[WindowEntry]:
     """Materialise a flat window as WindowEntry copies, oldest first."""
     lags: list[int | None] = arr[LAG::FIELDS].tolist()  # type: ignore[assignment]
@@ -183,6 +195,7 @@ class State:
             LogEndSample: self._log_end_sample,
             TopicDeleted: self._topic_deleted,
             ReaderPosition: self._reader_position,
+            OffsetsPartitionReset: self._offsets_partition_reset,
         }
 
     # --- writes -------------------------------------------------------------------
@@ -476,6 +489,44 @@ class State:
             for partition in parts:
                 self._dirty_log_end.add((ev.cluster, ev.topic, partition))
         cs.topic_seq[ev.topic] = self._next_seq()
+
+    def _offsets_partition_reset(self, ev: OffsetsPartitionReset) -> None:
+        """The offsets partition is read again from a new start: each of its groups' orders
+        moves down so that the newest is -1 (their sequence kept), below any order a new
+        record carries, so the group's new commits count as new, not as replays."""
+        cs = self._clusters.get(ev.cluster)
+        if cs is None or ev.partitions < 1:
+            return
+        names = {*cs.groups, *cs.tombstones, *cs.members}
+        for group in sorted(g for g in names if offsets_partition(g, ev.partitions) == ev.partition):
+            self._rebase_group(ev.cluster, cs, group)
+
+    def _rebase_group(self, cluster: str, cs: _Cluster, group: str) -> None:
+        gs = cs.groups.get(group)
+        members = cs.members.get(group)
+        orders = [cs.tombstones.get(group, -1), members.order if members is not None else -1]
+        if gs is not None:
+            orders += [arr[LAST + ORDER] for parts in gs.windows.values() for arr in parts.values() if arr]
+            orders += list((gs.deleted or {}).values())
+        shift = max(orders) + 1
+        if shift <= 0:
+            return  # nothing at or above 0: new records are newer already
+        if gs is not None:
+            for topic, parts in gs.windows.items():
+                for partition, arr in parts.items():
+                    for b in range(ORDER, len(arr), FIELDS):
+                        arr[b] -= shift
+                    self._dirty_windows.add((cluster, group, topic, partition))
+            if gs.deleted is not None:
+                gs.deleted = {k: o - shift for k, o in gs.deleted.items()}
+            gs.seq = self._next_seq()
+        if group in cs.tombstones:
+            cs.tombstones[group] -= shift
+            self._changes.tombstones[(cluster, group)] = cs.tombstones[group]
+        if members is not None:
+            moved = dataclasses.replace(members, order=members.order - shift)
+            self._set_members(cs, moved)
+            self._changes.members[(cluster, group)] = moved
 
     def _reader_position(self, ev: ReaderPosition) -> None:
         self._changes.positions[(ev.cluster, ev.partition)] = ev.offset
