@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -241,7 +242,32 @@ def test_joins_record_the_most_specific_shared_trait_as_the_reason() -> None:
     assert kinds(events) == ["opened", "updated"]
     assert events[0].reason == "group a"
     assert sorted(events[1].groups) == ["a", "b", "c", "d", "e"]
-    assert events[1].reason == "same topic orders"
+    # c and d do not consume orders and no host is common to all five: only the cluster is
+    assert events[1].reason == "same cluster"
+
+
+def test_the_reason_names_what_all_members_share_recomputed_as_they_join() -> None:
+    engine = IncidentEngine(dataclasses.replace(RULES, update_interval=0))
+    both = ("orders", 0, PartitionStatus.STOP, "b1"), ("payments", 0, PartitionStatus.STOP, "b1")
+
+    def join(group: str, at: int, parts: tuple[tuple[str, int, PartitionStatus, str], ...]) -> IncidentEvent:
+        (event,) = engine.apply(GroupChange("prod", group, GroupStatus.WARN, T0 + at, parts))
+        return event
+
+    assert join("a", 0, both).reason == "group a"
+    assert join("b", 1000, both).reason == "same topics orders, payments"
+    assert join("c", 2000, both[:1]).reason == "same topic orders"  # c consumes only orders
+    assert join("d", 3000, (("misc", 0, PartitionStatus.STOP, "b1"),)).reason == "same host b1"
+    assert join("e", 4000, (("misc", 0, PartitionStatus.STOP, "b9"),)).reason == "same cluster"
+    assert len(engine.open_incidents("prod")) == 1
+
+
+def test_many_shared_topics_make_a_short_reason() -> None:
+    engine = IncidentEngine(dataclasses.replace(RULES, update_interval=0))
+    parts = tuple((f"t{i}", 0, PartitionStatus.STOP, "") for i in range(5))
+    engine.apply(GroupChange("prod", "a", GroupStatus.WARN, T0, parts))
+    (event,) = engine.apply(GroupChange("prod", "b", GroupStatus.WARN, T0 + 1000, parts))
+    assert event.reason == "same topics t0, t1, t2 and 2 more"
 
 
 def test_severity_change_sends_an_update_and_err_threshold_ignores_warn() -> None:

@@ -438,11 +438,24 @@ class IncidentEngine:
 
     @staticmethod
     def _reason(inc: _Incident) -> str:
-        if not inc.reasons:
+        """What every member shares, recomputed from the members as they join: the topics all
+        of them consume, else the hosts all of them run on, else only the cluster. An incident
+        of one member keeps the reason it opened with."""
+        members = list(inc.members.values())
+        if len(members) < 2:
             return inc.first_reason
-        # the most frequent join reason; ties go to the one seen first
-        order = {k: n for n, k in enumerate(inc.reasons)}
-        return min(inc.reasons.items(), key=lambda kv: (-kv[1], order[kv[0]]))[0]
+        for attr, label in (("topics", "topic"), ("hosts", "host")):
+            common = set.intersection(*(set(getattr(m, attr)) for m in members))
+            if common:
+                return f"same {label}{'s' if len(common) > 1 else ''} {_few(sorted(common))}"
+        return "same cluster"
+
+
+def _few(names: list[str], limit: int = 3) -> str:
+    """`a, b, c and 2 more`: a reason stays one short line however much is shared."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])} and {len(names) - limit} more"
 
 
 def _peak(peak: str, severity: str) -> str:
