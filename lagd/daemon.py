@@ -273,6 +273,7 @@ def _start_readers(
             rt.stop,
             patterns=mirror_patterns(rt.settings, name),
             known=rt.state.topics(name),
+            every_topic=True,  # Burrow's /topic paths list every topic, consumed or not
         )
         spawn(sampler, f"log-end-{name}")
 

@@ -185,3 +185,52 @@ def _judged_as_its_behaviour(spec: GroupSpec, group_status: str, partition_statu
         spec.name,
         partition_statuses,
     )
+
+
+async def test_a_topic_no_group_consumes_is_listed_with_its_offsets(
+    kafka: str, database_url: str, unique: str, settle: Settle
+) -> None:
+    """Burrow lists every topic of the cluster: one nobody consumes answers 200 with its
+    log-end offsets and an empty consumer list; a topic `topics-deny` names is not listed."""
+    port = free_port()
+    offsets_topic = f"__consumer_offsets_{unique}"
+    idle, consumed = TopicSpec(f"idle-{unique}", 3, rate=5.0), TopicSpec(f"used-{unique}", 1, rate=5.0)
+    denied = TopicSpec(f"__denied-{unique}", 1, rate=5.0)  # topics-deny "^__.*" by default
+    sc = Scenario(
+        topics=(idle, consumed, denied),
+        groups=(GroupSpec(f"reader-{unique}", (consumed.name,), "healthy"),),
+        start_ms=int(time.time() * 1000),
+    )
+    settings = settings_for(kafka, database_url, port, offsets_topic)
+    driver = Driver(kafka, sc, mode="topic", offsets_topic=offsets_topic, offsets_partitions=1)
+    await driver.start()
+    task, stop = await start_daemon(settings)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await settle(lambda: _ready(session, port), timeout=30, what="ready")
+            await driver.run(until=2.0)
+            expected = [driver.produced[(idle.name, p)] for p in range(idle.partitions)]
+            assert sum(expected) > 0
+
+            async def idle_sampled() -> bool:
+                status, answer = await get(session, port, f"/v3/kafka/sim/topic/{idle.name}")
+                return status == 200 and answer["offsets"] == expected
+
+            await settle(idle_sampled, timeout=15, what="the unconsumed topic's log-end offsets")
+            path = f"/v3/kafka/sim/topic/{idle.name}"
+            status, b = await get(session, port, path)
+            envelope(b, path, "topic offsets returned", "offsets")
+            path += "/consumers"
+            status, b = await get(session, port, path)
+            assert status == 200, b
+            envelope(b, path, "consumers of topic returned", "consumers")
+            assert b["consumers"] == []
+            status, b = await get(session, port, "/v3/kafka/sim/topic")
+            assert status == 200 and {idle.name, consumed.name} <= set(b["topics"])
+            assert not any(t.startswith("__") for t in b["topics"]), b["topics"]
+            status, b = await get(session, port, f"/v3/kafka/sim/topic/{denied.name}")
+            assert (status, b["message"]) == (404, "cluster or topic not found")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await driver.close()

@@ -3,9 +3,9 @@
 Every `topic-refresh` seconds it reads the cluster's metadata (topics, partitions, leaders);
 every `offset-refresh` seconds it asks each leader, in one ListOffsets request per broker,
 for the latest offset of every partition of the topics lagd needs (`topics_wanted`, which the
-daemon supplies: topics any known group consumes, plus mirrored topics; `topics-deny` takes
-some out). A partition without
-a leader, or with an error, is skipped and asked again next round. A sampled topic that
+daemon supplies: topics any known group consumes, plus mirrored topics, plus with
+`every_topic` every topic of the metadata, which the daemon sets; `topics-deny` takes some
+out). A partition without a leader, or with an error, is skipped and asked again next round. A sampled topic that
 disappears from the metadata becomes TopicDeleted, but only once it has been missing from
 `ABSENT_REFRESHES_BEFORE_DELETE` successful metadata refreshes in a row (see there).
 """
@@ -146,19 +146,22 @@ async def sample_log_ends(
     *,
     patterns: Iterable[re.Pattern[str]] = (),
     known: Iterable[str] = (),
+    every_topic: bool = False,
 ) -> None:
     """Sample log-end offsets until `stop` is set; reconnect with backoff on outages.
 
     `patterns` add every topic whose name matches (mirrored topics are sampled even when no
-    group consumes them); `known` are topics sampled before a restart, so one deleted while
-    lagd was down still becomes TopicDeleted.
+    group consumes them); `every_topic` adds every topic of the metadata that `topics-deny`
+    lets through, as Burrow does (the daemon sets it, so Burrow's topic paths know every
+    topic); `known` are topics sampled before a restart, so one deleted while lagd was down
+    still becomes TopicDeleted.
     """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     sampled: set[str] = set(known)
     absent: dict[str, int] = {}  # sampled topics missing from the latest refreshes, survives reconnects
     matchers = tuple(patterns)
     await reconnecting(
-        lambda: _session(cluster, topics_wanted, put, counters, stop, sampled, matchers, absent),
+        lambda: _session(cluster, topics_wanted, put, counters, stop, sampled, matchers, absent, every_topic),
         stop,
         counters,
         cluster=cluster.name,
@@ -177,9 +180,17 @@ async def _session(
     sampled: set[str],
     matchers: tuple[re.Pattern[str], ...] = (),
     absent: dict[str, int] | None = None,
+    every_topic: bool = False,
 ) -> None:
     absent = {} if absent is None else absent
     deny = re.compile(cluster.topics_deny) if cluster.topics_deny else None
+
+    def add_listed(wanted: set[str], layout: Layout) -> None:
+        if matchers:
+            wanted.update(t for t in layout.leaders if any(m.search(t) for m in matchers))
+        if every_topic:
+            wanted.update(t for t in layout.leaders if deny is None or not deny.search(t))
+
     client = await start_client(cluster)
     try:
         loop = asyncio.get_running_loop()
@@ -189,8 +200,8 @@ async def _session(
         while not stop.is_set():
             started = loop.time()
             wanted = {t for t in topics_wanted() if deny is None or not deny.search(t)}
-            if matchers and layout is not None:
-                wanted.update(t for t in layout.leaders if any(m.search(t) for m in matchers))
+            if layout is not None:
+                add_listed(wanted, layout)
             # A wanted topic the metadata does not know yet (new topic, new group) gets one
             # early refresh instead of waiting a whole topic-refresh.
             unknown = wanted - set(layout.leaders) - unknown_seen if layout else wanted
@@ -199,8 +210,7 @@ async def _session(
                 layout = layout_from_metadata(await client.fetch_all_metadata())
                 refresh_at = started + cluster.topic_refresh
                 unknown_seen = wanted - set(layout.leaders)
-                if matchers:
-                    wanted.update(t for t in layout.leaders if any(m.search(t) for m in matchers))
+                add_listed(wanted, layout)
                 gone, streaks = deleted_topics(sampled, layout, absent)
                 absent.clear()
                 absent.update(streaks)
