@@ -125,6 +125,7 @@ def test_lagd_api_conforms_to_its_openapi_document(live: str) -> None:
     assert sorted(op.path for op in operations) == [
         "/lagd/v1/clusters",
         "/lagd/v1/consumer/{cluster}/{group}",
+        "/lagd/v1/consumer/{cluster}/{group}/history",
         "/lagd/v1/consumer/{cluster}/{group}/trend",
         "/lagd/v1/consumer/{cluster}/{group}/window/{topic}/{partition}",
         "/lagd/v1/dead-letters",

@@ -335,6 +335,128 @@ async def trend(request: web.Request) -> web.Response:
     return _json({"cluster": cluster, "group": group, "step": step, "from": start, "to": to, "points": points})
 
 
+HISTORY_MAX_POINTS = 500
+HISTORY_DEFAULT_MS = 6 * 3600 * 1000
+HISTORY_LOOKBACK_MS = 3600 * 1000  # log-end samples this far before `from` still date a commit's record
+NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+# Per bucket of `step` seconds from `from`: the group's total lag (each partition's last known
+# commit lag carried forward, summed), the largest lag in seconds of a commit in the bucket and
+# how many commits there were. A commit's lag in seconds is its time minus the first log-end
+# sample at or beyond its offset (as the trends job computes it): the samples and commits of
+# each partition in one pass, by offset descending, with a running minimum of sample times.
+HISTORY_SQL = sa.text(
+    """
+WITH c AS (
+    SELECT ts, topic, partition, "offset", lag FROM commit_history
+    WHERE cluster = :cluster AND group_name = :grp AND ts >= :t0 AND ts < :t1
+), tp AS (
+    SELECT DISTINCT topic, partition FROM c
+), l AS (
+    SELECT h.ts, h.topic, h.partition, h."offset" FROM log_end_history h
+    JOIN tp ON tp.topic = h.topic AND tp.partition = h.partition
+    WHERE h.cluster = :cluster AND h.ts >= :look0 AND h.ts < :t1
+), marks AS (
+    SELECT topic, partition, "offset", 0 AS kind, NULL::bigint AS le_ts, ts, lag FROM c
+    UNION ALL
+    SELECT topic, partition, "offset", 1, ts, NULL::bigint, NULL::bigint FROM l
+), reached AS (
+    SELECT topic, partition, kind, ts, lag,
+        min(le_ts) OVER (PARTITION BY topic, partition ORDER BY "offset" DESC, kind DESC
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS reach_ts
+    FROM marks
+), commits AS (
+    SELECT topic, partition, (ts - :t0) / :step_ms AS b, ts, lag,
+        CASE WHEN lag IS NULL THEN NULL WHEN lag <= 0 THEN 0.0 WHEN reach_ts IS NULL THEN NULL
+             ELSE greatest(ts - reach_ts, 0) / 1000.0 END AS lag_seconds
+    FROM reached WHERE kind = 0
+), pb AS (
+    SELECT b, topic, partition, count(*) AS n, max(lag_seconds) AS ls_max,
+        (array_agg(lag ORDER BY ts DESC) FILTER (WHERE lag IS NOT NULL))[1] AS lag_last
+    FROM commits GROUP BY b, topic, partition
+), deltas AS (
+    SELECT b, lag_last - coalesce(lag(lag_last) OVER (PARTITION BY topic, partition ORDER BY b), 0) AS delta
+    FROM pb WHERE lag_last IS NOT NULL
+), totals AS (
+    SELECT b, sum(sum(delta)) OVER (ORDER BY b) AS lag FROM deltas GROUP BY b
+)
+SELECT pb.b AS b, max(totals.lag) AS lag, max(pb.ls_max) AS lag_seconds_max, sum(pb.n) AS commits
+FROM pb LEFT JOIN totals ON totals.b = pb.b
+GROUP BY pb.b ORDER BY pb.b
+"""
+).bindparams(
+    sa.bindparam("cluster", type_=sa.Text),
+    sa.bindparam("grp", type_=sa.Text),
+    sa.bindparam("t0", type_=sa.BigInteger),
+    sa.bindparam("t1", type_=sa.BigInteger),
+    sa.bindparam("look0", type_=sa.BigInteger),
+    sa.bindparam("step_ms", type_=sa.BigInteger),
+)
+
+
+def history_step(span_ms: int) -> int:
+    """The smallest round step (seconds) that splits `span_ms` into at most HISTORY_MAX_POINTS buckets."""
+    for step in NICE_STEPS:
+        if span_ms <= step * 1000 * HISTORY_MAX_POINTS:
+            return step
+    return -(-span_ms // (1000 * HISTORY_MAX_POINTS))
+
+
+async def group_history(
+    ctx: HttpContext, cluster: str, group: str, start: int, to: int, step: int
+) -> list[dict[str, Any]]:
+    """The group's lag and lag in seconds per bucket from the stored history, oldest first.
+
+    Raises what the database raises (OSError, TimeoutError after DB_TIMEOUT_S, SQLAlchemyError)."""
+    if to <= start:
+        return []
+    params = {
+        "cluster": cluster,
+        "grp": group,
+        "t0": start,
+        "t1": to,
+        "look0": max(0, start - HISTORY_LOOKBACK_MS),
+        "step_ms": step * 1000,
+    }
+    rows = await _query(ctx, HISTORY_SQL.bindparams(**params))
+    return [
+        {
+            "bucket": start + int(r["b"]) * step * 1000,
+            "lag": _opt_int(r["lag"]),
+            "lag_seconds_max": _opt_float(r["lag_seconds_max"]),
+            "commits": int(r["commits"]),
+        }
+        for r in rows
+    ]
+
+
+async def history(request: web.Request) -> web.Response:
+    """GET /lagd/v1/consumer/{cluster}/{group}/history: hours of lag from commit_history and
+    log_end_history, in at most HISTORY_MAX_POINTS buckets (no Spark job needed)."""
+    ctx = _ctx(request)
+    q = request.query
+    try:
+        cluster = _name_param(request.match_info["cluster"], "cluster")
+        group = _name_param(request.match_info["group"], "group")
+        to = _int_param(q["to"], "to", 0, MAX_MS) if "to" in q else ctx.now_ms()
+        # from after to is an empty range (no points), not an error
+        start = _int_param(q["from"], "from", 0, MAX_MS) if "from" in q else max(0, to - HISTORY_DEFAULT_MS)
+        span = max(0, to - start)
+        # a step too fine for the range is raised to keep at most HISTORY_MAX_POINTS (the answer says which)
+        if "step" in q:
+            step = max(_int_param(q["step"], "step", 1, 86400 * 7), -(-span // (1000 * HISTORY_MAX_POINTS)))
+        else:
+            step = history_step(span)
+    except BadRequest as exc:
+        return _error(request, 400, str(exc))
+    try:
+        points = await group_history(ctx, cluster, group, start, to, step)
+    except (OSError, TimeoutError, sa.exc.SQLAlchemyError) as exc:
+        log.warning("history query failed", error=f"{exc.__class__.__name__}: {exc}")
+        return _error(request, 503, _DB_DOWN)
+    return _json({"cluster": cluster, "group": group, "step": step, "from": start, "to": to, "points": points})
+
+
 def _quarantined(r: Any) -> dict[str, Any]:
     return {
         "id": r["id"],
@@ -500,4 +622,5 @@ def add_routes(app: web.Application) -> None:
     r.add_delete("/lagd/v1/quarantine/{id}", delete_quarantined)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}", consumer)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}/trend", trend)
+    r.add_get("/lagd/v1/consumer/{cluster}/{group}/history", history)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}/window/{topic}/{partition}", window)

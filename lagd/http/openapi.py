@@ -168,6 +168,10 @@ SCHEMAS: dict[str, Any] = {
     ),
 }
 
+SCHEMAS["HistoryPoint"] = _obj(
+    {"bucket": INT, "lag": _nullable(INT), "lag_seconds_max": _nullable(NUM), "commits": INT}
+)
+
 _group_detail = dict(SCHEMAS["GroupSummary"]["properties"])
 _group_detail["maxlag"] = _ref_or_null("Partition")
 _group_detail["reasons"] = {"type": "array", "items": _ref("Reason")}
@@ -320,6 +324,42 @@ def document() -> dict[str, Any]:
             {"200": _json(_obj({"mirrors": {"type": "array", "items": _ref("Mirror")}}), "Mirrors."), **_DB},
         ),
     }
+    paths["/lagd/v1/consumer/{cluster}/{group}/history"] = _get(
+        "The group's lag and lag in seconds over time, from the stored commit and log-end history "
+        "(no Spark job needed): at most 500 buckets of `step` seconds from `from`. `lag` is the sum over "
+        "partitions of each one's last commit lag so far in the range (carried forward); `lag_seconds_max` "
+        "the largest lag in seconds of a commit in the bucket (its time minus the first log-end sample at or "
+        "beyond its offset; a lower bound beyond an hour before `from`).",
+        [
+            *_GROUP_PARAMS,
+            _query_param("from", {"type": "integer", "minimum": 0, "maximum": MAX_MS}, "Start (ms); default to - 6 h."),
+            _query_param(
+                "to", {"type": "integer", "minimum": 0, "maximum": MAX_MS}, "End (ms), exclusive; default now."
+            ),
+            _query_param(
+                "step",
+                {"type": "integer", "minimum": 1, "maximum": 604800},
+                "Bucket size in seconds, raised when the range would need more than 500 buckets (the answer has the step used); default the smallest round step giving at most 500 buckets.",
+            ),
+        ],
+        {
+            "200": _json(
+                _obj(
+                    {
+                        "cluster": STR,
+                        "group": STR,
+                        "step": INT,
+                        "from": INT,
+                        "to": INT,
+                        "points": {"type": "array", "items": _ref("HistoryPoint")},
+                    }
+                ),
+                "Buckets with at least one commit, oldest first.",
+            ),
+            **_BAD,
+            **_DB,
+        },
+    )
     paths["/lagd/v1/quarantine"] = {
         **_get(
             "Rows Postgres refused to store (newest first), kept aside so the rest was written.",

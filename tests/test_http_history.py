@@ -1,0 +1,92 @@
+"""GET /lagd/v1/consumer/{cluster}/{group}/history: lag and lag in seconds per bucket, computed
+in Postgres from the history tables the store writes (real Store, real Postgres, real server)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from lagd.config import async_database_url
+from lagd.http.lagd_api import HISTORY_MAX_POINTS, history_step
+from lagd.state.changes import Changes
+from lagd.state.store import Store
+from tests.http_state import build_context, serve
+
+S = 1000
+T0 = 1_700_000_000_000  # a whole minute
+
+
+async def get(s: aiohttp.ClientSession, path: str) -> tuple[int, Any]:
+    async with s.get(path) as resp:
+        assert resp.content_type == "application/json"
+        return resp.status, json.loads(await resp.text())
+
+
+@pytest.fixture
+async def api(database_url: str) -> AsyncIterator[aiohttp.ClientSession]:
+    engine = create_async_engine(async_database_url(database_url))
+    changes = Changes()
+    # log ends: t/0 grows 100 -> 200 -> 300 over 20 s; t/1 stays at 50
+    changes.log_end_history += [
+        (T0, "c", "t", 0, 100),
+        (T0 + 10 * S, "c", "t", 0, 200),
+        (T0 + 20 * S, "c", "t", 0, 300),
+        (T0, "c", "t", 1, 50),
+        (T0 + 20 * S, "c", "t", 1, 50),
+    ]
+    # commits (ts, cluster, group, topic, partition, offset, lag, observed)
+    changes.commit_history += [
+        (T0 + 5 * S, "c", "g", "t", 0, 100, 0, T0 + 5 * S),  # caught up: 0 s
+        (T0 + 15 * S, "c", "g", "t", 0, 150, 50, T0 + 15 * S),  # log end reached 150 by T0+10: 5 s
+        (T0 + 25 * S, "c", "g", "t", 0, 200, 100, T0 + 25 * S),  # reached 200 at T0+10: 15 s
+        (T0 + 5 * S, "c", "g", "t", 1, 40, 10, T0 + 5 * S),  # reached 40 by T0 (a lower bound): 5 s
+        (T0 + 25 * S, "c", "g", "t", 1, 50, 0, T0 + 25 * S),
+        (T0 + 15 * S, "c", "other", "t", 0, 0, 150, T0 + 15 * S),  # another group: not counted
+    ]
+    await Store(engine).write(changes)
+    try:
+        async with serve(build_context(engine=engine)) as base, aiohttp.ClientSession(base) as s:
+            yield s
+    finally:
+        await engine.dispose()
+
+
+async def test_lag_and_lag_seconds_per_bucket(api: aiohttp.ClientSession) -> None:
+    status, body = await get(api, f"/lagd/v1/consumer/c/g/history?from={T0}&to={T0 + 30 * S}&step=10")
+    assert status == 200, body
+    assert (body["step"], body["from"], body["to"]) == (10, T0, T0 + 30 * S)
+    assert body["points"] == [
+        # t/0 lag 0 + t/1 lag 10; the worst commit waited 5 s
+        {"bucket": T0, "lag": 10, "lag_seconds_max": 5.0, "commits": 2},
+        # only t/0 committed (lag 50); t/1's 10 is carried forward
+        {"bucket": T0 + 10 * S, "lag": 60, "lag_seconds_max": 5.0, "commits": 1},
+        {"bucket": T0 + 20 * S, "lag": 100, "lag_seconds_max": 15.0, "commits": 2},
+    ]
+
+
+async def test_one_bucket_and_empty_ranges(api: aiohttp.ClientSession) -> None:
+    status, body = await get(api, f"/lagd/v1/consumer/c/g/history?from={T0}&to={T0 + 60 * S}&step=60")
+    assert status == 200
+    assert body["points"] == [{"bucket": T0, "lag": 100, "lag_seconds_max": 15.0, "commits": 5}]
+    status, body = await get(api, f"/lagd/v1/consumer/c/g/history?from={T0 + 60 * S}&to={T0}")
+    assert (status, body["points"]) == (200, [])
+    status, body = await get(api, "/lagd/v1/consumer/c/nobody/history")
+    assert (status, body["points"]) == (200, [])
+
+
+async def test_at_most_500_points(api: aiohttp.ClientSession) -> None:
+    hours = 6 * 3600 * S
+    status, body = await get(api, f"/lagd/v1/consumer/c/g/history?from={T0}&to={T0 + hours}&step=1")
+    assert status == 200 and body["step"] == 44  # raised: 6 h in 1 s steps would be 21600 points
+    status, body = await get(api, f"/lagd/v1/consumer/c/g/history?from={T0}&to={T0 + hours}")
+    assert status == 200 and body["step"] == 60 and len(body["points"]) == 1
+    for span in (0, 1, 499 * S, 500 * S, 501 * S, hours, 30 * 24 * hours, 10**15):
+        step = history_step(span)
+        assert span <= step * 1000 * HISTORY_MAX_POINTS
+    status, body = await get(api, "/lagd/v1/consumer/c/g/history?step=0")
+    assert status == 400
