@@ -107,7 +107,6 @@ async def test_cluster_topic_and_consumer_lists(api: aiohttp.ClientSession) -> N
 
 async def test_not_found_messages(api: aiohttp.ClientSession) -> None:
     cases = [
-        ("/v3/kafka/nope", "cluster not found"),
         ("/v3/kafka/nope/topic", "cluster not found"),
         ("/v3/kafka/nope/consumer", "cluster not found"),
         ("/v3/kafka/prod/topic/nope", "cluster or topic not found"),
@@ -120,15 +119,34 @@ async def test_not_found_messages(api: aiohttp.ClientSession) -> None:
         same(body, env(path, message, error=True))
 
 
-async def test_cluster_module_has_no_secrets(api: aiohttp.ClientSession) -> None:
-    code, _, body = await fetch(api, "GET", "/v3/kafka/prod")
-    assert code == 200
-    assert list(body) == ["error", "message", "module", "request"]
-    assert body["message"] == "cluster module detail returned"
-    module = body["module"]
-    assert module["bootstrap-servers"] == ["kafka1:9092"]
-    assert (module["sasl-username"], module["sasl-password"]) == ("lagd", "***")
-    assert "hunter2" not in json.dumps(body)
+# Burrow's shapes, field by field: core/internal/httpserver/kafka.go (handleClusterDetail,
+# getClientProfile) and structs.go (httpResponseConfigModuleCluster, httpResponseClientProfile).
+PROD_PROFILE = {
+    "name": "prod",
+    "client-id": "lagd",
+    "kafka-version": "auto",
+    "tls": {"name": "prod", "noverify": False, "certfile": "", "keyfile": "", "cafile": ""},
+    "sasl": {"name": "prod", "handshake-first": True, "username": "lagd"},
+}
+PROD_MODULE = {
+    "class-name": "kafka",
+    "servers": ["kafka1:9092"],
+    "client-profile": PROD_PROFILE,
+    "topic-refresh": 60,
+    "offset-refresh": 10,
+}
+
+
+async def test_cluster_module_has_burrows_shape_and_no_secrets(api: aiohttp.ClientSession) -> None:
+    for path in ("/v3/kafka/prod", "/v3/config/cluster/prod"):
+        code, _, body = await fetch(api, "GET", path)
+        assert code == 200, path
+        same(body, env(path, "cluster module detail returned", module=PROD_MODULE))
+        assert "hunter2" not in json.dumps(body)
+    for path in ("/v3/kafka/nope", "/v3/config/cluster/nope"):
+        code, _, body = await fetch(api, "GET", path)
+        assert code == 404, path
+        same(body, env(path, "cluster module not found", error=True))
 
 
 async def test_consumer_detail_windows_nulls_first_and_current_lag_with_dash(api: aiohttp.ClientSession) -> None:
@@ -230,34 +248,106 @@ async def test_notfound_is_404_without_error(api: aiohttp.ClientSession) -> None
         same(body, env(path, "consumer status returned", status=notfound))
 
 
-async def test_config_paths_mask_secrets(api: aiohttp.ClientSession) -> None:
+def config_env(path: str, message: str, **payload: Any) -> dict[str, Any]:
+    """Burrow's config envelopes put `request` right after `message` (structs.go)."""
+    return {"error": False, "message": message, "request": {"url": path, "host": HOST}, **payload}
+
+
+# Burrow's shapes, field by field: core/internal/httpserver/config.go and structs.go
+# (httpResponseConfigMain, httpResponseConfigModuleList, httpResponseConfigModule*).
+async def test_config_paths_have_burrows_shapes_and_no_secrets(api: aiohttp.ClientSession) -> None:
     code, _, body = await fetch(api, "GET", "/v3/config")
-    assert (code, body["message"]) == (200, "main config returned")
-    text = json.dumps(body)
-    assert "hunter2" not in text and TOKEN not in text
-    assert body["config"]["http"]["auth-token"] == "***"
-    code, _, body = await fetch(api, "GET", "/v3/config/clusters")
-    same(body, env("/v3/config/clusters", "module list returned", modules=["prod"]))
-    code, _, body = await fetch(api, "GET", "/v3/config/clusters/prod")
-    assert (code, body["message"], body["module"]["sasl-password"]) == (200, "module detail returned", "***")
-    code, _, body = await fetch(api, "GET", "/v3/config/evaluator")
-    assert (code, body["module"]) == (
-        200,
-        {
-            "rules": "lagd",
-            "allowed-lag": 0,
-            "allowed-lag-seconds": 5.0,
-            "minimum-complete": 0.0,
-            "cache-ttl": 5.0,
-            "window-step": 15.0,
-            "min-history": 60.0,
-            "stop-after": 60.0,
-        },
+    assert code == 200
+    same(
+        body,
+        config_env(
+            "/v3/config",
+            "main config returned",
+            general={"pidfile": "", "stdout-logfile": "", "access-control-allow-origin": ""},
+            logging={
+                "filename": "",
+                "max-size": 0,
+                "max-backups": 0,
+                "max-age": 0,
+                "use-local-time": False,
+                "use-compression": False,
+                "level": logs.current_level(),
+            },
+            zookeeper={"servers": [], "timeout": 0, "root-path": ""},
+            httpserver={"default": {"address": "127.0.0.1:0", "tls": "", "timeout": 30}},
+        ),
     )
-    for path, message in (("/v3/config/nope", "config kind not found"), ("/v3/config/clusters/x", "module not found")):
+    assert "hunter2" not in json.dumps(body) and TOKEN not in json.dumps(body)
+    for kind, modules in (
+        ("storage", ["default"]),
+        ("evaluator", ["default"]),
+        ("cluster", ["prod"]),
+        ("consumer", ["prod"]),
+        ("notifier", []),
+    ):
+        path = f"/v3/config/{kind}"
         code, _, body = await fetch(api, "GET", path)
-        assert code == 404
+        assert code == 200, path
+        same(body, config_env(path, "module list returned", coordinator=kind, modules=modules))
+    details = {
+        "storage": {
+            "class-name": "inmemory",
+            "intervals": 10,
+            "min-distance": 0,
+            "group-allowlist": "",
+            "expire-group": 604800,
+        },
+        "evaluator": {"class-name": "caching", "expire-cache": 5},
+        "consumer": {
+            "class-name": "kafka",
+            "cluster": "prod",
+            "servers": ["kafka1:9092"],
+            "group-allowlist": ".*",
+            "zookeeper-path": "",
+            "zookeeper-timeout": 0,
+            "client-profile": PROD_PROFILE,
+            "offsets-topic": "__consumer_offsets",
+            "start-latest": False,
+        },
+    }
+    for kind, module in details.items():
+        path = f"/v3/config/{kind}/{'prod' if kind == 'consumer' else 'default'}"
+        code, _, body = await fetch(api, "GET", path)
+        assert code == 200, path
+        same(body, env(path, f"{kind} module detail returned", module=module))
+    for path, message in (
+        ("/v3/config/storage/x", "storage module not found"),
+        ("/v3/config/consumer/x", "consumer module not found"),
+        ("/v3/config/notifier/x", "notifier module not found"),
+        ("/v3/config/nope", "config kind 'nope' not found: use one of storage, evaluator, cluster, consumer, notifier"),
+    ):
+        code, _, body = await fetch(api, "GET", path)
+        assert code == 404, path
         same(body, env(path, message, error=True))
+
+
+async def test_config_notifier_module_shows_no_sink_secrets() -> None:
+    from lagd.config import SinkSettings
+
+    settings = build_settings()
+    settings.sinks["page"] = SinkSettings(name="page", kind="webhook", url="https://x.example/hook?key=hunter2")
+    async with serve(build_context(settings)) as base, aiohttp.ClientSession(base) as s:
+        _, _, body = await fetch(s, "GET", "/v3/config/notifier")
+        assert body["modules"] == ["page"]
+        path = "/v3/config/notifier/page"
+        code, _, body = await fetch(s, "GET", path)
+        assert code == 200
+        module = {
+            "class-name": "webhook",
+            "group-allowlist": "",
+            "interval": 30,
+            "threshold": 2,
+            "template-open": "",
+            "template-close": "",
+            "extra": {},
+            "send-close": True,
+        }
+        same(body, env(path, "notifier module detail returned", module=module))
 
 
 async def test_loglevel_get_and_post_with_token(api: aiohttp.ClientSession) -> None:

@@ -96,7 +96,7 @@ async def test_every_burrow_path_from_the_live_daemon(
             envelope(b := await body("/v3/kafka"), "/v3/kafka", "cluster list returned", "clusters")
             assert b["clusters"] == ["sim"]
             envelope(b := await body("/v3/kafka/sim"), "/v3/kafka/sim", "cluster module detail returned", "module")
-            assert b["module"]["bootstrap-servers"] == [kafka]
+            assert b["module"]["servers"] == [kafka]
             envelope(b := await body("/v3/kafka/sim/topic"), "/v3/kafka/sim/topic", "topic list returned", "topics")
             assert {t.name for t in sc.topics} <= set(b["topics"]) and b["topics"] == sorted(b["topics"])
             for t in sc.topics:

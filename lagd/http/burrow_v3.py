@@ -7,7 +7,6 @@ without sorting.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import zlib
 from dataclasses import dataclass
@@ -16,14 +15,12 @@ from typing import Any
 from aiohttp import web
 
 from lagd import logs
-from lagd.config import public_view
+from lagd.config import ClusterSettings, Settings
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.http.app import CTX, HOST, HttpContext, envelope
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 
 log = logs.get(__name__)
-
-_NAMED_KINDS = ("clusters", "mirrors")
 
 
 def consumer_offset(entry: WindowEntry | None) -> dict[str, Any] | None:
@@ -143,8 +140,8 @@ async def cluster_detail(request: web.Request) -> web.Response:
     name = request.match_info["cluster"]
     cs = ctx.settings.clusters.get(name)
     if cs is None:
-        return _not_found(request, "cluster not found")
-    return _ok(request, "cluster module detail returned", module=public_view(cs))
+        return _not_found(request, "cluster module not found")  # Burrow's kafka.go handleClusterDetail
+    return _ok(request, "cluster module detail returned", module=cluster_module(cs))
 
 
 async def topics(request: web.Request) -> web.Response:
@@ -371,28 +368,170 @@ async def delete_group_topic(request: web.Request) -> web.Response:
     return _ok(request, "consumer group topic removed")
 
 
+# The /v3/config* bodies and the cluster module take Burrow's shapes, field by field: see
+# Burrow's core/internal/httpserver/config.go, kafka.go (getClientProfile, handleClusterDetail)
+# and structs.go (httpResponseConfig*). lagd has no client profiles, ZooKeeper or Burrow
+# module classes: each cluster's connection settings stand for its profile and consumer
+# module, and "storage" and "evaluator" have one module each, "default". Burrow's durations
+# are whole seconds.
+_DEFAULT = "default"
+_CONFIG_KINDS = ("storage", "evaluator", "cluster", "consumer", "notifier")
+
+
+def _secs(value: float) -> int:
+    return round(value)
+
+
+def client_profile(cs: ClusterSettings) -> dict[str, Any]:
+    """Burrow's httpResponseClientProfile (tls and sasl null when not used)."""
+    tls = None
+    if cs.security_protocol in ("SSL", "SASL_SSL"):
+        tls = {
+            "name": cs.name,
+            "noverify": not cs.tls_check_hostname,
+            "certfile": cs.tls_cert_file,
+            "keyfile": cs.tls_key_file,
+            "cafile": cs.tls_ca_file,
+        }
+    sasl = None
+    if cs.security_protocol.startswith("SASL_"):
+        sasl = {"name": cs.name, "handshake-first": True, "username": cs.sasl_username}
+    # lagd negotiates the protocol version with the brokers: there is no configured one
+    return {"name": cs.name, "client-id": cs.client_id, "kafka-version": "auto", "tls": tls, "sasl": sasl}
+
+
+def cluster_module(cs: ClusterSettings) -> dict[str, Any]:
+    """Burrow's httpResponseConfigModuleCluster."""
+    return {
+        "class-name": "kafka",
+        "servers": list(cs.bootstrap_servers),
+        "client-profile": client_profile(cs),
+        "topic-refresh": _secs(cs.topic_refresh),
+        "offset-refresh": _secs(cs.offset_refresh),
+    }
+
+
+def consumer_module(cs: ClusterSettings) -> dict[str, Any]:
+    """Burrow's httpResponseConfigModuleConsumer: the reader of the cluster's commits."""
+    return {
+        "class-name": "kafka",
+        "cluster": cs.name,
+        "servers": list(cs.bootstrap_servers),
+        "group-allowlist": cs.groups_allow,
+        "zookeeper-path": "",
+        "zookeeper-timeout": 0,
+        "client-profile": client_profile(cs),
+        "offsets-topic": cs.offsets_topic,
+        "start-latest": False,
+    }
+
+
+def _module_detail(settings: Settings, kind: str, name: str) -> dict[str, Any] | None:
+    if kind == "cluster" or kind == "consumer":
+        cs = settings.clusters.get(name)
+        if cs is None:
+            return None
+        return cluster_module(cs) if kind == "cluster" else consumer_module(cs)
+    if kind == "notifier":
+        sink = settings.sinks.get(name)
+        if sink is None:
+            return None
+        # httpResponseConfigModuleNotifierNull: the fields every notifier class has. Sink URLs
+        # and headers may carry credentials, so no class-specific fields are shown.
+        return {
+            "class-name": sink.kind,
+            "group-allowlist": "",
+            "interval": _secs(settings.notify.update_interval),
+            "threshold": 2 if settings.notify.severity == "WARN" else 3,
+            "template-open": "",
+            "template-close": "",
+            "extra": {},
+            "send-close": True,
+        }
+    if name != _DEFAULT:
+        return None
+    if kind == "storage":
+        st = settings.storage
+        return {
+            "class-name": "inmemory",
+            "intervals": st.intervals,
+            "min-distance": _secs(st.min_distance),
+            "group-allowlist": "",
+            "expire-group": _secs(st.expire_group),
+        }
+    if kind == "evaluator":
+        return {"class-name": "caching", "expire-cache": _secs(settings.evaluator.cache_ttl)}
+    return None
+
+
+def _modules(settings: Settings, kind: str) -> list[str]:
+    if kind in ("cluster", "consumer"):
+        return sorted(settings.clusters)
+    if kind == "notifier":
+        return sorted(settings.sinks)
+    return [_DEFAULT]
+
+
+def _request_info(request: web.Request) -> dict[str, str]:
+    return {"url": request.path, "host": HOST}
+
+
+def _json(status: int, body: dict[str, Any]) -> web.Response:
+    return web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json")
+
+
 async def config_main(request: web.Request) -> web.Response:
-    return _ok(request, "main config returned", config=public_view(_ctx(request).settings))
+    """Burrow's httpResponseConfigMain: `request` comes third, before the sections."""
+    http = _ctx(request).settings.http
+    body = {
+        "error": False,
+        "message": "main config returned",
+        "request": _request_info(request),
+        "general": {"pidfile": "", "stdout-logfile": "", "access-control-allow-origin": http.cors_origin},
+        "logging": {
+            "filename": "",
+            "max-size": 0,
+            "max-backups": 0,
+            "max-age": 0,
+            "use-local-time": False,
+            "use-compression": False,
+            "level": logs.current_level(),
+        },
+        "zookeeper": {"servers": [], "timeout": 0, "root-path": ""},
+        "httpserver": {
+            _DEFAULT: {
+                "address": http.listen,
+                "tls": _DEFAULT if http.tls_cert_file else "",
+                "timeout": _secs(http.request_timeout),
+            }
+        },
+    }
+    return _json(200, body)
 
 
 async def config_kind(request: web.Request) -> web.Response:
-    settings = _ctx(request).settings
+    """Burrow's httpResponseConfigModuleList: `request` before `coordinator` and `modules`."""
     kind = request.match_info["kind"]
-    if kind in _NAMED_KINDS:
-        return _ok(request, "module list returned", modules=sorted(getattr(settings, kind)))
-    field_names = {f.name for f in dataclasses.fields(settings)}
-    if kind not in field_names:
-        return _not_found(request, "config kind not found")
-    return _ok(request, "config returned", module=public_view(getattr(settings, kind)))
+    if kind not in _CONFIG_KINDS:
+        return _not_found(request, f"config kind {kind!r} not found: use one of {', '.join(_CONFIG_KINDS)}")
+    body = {
+        "error": False,
+        "message": "module list returned",
+        "request": _request_info(request),
+        "coordinator": kind,
+        "modules": _modules(_ctx(request).settings, kind),
+    }
+    return _json(200, body)
 
 
 async def config_module(request: web.Request) -> web.Response:
-    settings = _ctx(request).settings
     kind, name = request.match_info["kind"], request.match_info["name"]
-    table = getattr(settings, kind) if kind in _NAMED_KINDS else None
-    if table is None or name not in table:
-        return _not_found(request, "module not found")
-    return _ok(request, "module detail returned", module=public_view(table[name]))
+    if kind not in _CONFIG_KINDS:
+        return _not_found(request, f"config kind {kind!r} not found: use one of {', '.join(_CONFIG_KINDS)}")
+    module = _module_detail(_ctx(request).settings, kind, name)
+    if module is None:
+        return _not_found(request, f"{kind} module not found")
+    return _ok(request, f"{kind} module detail returned", module=module)
 
 
 async def get_loglevel(request: web.Request) -> web.Response:
