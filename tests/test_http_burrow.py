@@ -16,6 +16,7 @@ import pytest
 
 from lagd import logs
 from lagd.config import Secret
+from lagd.http.burrow_v3 import RESTORING_MESSAGE
 from tests.http_state import CLUSTER, NOW, TOKEN, build_context, build_settings, serve
 
 HOST = socket.gethostname()
@@ -72,6 +73,35 @@ async def test_admin_and_readiness() -> None:
         async with serve(build_context(ready=ready)) as base, aiohttp.ClientSession(base) as s:
             assert await fetch(s, "GET", "/burrow/admin") == (200, "text/plain", "GOOD")
             assert await fetch(s, "GET", "/burrow/admin/ready") == (code, "text/plain", text)
+
+
+async def test_v3_kafka_answers_503_while_restoring() -> None:
+    """Before ready State is partial: a 503 saying so, not NOTFOUND or a partial list."""
+    ctx = build_context(ready=False)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with serve(ctx) as base, aiohttp.ClientSession(base, headers=auth) as s:
+        for method, path in (
+            ("GET", "/v3/kafka"),
+            ("GET", "/v3/kafka/prod"),
+            ("GET", "/v3/kafka/prod/topic"),
+            ("GET", "/v3/kafka/prod/topic/events"),
+            ("GET", "/v3/kafka/prod/topic/events/consumers"),
+            ("GET", "/v3/kafka/prod/consumer"),
+            ("GET", "/v3/kafka/prod/consumer/g-ok"),
+            ("GET", "/v3/kafka/prod/consumer/g-ok/status"),
+            ("GET", "/v3/kafka/prod/consumer/nope/lag"),
+            ("DELETE", "/v3/kafka/prod/consumer/g-ok"),
+            ("DELETE", "/v3/kafka/prod/consumer/g-ok/topic/orders"),
+        ):
+            async with s.request(method, path) as resp:
+                assert (resp.status, resp.headers["Retry-After"]) == (503, "5"), path
+                same(await resp.json(), env(path, RESTORING_MESSAGE, error=True))
+        assert ctx.state.group_topics(CLUSTER, "g-ok") == {"orders": [0]}  # nothing was deleted
+        # Liveness, readiness, config and log level do not read State: they answer at once.
+        assert await fetch(s, "GET", "/burrow/admin") == (200, "text/plain", "GOOD")
+        assert await fetch(s, "GET", "/burrow/admin/ready") == (503, "text/plain", "STARTING")
+        for path in ("/v3/config", "/v3/config/cluster/prod", "/v3/admin/loglevel"):
+            assert (await fetch(s, "GET", path))[0] == 200, path
 
 
 async def test_cluster_topic_and_consumer_lists(api: aiohttp.ClientSession) -> None:

@@ -7,6 +7,7 @@ without sorting.
 
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from aiohttp import web
 from lagd import logs
 from lagd.config import ClusterSettings, Settings
 from lagd.evaluate import GroupVerdict, PartitionVerdict
-from lagd.http.app import CTX, HOST, HttpContext, envelope
+from lagd.http.app import CTX, HOST, Handler, HttpContext, envelope
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 
 log = logs.get(__name__)
@@ -554,22 +555,49 @@ async def set_loglevel(request: web.Request) -> web.Response:
     return _ok(request, "set log level", level=logs.current_level())
 
 
+RESTORING_MESSAGE = (
+    "lagd is restoring its state (stored windows, then the offsets read up to now): "
+    "try again when /burrow/admin/ready answers READY"
+)
+RETRY_AFTER_S = 5
+
+
+def until_ready(handler: Handler) -> Handler:
+    """Answer 503 in Burrow's error envelope until lagd is ready.
+
+    Before then State holds only part of the groups and windows, so a group would read
+    NOTFOUND and a topic a partial partition list: wrong answers a dashboard would show as
+    facts. /burrow/admin*, /v3/config* and /v3/admin/loglevel do not read State and answer
+    at once.
+    """
+
+    @functools.wraps(handler)
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        if not _ctx(request).ready():
+            resp = envelope(request, 503, True, RESTORING_MESSAGE, {})
+            resp.headers["Retry-After"] = str(RETRY_AFTER_S)
+            return resp
+        return await handler(request)
+
+    return guarded
+
+
 def add_routes(app: web.Application) -> None:
     app[STATUS_BODIES] = StatusBodies(app[CTX].settings.http.status_cache_bytes)
     r = app.router
     r.add_get("/burrow/admin", admin)
     r.add_get("/burrow/admin/ready", ready)
-    r.add_get("/v3/kafka", clusters)
-    r.add_get("/v3/kafka/{cluster}", cluster_detail)
-    r.add_get("/v3/kafka/{cluster}/topic", topics)
-    r.add_get("/v3/kafka/{cluster}/topic/{topic}", topic_detail)
-    r.add_get("/v3/kafka/{cluster}/topic/{topic}/consumers", topic_consumers)
-    r.add_get("/v3/kafka/{cluster}/consumer", consumers)
-    r.add_get("/v3/kafka/{cluster}/consumer/{group}", consumer_detail)
-    r.add_delete("/v3/kafka/{cluster}/consumer/{group}", delete_group)
-    r.add_get("/v3/kafka/{cluster}/consumer/{group}/status", consumer_status)
-    r.add_get("/v3/kafka/{cluster}/consumer/{group}/lag", consumer_lag)
-    r.add_delete("/v3/kafka/{cluster}/consumer/{group}/topic/{topic}", delete_group_topic)
+    r.add_get("/v3/kafka", until_ready(clusters))
+    r.add_get("/v3/kafka/{cluster}", until_ready(cluster_detail))
+    r.add_get("/v3/kafka/{cluster}/topic", until_ready(topics))
+    r.add_get("/v3/kafka/{cluster}/topic/{topic}", until_ready(topic_detail))
+    r.add_get("/v3/kafka/{cluster}/topic/{topic}/consumers", until_ready(topic_consumers))
+    r.add_get("/v3/kafka/{cluster}/consumer", until_ready(consumers))
+    r.add_get("/v3/kafka/{cluster}/consumer/{group}", until_ready(consumer_detail))
+    r.add_delete("/v3/kafka/{cluster}/consumer/{group}", until_ready(delete_group))
+    r.add_get("/v3/kafka/{cluster}/consumer/{group}/status", until_ready(consumer_status))
+    r.add_get("/v3/kafka/{cluster}/consumer/{group}/lag", until_ready(consumer_lag))
+    r.add_delete("/v3/kafka/{cluster}/consumer/{group}/topic/{topic}", until_ready(delete_group_topic))
     r.add_get("/v3/config", config_main)
     r.add_get("/v3/config/{kind}", config_kind)
     r.add_get("/v3/config/{kind}/{name}", config_module)
