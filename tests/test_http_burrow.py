@@ -465,6 +465,22 @@ async def test_unknown_path_answers_the_envelope(api: aiohttp.ClientSession) -> 
     assert code == 405 and body["error"] is True
 
 
+async def test_unsupported_methods_answer_405_with_allow_not_403() -> None:
+    """Without a token every change is refused (403), but a method no route takes is a 405."""
+    ctx = build_context(build_settings(auth_token=Secret("")))
+    async with serve(ctx) as base, aiohttp.ClientSession(base) as s:
+        for method, path, allow in (
+            ("PUT", "/v3/kafka", "GET, HEAD"),
+            ("POST", "/v3/kafka/prod/consumer/g-ok/lag", "GET, HEAD"),
+            ("PATCH", "/v3/kafka/prod/consumer/g-ok", "DELETE, GET, HEAD"),
+            ("DELETE", "/v3/admin/loglevel", "GET, HEAD, POST"),
+        ):
+            async with s.request(method, path) as resp:
+                assert (resp.status, resp.headers["Allow"]) == (405, allow), (method, path)
+                same(await resp.json(), env(path, f"method {method} not allowed here: use {allow}", error=True))
+        assert (await fetch(s, "DELETE", "/v3/kafka/prod/consumer/g-ok"))[0] == 403  # a route: refused
+
+
 async def test_status_bodies_are_at_most_cache_ttl_old() -> None:
     from lagd.model import Commit
 

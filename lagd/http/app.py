@@ -108,7 +108,8 @@ def _bearer(request: web.Request) -> str:
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Bearer token on mutating requests always, on reads when http.auth-reads is set."""
-    if request.method == "OPTIONS":
+    if request.method == "OPTIONS" or request.match_info.http_exception is not None:
+        # No route takes this method (405, with Allow) or this path (404): say so, whoever asks.
         return await handler(request)
     settings = request.app[CTX].settings.http
     token = settings.auth_token.reveal()
@@ -162,8 +163,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPNotFound:
         return envelope(request, 404, True, "invalid request type: see /lagd/v1/openapi.json and /v3/kafka", {})
     except web.HTTPMethodNotAllowed as exc:
-        resp = envelope(request, 405, True, f"method {request.method} not allowed here", {})
-        resp.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        allow = ", ".join(sorted(exc.allowed_methods))
+        resp = envelope(request, 405, True, f"method {request.method} not allowed here: use {allow}", {})
+        resp.headers["Allow"] = allow
         return resp
     except web.HTTPException:
         raise
