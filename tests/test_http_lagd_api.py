@@ -286,10 +286,22 @@ async def test_status_page(api: aiohttp.ClientSession, engine: AsyncEngine) -> N
         assert (resp.status, resp.content_type) == (200, "text/html")
         html = await resp.text()
     assert '<meta http-equiv="refresh" content="10">' in html
-    assert "<td>g-warn</td>" in html and ">WARN</span>" in html
+    assert f'<a href="/group/{CLUSTER}/g-warn">g-warn</a>' in html and ">WARN</span>" in html
     assert html.count("<svg ") == 5  # one sparkline per group
     assert "g-stop &lt;STOP&gt;" in html  # incident text escaped
     assert "http://" not in html and "https://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "reader catching up" in html and "opened <time" in html and "still open" in html
+
+
+async def test_group_page(api: aiohttp.ClientSession) -> None:
+    async with api.get(f"/group/{CLUSTER}/g-warn") as resp:
+        assert (resp.status, resp.content_type) == (200, "text/html")
+        html = await resp.text()
+    assert 'id="chart-lag"' in html and 'id="chart-lag-seconds"' in html
+    assert "no history in this range" in html  # nothing stored for it yet: empty charts, no error
+    assert html.count('<tr class="partition">') >= 1 and "UTC" in html
+    async with api.get(f"/group/{CLUSTER}/nobody") as resp:
+        assert resp.status == 404 and "does not know this group" in await resp.text()
 
 
 def test_sparkline_history_sums_partition_lags_per_window_slot() -> None:

@@ -1,8 +1,11 @@
-"""The status page at `/`, rendered by a real browser (headless Chromium), shows every group.
+"""The status pages, rendered by a real browser (headless Chromium).
 
 A running `lagd run` (real Tansu, Postgres, Mosquitto) watches groups the simulator drives;
-Chromium loads `/`, a screenshot goes to test-artifacts/status-page.png, and the rendered
-DOM must show each group in a row of its own with the status lagd's Burrow API gives it.
+Chromium loads `/` (screenshot test-artifacts/status-page.png): the rendered DOM must show each
+group in a row of its own with the status lagd's Burrow API gives it, and lagd's own health
+(reader caught up, sampler fresh, store healthy). Then the lagging group's page (screenshot
+test-artifacts/status-group-page.png): its partitions with status, rule, lag and owner, and
+the two charts drawn from the stored history, checked in the DOM and in the screenshot's pixels.
 """
 
 from __future__ import annotations
@@ -11,14 +14,17 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -113,6 +119,66 @@ def group_rows(dom: str, groups: list[str]) -> dict[str, list[str]]:
     return rows
 
 
+def png_pixels(data: bytes) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """Width, height and RGB pixels of an 8-bit, non-interlaced RGB or RGBA PNG (what Chromium writes)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, chunk = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            header = chunk
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert depth == 8 and colour in (2, 6) and interlace == 0, f"unsupported PNG: depth {depth} colour {colour}"
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    prev = bytearray(stride)
+    pixels: list[tuple[int, int, int]] = []
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - bpp] if i >= bpp else 0
+            up, corner = prev[i], prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                pred = left if pa <= pb and pa <= pc else up if pb <= pc else corner
+                line[i] = (line[i] + pred) & 0xFF
+        pixels.extend((line[i], line[i + 1], line[i + 2]) for i in range(0, stride, bpp))
+        prev = line
+    return width, height, pixels
+
+
+def near(pixel: tuple[int, int, int], colour: tuple[int, int, int], slack: int = 40) -> bool:
+    return all(abs(a - b) <= slack for a, b in zip(pixel, colour, strict=True))
+
+
+def path_points(dom: str, ident: str) -> int:
+    """How many points the line of chart `ident` has in the rendered DOM (0: no line)."""
+    svg = re.search(rf'<svg[^>]*id="{ident}".*?</svg>', dom, re.S)
+    assert svg, f"no chart {ident} on the page"
+    line = re.search(r'<path class="line"[^>]*d="([^"]*)"', svg.group(0))
+    return 0 if line is None else len(re.findall(r"-?[0-9.]+,-?[0-9.]+", line.group(1)))
+
+
+def _parsed(dom: str) -> list[tuple[str, str]]:
+    parser = _Blocks()
+    parser.feed(dom)
+    parser.close()
+    return parser.blocks
+
+
 def _get(url: str) -> tuple[int, Any]:
     try:
         with urllib.request.urlopen(url, timeout=5) as answer:
@@ -145,6 +211,22 @@ def stop_lagd(proc: subprocess.Popen[bytes]) -> None:
 
 async def _is(answer: Any, want: dict[str, str]) -> bool:
     return bool(await answer == want)
+
+
+def test_png_decoder_reads_what_chromium_writes(tmp_path: Path) -> None:
+    # a 3x2 RGB image encoded here by hand: row 1 unfiltered, row 2 filter Up
+    rows = [bytes([0, 255, 0, 0, 0, 255, 0, 0, 0, 255]), bytes([2, 1, 2, 3, 0, 0, 0, 4, 5, 6])]
+    raw = b"".join(rows)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 3, 2, 8, 2, 0, 0, 0))
+    png += chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    width, height, pixels = png_pixels(png)
+    assert (width, height) == (3, 2)
+    # row 2 is filter Up: each byte adds the one above
+    assert pixels == [(255, 0, 0), (0, 255, 0), (0, 0, 255), (0, 2, 3), (0, 255, 0), (4, 5, 5)]
 
 
 def test_dom_parser_finds_each_groups_own_row() -> None:
@@ -254,6 +336,48 @@ async def test_status_page_in_headless_chromium(
                 f"group {group} is {shown} in the API but its row on the page says {rows[group][:3]}"
             )
         (artifacts / "status-page.html").write_text(dom)
+
+        # lagd's own health, as /lagd/v1/clusters and /metrics tell it
+        health = " ".join(t for tag, t in _parsed(dom) if tag == "tr" and t.startswith("local "))
+        assert "sees the cluster" in health and "reader caught up" in health and "sampler fresh" in health, health
+        assert "store healthy" in dom and "MQTT connected" in dom
+        assert f'href="/group/local/{lagging}"' in dom
+
+        # the lagging group's page: charts from the stored history, once it holds a few buckets
+        async def history_points() -> bool:
+            url = f"{base}/lagd/v1/consumer/local/{lagging}/history?from={scenario.start_ms}&step=1"
+            code, body = await asyncio.to_thread(_get, url)
+            points = body.get("points", []) if code == 200 else []
+            return sum(1 for p in points if p["lag"] is not None and p["lag_seconds_max"] is not None) >= 5
+
+        await settle(history_points, timeout=30, interval=0.2, what="five buckets of stored history")
+        page = f"{base}/group/local/{lagging}"
+        shot = artifacts / "status-group-page.png"
+        shot.unlink(missing_ok=True)
+        await asyncio.to_thread(browse, page, f"--screenshot={shot}", "--window-size=1280,1000")
+        assert shot.exists(), "chromium wrote no screenshot of the group page"
+        dom = await asyncio.to_thread(browse, page, "--dump-dom")
+        (artifacts / "status-group-page.html").write_text(dom)
+        assert path_points(dom, "chart-lag") >= 5 and path_points(dom, "chart-lag-seconds") >= 5, dom[:3000]
+        partitions = [t for tag, t in _parsed(dom) if tag == "tr" and t.startswith(f"{topic} ")]
+        assert len(partitions) == 2, partitions
+        for row in partitions:
+            words = row.split()
+            assert words[1] in ("0", "1") and set(words) & {"OK", "WARN"}, row
+            assert any(
+                w in row for w in ("falling-behind", "still-behind", "keeping-up", "catching-up", "caught-up", "within")
+            ), row
+            assert "UTC" in row and "ago" in row, f"no last commit in human time: {row}"
+        assert any("WARN" in row.split() for row in partitions), partitions
+
+        # the screenshot shows the page, not a blank: text, and both chart lines in their colours
+        width, height, pixels = png_pixels(shot.read_bytes())
+        assert (width, height) == (1280, 1000)
+        ink = sum(1 for px in pixels if not near(px, (255, 255, 255), 8))
+        blue = sum(1 for px in pixels if near(px, (0x15, 0x65, 0xC0)))
+        purple = sum(1 for px in pixels if near(px, (0x6A, 0x1B, 0x9A)))
+        assert ink > 20_000, f"the group page's screenshot is nearly blank ({ink} non-white pixels)"
+        assert blue > 100 and purple > 100, f"chart lines not drawn: {blue} blue, {purple} purple pixels"
     finally:
         done.set()
         with contextlib.suppress(Exception):

@@ -1,25 +1,46 @@
-"""The status page at `/`: one server-rendered HTML page, no scripts or external assets.
+"""The status pages: server-rendered HTML with inline SVG charts, no scripts or external assets.
 
-Clusters, their groups (status colour, lag, lag in seconds, a sparkline of the group's
-total lag over its commit windows) and open incidents; refreshes itself every 10 s.
+`/`: lagd's own health per cluster (degraded, offsets reader caught up, log-end sampler fresh,
+store and MQTT), every group (status, lag, lag in seconds, a sparkline of its commit windows,
+a link to its page) and the incidents of the last day with their timeline in human time.
+`/group/{cluster}/{group}`: the group's partitions (status, rule and reason, lag, lag in
+seconds, owner, last commit) and charts of its lag and lag in seconds over hours, from the
+stored history (GET /lagd/v1/consumer/{cluster}/{group}/history computes the same points).
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from aiohttp import web
 
 from lagd.db import schema
+from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
 from lagd.http.app import CTX, HttpContext
+from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
 from lagd.http.metrics import verdicts
+from lagd.model import GroupStatus
 from lagd.state.windows import State
 
 REFRESH_S = 10
-COLOURS = {"OK": "#2e7d32", "WARN": "#f9a825", "ERR": "#c62828", "NOTFOUND": "#757575"}
+GROUP_REFRESH_S = 30
+COLOURS = {
+    "OK": "#2e7d32",
+    "WARN": "#f9a825",
+    "ERR": "#c62828",
+    "NOTFOUND": "#757575",
+    "STOP": "#c62828",
+    "STALL": "#c62828",
+    "REWIND": "#c62828",
+}
+HOURS = (1, 6, 24)
+INCIDENT_DAYS = 1
+HOUR_MS = 3600 * 1000
 
 
 def lag_history(state: State, cluster: str, group: str) -> list[int]:
@@ -48,34 +69,252 @@ def sparkline(values: list[int], width: int = 120, height: int = 24) -> str:
     )
 
 
-async def _open_incidents(ctx: HttpContext) -> list[Any] | None:
-    """Open incidents, or None when the database cannot be read right now."""
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;background:#fff}"
+    "table{border-collapse:collapse;margin-bottom:1em}"
+    "td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}th{white-space:nowrap}.n{text-align:right}"
+    ".st{color:#fff;padding:1px 6px;border-radius:3px;font-size:90%;white-space:nowrap}"
+    ".muted{color:#666;font-size:90%}a{color:#1565c0}.charts{display:flex;flex-wrap:wrap;gap:1.5em}"
+    ".chart text{font-size:11px;fill:#555}.chart .line{fill:none;stroke-width:2}"
+    ".health td:first-child{font-weight:600}"
+)
+
+
+def _badge(status: str) -> str:
+    colour = COLOURS.get(status, "#757575")
+    return f'<span class="st" style="background:{colour}">{escape(status)}</span>'
+
+
+def _ago(ms: int) -> str:
+    s = max(0, ms) // 1000
+    if s < 60:
+        return f"{s} s ago"
+    if s < 3600:
+        return f"{s // 60} min ago"
+    if s < 48 * 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min ago"
+    return f"{s // 86400} days ago"
+
+
+def _duration(ms: int) -> str:
+    s = max(0, ms) // 1000
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def when(ms: int | None, now_ms: int) -> str:
+    """A time for people: UTC date and time and how long ago, in a <time> element."""
+    if ms is None:
+        return "—"
+    at = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return (
+        f'<time datetime="{at.isoformat(timespec="seconds")}">{at:%Y-%m-%d %H:%M:%S} UTC</time> '
+        f'<span class="muted">({_ago(now_ms - ms)})</span>'
+    )
+
+
+def _nice_top(value: float) -> float:
+    """A round axis maximum at or above `value`."""
+    if value <= 0:
+        return 1.0
+    magnitude = 10.0 ** (len(str(int(value))) - 1)
+    for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if value <= m * magnitude:
+            return m * magnitude
+    return 10 * magnitude
+
+
+def _fmt(v: float) -> str:
+    if v >= 1_000_000:
+        return f"{v / 1_000_000:g}M"
+    if v >= 10_000:
+        return f"{v / 1000:g}k"
+    return f"{v:g}"
+
+
+def chart(points: list[tuple[int, float]], start: int, end: int, title: str, unit: str, colour: str, ident: str) -> str:
+    """An inline SVG line chart of (time ms, value) points over [start, end], with axes."""
+    w, h, left, right, top, bottom = 560, 200, 56, 12, 24, 28
+    pw, ph = w - left - right, h - top - bottom
+    span = max(end - start, 1)
+    ymax = _nice_top(max((v for _, v in points), default=0.0))
+    parts = [
+        f'<svg class="chart" id="{ident}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
+        f'aria-label="{escape(title)}"><text x="{left}" y="15" style="font-size:13px;fill:#222">{escape(title)}</text>'
+    ]
+    for i in range(5):
+        y = top + ph - ph * i / 4
+        parts.append(
+            f'<line x1="{left}" y1="{y:.1f}" x2="{w - right}" y2="{y:.1f}" stroke="#e0e0e0"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(ymax * i / 4)}</text>'
+        )
+    fmt = "%H:%M:%S" if span <= 20 * 60 * 1000 else "%H:%M"
+    for i in range(5):
+        t = start + span * i // 4
+        x = left + pw * i / 4
+        label = datetime.fromtimestamp(t / 1000, tz=UTC).strftime(fmt)
+        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{top + ph}" x2="{x:.1f}" y2="{top + ph + 4}" stroke="#999"/>'
+            f'<text x="{x:.1f}" y="{h - 8}" text-anchor="{anchor}">{label}</text>'
+        )
+    parts.append(f'<text x="{w - right}" y="15" text-anchor="end">{escape(unit)}, UTC</text>')
+    if points:
+        coords = [(left + pw * (t - start) / span, top + ph - ph * v / ymax) for t, v in points]
+        d = "M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in coords)
+        parts.append(f'<path class="line" stroke="{colour}" d="{d}"/>')
+        if len(coords) == 1:
+            x, y = coords[0]
+            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>')
+    else:
+        parts.append(
+            f'<text x="{left + pw / 2}" y="{top + ph / 2}" text-anchor="middle">no history in this range</text>'
+        )
+    parts.append(f'<line x1="{left}" y1="{top + ph}" x2="{w - right}" y2="{top + ph}" stroke="#999"/></svg>')
+    return "".join(parts)
+
+
+async def _rows(ctx: HttpContext, stmt: Any) -> list[Any] | None:
+    """The rows of a bounded query, or None when the database cannot answer right now."""
     if ctx.engine is None:
         return []
-    t = schema.incidents
     engine = ctx.engine
 
     async def run() -> list[Any]:
         async with engine.connect() as conn:
-            stmt = sa.select(t).where(t.c.state == "open").order_by(t.c.opened_at.desc()).limit(50)
             return list((await conn.execute(stmt)).mappings())
 
     try:
-        return await asyncio.wait_for(run(), 2.0)
+        return await asyncio.wait_for(run(), DB_TIMEOUT_S)
     except (OSError, TimeoutError, sa.exc.SQLAlchemyError):
         return None
 
 
+async def _incidents(ctx: HttpContext, now_ms: int) -> list[Any] | None:
+    """Open incidents and those resolved in the last INCIDENT_DAYS, newest first."""
+    t = schema.incidents
+    recent = sa.or_(t.c.state == "open", t.c.resolved_at >= now_ms - INCIDENT_DAYS * 24 * HOUR_MS)
+    return await _rows(ctx, sa.select(t).where(recent).order_by(t.c.opened_at.desc()).limit(50))
+
+
+def _group_link(cluster: str, group: str) -> str:
+    return f'<a href="/group/{quote(cluster, safe="")}/{quote(group, safe="")}">{escape(group)}</a>'
+
+
+def _incident_groups(body: Any) -> str:
+    groups = body.get("groups", {}) if isinstance(body, dict) else {}
+    if isinstance(groups, dict):
+        return ", ".join(f"{escape(str(g))} ({escape(str(s))})" for g, s in sorted(groups.items()))
+    if isinstance(groups, list):
+        return ", ".join(escape(str(g)) for g in groups)
+    return ""
+
+
+def render_incidents(incidents: list[Any] | None, now_ms: int) -> str:
+    if incidents is None:
+        return "<p>incidents unavailable: the database does not answer</p>"
+    if not incidents:
+        return f"<p>no incidents open or resolved in the last {INCIDENT_DAYS * 24} h</p>"
+    rows = []
+    for r in incidents:
+        body = r["body"] if isinstance(r["body"], dict) else {}
+        resolved = r["resolved_at"]
+        lasted = (resolved if resolved is not None else now_ms) - r["opened_at"]
+        timeline = (
+            f"opened {when(r['opened_at'], now_ms)}<br>updated {when(r['updated_at'], now_ms)}<br>"
+            + (f"resolved {when(resolved, now_ms)}" if resolved is not None else "<b>still open</b>")
+            + f'<br><span class="muted">{"lasted" if resolved is not None else "open for"} {_duration(lasted)}</span>'
+        )
+        peak = body.get("peak_severity")
+        severity = _badge(str(r["severity"])) + (
+            f' <span class="muted">peak {escape(str(peak))}</span>' if peak else ""
+        )
+        rows.append(
+            f'<tr class="incident"><td>{escape(str(r["state"]))}</td><td>{severity}</td>'
+            f"<td>{escape(str(r['cluster']))}</td><td>{escape(str(r['reason']))}"
+            f'<br><span class="muted">{escape(str(body.get("summary", "")))}</span></td>'
+            f"<td>{_incident_groups(body)}</td><td>{timeline}</td></tr>"
+        )
+    return (
+        "<table><tr><th>state</th><th>severity</th><th>cluster</th><th>reason</th><th>groups</th>"
+        f"<th>timeline</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def _yes(ok: bool, good: str, bad: str) -> str:
+    return _badge("OK") + f" {escape(good)}" if ok else _badge("ERR") + f" {escape(bad)}"
+
+
+def render_health(ctx: HttpContext, now_ms: int) -> str:
+    """lagd's own view of each cluster and of its store and MQTT link (what /metrics exports)."""
+    health = ctx.health
+    rows = []
+    for name in sorted(set(ctx.settings.clusters) | set(ctx.state.clusters())):
+        sight = health.sights.get(name)
+        progress = health.progress.get(name)
+        degraded = bool(getattr(sight, "unreachable", False))
+        reason = str(getattr(sight, "reason", "") or "")
+        caught_up = bool(getattr(progress, "caught_up", False))
+        fraction = float(getattr(progress, "fraction", 0.0) or 0.0)
+        source = str(getattr(progress, "source", "") or "not chosen yet")
+        _, newest_sample = ctx.state.newest_times(name)
+        cluster_settings = ctx.settings.clusters.get(name)
+        refresh_ms = int((cluster_settings.offset_refresh if cluster_settings else 10.0) * 1000)
+        fresh = newest_sample is not None and now_ms - newest_sample <= STALE_FACTOR * refresh_ms + STALE_SLACK_MS
+        sample = f"last log-end sample {_ago(now_ms - newest_sample)}" if newest_sample is not None else "no sample yet"
+        rows.append(
+            f'<tr class="cluster-health"><td>{escape(name)}</td>'
+            f"<td>{_yes(not degraded, 'sees the cluster', 'degraded: verdicts held')}"
+            f"{'<br><span class=muted>' + escape(reason) + '</span>' if reason else ''}</td>"
+            f"<td>{_yes(caught_up, 'reader caught up', f'reader catching up ({fraction:.0%})')}"
+            f'<br><span class="muted">offsets from {escape(source)}</span></td>'
+            f'<td>{_yes(fresh, "sampler fresh", "sampler stale")}<br><span class="muted">{escape(sample)}</span></td></tr>'
+        )
+    table = (
+        '<table class="health"><tr><th>cluster</th><th>sight</th><th>offsets reader</th><th>log-end sampler</th></tr>'
+        + ("".join(rows) or '<tr><td colspan="4">no clusters configured</td></tr>')
+        + "</table>"
+    )
+    parts = []
+    st = health.persister
+    if st is not None:
+        ok = bool(getattr(st, "healthy", False))
+        parts.append(
+            _yes(ok, "store healthy", "store failing: writes to Postgres do not succeed")
+            + f' <span class="muted">({int(getattr(st, "pending", 0))} changes pending, last write '
+            f"{float(getattr(st, 'write_seconds_last', 0.0)) * 1000:.0f} ms)</span>"
+        )
+    pub = health.publisher
+    if pub is not None:
+        parts.append(
+            _yes(bool(getattr(pub, "connected", False)), "MQTT connected", "MQTT not connected")
+            + f' <span class="muted">({int(getattr(pub, "pending", 0))} messages waiting)</span>'
+        )
+    extra = f'<p class="store-health">{" · ".join(parts)}</p>' if parts else ""
+    return table + extra
+
+
+def _page(title: str, refresh_s: int, body: str) -> str:
+    return (
+        "<!doctype html><html><head><meta charset=utf-8>"
+        f'<meta http-equiv="refresh" content="{refresh_s}"><title>{escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body>{body}</body></html>"
+    )
+
+
 def render(ctx: HttpContext, incidents: list[Any] | None) -> str:
     state = ctx.state
+    now = ctx.now_ms()
     rows: list[str] = []
     by_cluster: dict[str, list[str]] = {}
-    for v in verdicts(state, ctx.evaluator, ctx.now_ms()):
-        colour = COLOURS.get(v.status.value, "#757575")
+    for v in verdicts(state, ctx.evaluator, now):
         bad = sorted({p.status.value for p in v.partitions if p.status.value != "OK"})
         by_cluster.setdefault(v.cluster, []).append(
-            f"<tr><td>{escape(v.group)}</td>"
-            f'<td><span class="st" style="background:{colour}">{v.status.value}</span></td>'
+            f"<tr><td>{_group_link(v.cluster, v.group)}</td>"
+            f"<td>{_badge(v.status.value)}</td>"
             f"<td>{escape(', '.join(bad))}</td><td class=n>{v.partition_count}</td>"
             f"<td class=n>{v.totallag}</td><td class=n>{v.lag_seconds:.1f}</td>"
             f"<td>{sparkline(lag_history(state, v.cluster, v.group))}</td></tr>"
@@ -87,38 +326,106 @@ def render(ctx: HttpContext, incidents: list[Any] | None) -> str:
             f"<h2>{escape(cluster)}</h2><table><tr><th>group</th><th>status</th><th>partitions not OK</th>"
             f"<th>partitions</th><th>lag</th><th>lag (s)</th><th>lag history</th></tr>{body}</table>"
         )
-    if incidents is None:
-        inc = "<p>incidents unavailable: the database does not answer</p>"
-    elif not incidents:
-        inc = "<p>no open incidents</p>"
-    else:
-        inc = "<table><tr><th>id</th><th>cluster</th><th>severity</th><th>reason</th><th>opened (ms)</th></tr>"
-        inc += "".join(
-            f"<tr><td>{escape(str(r['id']))}</td><td>{escape(str(r['cluster']))}</td>"
-            f"<td>{escape(str(r['severity']))}</td><td>{escape(str(r['reason']))}</td>"
-            f"<td class=n>{r['opened_at']}</td></tr>"
-            for r in incidents
-        )
-        inc += "</table>"
     ready = "ready" if ctx.ready() else "starting (catching up)"
-    return (
-        "<!doctype html><html><head><meta charset=utf-8>"
-        f'<meta http-equiv="refresh" content="{REFRESH_S}"><title>lagd</title><style>'
-        "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse}"
-        "td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left}.n{text-align:right}"
-        ".st{color:#fff;padding:1px 6px;border-radius:3px;font-size:90%}</style></head><body>"
+    return _page(
+        "lagd",
+        REFRESH_S,
         f"<h1>lagd</h1><p>{ready}; refreshes every {REFRESH_S} s. "
         '<a href="/metrics">metrics</a> · <a href="/v3/kafka">Burrow v3</a> · '
         '<a href="/lagd/v1/openapi.json">API</a></p>'
-        f"{''.join(rows)}<h2>open incidents</h2>{inc}</body></html>"
+        f"<h2>lagd's health</h2>{render_health(ctx, now)}"
+        f"{''.join(rows)}<h2>incidents</h2>{render_incidents(incidents, now)}",
     )
 
 
 async def index(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
-    incidents = await _open_incidents(ctx)
+    incidents = await _incidents(ctx, ctx.now_ms())
     return web.Response(text=render(ctx, incidents), content_type="text/html")
+
+
+async def _first_commit(ctx: HttpContext, cluster: str, group: str, since: int) -> tuple[bool, int | None]:
+    """Whether the database answered, and the group's first stored commit at or after `since`."""
+    t = schema.commit_history
+    stmt = sa.select(sa.func.min(t.c.ts).label("first")).where(
+        t.c.cluster == cluster, t.c.group_name == group, t.c.ts >= since
+    )
+    rows = await _rows(ctx, stmt)
+    if rows is None:
+        return False, None
+    return True, None if not rows or rows[0]["first"] is None else int(rows[0]["first"])
+
+
+async def group_page(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    cluster, group = request.match_info["cluster"], request.match_info["group"]
+    if "\x00" in cluster or "\x00" in group:
+        raise web.HTTPBadRequest(text="names never contain NUL characters")
+    try:
+        hours = int(request.query.get("hours", "6"))
+    except ValueError:
+        hours = 6
+    hours = hours if hours in HOURS else 6
+    now = ctx.now_ms()
+    v = ctx.evaluator.group(cluster, group, now)
+    links = " · ".join(f"<b>{h} h</b>" if h == hours else f'<a href="?hours={h}">{h} h</a>' for h in HOURS)
+    head = (
+        f'<p><a href="/">← all groups</a></p><h1>{escape(group)} {_badge(v.status.value)}</h1>'
+        f'<p class="muted">cluster {escape(cluster)}; evaluated {when(v.evaluated_at, now)}; '
+        f"refreshes every {GROUP_REFRESH_S} s. "
+        f'JSON: <a href="/lagd/v1/consumer/{quote(cluster, safe="")}/{quote(group, safe="")}">verdict</a>, '
+        f'<a href="/lagd/v1/consumer/{quote(cluster, safe="")}/{quote(group, safe="")}/history">history</a></p>'
+    )
+    # the charts start at the group's first stored commit in the range, so a young group fills them
+    since = now - hours * HOUR_MS
+    answered, first = await _first_commit(ctx, cluster, group, since)
+    if not answered:
+        charts = "<p>history unavailable: the database does not answer</p>"
+    else:
+        start = since if first is None else max(since, first)
+        start = min(start, now - 60_000)
+        step = history_step(now - start)
+        try:
+            points = await group_history(ctx, cluster, group, start, now, step)
+        except (OSError, TimeoutError, sa.exc.SQLAlchemyError):
+            points = None
+        if points is None:
+            charts = "<p>history unavailable: the database does not answer</p>"
+        else:
+            lag = [(p["bucket"], float(p["lag"])) for p in points if p["lag"] is not None]
+            secs = [(p["bucket"], float(p["lag_seconds_max"])) for p in points if p["lag_seconds_max"] is not None]
+            charts = (
+                f'<p>over the last {links} (buckets of {step} s)</p><div class="charts">'
+                + chart(lag, start, now, "total lag", "messages", "#1565c0", "chart-lag")
+                + chart(secs, start, now, "lag in seconds (worst partition)", "seconds", "#6a1b9a", "chart-lag-seconds")
+                + "</div>"
+            )
+    if v.status is GroupStatus.NOTFOUND:
+        parts = "<p>lagd does not know this group now (never seen, deleted or expired).</p>"
+    else:
+        prow = []
+        for p in v.partitions:
+            rule = p.rule or RULE_OF.get(p.reason, "")
+            last = p.end
+            commit = f"{when(last.timestamp, now)}<br><span class=muted>offset {last.offset}</span>" if last else "—"
+            secs_text = f"{'≥ ' if p.lag_seconds_estimated else ''}{p.lag_seconds:.1f}"
+            prow.append(
+                f'<tr class="partition"><td>{escape(p.topic)}</td><td class=n>{p.partition}</td>'
+                f"<td>{_badge(p.status.value)}</td><td>{escape(rule)}<br><span class=muted>{escape(p.reason)}</span>"
+                f"{'<br><span class=muted>since ' + when(p.since, now) + '</span>' if p.since is not None else ''}</td>"
+                f"<td class=n>{p.current_lag}</td><td class=n>{secs_text}</td>"
+                f"<td>{escape(p.owner or '—')}<br><span class=muted>{escape(p.client_id)}</span></td>"
+                f"<td>{commit}</td></tr>"
+            )
+        parts = (
+            f"<p>{v.partition_count} partitions; total lag {v.totallag}; lag in seconds {v.lag_seconds:.1f}</p>"
+            "<table><tr><th>topic</th><th>partition</th><th>status</th><th>rule and reason</th><th>lag</th>"
+            f"<th>lag (s)</th><th>owner</th><th>last commit</th></tr>{''.join(prow)}</table>"
+        )
+    html = _page(f"lagd: {group}", GROUP_REFRESH_S, f"{head}{charts}<h2>partitions</h2>{parts}")
+    return web.Response(text=html, content_type="text/html", status=404 if v.status is GroupStatus.NOTFOUND else 200)
 
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/", index)
+    app.router.add_get("/group/{cluster}/{group}", group_page)
