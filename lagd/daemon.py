@@ -47,6 +47,7 @@ from lagd.state.windows import State
 log = logs.get("lagd.daemon")
 
 EVENT_QUEUE_BATCHES = 1_000  # backpressure: readers wait when apply falls this far behind
+APPLY_SLICE = 2_000  # events applied between two turns of the event loop
 STOP_BUDGET_S = 4.0  # everything must be down within 5 s of SIGTERM
 
 
@@ -98,7 +99,10 @@ async def apply_events(rt: Runtime) -> None:
     poison = PoisonLog()
     while True:
         batch = await rt.events.get()
-        apply_guarded(rt.state, batch, rt.counters, poison)
+        for i in range(0, len(batch), APPLY_SLICE):
+            if i:
+                await asyncio.sleep(0)  # a big batch is applied in slices: HTTP is answered between them
+            apply_guarded(rt.state, batch[i : i + APPLY_SLICE], rt.counters, poison)
         applied += len(batch)
         if applied >= flush_at:
             applied = 0

@@ -30,6 +30,8 @@ from lagd.model import Event, GroupMembers, IngestCounters, OffsetsPartitionRese
 
 log = logs.get(__name__)
 
+DECODE_SLICE = 2_000  # records decoded between two turns of the event loop
+
 Emit = Callable[[list[Event]], Awaitable[None]]
 
 # How long to wait for the consumer's positions while catching up (all partitions together):
@@ -229,10 +231,16 @@ async def _apply_batch(
     observed = now_ms()
     out: list[Event] = []
     advanced: list[tuple[int, int]] = []
+    built = 0
     for tp, records in fetched.items():
-        pos = build_batch(cluster, tp.partition, records, observed, groups, counters, out, kip848, limits)
-        if pos is not None:
-            advanced.append((tp.partition, pos))
+        for i in range(0, len(records), DECODE_SLICE):
+            if built:
+                await asyncio.sleep(0)  # a big fetch is decoded in slices: the loop gets a turn between them
+            part = records[i : i + DECODE_SLICE]
+            pos = build_batch(cluster, tp.partition, part, observed, groups, counters, out, kip848, limits)
+            built += len(part)
+            if pos is not None:
+                advanced.append((tp.partition, pos))
     if out:
         await put(out)
     for p, pos in advanced:

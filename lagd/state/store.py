@@ -9,6 +9,7 @@ table): that is an order of magnitude faster than row-by-row statements.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import hashlib
@@ -24,13 +25,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from lagd import logs
 from lagd.config import Secret, async_database_url
 from lagd.model import GroupMembers, PartitionOwner, WindowEntry
-from lagd.state.changes import Changes, CommitRow, LogEndRow
+from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
 from lagd.state.windows import State, window_columns
 
 log = logs.get(__name__)
 
 DAY_MS = 86_400_000
-COPY_CHUNK = 100_000  # history rows per COPY call: bounds the encode buffer
+COPY_CHUNK = 2_000  # rows per COPY call; the loop gets a turn between them (a flush never stalls it long)
 FETCH_CHUNK = 5_000  # rows per server-side cursor round trip on restore
 PARTITIONED = ("commit_history", "log_end_history")
 _PARTITION_NAME = re.compile(r"^(commit_history|log_end_history)_(\d{8})$")
@@ -154,12 +155,14 @@ class Store:
                             records=commit_rows[i : i + COPY_CHUNK],
                             columns=["ts", "cluster", "group_name", "topic", "partition", "offset", "lag", "observed"],
                         )
+                        await asyncio.sleep(0)
                     for i in range(0, len(log_end_rows), COPY_CHUNK):
                         await apg.copy_records_to_table(
                             "log_end_history",
                             records=log_end_rows[i : i + COPY_CHUNK],
                             columns=["ts", "cluster", "topic", "partition", "offset"],
                         )
+                        await asyncio.sleep(0)
                     if changes.status_history:
                         await apg.copy_records_to_table(
                             "status_history",
@@ -243,7 +246,7 @@ class Store:
         return kept
 
     async def _write_keyed(self, apg: Any, ch: Changes) -> None:
-        windows = [_window_row(k, v) for k, v in ch.windows.items() if v]
+        windows = [(k, v) for k, v in ch.windows.items() if v]
         gone_windows = [k for k, v in ch.windows.items() if not v]
         members = [(k[0], k[1], m.order, m.state, _owners_json(m)) for k, m in ch.members.items() if m is not None]
         gone_members = [k for k, m in ch.members.items() if m is None]
@@ -254,8 +257,9 @@ class Store:
         for table, gone in (("windows", gone_windows), ("group_members", gone_members), ("log_end", gone_log_end)):
             if gone:
                 await apg.execute(_delete_sql(table), *_columns(gone, len(_KEYED[table][1])))
+        if windows:
+            await self._upsert_windows(apg, windows)
         for table, rows in (
-            ("windows", windows),
             ("group_members", members),
             ("group_tombstones", tombstones),
             ("log_end", log_end),
@@ -265,10 +269,28 @@ class Store:
                 await self._upsert(apg, table, rows)
 
     async def _upsert(self, apg: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
+        await self._stage(apg, table)
+        for i in range(0, len(rows), COPY_CHUNK):
+            await apg.copy_records_to_table(
+                f"_stage_{table}", records=rows[i : i + COPY_CHUNK], columns=list(_KEYED[table][0])
+            )
+            await asyncio.sleep(0)
+        await apg.execute(_upsert_sql(table))
+
+    async def _upsert_windows(self, apg: Any, windows: list[tuple[WindowKey, array[int]]]) -> None:
+        """The windows' rows are built a chunk at a time, each copied before the next is built."""
+        await self._stage(apg, "windows")
+        columns = list(_KEYED["windows"][0])
+        for i in range(0, len(windows), COPY_CHUNK):
+            rows = [_window_row(k, v) for k, v in windows[i : i + COPY_CHUNK]]
+            await apg.copy_records_to_table("_stage_windows", records=rows, columns=columns)
+            await asyncio.sleep(0)
+        await apg.execute(_upsert_sql("windows"))
+
+    @staticmethod
+    async def _stage(apg: Any, table: str) -> None:
         # Staging tables live per connection and empty themselves at commit.
         await apg.execute(f'CREATE TEMP TABLE IF NOT EXISTS "_stage_{table}" (LIKE "{table}") ON COMMIT DELETE ROWS')
-        await apg.copy_records_to_table(f"_stage_{table}", records=rows, columns=list(_KEYED[table][0]))
-        await apg.execute(_upsert_sql(table))
 
     async def _ensure_partitions(self, apg: Any, table: str, days: Iterable[int]) -> None:
         """Create the day partitions a batch needs (outside the write transaction: DDL locks)."""
