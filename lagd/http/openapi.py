@@ -13,6 +13,8 @@ from lagd.http.lagd_api import MAX_INT32, MAX_MS
 INT = {"type": "integer"}
 NUM = {"type": "number"}
 STR = {"type": "string"}
+# A cluster, group or topic name: Postgres text cannot hold NUL, so a name with one is a 400.
+NAME = {"type": "string", "pattern": "^[^\\u0000]*$"}
 BOOL = {"type": "boolean"}
 
 
@@ -188,7 +190,7 @@ def _err(description: str) -> dict[str, Any]:
 
 
 def _path_param(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": schema or {"type": "string", "minLength": 1}}
+    return {"name": name, "in": "path", "required": True, "schema": schema or {**NAME, "minLength": 1}}
 
 
 def _query_param(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -228,7 +230,7 @@ def document() -> dict[str, Any]:
     paths = {
         "/lagd/v1/groups": _get(
             "Every known group's verdict summary.",
-            [_query_param("cluster", STR, "Only groups of this cluster.")],
+            [_query_param("cluster", NAME, "Only groups of this cluster.")],
             {"200": _json(_obj({"groups": {"type": "array", "items": _ref("GroupSummary")}}), "Group summaries.")},
         ),
         "/lagd/v1/clusters": _get(
@@ -309,7 +311,7 @@ def document() -> dict[str, Any]:
             "Incidents, newest first.",
             [
                 _query_param("state", {"type": "string", "enum": ["open", "resolved"]}, "Only this state."),
-                _query_param("cluster", STR, "Only this cluster."),
+                _query_param("cluster", NAME, "Only this cluster."),
                 _query_param("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "At most this many."),
             ],
             {
