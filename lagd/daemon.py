@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import re
 import signal
 import threading
@@ -123,6 +124,17 @@ async def expire_groups(rt: Runtime, every_s: float = 60.0) -> None:
         if gone:
             log.info("groups expired", count=len(gone), expire_group_s=rt.settings.storage.expire_group)
         await asyncio.sleep(every_s)
+
+
+async def freeze_when_caught_up(rt: Runtime, every_s: float = 1.0) -> None:
+    """Once the readers have caught up, move what the catch-up built (windows, groups) out of the
+    collector's sight: a full collection over a million-object heap stalls the loop for
+    hundreds of milliseconds, and these objects live as long as lagd. Then just wait for stop."""
+    while not rt.ready():  # noqa: ASYNC110 - readiness is a predicate over several readers, not an event
+        await asyncio.sleep(every_s)
+    gc.freeze()
+    log.info("caught up: long-lived state frozen for the garbage collector", frozen=gc.get_freeze_count())
+    await rt.stop.wait()
 
 
 async def pet_watchdog(interval: float) -> None:
@@ -364,7 +376,9 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         )
         if positions is not None and not rt.stop.is_set():
             rt.restored.set()
+            gc.freeze()  # the restored state is long-lived: keep the collector from rescanning it
             _start_readers(rt, positions, spawn_ingest)
+            spawn(freeze_when_caught_up(rt), "gc-freeze")
             spawn(apply_events(rt), "apply")
             spawn(persister.run(wb), "persister")
             spawn(expire_groups(rt), "expiry")
