@@ -108,11 +108,18 @@ async def test_a_database_error_is_logged_and_retried() -> None:
     with structlog.testing.capture_logs() as logged:
         task = asyncio.create_task(mirror_verdicts.watch_mirrors(broken, settings().mirrors, feed, every_s=0.01))
         try:
-            await asyncio.sleep(0.3)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while not any(e["event"] == "reading mirror verdicts failed; retrying" for e in logged):
+                assert loop.time() < deadline, "no failure was logged"
+                await asyncio.sleep(0.01)
+            for _ in range(20):  # and it goes on retrying (about 20 rounds of 10 ms)
+                await asyncio.sleep(0.01)
             assert not task.done()  # failures do not end the watcher
         finally:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            done, _ = await asyncio.wait([task], timeout=10)
+            assert done, "the watcher did not stop when cancelled"
             await broken.dispose()
     assert feed.empty() and feed.snapshot("dst") is None
     warned = [e for e in logged if e["event"] == "reading mirror verdicts failed; retrying"]

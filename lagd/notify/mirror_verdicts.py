@@ -103,9 +103,9 @@ async def watch_mirrors(
     failures = 0
     while True:
         try:
-            await asyncio.wait_for(
-                read_mirror_verdicts(engine, mirrors, last, changes, now_ms()), MIRROR_READ_TIMEOUT_S
-            )
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+            async with asyncio.timeout(MIRROR_READ_TIMEOUT_S):
+                await read_mirror_verdicts(engine, mirrors, last, changes, now_ms())
         except Exception as exc:
             failures += 1
             if failures == 1 or failures % 10 == 0:
@@ -119,4 +119,7 @@ async def watch_mirrors(
             if failures:
                 log.info("reading mirror verdicts works again", failed_attempts=failures)
             failures = 0
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError  # a library's wait_for swallowed it (Python 3.11): honour it
         await asyncio.sleep(every_s)
