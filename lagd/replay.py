@@ -24,7 +24,6 @@ import sys
 import tomllib
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,6 +33,7 @@ from lagd.config import ConfigError, Secret, Settings, parse, sync_database_url
 from lagd.core import build_core
 from lagd.evaluate.verdicts import GroupVerdict
 from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
+from lagd.times import epoch_ms
 
 # A line's ts may be this much older than the newest ts before it (clocks of the recording
 # hosts, commits and samples written by different threads); anything older is an error.
@@ -352,18 +352,11 @@ def load_settings(path: str) -> Settings:
 
 
 def parse_time(text: str, flag: str) -> int:
-    """Epoch milliseconds from epoch-ms digits or ISO 8601 (UTC unless it names a zone)."""
-    if text.isdigit():
-        return int(text)
+    """Epoch milliseconds from `--from`/`--to` (lagd.times.epoch_ms), the flag named on error."""
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(
-            f"{flag} {text!r} is neither epoch milliseconds nor ISO 8601: give e.g. 2026-11-22T08:00Z or 1790000000000"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+        return epoch_ms(text)
+    except ValueError as exc:
+        raise ValueError(f"{flag} {exc}") from None
 
 
 def _fail(message: str) -> int:

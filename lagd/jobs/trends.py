@@ -49,6 +49,7 @@ import psycopg2  # type: ignore[import-untyped]
 from lagd import logs
 from lagd.config import ConfigError, Settings, load, sync_database_url
 from lagd.jobs.spark import JobError, job_errors, read_range, report_failure, session_for, stop_session, write_table
+from lagd.times import epoch_ms
 
 log = logs.get(__name__)
 
@@ -107,20 +108,13 @@ def _iso(ms: int) -> str:
 
 
 def parse_time(text: str | None) -> int | None:
-    """Epoch milliseconds from epoch ms digits or an ISO 8601 time (UTC unless it says otherwise)."""
+    """Epoch milliseconds from epoch ms digits or an ISO 8601 time (lagd.times); None when not given."""
     if text is None or text == "":
         return None
-    if text.isdigit():
-        return int(text)
     try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise JobError(
-            f"cannot read time {text!r}: use epoch milliseconds or ISO 8601 like 2026-11-22T08:00Z"
-        ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
+        return epoch_ms(text)
+    except ValueError as exc:
+        raise JobError(f"cannot read time {exc}") from None
 
 
 def _stderr(line: str) -> None:
