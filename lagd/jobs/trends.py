@@ -113,8 +113,10 @@ def parse_time(text: str | None) -> int | None:
         return None
     try:
         return epoch_ms(text)
-    except ValueError as exc:
-        raise JobError(f"cannot read time {exc}") from None
+    except ValueError:
+        raise JobError(
+            f"cannot read time {text!r}: use epoch milliseconds or ISO 8601 like 2026-11-22T08:00Z"
+        ) from None
 
 
 def _stderr(line: str) -> None:
