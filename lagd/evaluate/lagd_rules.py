@@ -252,8 +252,7 @@ def judge_lagd(
                 break
             prev = cur
     # STOP: silent for several commit intervals while records wait at least as long.
-    cadence = last_ts - arr[PREV + TS] if n > 1 else 0
-    limit = max(p.stop_after_ms, p.stop_cadences * cadence)
+    limit = _stop_limit(arr, n, p)
     silence = now_ms - last_ts
     if silence > limit and waited_ms > limit:
         return Judgement(
@@ -262,9 +261,7 @@ def judge_lagd(
             f"no commit for {silence / 1000:.0f} s (limit {limit / 1000:.0f} s) while records wait {waited:.0f} s",
         )
     # STALL: still committing, the same offset for stall-after, while records wait.
-    first_same = n - 1
-    while first_same > 0 and arr[(first_same - 1) * FIELDS + OFFSET] == committed:
-        first_same -= 1
+    first_same = _first_same(arr, n, committed)
     stuck = first_same < n - 1
     stuck_ms = now_ms - arr[first_same * FIELDS + TS] if stuck else 0
     if stuck and stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
@@ -325,16 +322,28 @@ def recheck_at(
     last_ts = arr[LAST + TS]
     waited, _ = lag_seconds_at(committed, at_ms, le)
     passed = at_ms - int(waited * 1000)  # when the oldest unconsumed record arrived
-    cadence = last_ts - arr[PREV + TS] if n > 1 else 0
-    due = max(last_ts, passed) + max(p.stop_after_ms, p.stop_cadences * cadence) + 1
+    due = max(last_ts, passed) + _stop_limit(arr, n, p) + 1
     if status is not PartitionStatus.STALL and n > 1 and arr[PREV + OFFSET] == committed:
-        first_same = n - 1
-        while first_same > 0 and arr[(first_same - 1) * FIELDS + OFFSET] == committed:
-            first_same -= 1
+        first_same = _first_same(arr, n, committed)
         due = min(due, max(arr[first_same * FIELDS + TS], passed) + p.stall_after_ms)
     if waited < p.allowed_lag_seconds:
         due = min(due, passed + int(p.allowed_lag_seconds * 1000) + 1)
     return due
+
+
+def _stop_limit(arr: array[int], n: int, p: LagdParams) -> int:
+    """How long a partition may be silent before STOP: stop-after, or 3 commit intervals (the
+    newest gap) when longer. One definition for the rule and for when to re-check it."""
+    cadence = arr[LAST + TS] - arr[PREV + TS] if n > 1 else 0
+    return max(p.stop_after_ms, p.stop_cadences * cadence)
+
+
+def _first_same(arr: array[int], n: int, committed: int) -> int:
+    """Index of the oldest entry of the newest run of entries committing `committed`."""
+    first = n - 1
+    while first > 0 and arr[(first - 1) * FIELDS + OFFSET] == committed:
+        first -= 1
+    return first
 
 
 def _explain(what: str, trend: Trend, waited: float) -> str:
