@@ -251,6 +251,11 @@ class JobsSettings:
     jdbc_partitions: int = 8
     trends_overlap: float = 300.0
     driver_memory: str = "2g"
+    # Per executor on a cluster master (local[N] runs everything in the driver): 0 and "" keep Spark's defaults.
+    executor_cores: int = 0
+    executor_memory: str = ""
+    # Any other Spark property ("spark.x.y" = "value"), applied after lagd's own (lagd.jobs.spark).
+    spark_conf: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -316,7 +321,27 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(key, f"got {value!r}, expected a list of strings")
         return list(value)
+    if origin is dict:
+        return _property_table(key, value)
     raise AssertionError(f"unsupported settings type {tp!r}")  # pragma: no cover
+
+
+def _property_table(key: str, value: Any, prefix: str = "") -> dict[str, str]:
+    """A table of "dotted.name" = value as strings; unquoted dotted names (nested tables) are joined."""
+    if not isinstance(value, dict):
+        raise ConfigError(key, f'got {value!r}, expected a table such as [{key}] with "spark.x.y" = "value" lines')
+    out: dict[str, str] = {}
+    for name, v in value.items():
+        full = f"{prefix}{name}"
+        if isinstance(v, dict):
+            out.update(_property_table(key, v, full + "."))
+        elif isinstance(v, bool):
+            out[full] = "true" if v else "false"
+        elif isinstance(v, str | int | float):
+            out[full] = str(v)
+        else:
+            raise ConfigError(f'{key}."{full}"', f'got {v!r}, expected a string such as "4" or "true"')
+    return out
 
 
 def _build(cls: type, raw: Mapping[str, Any], where: str, extra: Mapping[str, Any] | None = None) -> Any:
@@ -522,11 +547,47 @@ def _validate(s: Settings) -> None:
             re.compile(m.topics)
         except re.error as exc:
             raise ConfigError(f"{where}.topics", f"not a valid regular expression: {exc}") from None
-    positive("jobs.jdbc-partitions", s.jobs.jdbc_partitions)
-    if not re.fullmatch(r"[1-9][0-9]*([kmgtp]b?)?", s.jobs.driver_memory, re.IGNORECASE):
+    _validate_jobs(s.jobs)
+
+
+_JVM_MEMORY = re.compile(r"[1-9][0-9]*([kmgtp]b?)?", re.IGNORECASE)
+# Spark properties that have a setting of their own (or are the job's to set): spark-conf refuses them.
+_OWN_PROPERTIES = {
+    "spark.master": "set jobs.spark-master (or pass --master) instead",
+    "spark.app.name": "each job names itself (lagd-trends, lagd-mirrors): remove it",
+    "spark.driver.memory": "set jobs.driver-memory instead",
+    "spark.executor.cores": "set jobs.executor-cores instead",
+    "spark.executor.memory": "set jobs.executor-memory instead",
+}
+
+
+def _validate_jobs(j: JobsSettings) -> None:
+    if j.jdbc_partitions <= 0:
+        raise ConfigError("jobs.jdbc-partitions", f"got {j.jdbc_partitions!r}, expected a number greater than 0")
+    if not _JVM_MEMORY.fullmatch(j.driver_memory):
         raise ConfigError(
-            "jobs.driver-memory", f"got {s.jobs.driver_memory!r}, expected a JVM memory size such as 2g or 512m"
+            "jobs.driver-memory", f"got {j.driver_memory!r}, expected a JVM memory size such as 2g or 512m"
         )
+    if j.executor_cores < 0:
+        raise ConfigError(
+            "jobs.executor-cores",
+            f"got {j.executor_cores}, expected cores per executor such as 2, or 0 for Spark's default",
+        )
+    if j.executor_memory and not _JVM_MEMORY.fullmatch(j.executor_memory):
+        raise ConfigError(
+            "jobs.executor-memory",
+            f'got {j.executor_memory!r}, expected a JVM memory size such as 4g or 512m, or "" for Spark\'s default',
+        )
+    for name in j.spark_conf:
+        key = f'jobs.spark-conf."{name}"'
+        if name in _OWN_PROPERTIES:
+            raise ConfigError(key, f"lagd sets this property itself: {_OWN_PROPERTIES[name]}")
+        if not re.fullmatch(r"spark\.[A-Za-z0-9_.\-]+", name):
+            raise ConfigError(
+                key,
+                "not a Spark property: names start with 'spark.' and hold letters, digits, '.', '_' and '-' "
+                '(write them quoted: "spark.executor.instances" = "4")',
+            )
 
 
 def _http_url(key: str, value: str) -> None:
@@ -630,6 +691,10 @@ def _parse_env(key: str, text: str, cls: type, tomlkey: str) -> Any:
             raise ConfigError(key, f"got {text!r} from the environment, expected a number") from None
     if typing.get_origin(tp) is list:
         return [p.strip() for p in text.split(",") if p.strip()]
+    if typing.get_origin(tp) is dict:
+        raise ConfigError(
+            key, f"cannot be set from the environment: put the properties in a [{key}] table of the settings file"
+        )
     return text
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -59,6 +60,49 @@ def find_jdbc_jar(jdbc_jar: str = DEFAULT_JDBC_JAR) -> str:
     return str(path)
 
 
+# Properties whose value is a list: spark-conf adds to lagd's (the JDBC jar) instead of replacing it.
+_LIST_PROPERTIES = {"spark.jars": ",", "spark.driver.extraClassPath": ":", "spark.executor.extraClassPath": ":"}
+
+
+def spark_properties(
+    master: str,
+    jar: str,
+    shuffle_partitions: int = 4,
+    driver_memory: str = DEFAULT_DRIVER_MEMORY,
+    executor_cores: int = 0,
+    executor_memory: str = "",
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Every Spark property a job's session gets: lagd's own, then jobs.executor-*, then jobs.spark-conf.
+
+    With a local master the driver is the only JVM and nothing else has to reach it, so it
+    listens on loopback only; on a cluster the executors connect back to the driver, so its
+    address is Spark's choice (the host's name, SPARK_LOCAL_IP, or spark.driver.host in spark-conf).
+    """
+    props = {
+        "spark.jars": jar,
+        "spark.driver.extraClassPath": jar,
+        "spark.executor.extraClassPath": jar,
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.driver.memory": driver_memory or DEFAULT_DRIVER_MEMORY,
+    }
+    if master.startswith("local"):
+        props["spark.driver.bindAddress"] = "127.0.0.1"
+        props["spark.driver.host"] = "127.0.0.1"
+    if executor_cores:
+        props["spark.executor.cores"] = str(executor_cores)
+    if executor_memory:
+        props["spark.executor.memory"] = executor_memory
+    for name, value in (extra or {}).items():
+        sep = _LIST_PROPERTIES.get(name)
+        props[name] = f"{props[name]}{sep}{value}" if sep and props.get(name) else value
+    return props
+
+
 def build_session(
     master: str = "local[2]",
     app_name: str = "lagd",
@@ -66,11 +110,14 @@ def build_session(
     jdbc_jar: str = DEFAULT_JDBC_JAR,
     java_home: str = "",
     driver_memory: str = DEFAULT_DRIVER_MEMORY,
+    executor_cores: int = 0,
+    executor_memory: str = "",
+    spark_conf: Mapping[str, str] | None = None,
 ) -> Any:
     """A SparkSession (or the running one) with the JDBC driver on its classpath and quiet logs.
 
     An empty `master` leaves the choice to spark-submit (its --master) or Spark's default.
-    `driver_memory` is jobs.driver-memory (LAGD_JOBS_DRIVER_MEMORY).
+    The properties are `spark_properties`' (jobs.driver-memory, jobs.executor-*, jobs.spark-conf).
     """
     home = find_java(java_home)
     jar = find_jdbc_jar(jdbc_jar)
@@ -81,21 +128,16 @@ def build_session(
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master) if master else SparkSession.builder  # "": spark-submit's
-    session = (
-        builder.appName(app_name)
-        .config("spark.jars", jar)
-        .config("spark.driver.extraClassPath", jar)
-        .config("spark.executor.extraClassPath", jar)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.driver.memory", driver_memory or DEFAULT_DRIVER_MEMORY)
-        .getOrCreate()
+    builder = builder.appName(app_name)
+    props = spark_properties(
+        master, jar, shuffle_partitions, driver_memory, executor_cores, executor_memory, spark_conf
     )
+    for name, value in props.items():
+        builder = builder.config(name, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    log.debug("spark session", master=master, java_home=home, jdbc_jar=jar)
+    # Names only: a spark-conf value may hold a credential (an object store's key).
+    log.debug("spark session", master=master, java_home=home, jdbc_jar=jar, properties=sorted(props))
     return session
 
 
@@ -281,4 +323,7 @@ def session_for(settings: Settings, app_name: str, master: str | None = None) ->
         jdbc_jar=settings.jobs.jdbc_jar,
         java_home=settings.jobs.java_home,
         driver_memory=settings.jobs.driver_memory,
+        executor_cores=settings.jobs.executor_cores,
+        executor_memory=settings.jobs.executor_memory,
+        spark_conf=settings.jobs.spark_conf,
     )
