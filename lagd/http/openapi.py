@@ -1,4 +1,4 @@
-"""The OpenAPI 3 document for /lagd/v1 (served at /lagd/v1/openapi.json).
+"""The OpenAPI 3 document for /lagd/v1 and Burrow's v3 API (served at /lagd/v1/openapi.json).
 
 Written by hand next to lagd_api so every field the handlers emit is described exactly;
 the schemathesis test checks live answers against it.
@@ -201,14 +201,15 @@ _GROUP_PARAMS = [_path_param("cluster"), _path_param("group")]
 _AUTH = {"401": _err("A bearer token is required (http.auth-reads) and was missing or wrong.")}
 
 
-def _get(summary: str, params: list[dict[str, Any]], responses: dict[str, Any]) -> dict[str, Any]:
-    return {"get": {"summary": summary, "parameters": params, "responses": {**responses, **_AUTH}}}
+def _get(summary: str, params: list[dict[str, Any]], responses: dict[str, Any], tag: str = "lagd") -> dict[str, Any]:
+    return {"get": {"summary": summary, "tags": [tag], "parameters": params, "responses": {**responses, **_AUTH}}}
 
 
 def _delete(summary: str, params: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """A change: needs the admin token (http.auth-token) as a bearer token."""
     return {
         "summary": summary,
+        "tags": ["lagd"],
         "parameters": params,
         "security": [{"bearer": []}],
         "responses": {
@@ -223,6 +224,462 @@ def _delete(summary: str, params: list[dict[str, Any]], extra: dict[str, Any] | 
 
 _DB = {"503": _err("Postgres is unavailable; the answer says what to check.")}
 _BAD = {"400": _err("A parameter is out of range or malformed; the message says what is expected.")}
+
+
+# --- Burrow's v3 API (lagd.http.burrow_v3; shared/spec/burrow-http-api.md) ---------------
+#
+# The bodies follow Burrow 1.x field by field; JSON Schema does not fix the order of fields,
+# but the descriptions say where Burrow's order matters (and lagd keeps it).
+
+# The names Burrow's paths take. A cluster is named in lagd's configuration (lagd.config's
+# name rule). A topic name is what Kafka allows: letters, digits, '.', '_' and '-', at most 249,
+# not '.' or '..'. A group id may be any string in Kafka, but a path segment cannot be empty,
+# '.' or '..' (URLs resolve them away), hold '{' or '}' (the router's placeholders) or '/'
+# (Burrow's router takes none; lagd would need it sent as %2F), and Postgres text cannot hold
+# NUL: such a group is not reachable by these paths.
+V3_CLUSTER = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$"}
+V3_TOPIC = {
+    "type": "string",
+    "pattern": "^([A-Za-z0-9._-]*[A-Za-z0-9_-][A-Za-z0-9._-]*|[.]{3,})$",
+    "maxLength": 249,
+}
+V3_GROUP = {"type": "string", "pattern": "^([^/{}\\u0000]*[^./{}\\u0000][^/{}\\u0000]*|[.]{3,})$"}
+CONFIG_KINDS = ["storage", "evaluator", "cluster", "consumer", "notifier"]
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+_REQUEST = _obj({"url": STR, "host": STR})
+
+
+def _const(value: Any) -> dict[str, Any]:
+    return {"const": value}
+
+
+def _v3(message: str | dict[str, Any], payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Burrow's envelope of a success: error, message, the payload's fields, then request."""
+    msg = _const(message) if isinstance(message, str) else message
+    return _obj({"error": _const(False), "message": msg, **(payload or {}), "request": _REQUEST})
+
+
+SCHEMAS.update(
+    {
+        "ConsumerOffset": _obj({"offset": INT, "timestamp": INT, "observedAt": INT, "lag": _nullable(INT)}),
+        "PartitionStatus": _obj(
+            {
+                "topic": STR,
+                "partition": INT,
+                "owner": STR,
+                "client_id": STR,
+                "status": _PSTATUS,
+                "start": _ref_or_null("ConsumerOffset"),
+                "end": _ref_or_null("ConsumerOffset"),
+                "current_lag": INT,
+                "complete": NUM,
+            }
+        ),
+        "ConsumerGroupStatus": _obj(
+            {
+                "cluster": STR,
+                "group": STR,
+                "status": {"type": "string", "enum": ["OK", "WARN", "ERR"]},
+                "complete": NUM,
+                "partitions": {"type": "array", "items": _ref("PartitionStatus")},
+                "partition_count": INT,
+                "maxlag": _ref_or_null("PartitionStatus"),
+                "totallag": INT,
+            }
+        ),
+        # Burrow answers an unknown or expired group with a full status object (and HTTP 404).
+        "ConsumerGroupNotFound": _obj(
+            {
+                "cluster": STR,
+                "group": STR,
+                "status": _const("NOTFOUND"),
+                "complete": _const(1),
+                "partitions": {"type": "array", "maxItems": 0},
+                "partition_count": _const(0),
+                "maxlag": {"type": "null"},
+                "totallag": _const(0),
+            }
+        ),
+        "ConsumerPartitionDetail": _obj(
+            {
+                "offsets": {
+                    "type": "array",
+                    "items": _ref_or_null("ConsumerOffset"),
+                    "description": "The window, oldest first, padded in front with null to storage.intervals.",
+                },
+                "owner": STR,
+                "client_id": STR,
+                "current-lag": INT,
+            }
+        ),
+        "ClientProfile": _obj(
+            {
+                "name": STR,
+                "client-id": STR,
+                "kafka-version": STR,
+                "tls": {
+                    "anyOf": [
+                        _obj({"name": STR, "noverify": BOOL, "certfile": STR, "keyfile": STR, "cafile": STR}),
+                        {"type": "null"},
+                    ]
+                },
+                "sasl": {"anyOf": [_obj({"name": STR, "handshake-first": BOOL, "username": STR}), {"type": "null"}]},
+            }
+        ),
+        "ClusterModule": _obj(
+            {
+                "class-name": _const("kafka"),
+                "servers": {"type": "array", "items": STR},
+                "client-profile": _ref("ClientProfile"),
+                "topic-refresh": INT,
+                "offset-refresh": INT,
+            }
+        ),
+        "ConsumerModule": _obj(
+            {
+                "class-name": _const("kafka"),
+                "cluster": STR,
+                "servers": {"type": "array", "items": STR},
+                "group-allowlist": STR,
+                "zookeeper-path": STR,
+                "zookeeper-timeout": INT,
+                "client-profile": _ref("ClientProfile"),
+                "offsets-topic": STR,
+                "start-latest": BOOL,
+            }
+        ),
+        "NotifierModule": _obj(
+            {
+                "class-name": STR,
+                "group-allowlist": STR,
+                "interval": INT,
+                "threshold": INT,
+                "template-open": STR,
+                "template-close": STR,
+                "extra": {"type": "object"},
+                "send-close": BOOL,
+            }
+        ),
+        "StorageModule": _obj(
+            {
+                "class-name": _const("inmemory"),
+                "intervals": INT,
+                "min-distance": INT,
+                "group-allowlist": STR,
+                "expire-group": INT,
+            }
+        ),
+        "EvaluatorModule": _obj({"class-name": _const("caching"), "expire-cache": INT}),
+    }
+)
+
+_RESTORING = {
+    "503": {
+        **_err("lagd is still restoring its state: a partial answer would be wrong, so none is given."),
+        "headers": {"Retry-After": {"required": True, "schema": {"type": "string", "pattern": "^[0-9]+$"}}},
+    }
+}
+_CHANGE = {
+    "401": _err("The bearer token was missing or wrong."),
+    "403": _err("Changes are disabled: http.auth-token is not set."),
+}
+
+
+def _v3_get(
+    summary: str, params: list[dict[str, Any]], responses: dict[str, Any], restoring: bool = True
+) -> dict[str, Any]:
+    """A read of Burrow's API; the /v3/kafka* reads answer 503 until the state is restored."""
+    return _get(summary, params, {**responses, **(_RESTORING if restoring else {})}, tag="burrow")
+
+
+def _v3_change(summary: str, params: list[dict[str, Any]], responses: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "tags": ["burrow"],
+        "parameters": params,
+        "security": [{"bearer": []}],
+        "responses": {**responses, **_CHANGE},
+    }
+
+
+def _text(pattern: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"text/plain": {"schema": {"type": "string", "pattern": pattern}}}}
+
+
+def burrow_paths() -> dict[str, Any]:
+    """Burrow's v3 paths as lagd answers them (GET unless noted; HEAD wherever GET is)."""
+    cluster = _path_param("cluster", V3_CLUSTER)
+    topic = _path_param("topic", V3_TOPIC)
+    group = _path_param("group", V3_GROUP)
+    not_found = _err("No such cluster, topic or group (the message says which, in Burrow's words).")
+    names = {"type": "array", "items": STR}
+    status_params = [cluster, group]
+    status_404 = _json(
+        _v3("consumer status returned", {"status": _ref("ConsumerGroupNotFound")}),
+        "Unknown or expired group: Burrow's NOTFOUND status, with error false.",
+    )
+    return {
+        "/burrow/admin": {
+            "get": {
+                "summary": "Liveness: GOOD while the process serves (never needs a token).",
+                "tags": ["burrow"],
+                "responses": {"200": _text("^GOOD$", "Alive.")},
+            }
+        },
+        "/burrow/admin/ready": {
+            "get": {
+                "summary": "Readiness: READY once the state is restored and every cluster's reader has caught up "
+                "(never needs a token).",
+                "tags": ["burrow"],
+                "responses": {
+                    "200": _text("^READY$", "Ready."),
+                    "503": _text(
+                        "^(STARTING|DEGRADED: .+)$",
+                        "STARTING while restoring or catching up; DEGRADED naming the clusters lagd cannot read.",
+                    ),
+                },
+            }
+        },
+        "/v3/kafka": _v3_get(
+            "The clusters lagd watches.",
+            [],
+            {"200": _json(_v3("cluster list returned", {"clusters": names}), "Cluster names, sorted.")},
+        ),
+        "/v3/kafka/{cluster}": _v3_get(
+            "A cluster's settings as Burrow's cluster module (no secrets).",
+            [cluster],
+            {
+                "200": _json(_v3("cluster module detail returned", {"module": _ref("ClusterModule")}), "The module."),
+                "404": not_found,
+            },
+        ),
+        "/v3/kafka/{cluster}/topic": _v3_get(
+            "Every topic of the cluster the log-end sampler sees.",
+            [cluster],
+            {"200": _json(_v3("topic list returned", {"topics": names}), "Topic names, sorted."), "404": not_found},
+        ),
+        "/v3/kafka/{cluster}/topic/{topic}": _v3_get(
+            "The newest log-end offset of each partition of a topic (index = partition).",
+            [cluster, topic],
+            {
+                "200": _json(_v3("topic offsets returned", {"offsets": {"type": "array", "items": INT}}), "Offsets."),
+                "404": not_found,
+            },
+        ),
+        "/v3/kafka/{cluster}/topic/{topic}/consumers": _v3_get(
+            "The groups that commit offsets for a topic.",
+            [cluster, topic],
+            {
+                "200": _json(_v3("consumers of topic returned", {"consumers": names}), "Group names, sorted."),
+                "404": not_found,
+            },
+        ),
+        "/v3/kafka/{cluster}/consumer": _v3_get(
+            "Every group of the cluster.",
+            [cluster],
+            {
+                "200": _json(_v3("consumer list returned", {"consumers": names}), "Group names, sorted."),
+                "404": not_found,
+            },
+        ),
+        "/v3/kafka/{cluster}/consumer/{group}": {
+            **_v3_get(
+                "A group's commit windows: per topic a list indexed by partition ('current-lag' with a dash, "
+                "as in Burrow).",
+                status_params,
+                {
+                    "200": _json(
+                        _v3(
+                            "consumer detail returned",
+                            {
+                                "topics": {
+                                    "type": "object",
+                                    "additionalProperties": {
+                                        "type": "array",
+                                        "items": _ref("ConsumerPartitionDetail"),
+                                    },
+                                }
+                            },
+                        ),
+                        "The windows.",
+                    ),
+                    "404": not_found,
+                },
+            ),
+            "delete": _v3_change(
+                "Forget a group until it commits again (admin token).",
+                status_params,
+                {
+                    "200": _json(_v3("consumer group removed"), "Removed."),
+                    "404": not_found,
+                    **_RESTORING,
+                },
+            ),
+        },
+        "/v3/kafka/{cluster}/consumer/{group}/status": _v3_get(
+            "A group's status with only its non-OK partitions (cached for evaluator.cache-ttl).",
+            status_params,
+            {
+                "200": _json(_v3("consumer status returned", {"status": _ref("ConsumerGroupStatus")}), "The status."),
+                "404": status_404,
+            },
+        ),
+        "/v3/kafka/{cluster}/consumer/{group}/lag": _v3_get(
+            "A group's status with all its partitions (cached for evaluator.cache-ttl).",
+            status_params,
+            {
+                "200": _json(_v3("consumer status returned", {"status": _ref("ConsumerGroupStatus")}), "The status."),
+                "404": status_404,
+            },
+        ),
+        "/v3/kafka/{cluster}/consumer/{group}/topic/{topic}": {
+            "delete": _v3_change(
+                "Forget one topic of a group until the group commits for it again (admin token).",
+                [cluster, group, topic],
+                {
+                    "200": _json(_v3("consumer group topic removed"), "Removed."),
+                    "404": not_found,
+                    **_RESTORING,
+                },
+            )
+        },
+        "/v3/config": _v3_get(
+            "lagd's settings in the shape of Burrow's main config ('request' comes third, as in Burrow).",
+            [],
+            {
+                "200": _json(
+                    _obj(
+                        {
+                            "error": _const(False),
+                            "message": _const("main config returned"),
+                            "request": _REQUEST,
+                            "general": _obj(
+                                {"pidfile": STR, "stdout-logfile": STR, "access-control-allow-origin": STR}
+                            ),
+                            "logging": _obj(
+                                {
+                                    "filename": STR,
+                                    "max-size": INT,
+                                    "max-backups": INT,
+                                    "max-age": INT,
+                                    "use-local-time": BOOL,
+                                    "use-compression": BOOL,
+                                    "level": {"type": "string", "enum": LOG_LEVELS},
+                                }
+                            ),
+                            "zookeeper": _obj({"servers": names, "timeout": INT, "root-path": STR}),
+                            "httpserver": _obj({"default": _obj({"address": STR, "tls": STR, "timeout": INT})}),
+                        }
+                    ),
+                    "The main config.",
+                )
+            },
+            restoring=False,
+        ),
+        "/v3/config/{kind}": _v3_get(
+            "The modules of one kind: clusters and consumers per cluster, notifiers per sink, storage and "
+            "evaluator one each ('default').",
+            [_path_param("kind", {"type": "string", "enum": CONFIG_KINDS})],
+            {
+                "200": _json(
+                    _obj(
+                        {
+                            "error": _const(False),
+                            "message": _const("module list returned"),
+                            "request": _REQUEST,
+                            "coordinator": {"type": "string", "enum": CONFIG_KINDS},
+                            "modules": names,
+                        }
+                    ),
+                    "Module names ('request' comes third, as in Burrow).",
+                ),
+                "404": _err("No such kind."),
+            },
+            restoring=False,
+        ),
+        "/v3/config/{kind}/{name}": _v3_get(
+            "One module's settings in Burrow's shape of its kind (no secrets, no sink URLs).",
+            [
+                _path_param("kind", {"type": "string", "enum": CONFIG_KINDS}),
+                _path_param("name", V3_CLUSTER),
+            ],
+            {
+                "200": _json(
+                    _v3(
+                        {"type": "string", "pattern": f"^({'|'.join(CONFIG_KINDS)}) module detail returned$"},
+                        {
+                            "module": {
+                                "anyOf": [
+                                    _ref(name)
+                                    for name in (
+                                        "ClusterModule",
+                                        "ConsumerModule",
+                                        "NotifierModule",
+                                        "StorageModule",
+                                        "EvaluatorModule",
+                                    )
+                                ]
+                            }
+                        },
+                    ),
+                    "The module.",
+                ),
+                "404": _err("No such kind or module."),
+            },
+            restoring=False,
+        ),
+        "/v3/admin/loglevel": {
+            **_v3_get(
+                "The log level.",
+                [],
+                {
+                    "200": _json(
+                        _v3("log level returned", {"level": {"type": "string", "enum": LOG_LEVELS}}), "The level."
+                    )
+                },
+                restoring=False,
+            ),
+            "post": {
+                **_v3_change(
+                    "Change the log level of the running process (admin token).",
+                    [],
+                    {
+                        "200": _json(
+                            _v3("set log level", {"level": {"type": "string", "enum": LOG_LEVELS}}), "The new level."
+                        ),
+                        "400": _err("The body is not a JSON object with a known level."),
+                    },
+                ),
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "level": {
+                                        "type": "string",
+                                        "enum": LOG_LEVELS,
+                                        "description": "Case does not matter.",
+                                    }
+                                },
+                                "required": ["level"],
+                            }
+                        }
+                    },
+                },
+            },
+        },
+    }
+
+
+METHOD_NOT_ALLOWED = {
+    "description": "A method the path does not list (HEAD goes wherever GET does): the Error envelope, "
+    "with the methods it takes in Allow; never 401 or 403.",
+    "headers": {"Allow": {"required": True, "schema": STR}},
+    "content": {"application/json": {"schema": _ref("Error")}},
+}
 
 
 def document() -> dict[str, Any]:
@@ -408,17 +865,25 @@ def document() -> dict[str, Any]:
             {"404": _err("No quarantined row with this id."), **_BAD},
         )
     }
+    paths.update(burrow_paths())
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "lagd",
             "version": "1",
-            "description": "lagd's own API: verdicts with reasons and lag in seconds, windows, incidents, "
-            "mirrors and trends. Burrow's v3 API is served alongside under /v3.",
+            "description": "lagd's own API (/lagd/v1): verdicts with reasons and lag in seconds, windows, "
+            "incidents, mirrors and trends; and Burrow's v3 API (/v3, /burrow/admin) with Burrow 1.x's bodies, "
+            "so Burrow's clients work unchanged. Every path answers a method it does not list with 405, the "
+            "Allow header and the Error envelope (components/responses/MethodNotAllowed).",
         },
+        "tags": [
+            {"name": "lagd", "description": "lagd's own API."},
+            {"name": "burrow", "description": "Burrow's v3 API, with Burrow 1.x's paths, bodies and messages."},
+        ],
         "paths": paths,
         "components": {
             "schemas": SCHEMAS,
+            "responses": {"MethodNotAllowed": METHOD_NOT_ALLOWED},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
