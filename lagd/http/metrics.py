@@ -8,9 +8,10 @@ per-partition series, which dominate cardinality.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +28,7 @@ STATUS_INDEX: dict[str, int] = {
 }
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+SLICE_S = 0.01  # the longest a scrape keeps the event loop at once
 
 
 def _esc(value: str) -> str:
@@ -68,59 +70,79 @@ def verdicts(state: State, evaluator: Evaluator, now_ms: int) -> list[GroupVerdi
     return out
 
 
-def render(state: State, evaluator: Evaluator, health: Health, now_ms: int, detail: str = "partition") -> str:
-    """The whole exposition page."""
-    started = time.perf_counter()
-    groups = verdicts(state, evaluator, now_ms)
-    health.evaluation_seconds_last = time.perf_counter() - started
-    per_partition = detail == "partition"
-    out: list[str] = []
-
-    labels = [(v, f'cluster="{_esc(v.cluster)}",consumer_group="{_esc(v.group)}"') for v in groups]
-    f = _Family(out, "burrow_kafka_consumer_status", "gauge", "Status index of the group: NOTFOUND, OK, WARN, ERR")
-    for v, lab in labels:
-        f.add(lab, STATUS_INDEX[v.status.value])
-    f = _Family(out, "burrow_kafka_consumer_lag_total", "gauge", "Sum of the current lag of the group's partitions")
-    for v, lab in labels:
-        f.add(lab, v.totallag)
-    f = _Family(out, "lagd_consumer_lag_seconds", "gauge", "How far behind the group is in time (highest partition)")
-    for v, lab in labels:
-        f.add(lab, v.lag_seconds)
-    f = _Family(
-        out,
+_GROUP_FAMILIES = (
+    ("burrow_kafka_consumer_status", "gauge", "Status index of the group: NOTFOUND, OK, WARN, ERR"),
+    ("burrow_kafka_consumer_lag_total", "gauge", "Sum of the current lag of the group's partitions"),
+    ("lagd_consumer_lag_seconds", "gauge", "How far behind the group is in time (highest partition)"),
+    (
         "lagd_consumer_lag_seconds_lower_bound",
         "gauge",
         "1 when a lagging partition's lag in seconds is only a lower bound (older than every kept log-end sample)",
-    )
-    for v, lab in labels:
-        f.add(lab, any(p.lag_seconds_estimated and p.current_lag > 0 for p in v.partitions))
+    ),
+)
+_PARTITION_FAMILIES = (
+    ("burrow_kafka_consumer_partition_lag", "gauge", "Messages the group is behind on a partition"),
+    ("burrow_kafka_consumer_current_offset", "gauge", "Newest committed offset (full windows only)"),
+    ("burrow_kafka_topic_partition_status", "gauge", "Status index of a partition: OK=1 ... REWIND=6"),
+    ("lagd_consumer_partition_lag_seconds", "gauge", "How far behind a partition is in time"),
+)
 
+
+def render_steps(
+    state: State, evaluator: Evaluator, health: Health, now_ms: int, detail: str, out: list[str]
+) -> Iterator[None]:
+    """Render the exposition page into `out`, yielding after every group and topic so the caller
+    can hand the event loop back: a page of 100k series is long work. Each family's samples
+    are collected apart and joined at the end, as the text format wants them contiguous."""
+    started = time.process_time()
+    per_partition = detail == "partition"
+    families = [_Family([], name, kind, help_text) for name, kind, help_text in _GROUP_FAMILIES]
+    status_f, total_f, seconds_f, bound_f = families
     if per_partition:
-        rows = [
-            (p, f'{lab},topic="{_esc(p.topic)}",partition="{p.partition}"') for v, lab in labels for p in v.partitions
-        ]
-        f = _Family(out, "burrow_kafka_consumer_partition_lag", "gauge", "Messages the group is behind on a partition")
-        for p, plab in rows:
-            f.add(plab, p.current_lag)
-        f = _Family(out, "burrow_kafka_consumer_current_offset", "gauge", "Newest committed offset (full windows only)")
-        for p, plab in rows:
-            if p.complete == 1.0 and p.end is not None:
-                f.add(plab, p.end.offset)
-        f = _Family(
-            out, "burrow_kafka_topic_partition_status", "gauge", "Status index of a partition: OK=1 ... REWIND=6"
+        part_families = [_Family([], name, kind, help_text) for name, kind, help_text in _PARTITION_FAMILIES]
+        families += part_families
+        lag_f, offset_f, pstatus_f, pseconds_f = part_families
+    for cluster in state.clusters():
+        c = f'cluster="{_esc(cluster)}",consumer_group="'
+        for group in state.groups(cluster):
+            v = evaluator.group(cluster, group, now_ms)
+            if v.status is GroupStatus.NOTFOUND:
+                continue
+            lab = f'{c}{_esc(group)}"'
+            status_f.add(lab, STATUS_INDEX[v.status.value])
+            total_f.add(lab, v.totallag)
+            seconds_f.add(lab, v.lag_seconds)
+            bound_f.add(lab, any(p.lag_seconds_estimated and p.current_lag > 0 for p in v.partitions))
+            if per_partition:
+                for p in v.partitions:
+                    plab = f'{lab},topic="{_esc(p.topic)}",partition="{p.partition}"'
+                    lag_f.add(plab, p.current_lag)
+                    if p.complete == 1.0 and p.end is not None:
+                        offset_f.add(plab, p.end.offset)
+                    pstatus_f.add(plab, STATUS_INDEX[p.status.value])
+                    pseconds_f.add(plab, p.lag_seconds)
+            yield
+    health.evaluation_seconds_last = time.process_time() - started
+    if per_partition:
+        offsets_f = _Family(
+            [], "burrow_kafka_topic_partition_offset", "gauge", "Newest log-end offset of a topic partition"
         )
-        for p, plab in rows:
-            f.add(plab, STATUS_INDEX[p.status.value])
-        f = _Family(out, "lagd_consumer_partition_lag_seconds", "gauge", "How far behind a partition is in time")
-        for p, plab in rows:
-            f.add(plab, p.lag_seconds)
-        f = _Family(out, "burrow_kafka_topic_partition_offset", "gauge", "Newest log-end offset of a topic partition")
+        families.append(offsets_f)
         for cluster in state.clusters():
             for topic in state.topics(cluster):
                 for partition, offset in enumerate(state.topic_offsets(cluster, topic) or ()):
-                    f.add(f'cluster="{_esc(cluster)}",topic="{_esc(topic)}",partition="{partition}"', offset)
-
+                    offsets_f.add(f'cluster="{_esc(cluster)}",topic="{_esc(topic)}",partition="{partition}"', offset)
+                yield
+    for f in families:
+        out.extend(f.out)
     _health(out, health)
+
+
+def render(state: State, evaluator: Evaluator, health: Health, now_ms: int, detail: str = "partition") -> str:
+    """The whole exposition page, at once (tests, tools); the handler renders it in slices."""
+    out: list[str] = []
+    for _ in render_steps(state, evaluator, health, now_ms, detail, out):
+        pass
     return "".join(out)
 
 
@@ -207,9 +229,9 @@ def _health(out: list[str], health: Health) -> None:
             "", int(getattr(pub, "published_total", 0))
         )
     _sinks(out, health, time.time_ns() // 1_000_000)
-    _Family(out, "lagd_evaluation_seconds", "gauge", "Time to evaluate every group for this scrape").add(
-        "", health.evaluation_seconds_last
-    )
+    _Family(
+        out, "lagd_evaluation_seconds", "gauge", "CPU time to judge and render every group for the last scrape"
+    ).add("", health.evaluation_seconds_last)
 
 
 def _sinks(out: list[str], health: Health, now_ms: int) -> None:
@@ -241,9 +263,15 @@ def _sinks(out: list[str], health: Health, now_ms: int) -> None:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    """Rendered in slices of at most SLICE_S, so a scrape of a large estate never stalls the loop."""
     ctx = request.app[CTX]
-    text = render(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), ctx.settings.http.metrics_detail)
-    return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+    out: list[str] = []
+    slice_end = time.perf_counter() + SLICE_S
+    for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), ctx.settings.http.metrics_detail, out):
+        if time.perf_counter() >= slice_end:
+            await asyncio.sleep(0)
+            slice_end = time.perf_counter() + SLICE_S
+    return web.Response(body="".join(out).encode(), headers={"Content-Type": CONTENT_TYPE})
 
 
 def add_routes(app: web.Application) -> None:
