@@ -35,7 +35,8 @@ stored). Time runs from the process spawn to the poll that first sees completion
 includes the daemon's start-up, and up to one poll interval). Figures per daemon:
 records/s (500,010 / that time), CPU-s (utime+stime from /proc/PID/stat, all threads, at
 completion), records per CPU-second, peak RSS (VmHWM from /proc/PID/status at completion).
-Meanwhile a client GETs /v3/kafka/bench/consumer/<random group>/lag every 50 ms (sequential,
+The progress line scrapes lagd's /metrics every 15 s, as a Prometheus
+would (the first at the start). Meanwhile a client GETs /v3/kafka/bench/consumer/<random group>/lag every 50 ms (sequential,
 30 s timeout) from the first answer of the HTTP server to completion; the max and p99 of
 those response times (including 404s for groups not yet known) are the API's worst
 response during catch-up; requests that fail to connect are counted, not timed.
@@ -84,6 +85,7 @@ OFFSETS_PARTITIONS = 50
 TOPICS = 10
 LOG_END = 101  # records per data-topic partition
 ROUNDS = 5
+SCRAPE_S = 15.0  # lagd's /metrics scraped (for the progress line) as often as a Prometheus would
 EXTRA = 10  # group-partitions that get a 6th commit: 2,000 x 50 x 5 + 10 = 500,010 records
 BATCH_BYTES = 512 * 1024
 POLL_S = 0.25
@@ -351,8 +353,9 @@ async def measure(
                     run.shim_cpu_s = cpu_seconds(shim_pid) - shim_cpu0
                     run.completed = True
                     break
-                if now - last_note >= 2.0:
+                if now - last_note >= SCRAPE_S:
                     last_note = now
+                    # lagd's progress from /metrics, scraped as often as Prometheus commonly does
                     extra = await _lagd_records(session) if name == "lagd" else ""
                     say(
                         f"{name}: {now - started:5.1f} s, cpu {cpu_seconds(proc.pid):5.1f} s, "
@@ -440,7 +443,16 @@ client-id = "lagd-bench-{tag}"
     try:
         return await measure(
             "lagd",
-            [sys.executable, "-m", "lagd", "run", "--config", str(config), "--no-migrate"],
+            [
+                sys.executable,
+                *os.environ.get("BENCH_PY_ARGS", "").split(),
+                "-m",
+                "lagd",
+                "run",
+                "--config",
+                str(config),
+                "--no-migrate",
+            ],
             f"http://127.0.0.1:{port}",
             info,
             shim_pid,
