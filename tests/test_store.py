@@ -253,6 +253,40 @@ def test_migration_up_and_down(empty_database_url: str) -> None:
     assert [r[0] for r in query(empty_database_url, tables)] == ["alembic_version"]
 
 
+async def test_migration_0004_converts_windows_both_ways(empty_database_url: str) -> None:
+    """Windows stored as five arrays (0003) become one bytea (0004) and back, null lags kept."""
+    cfg = alembic_config(empty_database_url)
+    command.upgrade(cfg, "0003")
+    extreme = 2**63 - 1
+    conn = psycopg2.connect(empty_database_url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO windows VALUES ('c1', 'g1', 't', 0, %s, %s, %s, %s, %s), ('c1', 'g1', 't', 1, %s, %s, %s, %s, %s)",
+                (
+                    *([100, 110], [1, 2], [NOV22 - 2000, NOV22 - 1000], [NOV22 - 1990, NOV22 - 990], [None, 5]),
+                    *([extreme], [-5], [0], [-(2**63) + 1], [0]),
+                ),
+            )
+    finally:
+        conn.close()
+    command.upgrade(cfg, "head")
+    state = State(intervals=10)
+    s = Store.from_url(empty_database_url)
+    try:
+        await s.restore(state)
+    finally:
+        await s.close()
+    assert state.window("c1", "g1", "t", 0) == HAND_WINDOW
+    assert state.window("c1", "g1", "t", 1) == [WindowEntry(extreme, -5, 0, -(2**63) + 1, 0)]
+    command.downgrade(cfg, "0003")
+    rows = query(empty_database_url, "SELECT * FROM windows ORDER BY partition")
+    assert rows == [
+        ("c1", "g1", "t", 0, [100, 110], [1, 2], [NOV22 - 2000, NOV22 - 1000], [NOV22 - 1990, NOV22 - 990], [None, 5]),
+        ("c1", "g1", "t", 1, [extreme], [-5], [0], [-(2**63) + 1], [0]),
+    ]
+
+
 async def test_asyncpg_url_form_and_impossible_history_times(database_url: str) -> None:
     store = Store.from_url(database_url.replace("postgresql://", "postgresql+asyncpg://"))
     try:

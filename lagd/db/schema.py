@@ -33,7 +33,9 @@ metadata = MetaData(
 
 # --- live state (restored at start) ------------------------------------------------
 
-# One row per group-partition: the sliding window as parallel arrays, oldest first.
+# One row per group-partition: the sliding window in its flat layout (lagd.state.windows:
+# offset, order, timestamp, observed, lag per entry, oldest first, a null lag as -2**63), each
+# int a big-endian int64 (int8send order), so a write is one bytea per row.
 windows = Table(
     "windows",
     metadata,
@@ -41,11 +43,7 @@ windows = Table(
     Column("group_name", Text, primary_key=True),
     Column("topic", Text, primary_key=True),
     Column("partition", Integer, primary_key=True),
-    Column("offsets", ARRAY(BigInteger), nullable=False),
-    Column("orders", ARRAY(BigInteger), nullable=False),
-    Column("timestamps", ARRAY(BigInteger), nullable=False),
-    Column("observed", ARRAY(BigInteger), nullable=False),
-    Column("lags", ARRAY(BigInteger), nullable=False),  # elements may be NULL
+    Column("entries", LargeBinary, nullable=False),
 )
 
 # Owners of a group's partitions, from the latest group metadata.

@@ -24,9 +24,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from lagd import logs
 from lagd.config import Secret, async_database_url
-from lagd.model import GroupMembers, PartitionOwner, WindowEntry
+from lagd.model import GroupMembers, PartitionOwner
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
-from lagd.state.windows import State, window_columns
+from lagd.state.windows import State, entries_of, window_bytes, window_from_bytes
 
 log = logs.get(__name__)
 
@@ -42,7 +42,7 @@ _MAX_DAY = (dt.date.max - _EPOCH).days
 # Keyed tables: name -> (columns, primary key columns). Staged by COPY, then upserted.
 _KEYED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "windows": (
-        ("cluster", "group_name", "topic", "partition", "offsets", "orders", "timestamps", "observed", "lags"),
+        ("cluster", "group_name", "topic", "partition", "entries"),
         ("cluster", "group_name", "topic", "partition"),
     ),
     "group_members": (
@@ -108,7 +108,7 @@ def _owners_json(members: GroupMembers) -> str:
 
 
 def _window_row(key: tuple[str, str, str, int], window: array[int]) -> tuple[Any, ...]:
-    return (*key, *window_columns(window))
+    return (*key, window_bytes(window))
 
 
 class Store:
@@ -337,11 +337,9 @@ class Store:
         """
         async with self._raw() as apg, apg.transaction(isolation="repeatable_read", readonly=True):
             async for r in apg.cursor(
-                "SELECT cluster, group_name, topic, partition, offsets, orders, timestamps, observed, lags FROM windows",
-                prefetch=FETCH_CHUNK,
+                "SELECT cluster, group_name, topic, partition, entries FROM windows", prefetch=FETCH_CHUNK
             ):
-                entries = [WindowEntry(*e) for e in zip(r[4], r[5], r[6], r[7], r[8], strict=True)]
-                state.restore_window((r[0], r[1], r[2], r[3]), entries)
+                state.restore_window((r[0], r[1], r[2], r[3]), entries_of(window_from_bytes(r[4])))
             async for r in apg.cursor(
                 "SELECT cluster, group_name, member_order, state, owners FROM group_members", prefetch=FETCH_CHUNK
             ):

@@ -14,6 +14,7 @@ objects are only built on reads. That keeps a group-partition well under 1 KiB.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1  # what an array('q') holds
 # The flat window layout, the one definition every reader uses: FIELDS ints per entry, oldest
 # first; arr[i * FIELDS + TS] is entry i's timestamp, arr[LAST + TS] the newest entry's.
 FIELDS = 5
+_LITTLE_ENDIAN = sys.byteorder == "little"
 OFFSET, ORDER, TS, OBSERVED, LAG = range(FIELDS)
 LAST = -FIELDS  # the newest entry's base index
 PREV = -2 * FIELDS  # the second newest entry's
@@ -139,15 +141,24 @@ def flat_window(entries: Iterable[WindowEntry]) -> array[int]:
     return out
 
 
-def window_columns(arr: array[int]) -> tuple[list[int], list[int], list[int], list[int], list[int | None]]:
-    """A flat window as its five columns (offsets, orders, timestamps, observed, lags): the
-    store's row, built by slicing instead of materialising an object per entry."""
-    lags: list[int | None] = arr[LAG::FIELDS].tolist()  # type: ignore[assignment]
-    if NO_LAG in lags:
-        lags = [None if lag == NO_LAG else lag for lag in lags]
-    columns = (arr[f::FIELDS].tolist() for f in (OFFSET, ORDER, TS, OBSERVED))
-    offsets, orders, timestamps, observed = columns
-    return offsets, orders, timestamps, observed, lags
+def window_bytes(arr: array[int]) -> bytes:
+    """A flat window as the store keeps it (windows.entries): its ints as big-endian int64, the
+    flat layout unchanged. One copy, no object per entry, and readable in SQL (int8send order)."""
+    if _LITTLE_ENDIAN:
+        arr = arr[:]
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def window_from_bytes(data: bytes) -> array[int]:
+    """The flat window `window_bytes` stored; ValueError when `data` cannot be one."""
+    if len(data) % (8 * FIELDS):
+        raise ValueError(f"a stored window of {len(data)} bytes is not whole {FIELDS}-field entries of 8 bytes")
+    arr: array[int] = array("q")
+    arr.frombytes(data)
+    if _LITTLE_ENDIAN:
+        arr.byteswap()
+    return arr
 
 
 def entry_at(arr: array[int], i: int) -> WindowEntry:
