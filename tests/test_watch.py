@@ -20,7 +20,7 @@ from lagd.ingest.progress import ReaderProgress
 from lagd.model import Commit, GroupStatus, LogEndSample
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
-from lagd.notify.watch import VerdictWatch, cluster_member
+from lagd.notify.watch import CATCHING_UP_EVERY_MS, VerdictWatch, cluster_member
 
 C, T = "prod", "events"
 T0 = 1_700_000_000_000
@@ -76,6 +76,26 @@ def test_a_status_change_goes_to_history_and_the_feed_once() -> None:
     assert drain(feed) == []
     assert watch.state.drain_changes().status_history == [(T0 + 59_000, C, "g", "OK")]
     assert feed.snapshot(C) is not None  # a complete pass was reported
+
+
+def test_groups_are_judged_rarely_while_the_reader_catches_up_and_at_once_when_it_has() -> None:
+    progress = ReaderProgress()  # reading a backlog: not caught up
+    watch, feed = watch_of(progress, Clock(T0))
+    feed_commits(watch, "g", range(0, 60))
+    assert watch.scan(T0 + 59_000) == 0  # the first pass while catching up judges nothing
+    assert drain(feed) == [] and feed.snapshot(C) is None  # and is not a complete pass
+    assert watch.scan(T0 + 59_000 + CATCHING_UP_EVERY_MS - 1) == 0
+    assert watch.scan(T0 + 59_000 + CATCHING_UP_EVERY_MS) == 1  # still behind after 30 s: judged anyway
+    assert [(c.group, c.status) for c in drain(feed)] == [("g", GroupStatus.OK)]
+    feed_commits(watch, "h", range(60, 118))
+    assert watch.scan(T0 + 118_000) == 0  # next judged 30 s after the last time (89 s)
+    assert watch.state.remove_group(C, "g")
+    assert watch.scan(T0 + 118_500) == 0  # a skipped cluster's groups are not taken for removed
+    progress.mark_caught_up()
+    progress.mark_fresh(T0 + 118_600)
+    assert watch.scan(T0 + 118_600) == 2  # at the end: every group judged in the very next pass
+    assert sorted((c.group, c.status) for c in drain(feed)) == [("g", GroupStatus.NOTFOUND), ("h", GroupStatus.OK)]
+    assert feed.snapshot(C) is not None
 
 
 def test_a_removed_group_is_offered_as_notfound() -> None:

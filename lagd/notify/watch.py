@@ -1,6 +1,6 @@
 """The verdict watch: turns group verdicts into status changes, and lagd's sight into one incident.
 
-Each pass judges every group (through the Evaluator's cache), records a changed group status
+Each pass judges every group that may have changed (Evaluator.due), records a changed group status
 in the history the trends job rolls up, and offers it to the notifier as a GroupChange. It
 also judges whether lagd sees each cluster (lagd.evaluate.sight): while blind, the
 evaluator holds time-driven verdicts as of the moment lagd last saw the cluster, and the
@@ -27,6 +27,11 @@ from lagd.state.windows import State
 log = logs.get("lagd.watch")
 
 SCAN_EVERY_S = 2.0
+# While a cluster's offsets reader catches up, what it has read is an older, partial picture
+# (some offsets partitions ahead of others) that changes with every batch: judging it every
+# pass costs as much as the reading itself and reports nothing an operator can act on. Its
+# groups are judged this often until the reader stands at the end (then every pass again).
+CATCHING_UP_EVERY_MS = 30_000
 SLICE_S = 0.01  # the longest the verdict scan keeps the event loop at once
 
 
@@ -61,6 +66,7 @@ class VerdictWatch:
     clock: Callable[[], int]
     statuses: dict[tuple[str, str], GroupStatus] = field(default_factory=dict)
     sights: dict[str, ClusterSight] = field(default_factory=dict)
+    judged_at: dict[str, int] = field(default_factory=dict)  # cluster -> when its groups were last judged
 
     def __post_init__(self) -> None:
         self.evaluator.blind_since = self.blind_since
@@ -110,13 +116,26 @@ class VerdictWatch:
         """One whole pass over every group at once; returns how many changed status."""
         return sum(self._pass(now))
 
+    def _judge_now(self, cluster: str, now: int) -> bool:
+        """Judge the cluster's groups in this pass? Always once its reader has caught up; while
+        it catches up, every CATCHING_UP_EVERY_MS from the first pass (see there)."""
+        if getattr(self.progress.get(cluster), "caught_up", True):
+            return True
+        first = self.judged_at.setdefault(cluster, now)
+        return now - first >= CATCHING_UP_EVERY_MS
+
     def _pass(self, now: int) -> Iterator[int]:
         """One pass, a group at a time: yields 1 for a group whose status changed, else 0, so
         the daemon can hand the loop back between groups (nothing blocks it for long)."""
         self.judge_sights(now)
         seen: set[tuple[str, str]] = set()
+        skipped: set[str] = set()
         evaluator = self.evaluator
         for cluster in self.clusters:
+            if not self._judge_now(cluster, now):
+                skipped.add(cluster)
+                continue
+            self.judged_at[cluster] = now
             for group in self.state.groups(cluster):
                 key = (cluster, group)
                 seen.add(key)
@@ -130,11 +149,11 @@ class VerdictWatch:
                     yield 1
                 else:
                     yield 0
-        for key in [k for k in self.statuses if k not in seen]:
+        for key in [k for k in self.statuses if k not in seen and k[0] not in skipped]:
             del self.statuses[key]
             self._on_change(self.evaluator.group(key[0], key[1], now), now)  # NOTFOUND: resolves its incidents
             yield 1
-        if self.changes is not None:
+        if self.changes is not None and not skipped:
             self.changes.mark_complete("groups")
 
     def _on_change(self, verdict: GroupVerdict, now: int) -> None:
