@@ -31,6 +31,7 @@ from lagd.http.app import Health, HttpContext, start_http
 from lagd.ingest.log_end import sample_log_ends
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.source import read_offsets
+from lagd.loop_lag import LoopLag, watch_loop
 from lagd.model import Event, IngestCounters
 from lagd.notify.delivery import SinkStatus, run_sink
 from lagd.notify.feed import VerdictFeed
@@ -342,7 +343,10 @@ async def _run(rt: Runtime, migrate: bool) -> None:
     store = Store.from_url(settings.storage.database_url)
     wb = WriteBehind.from_settings(store, rt.state, rt.persist_wake, settings.storage)
     publisher = PublisherStatus()
-    health = Health(counters=rt.counters, progress=rt.progress, persister=wb.status, publisher=publisher)
+    loop_lag = LoopLag()
+    health = Health(
+        counters=rt.counters, progress=rt.progress, persister=wb.status, publisher=publisher, loop_lag=loop_lag
+    )
     ctx = HttpContext(
         settings=settings,
         state=rt.state,
@@ -363,6 +367,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         others.append(asyncio.create_task(coro, name=name))
 
     runner = await start_http(ctx)
+    spawn(watch_loop(loop_lag), "loop-lag")
     interval = sdnotify.watchdog_interval()
     if interval:
         spawn(pet_watchdog(interval), "watchdog")

@@ -67,6 +67,7 @@ class Health:
     evaluation_seconds_last: float = 0.0
     sights: Mapping[str, Any] = field(default_factory=dict)  # cluster -> ClusterSight (degraded when blind)
     sinks: Mapping[str, Any] = field(default_factory=dict)  # sink name -> lagd.notify.delivery.SinkStatus
+    loop_lag: Any = None  # lagd.loop_lag.LoopLag of the daemon's event loop
 
 
 @dataclass

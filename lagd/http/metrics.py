@@ -228,6 +228,14 @@ def _health(out: list[str], health: Health) -> None:
         _Family(out, "lagd_mqtt_published_total", "counter", "Incident messages published").add(
             "", int(getattr(pub, "published_total", 0))
         )
+    lag = health.loop_lag
+    if lag is not None:
+        _Family(out, "lagd_event_loop_lag_seconds", "gauge", "Worst lateness of the event loop in the last minute").add(
+            "", float(lag.worst(time.monotonic()))
+        )
+        _Family(out, "lagd_event_loop_stalls_total", "counter", "Times the event loop woke more than 50 ms late").add(
+            "", int(lag.stalls_total)
+        )
     _sinks(out, health, time.time_ns() // 1_000_000)
     _Family(
         out, "lagd_evaluation_seconds", "gauge", "CPU time to judge and render every group for the last scrape"
