@@ -236,7 +236,6 @@ class MirrorSettings:
     # "identity" keeps names; "prefix" prepends `prefix` (MirrorMaker 2: "<alias>.").
     rename: Literal["identity", "prefix"] = "identity"
     prefix: str = ""
-    mm1_group: str = ""
     allowed_loss: float = 0.001
     window: float = 600.0
 
@@ -344,6 +343,14 @@ def _property_table(key: str, value: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
+# Keys lagd once took, with why they went and what to do instead (a bare "unknown key" would puzzle).
+_REMOVED_KEYS: dict[tuple[type, str], str] = {
+    (MirrorSettings, "mm1-group"): "mirror verdicts come from both clusters' log-end offsets, whatever "
+    "replicates; a MirrorMaker 1 group is judged as every consumer group of the source cluster "
+    "(/v3/kafka/SOURCE/consumer/GROUP): delete the key",
+}
+
+
 def _build(cls: type, raw: Mapping[str, Any], where: str, extra: Mapping[str, Any] | None = None) -> Any:
     hints = typing.get_type_hints(cls)
     known = {_key(f.name): f for f in dataclasses.fields(cls) if f.name != "name"}
@@ -351,6 +358,8 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, extra: Mapping[str, An
     for k, v in raw.items():
         full = f"{where}.{k}"
         f = known.get(k)
+        if (cls, k) in _REMOVED_KEYS:
+            raise ConfigError(full, f"no longer a setting: {_REMOVED_KEYS[(cls, k)]}")
         if f is None:
             hint = ""
             close = [n for n in known if n.replace("-", "") == k.replace("-", "").replace("_", "")]

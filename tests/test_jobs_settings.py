@@ -73,6 +73,11 @@ def test_defaults_leave_spark_its_own() -> None:
         ),
         ('[jobs.spark-conf]\n"spark.files" = ["a", "b"]', 'jobs.spark-conf."spark.files"', 'a string such as "4"'),
         ('[jobs]\nspark-conf = "spark.x=1"', "jobs.spark-conf", 'with "spark.x.y" = "value" lines'),
+        (
+            '[clusters.dr]\nbootstrap-servers = ["k2:9092"]\n[mirrors.m]\nsource = "prod"\ntarget = "dr"\nmm1-group = "mm"',
+            "mirrors.m.mm1-group",
+            "judged as every consumer group of the source cluster",
+        ),
     ],
 )
 def test_bad_jobs_settings_name_the_key_and_what_to_do(text: str, key: str, says: str) -> None:

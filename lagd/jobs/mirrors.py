@@ -18,7 +18,9 @@ as MirrorMaker 2 or 1 do for a topic mirrored since it was created). Where that 
 not so (the target ahead, or further behind than the history reaches, as after the source's
 log was trimmed before mirroring started) the rules assume the mirror was caught up where it
 came closest to the source, and the delay is a lower bound (details "anchor": "caught-up").
-`mm1_group` is not used yet: verdicts come from log-end offsets only.
+Verdicts come from log-end offsets only, so they hold for any replicator (MirrorMaker 1 or 2,
+Replicator, uReplicator); a MirrorMaker 1 consumer group is judged as every group of the
+source cluster is, by the daemon.
 """
 
 from __future__ import annotations
