@@ -107,6 +107,10 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
     import importlib.util
 
+    from lagd import logs
+
+    logs.configure(settings.log.level, settings.log.format)  # as `lagd run`: [log] format and level
+
     if importlib.util.find_spec("pyspark") is None:
         print(
             "lagd: the Spark jobs need PySpark, which is not installed here: "

@@ -71,8 +71,9 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    global _current, _handler
+    global _current, _handler, _json
     _current = level
+    _json = as_json
     # Libraries log through the standard library: the same processors render their records.
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
@@ -116,6 +117,14 @@ def set_level(level: str) -> None:
 
 def current_level() -> str:
     return _current
+
+
+_json = False
+
+
+def is_json() -> bool:
+    """Whether `configure` chose JSON lines: then a command's own messages must be JSON events too."""
+    return _json
 
 
 def get(name: str) -> Any:

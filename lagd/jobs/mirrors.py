@@ -39,7 +39,7 @@ from psycopg2.extras import Json  # type: ignore[import-untyped]
 from lagd import logs
 from lagd.config import ConfigError, MirrorSettings, Settings, load
 from lagd.evaluate.mirrors import MirrorJudgement, MirrorVerdict, judge_young_mirror
-from lagd.jobs.spark import job_errors, read_range, report_failure, session_for, stop_session
+from lagd.jobs.spark import job_errors, read_range, report_failure, say, session_for, stop_session
 from lagd.jobs.trends import parse_time, pg_dsn
 
 log = logs.get(__name__)
@@ -75,10 +75,6 @@ class TopicVerdict:
 def target_topic(mirror: MirrorSettings, topic: str) -> str:
     """The name a source topic has on the target: the same, or with the MirrorMaker 2 prefix."""
     return mirror.prefix + topic if mirror.rename == "prefix" else topic
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def appended_counts(
@@ -208,7 +204,7 @@ def run_mirrors(
     spark: Any,
     database_url: str,
     mirrors: Mapping[str, MirrorSettings],
-    progress: Callable[[str], None] = _stderr,
+    progress: Callable[[str], None] = say,
     *,
     now_ms: int | None = None,
     buckets: int = BUCKETS,
@@ -244,7 +240,7 @@ def run_mirrors(
 def main(settings: Settings, args: argparse.Namespace) -> int:
     """`lagd jobs mirrors`: 0 when done (whatever the verdicts), 1 with what failed and what to do next."""
     if not settings.mirrors:
-        print("lagd: no mirrors configured: add [mirrors.NAME] with source and target clusters", file=sys.stderr)
+        say("lagd: no mirrors configured: add [mirrors.NAME] with source and target clusters")
         return 0
     errors = job_errors()
     try:

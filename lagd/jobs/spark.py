@@ -296,10 +296,23 @@ def job_errors() -> tuple[type[BaseException], ...]:
     return (JobError, psycopg2.Error, Py4JError, PySparkException)
 
 
+def say(line: str) -> None:
+    """A job's progress line for the operator: on stderr, or a JSON event when log.format is JSON
+    (so every line of a journal of JSON lines parses)."""
+    if logs.is_json():
+        log.info(line)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
 def report_failure(job: str, exc: BaseException) -> int:
-    """Print why `job` failed and what to do next to stderr (the trace goes to the debug log); 1."""
+    """Say why `job` failed and what to do next, on stderr or as one JSON event (the trace goes to
+    the debug log); 1."""
     reason, hint = explain(exc)
-    log.debug("job failed", job=job, exc_info=exc)
+    log.debug("job failure trace", job=job, exc_info=exc)
+    if logs.is_json():
+        log.error("job failed", job=job, reason=reason, **({"next": hint} if hint else {}))
+        return 1
     print(f"lagd: {job} job failed: {reason}", file=sys.stderr)
     if hint:
         print(f"lagd: {hint}", file=sys.stderr)

@@ -48,7 +48,16 @@ import psycopg2  # type: ignore[import-untyped]
 
 from lagd import logs
 from lagd.config import ConfigError, Settings, load, sync_database_url
-from lagd.jobs.spark import JobError, job_errors, read_range, report_failure, session_for, stop_session, write_table
+from lagd.jobs.spark import (
+    JobError,
+    job_errors,
+    read_range,
+    report_failure,
+    say,
+    session_for,
+    stop_session,
+    write_table,
+)
 from lagd.times import epoch_ms
 
 log = logs.get(__name__)
@@ -117,10 +126,6 @@ def parse_time(text: str | None) -> int | None:
         raise JobError(
             f"cannot read time {text!r}: use epoch milliseconds or ISO 8601 like 2026-11-22T08:00Z"
         ) from None
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _watermark(cur: Any) -> int | None:
@@ -352,7 +357,7 @@ def run_trends(
     database_url: str,
     start_ms: int | None = None,
     end_ms: int | None = None,
-    progress: Callable[[str], None] = _stderr,
+    progress: Callable[[str], None] = say,
     *,
     partitions: int = 8,
     overlap_s: float = 300.0,
