@@ -219,8 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("jobs", help="run a Spark job (trends, mirrors)", description="Run a PySpark job once.")
     p.add_argument("job", choices=["trends", "mirrors"])
     p.add_argument("--config", "-c", default=DEFAULT_CONFIG)
-    p.add_argument("--from", dest="start", default=None, help="range start (ISO time or epoch ms); backfills")
-    p.add_argument("--to", dest="end", default=None, help="range end (ISO time or epoch ms)")
+    p.add_argument(
+        "--from",
+        dest="start",
+        default=None,
+        help="range start (ISO time or epoch ms): trends backfills from then; mirrors judges [--from, --to) "
+        "instead of each mirror's trailing window",
+    )
+    p.add_argument("--to", dest="end", default=None, help="range end (ISO time or epoch ms; default now)")
     p.add_argument("--master", default=None, help="Spark master URL (default: jobs.spark-master)")
     p.set_defaults(func=_cmd_jobs)
     return parser

@@ -170,3 +170,43 @@ def test_spark_error_is_two_lines_without_a_trace(
         'lagd: mirrors job failed: PSQLException: relation "log_end_history" does not exist',
         "lagd: the database lacks lagd's tables or columns: run `lagd db upgrade` with this configuration",
     ]
+
+
+def test_from_judges_the_given_range_instead_of_the_window(
+    spark: Any, database_url: str, capsys: Any, monkeypatch: Any
+) -> None:
+    # Stalls delivers up to T0+270 s, then nothing. Over the mirror's trailing 600 s it got half of
+    # what the source appended; over [T0+300 s, NOW) (--from) it got none of it.
+    _insert(database_url, _samples("src", "stalls") + _samples("dst", "src.stalls", offset_s=5, stop=270))
+    monkeypatch.setattr("lagd.jobs.mirrors.session_for", lambda *a, **kw: _KeepRunning(spark))
+    settings = _settings(database_url)
+
+    assert mirrors_main(settings, argparse.Namespace(start=None, end=str(NOW), master=None)) == 0
+    whole = _stored(database_url)
+    assert (whole["verdict"], whole["completeness"], whole["details"]["bucket_seconds"]) == ("STALLED", 0.5, 60.0)
+
+    assert mirrors_main(settings, argparse.Namespace(start=str(T0 + 300 * S), end=str(NOW), master=None)) == 0
+    late = _stored(database_url)
+    assert (late["verdict"], late["completeness"], late["details"]["bucket_seconds"]) == ("STALLED", 0.0, 30.0)
+    assert late["evaluated_at"] == NOW
+    assert "mirrors: dr (src -> dst): 1 topic(s): 1 STALLED" in capsys.readouterr().err
+
+
+def test_from_not_before_to_is_refused_before_spark_starts(capsys: Any) -> None:
+    args = argparse.Namespace(start=str(NOW), end=str(T0), master=None)
+    assert mirrors_main(_settings("postgresql://nobody@127.0.0.1:1/none"), args) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "lagd: mirrors job failed: empty range: --to (2027-01-15T08:00Z) must be after --from (2027-01-15T08:10Z): "
+        "give a later --to, or leave --to out to run up to now"
+    ]
+
+
+def _stored(url: str) -> dict[str, Any]:
+    conn = psycopg2.connect(url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT verdict, completeness, details, evaluated_at FROM mirror_status WHERE topic = 'stalls'")
+            verdict, completeness, details, evaluated_at = cur.fetchone()
+    finally:
+        conn.close()
+    return {"verdict": verdict, "completeness": completeness, "details": details, "evaluated_at": evaluated_at}

@@ -21,11 +21,15 @@ came closest to the source, and the delay is a lower bound (details "anchor": "c
 Verdicts come from log-end offsets only, so they hold for any replicator (MirrorMaker 1 or 2,
 Replicator, uReplicator); a MirrorMaker 1 consumer group is judged as every group of the
 source cluster is, by the daemon.
+
+`--from T` (with `--to`, default now) judges every mirror over [T, --to) instead of its
+trailing `window`: what a mirror looked like during a past range.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 import time
@@ -40,7 +44,7 @@ from lagd import logs
 from lagd.config import ConfigError, MirrorSettings, Settings, load
 from lagd.evaluate.mirrors import MirrorJudgement, MirrorVerdict, judge_young_mirror
 from lagd.jobs.spark import job_errors, read_range, report_failure, say, session_for, stop_session
-from lagd.jobs.trends import parse_time, pg_dsn
+from lagd.jobs.trends import check_range, parse_time, pg_dsn
 
 log = logs.get(__name__)
 
@@ -210,16 +214,19 @@ def run_mirrors(
     buckets: int = BUCKETS,
     history: int = HISTORY,
     partitions: int = 8,
+    window_ms: int | None = None,
 ) -> list[TopicVerdict]:
     """Judge every mirror over its trailing window ending now, store and return the verdicts.
 
+    `window_ms` (from --from) replaces every mirror's `window`, so a past range can be judged.
     `history` buckets before the window are read as well: the longest delay measured.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     verdicts: list[TopicVerdict] = []
-    for name, mirror in sorted(mirrors.items()):
-        window_ms = int(mirror.window * 1000)
-        bucket_ms = max(1, window_ms // buckets)
+    for name, configured in sorted(mirrors.items()):
+        mirror = configured if window_ms is None else dataclasses.replace(configured, window=window_ms / 1000)
+        window_ms_of = int(mirror.window * 1000)
+        bucket_ms = max(1, window_ms_of // buckets)
         start = now - bucket_ms * (history + buckets)
         counts = appended_counts(
             spark, database_url, sorted({mirror.source, mirror.target}), start, now, bucket_ms, partitions
@@ -237,6 +244,20 @@ def run_mirrors(
     return verdicts
 
 
+def judged_range(start: str | None, end: str | None) -> tuple[int | None, int | None]:
+    """(end of the judged window or None for now, its length from --from or None for each mirror's window).
+
+    A JobError, naming what to change, when a time cannot be read or --from is not before --to (or now).
+    """
+    start_ms, end_ms = parse_time(start), parse_time(end)
+    if start_ms is None:
+        return end_ms, None
+    now = int(time.time() * 1000)
+    check_range(start_ms, end_ms, now)
+    until = now if end_ms is None else end_ms
+    return until, until - start_ms
+
+
 def main(settings: Settings, args: argparse.Namespace) -> int:
     """`lagd jobs mirrors`: 0 when done (whatever the verdicts), 1 with what failed and what to do next."""
     if not settings.mirrors:
@@ -244,7 +265,7 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     errors = job_errors()
     try:
-        now_ms = parse_time(getattr(args, "end", None))  # before Spark starts
+        now_ms, window_ms = judged_range(getattr(args, "start", None), getattr(args, "end", None))  # before Spark
         spark = session_for(settings, "lagd-mirrors", args.master)
     except errors as exc:
         return report_failure("mirrors", exc)
@@ -255,6 +276,7 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
             settings.mirrors,
             now_ms=now_ms,
             partitions=settings.jobs.jdbc_partitions,
+            window_ms=window_ms,
         )
     except errors as exc:
         return report_failure("mirrors", exc)
@@ -267,7 +289,7 @@ def _entry(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry: the same arguments as `lagd jobs mirrors`."""
     parser = argparse.ArgumentParser(prog="mirrors.py", description="lagd mirrors job (spark-submit entry)")
     parser.add_argument("--config", "-c", default="/etc/lagd/lagd.toml")
-    parser.add_argument("--from", dest="start", default=None, help="ignored: the window ends now")
+    parser.add_argument("--from", dest="start", default=None, help="judge [--from, --to) instead of each window")
     parser.add_argument("--to", dest="end", default=None, help="judge the window ending then (default now)")
     parser.add_argument("--master", default="", help="Spark master (default: the one spark-submit was given)")
     args = parser.parse_args(argv)
