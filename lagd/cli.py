@@ -48,10 +48,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from lagd.daemon import run
 
     logs.configure(settings.log.level, settings.log.format)
+    # From here on every line is a log event (one JSON object in the JSON format), failures too.
+    log = logs.get("lagd")
     try:
         return asyncio.run(run(settings, migrate=args.migrate, config_path=args.config))
     except OSError as exc:  # the operator needs the reason and the fix, not a traceback
-        print(f"lagd: {_runtime_error(exc, settings, args.config)}", file=sys.stderr)
+        log.error(_runtime_error(exc, settings, args.config))
+        return 1
+    except Exception:
+        log.exception("lagd failed unexpectedly: please report this with the exception")
         return 1
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -211,10 +212,11 @@ def test_http_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
         stderr = (tmp_path / "lagd.log").read_text()
         assert code == 1, stderr
         assert "Traceback" not in stderr, stderr
-        last = stderr.strip().splitlines()[-1]
-        assert last == (
-            f"lagd: http.listen 127.0.0.1:{port} is in use: "
-            "stop the other process or set http.listen to a free host:port"
+        lines = stderr.strip().splitlines()
+        events = [json.loads(line) for line in lines]  # JSON logs: the failure is a JSON line too
+        assert (events[-1]["level"], events[-1]["event"]) == (
+            "error",
+            f"http.listen 127.0.0.1:{port} is in use: stop the other process or set http.listen to a free host:port",
         ), stderr
     finally:
         busy.close()

@@ -1,13 +1,16 @@
 """Every line lagd writes is one log event: JSON off a terminal (level, event, timestamp on each),
 one console line on a terminal; libraries' records (aiokafka, aiohttp, asyncio, warnings) and
 exceptions included. The real daemon is run as a process against a broker that refuses
-connections for a while, then answers."""
+connections for a while, then answers; and at debug level through outages of Postgres, the
+broker and MQTT and through malformed and bad HTTP requests."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -16,8 +19,10 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from lagd import embedded
+from tests.netcut import Cuttable
 
 ROOT = Path(__file__).resolve().parent.parent
 Settle = Callable[..., Awaitable[Any]]
@@ -177,3 +182,97 @@ async def test_daemon_logs_only_json_while_the_broker_refuses_and_after(
     assert warnings and all(e["attempt"] == 1 for e in warnings), warnings  # once per reader, not per attempt
     assert not any("KafkaConnectionError: KafkaConnectionError" in e.get("error", "") for e in events)
     assert not any(e.get("logger", "").startswith("aiokafka") for e in events)
+
+
+def _raw_http(port: int, request: bytes) -> bytes:
+    """Send bytes that are not a well-formed HTTP request; the status line of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        return s.recv(4096).split(b"\r\n", 1)[0]
+
+
+def _status(port: int, method: str, path: str, body: bytes | None = None, timeout: float = 30) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method, data=body)
+    request.add_header("Authorization", "Bearer t0ken")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+async def test_daemon_at_debug_logs_only_json_through_outages_and_bad_requests(
+    database_url: str, tmp_path: Path, settle: Settle
+) -> None:
+    """Every line `lagd run` writes is one JSON event at log level debug (the libraries' records
+    shown too) while Postgres is unreachable at start and again later, the broker and the MQTT
+    broker refuse, and clients send malformed HTTP and bad requests; exceptions are fields."""
+    db = urlsplit(database_url)
+    postgres = Cuttable(db.hostname or "127.0.0.1", db.port or 5432)
+    db_port = await postgres.start()
+    postgres.cut()  # unreachable when lagd starts
+    broker_port, http_port, mqtt_port = embedded.free_port(), embedded.free_port(), embedded.free_port()
+    env = {
+        **os.environ,
+        "LAGD_CLUSTERS_LOCAL_BOOTSTRAP_SERVERS": f"127.0.0.1:{broker_port}",
+        "LAGD_CLUSTERS_LOCAL_OFFSET_REFRESH": "0.5",
+        "LAGD_CLUSTERS_LOCAL_REQUEST_TIMEOUT": "2",
+        "LAGD_STORAGE_DATABASE_URL": db._replace(netloc=f"{db.username}@127.0.0.1:{db_port}").geturl(),
+        "LAGD_HTTP_LISTEN": f"127.0.0.1:{http_port}",
+        "LAGD_HTTP_AUTH_TOKEN": "t0ken",
+        "LAGD_NOTIFY_MQTT_URL": f"mqtt://127.0.0.1:{mqtt_port}",  # nothing listens there
+        "LAGD_LOG_FORMAT": "json",
+        "LAGD_LOG_LEVEL": "debug",
+    }
+    out = tmp_path / "lagd.log"
+    proc = start_lagd(env, out)
+    broker = None
+    try:
+
+        def logged(needle: str) -> bool:
+            return needle in out.read_text(errors="replace")
+
+        await settle(lambda: logged("restoring state from Postgres failed"), timeout=30, what="the Postgres failure")
+        postgres.restore()
+        await settle(lambda: logged('"lagd running"'), timeout=60, what="lagd running once Postgres answers")
+        await settle(lambda: logged('"logger": "aiokafka'), timeout=30, what="aiokafka's own records (debug)")
+        await settle(lambda: logged("notify delivery interrupted"), timeout=30, what="the MQTT failure")
+        # Malformed HTTP: aiohttp answers 400 and logs the parser's exception.
+        assert await asyncio.to_thread(_raw_http, http_port, b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n") == (
+            b"HTTP/1.0 400 Bad Request"
+        )
+        assert await asyncio.to_thread(_raw_http, http_port, b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n") == (
+            b"HTTP/1.0 400 Bad Request"
+        )
+        await settle(lambda: logged('"logger": "aiohttp.server"'), timeout=10, what="aiohttp's record")
+        # Bad requests lagd answers itself.
+        for method, path, body, code in (
+            ("POST", "/v3/admin/loglevel", b"{not json", 400),
+            ("PUT", "/v3/kafka", None, 405),
+            ("GET", "/no/such/path", None, 404),
+            ("GET", "/lagd/v1/incidents?limit=many", None, 400),
+        ):
+            assert await asyncio.to_thread(_status, http_port, method, path, body) == code, (method, path)
+        postgres.cut()  # Postgres goes away while lagd runs: the API says 503 and logs why
+        assert await asyncio.to_thread(_status, http_port, "GET", "/lagd/v1/incidents") == 503
+        await settle(lambda: logged("database query for the API failed"), timeout=10, what="the API's DB failure")
+        postgres.restore()
+        broker = embedded.start_tansu(port=broker_port)
+        await settle(lambda: _ready(http_port), timeout=60, what="lagd ready once the broker answers")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            if broker is not None:
+                broker.stop()
+            await postgres.close()
+    assert proc.returncode == 0, out.read_text()
+    events = parse_all(out.read_text().splitlines())
+    loggers = {e.get("logger", "") for e in events}
+    assert "aiokafka" in loggers and "aiohttp.server" in loggers, loggers  # aiokafka: only at debug
+    assert any("Traceback" in e.get("exception", "") for e in events if e.get("logger") == "aiohttp.server")
+    assert any(e["event"] == "restoring state from Postgres failed; retrying" for e in events)
+    assert {"lagd starting", "lagd running", "lagd stopped"} <= {e["event"] for e in events}
