@@ -6,6 +6,9 @@ aiohttp, asyncio, sqlalchemy, alembic, Python warnings), the latter with a `logg
 An exception is a field of its event (`exception`: the traceback, escaped onto the line in
 JSON; `exc`: `Type: message (file:line)` on a terminal), never a multi-line block.
 
+A request aiohttp cannot parse is the client's fault: one warning line (client and reason, at
+most one a minute), not an ERROR with the parser's traceback.
+
 aiokafka logs every failed connection attempt itself at ERROR; lagd's readers already report
 each outage once with what to do (lagd.backoff), so aiokafka's own lines show only at
 log.level = "debug".
@@ -14,7 +17,9 @@ log.level = "debug".
 from __future__ import annotations
 
 import logging
+import math
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -55,6 +60,40 @@ def _flatten_message(_: Any, __: str, event: EventDict) -> EventDict:
     return event
 
 
+class _MalformedRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse (the client's fault, answered 400) at ERROR with
+    the parser's traceback, so a scanner or a misconfigured client looks like a lagd failure and
+    can fill the log. Such a record becomes one warning line naming the client and what was
+    wrong, at most one per `every` seconds (saying how many went unlogged meanwhile)."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        super().__init__()
+        self.every = every
+        self._last = -math.inf
+        self._unlogged = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        now = time.monotonic()
+        if now - self._last < self.every:
+            self._unlogged += 1
+            return False
+        lines = [ln.strip() for ln in str(exc.message).splitlines() if ln.strip()]
+        what = (lines[0].rstrip(":") if lines else exc.__class__.__name__)[:200]
+        peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        more = f" ({self._unlogged} more since the last such line)" if self._unlogged else ""
+        record.msg = f"malformed HTTP request from {peer} answered {exc.code}: {what}{more}"
+        record.args = ()
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        self._last, self._unlogged = now, 0
+        return True
+
+
 def configure(level: str = "info", fmt: str = "auto") -> None:
     """Set up structlog and the standard library's logging once; `set_level` changes the level later."""
     as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
@@ -91,6 +130,10 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     _handler = handler
+    server = logging.getLogger("aiohttp.server")
+    for old_filter in [f for f in server.filters if isinstance(f, _MalformedRequests)]:
+        server.removeFilter(old_filter)
+    server.addFilter(_MalformedRequests())
     logging.captureWarnings(True)
     _set_library_levels(level)
 

@@ -42,6 +42,12 @@ EMITTER = textwrap.dedent(
         log.error("lagd failed", exc_info=True)
         logging.getLogger("aiohttp.server").error("Error handling request\\nsecond line", exc_info=True)
     logging.getLogger("aiokafka.conn").error("Unable connect to node with id 0")  # quiet unless debug
+    from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+    for bad in (BadHttpMessage("Invalid header:\\n\\n  b'x'\\n  ^"), LineTooLong("Got more than 8190 bytes")):
+        try:
+            raise bad
+        except Exception as exc:  # a client's malformed request, as aiohttp logs it
+            logging.getLogger("aiohttp.server").exception("Error handling request from %s", "10.1.2.3", exc_info=exc)
     logging.getLogger("sqlalchemy.pool").warning("pool warning")
     warnings.warn("something deprecated", DeprecationWarning, stacklevel=1)
 
@@ -95,6 +101,16 @@ def test_every_path_logs_one_json_object_a_line() -> None:
     assert any("something deprecated" in e["event"] and e["logger"] == "py.warnings" for e in events)
     assert any(e.get("logger") == "asyncio" and "never retrieved" in e.get("exception", "") for e in events)
     assert not any("Unable connect" in e["event"] for e in events)
+    # A client's malformed request: a warning without traceback, at most one a minute.
+    malformed = [e for e in events if e["event"].startswith("malformed HTTP request")]
+    assert malformed == [
+        {
+            "event": "malformed HTTP request from 10.1.2.3 answered 400: Invalid header",
+            "level": "warning",
+            "logger": "aiohttp.server",
+            "timestamp": malformed[0]["timestamp"],
+        }
+    ], malformed
 
 
 def test_console_format_is_one_line_per_event() -> None:
@@ -103,7 +119,7 @@ def test_console_format_is_one_line_per_event() -> None:
     failed = [ln for ln in lines if "lagd failed" in ln]
     assert len(failed) == 1 and "exc='ValueError: bad value (<string>:" in failed[0]
     assert not any(ln.startswith(("Traceback", "  File", " ")) for ln in lines), lines
-    assert len(lines) == 6, lines
+    assert len(lines) == 7, lines
 
 
 def _ready(port: int) -> bool:
@@ -273,6 +289,11 @@ async def test_daemon_at_debug_logs_only_json_through_outages_and_bad_requests(
     events = parse_all(out.read_text().splitlines())
     loggers = {e.get("logger", "") for e in events}
     assert "aiokafka" in loggers and "aiohttp.server" in loggers, loggers  # aiokafka: only at debug
-    assert any("Traceback" in e.get("exception", "") for e in events if e.get("logger") == "aiohttp.server")
+    # the two malformed requests: one warning naming the client and what was wrong, no traceback
+    (malformed,) = [e for e in events if e.get("logger") == "aiohttp.server"]
+    assert malformed["level"] == "warning" and "exception" not in malformed, malformed
+    assert (
+        malformed["event"] == "malformed HTTP request from 127.0.0.1 answered 400: Invalid character in Content-Length"
+    )
     assert any(e["event"] == "restoring state from Postgres failed; retrying" for e in events)
     assert {"lagd starting", "lagd running", "lagd stopped"} <= {e["event"] for e in events}
