@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from lagd import logs, sdnotify
 from lagd.backoff import Backoff, describe_error
+from lagd.clock import Clock, wall_ms
 from lagd.config import ConfigError, Settings, load
 from lagd.core import build_core
 from lagd.db.migrate import upgrade
@@ -56,10 +57,6 @@ STOP_BUDGET_S = 4.0  # everything must be down within 5 s of SIGTERM
 T = TypeVar("T")
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclass
 class Runtime:
     """The live pieces, shared by the tasks and read by HTTP. Plain data, no behaviour."""
@@ -73,12 +70,13 @@ class Runtime:
     counters: dict[str, IngestCounters] = field(default_factory=dict)
     progress: dict[str, Any] = field(default_factory=dict)
     persist_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    clock: Clock = wall_ms  # the one clock every part reads "now" from (lagd.clock)
 
     def ready(self) -> bool:
         return self.restored.is_set() and all(getattr(p, "caught_up", False) for p in self.progress.values())
 
 
-def build_runtime(settings: Settings, stop: asyncio.Event) -> Runtime:
+def build_runtime(settings: Settings, stop: asyncio.Event, *, clock: Clock = wall_ms) -> Runtime:
     state, evaluator = build_core(settings)
     return Runtime(
         settings=settings,
@@ -87,6 +85,7 @@ def build_runtime(settings: Settings, stop: asyncio.Event) -> Runtime:
         events=asyncio.Queue(EVENT_QUEUE_BATCHES),
         stop=stop,
         counters={name: IngestCounters() for name in settings.clusters},
+        clock=clock,
     )
 
 
@@ -121,7 +120,7 @@ async def drain_queue(rt: Runtime) -> None:
 
 async def expire_groups(rt: Runtime, every_s: float = 60.0) -> None:
     while True:
-        gone = rt.state.expire_groups(now_ms())
+        gone = rt.state.expire_groups(rt.clock())
         if gone:
             log.info("groups expired", count=len(gone), expire_group_s=rt.settings.storage.expire_group)
         await asyncio.sleep(every_s)
@@ -278,7 +277,15 @@ def _start_readers(
         members = rt.state.group_members(name) if cluster.offsets_source != "admin" else None
         topics_of = functools.partial(_group_topics, rt, name)
         reader = read_offsets(
-            cluster, mine, rt.events, progress, counters, rt.stop, members=members, known_topics=topics_of
+            cluster,
+            mine,
+            rt.events,
+            progress,
+            counters,
+            rt.stop,
+            members=members,
+            known_topics=topics_of,
+            clock=rt.clock,
         )
         spawn(reader, f"offsets-{name}")
         wanted = functools.partial(consumed_topics, rt, name)
@@ -291,6 +298,7 @@ def _start_readers(
             patterns=mirror_patterns(rt.settings, name),
             known=rt.state.topics(name),
             every_topic=True,  # Burrow's /topic paths list every topic, consumed or not
+            clock=rt.clock,
         )
         spawn(sampler, f"log-end-{name}")
 
@@ -316,8 +324,13 @@ async def run(
     migrate: bool = True,
     config_path: str | None = None,
     stop: asyncio.Event | None = None,
+    clock: Clock = wall_ms,
 ) -> int:
-    """Run lagd until SIGTERM/SIGINT (or `stop` is set); returns the exit status."""
+    """Run lagd until SIGTERM/SIGINT (or `stop` is set); returns the exit status.
+
+    `clock` is the one clock every part reads "now" from (lagd.clock): the wall clock unless
+    a test drives time itself.
+    """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -329,7 +342,7 @@ async def run(
         loop.add_signal_handler(signal.SIGHUP, _reload_log_level, config_path)
         installed.append(signal.SIGHUP)
     try:
-        await _run(build_runtime(settings, stop), migrate)
+        await _run(build_runtime(settings, stop, clock=clock), migrate)
     finally:
         for sig in installed:
             with contextlib.suppress(Exception):
@@ -341,7 +354,8 @@ async def _run(rt: Runtime, migrate: bool) -> None:
     settings = rt.settings
     log.info("lagd starting", clusters=list(settings.clusters), listen=settings.http.listen)
     store = Store.from_url(settings.storage.database_url)
-    wb = WriteBehind.from_settings(store, rt.state, rt.persist_wake, settings.storage)
+    clock = rt.clock
+    wb = WriteBehind.from_settings(store, rt.state, rt.persist_wake, settings.storage, clock=clock)
     publisher = PublisherStatus()
     loop_lag = LoopLag()
     health = Health(
@@ -351,7 +365,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         settings=settings,
         state=rt.state,
         evaluator=rt.evaluator,
-        now_ms=now_ms,
+        now_ms=clock,
         ready=rt.ready,
         health=health,
         engine=store.engine,
@@ -391,17 +405,17 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             if settings.notify.enabled:
                 changes = VerdictFeed(producers=("groups", "mirrors") if settings.mirrors else ("groups",))
                 if settings.mirrors:
-                    spawn(watch_mirrors(store.engine, settings.mirrors, changes), "mirrors")
-                spawn(run_notifier(store.engine, settings.notify, changes, rt.stop), "notifier")
+                    spawn(watch_mirrors(store.engine, settings.mirrors, changes, clock=clock), "mirrors")
+                spawn(run_notifier(store.engine, settings.notify, changes, rt.stop, clock=clock), "notifier")
                 # every instance runs one; only the holder of the publish lease drains the outbox
-                spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher), "mqtt")
+                spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher, clock=clock), "mqtt")
                 # <prefix>/<cluster>/status: online while running, offline (last will) after
                 spawn(
                     announce_availability(store.engine, settings.notify, list(settings.clusters), rt.stop),
                     "mqtt-status",
                 )
                 _start_sinks(rt, store, health, spawn)
-            watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, now_ms)
+            watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, clock)
             health.sights = watch.sights
             spawn(watch.run(), "verdicts")
             sdnotify.notify("READY=1")
@@ -434,7 +448,13 @@ def _start_sinks(
     for sink in rt.settings.sinks.values():
         statuses[sink.name] = status = SinkStatus(sink.name, sink.kind)
         run = run_sink(
-            store.engine, sink, rt.stop, status, status_url=page, poll_interval=rt.settings.notify.publish_interval
+            store.engine,
+            sink,
+            rt.stop,
+            status,
+            status_url=page,
+            poll_interval=rt.settings.notify.publish_interval,
+            clock=rt.clock,
         )
         spawn(run, f"sink-{sink.name}")
     health.sinks = statuses

@@ -20,6 +20,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from lagd import logs
+from lagd.clock import Clock
 from lagd.config import Settings
 from lagd.evaluate import Evaluator
 from lagd.model import IngestCounters
@@ -77,7 +78,7 @@ class HttpContext:
     settings: Settings
     state: State
     evaluator: Evaluator
-    now_ms: Callable[[], int]
+    now_ms: Clock  # the daemon's one clock (lagd.clock)
     ready: Callable[[], bool]
     health: Health
     engine: AsyncEngine | None = None

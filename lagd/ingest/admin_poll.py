@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, Cons
 from aiokafka.structs import TopicPartition
 
 from lagd import logs
+from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_admin
@@ -65,10 +65,6 @@ FULL_PROBE_EVERY_REFRESHES = 10
 # A topic-level error code that does mean "no such topic"; any other error names a topic that
 # exists but is unavailable right now (LEADER_NOT_AVAILABLE, TOPIC_AUTHORIZATION_FAILED, ...).
 UNKNOWN_TOPIC_OR_PARTITION = 3
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -225,13 +221,17 @@ async def poll_admin(
     *,
     groups: GroupFilter | None = None,
     known_topics: Callable[[str], Iterable[str]] | None = None,
+    clock: Clock = wall_ms,
 ) -> None:
-    """Poll committed offsets until `stop` is set; reconnect with backoff on outages."""
+    """Poll committed offsets until `stop` is set; reconnect with backoff on outages.
+
+    `clock` (lagd.clock) gives each round's commits their observed time.
+    """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     groups = groups or GroupFilter.for_cluster(cluster)
     memory = PollMemory()
     await reconnecting(
-        lambda: _session(cluster, put, progress, counters, stop, groups, known_topics, memory),
+        lambda: _session(cluster, put, progress, counters, stop, groups, known_topics, memory, clock=clock),
         stop,
         counters,
         cluster=cluster.name,
@@ -250,6 +250,8 @@ async def _session(
     groups: GroupFilter,
     known_topics: Callable[[str], Iterable[str]] | None,
     memory: PollMemory,
+    *,
+    clock: Clock = wall_ms,
 ) -> None:
     admin = await start_admin(cluster)
     try:
@@ -264,9 +266,9 @@ async def _session(
                 layout_at = started
                 if memory.absent_partitions and len(memory.gone_partitions) < len(memory.absent_partitions):
                     layout_at = -1e18  # missing once: confirm next round, not a topic-refresh later
-            await poll_round(admin, cluster, put, counters, groups, known_topics, memory, layout)
+            await poll_round(admin, cluster, put, counters, groups, known_topics, memory, layout, clock=clock)
             progress.mark_caught_up()
-            progress.mark_fresh(now_ms())
+            progress.mark_fresh(clock())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(cluster.offset_refresh - (loop.time() - started), 0.0))
     finally:
@@ -354,6 +356,8 @@ async def poll_round(
     known_topics: Callable[[str], Iterable[str]] | None,
     memory: PollMemory,
     layout: dict[str, set[int]],
+    *,
+    clock: Clock = wall_ms,
 ) -> None:
     """One full round over every allowed group."""
     listed = [g[0] for g in await admin.list_consumer_groups()]
@@ -381,9 +385,9 @@ async def poll_round(
         # Committed partitions confirmed missing from the metadata are gone as well (topic deleted).
         vanished = [tp for tp in memory.committed.get(group, {}) if tp in memory.gone_partitions]
         covered = [(tp.topic, tp.partition) for tp in asked] + vanished
-        events = round_events(cluster.name, group, view, offsets, covered, memory, now_ms())
+        events = round_events(cluster.name, group, view, offsets, covered, memory, clock())
         if events:
             await put(events)
-    deleted = groups_gone(cluster.name, allowed, memory, now_ms())
+    deleted = groups_gone(cluster.name, allowed, memory, clock())
     if deleted:
         await put(list(deleted))

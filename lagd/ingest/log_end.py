@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import functools
 import re
-import time
 from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -26,6 +25,7 @@ from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 
 from lagd import logs
+from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
 from lagd.model import Event, IngestCounters, LogEndSample, TopicDeleted
@@ -47,10 +47,6 @@ READ_UNCOMMITTED = 0  # the high watermark, which is what consumers' lag is meas
 ABSENT_REFRESHES_BEFORE_DELETE = 2
 
 K = TypeVar("K", bound=Hashable)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -147,6 +143,7 @@ async def sample_log_ends(
     patterns: Iterable[re.Pattern[str]] = (),
     known: Iterable[str] = (),
     every_topic: bool = False,
+    clock: Clock = wall_ms,
 ) -> None:
     """Sample log-end offsets until `stop` is set; reconnect with backoff on outages.
 
@@ -154,14 +151,16 @@ async def sample_log_ends(
     group consumes them); `every_topic` adds every topic of the metadata that `topics-deny`
     lets through, as Burrow does (the daemon sets it, so Burrow's topic paths know every
     topic); `known` are topics sampled before a restart, so one deleted while lagd was down
-    still becomes TopicDeleted.
+    still becomes TopicDeleted. `clock` (lagd.clock) stamps each round's samples.
     """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     sampled: set[str] = set(known)
     absent: dict[str, int] = {}  # sampled topics missing from the latest refreshes, survives reconnects
     matchers = tuple(patterns)
     await reconnecting(
-        lambda: _session(cluster, topics_wanted, put, counters, stop, sampled, matchers, absent, every_topic),
+        lambda: _session(
+            cluster, topics_wanted, put, counters, stop, sampled, matchers, absent, every_topic, clock=clock
+        ),
         stop,
         counters,
         cluster=cluster.name,
@@ -181,6 +180,8 @@ async def _session(
     matchers: tuple[re.Pattern[str], ...] = (),
     absent: dict[str, int] | None = None,
     every_topic: bool = False,
+    *,
+    clock: Clock = wall_ms,
 ) -> None:
     absent = {} if absent is None else absent
     deny = re.compile(cluster.topics_deny) if cluster.topics_deny else None
@@ -226,7 +227,7 @@ async def _session(
                         topics=sorted(t for t in streaks if t not in gone),
                     )
                     refresh_at = started
-            events, stale = await sample_once(client, cluster, layout, wanted, counters)
+            events, stale = await sample_once(client, cluster, layout, wanted, counters, clock=clock)
             if stale:
                 refresh_at = 0.0
             if events:
@@ -266,7 +267,13 @@ async def _wait_next_round(
 
 
 async def sample_once(
-    client: Any, cluster: ClusterSettings, layout: Layout, wanted: Iterable[str], counters: IngestCounters
+    client: Any,
+    cluster: ClusterSettings,
+    layout: Layout,
+    wanted: Iterable[str],
+    counters: IngestCounters,
+    *,
+    clock: Clock = wall_ms,
 ) -> tuple[list[LogEndSample], bool]:
     """One round: a ListOffsets(LATEST) per leader, in parallel; failures are counted and skipped.
 
@@ -284,7 +291,7 @@ async def sample_once(
         for node, topics in by_node.items()
     ]
     answers = await asyncio.gather(*requests, return_exceptions=True)
-    ts = now_ms()
+    ts = clock()
     stale = leaderless > 0
     out: list[LogEndSample] = []
     for node, answer in zip(nodes, answers, strict=True):

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiokafka.structs import TopicPartition
 
 from lagd import logs
+from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, start_consumer
@@ -39,10 +39,6 @@ Emit = Callable[[list[Event]], Awaitable[None]]
 POSITION_WAIT_S = 0.2
 # At most this often, a commit for a partition beyond a topic's known count refreshes metadata.
 STALE_COUNTS_REFRESH_S = 5.0
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _emitter(target: Emit | asyncio.Queue[list[Event]]) -> Emit:
@@ -98,6 +94,7 @@ async def read_offsets_topic(
     fetch_timeout_ms: int = 500,
     max_records: int = 10_000,
     members: Iterable[GroupMembers] | None = None,
+    clock: Clock = wall_ms,
 ) -> None:
     """Read the offsets topic until `stop` is set; survive broker outages with backoff.
 
@@ -105,7 +102,9 @@ async def read_offsets_topic(
     ReaderPosition); partitions without one start from the beginning. `members` are the
     stored GroupMembers of this cluster, where the state resumes: KIP-848 groups' owners are
     folded from one record per member, so a resumed reader starts that fold from them (see
-    `lagd.ingest.records`); resumed without them, it leaves those owners as stored.
+    `lagd.ingest.records`); resumed without them, it leaves those owners as stored. `clock`
+    (lagd.clock) gives each fetch its observed time and the reader's freshness while the topic
+    has no partitions.
     """
     put = _emitter(emit)
     groups = groups or GroupFilter.for_cluster(cluster)
@@ -130,6 +129,7 @@ async def read_offsets_topic(
             owners,
             warned,
             limits,
+            clock=clock,
         ),
         stop,
         counters,
@@ -153,6 +153,8 @@ async def _session(
     kip848: ConsumerGroupOwners | None = None,
     warned: set[str] | None = None,
     limits: EdgeLimits | None = None,
+    *,
+    clock: Clock = wall_ms,
 ) -> None:
     topic = cluster.offsets_topic
     warned = set() if warned is None else warned
@@ -187,7 +189,7 @@ async def _session(
                 if reread:
                     await put([OffsetsPartitionReset(cluster.name, p, len(known)) for p in sorted(reread)])
             if not known:
-                progress.mark_fresh(now_ms())  # nothing to read: nothing missed
+                progress.mark_fresh(clock())  # nothing to read: nothing missed
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), min(cluster.topic_refresh, 5.0))
                 refresh_at = 0.0
@@ -196,7 +198,9 @@ async def _session(
             if sum(len(records) for records in fetched.values()) < max_records:
                 _note_fresh(consumer, progress)
             if fetched:
-                await _apply_batch(cluster.name, fetched, put, next_offsets, progress, groups, counters, kip848, limits)
+                await _apply_batch(
+                    cluster.name, fetched, put, next_offsets, progress, groups, counters, kip848, limits, clock=clock
+                )
             if not progress.caught_up:
                 # read_committed positions also pass control records (transaction markers),
                 # which never reach us as records: take the consumer's own positions too.
@@ -226,9 +230,11 @@ async def _apply_batch(
     counters: IngestCounters,
     kip848: ConsumerGroupOwners | None = None,
     limits: EdgeLimits | None = None,
+    *,
+    clock: Clock = wall_ms,
 ) -> None:
     """Emit one fetch's events (with positions), then move the reader's own positions on."""
-    observed = now_ms()
+    observed = clock()
     out: list[Event] = []
     advanced: list[tuple[int, int]] = []
     built = 0

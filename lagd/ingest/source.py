@@ -18,6 +18,7 @@ from aiokafka.errors import TopicAuthorizationFailedError, UnknownTopicOrPartiti
 from aiokafka.structs import TopicPartition
 
 from lagd import logs
+from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
 from lagd.ingest.admin_poll import poll_admin
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, start_consumer
@@ -127,6 +128,7 @@ async def read_offsets(
     *,
     members: Iterable[GroupMembers] | None = None,
     known_topics: Callable[[str], Iterable[str]] | None = None,
+    clock: Clock = wall_ms,
 ) -> None:
     """Run the cluster's offsets reader (choosing it first when offsets-source is "auto")."""
     source: Source | None
@@ -138,6 +140,6 @@ async def read_offsets(
         source = cluster.offsets_source
     progress.source = source
     if source == "topic":
-        await read_offsets_topic(cluster, positions, emit, progress, counters, stop, members=members)
+        await read_offsets_topic(cluster, positions, emit, progress, counters, stop, members=members, clock=clock)
     else:
-        await poll_admin(cluster, emit, progress, counters, stop, known_topics=known_topics)
+        await poll_admin(cluster, emit, progress, counters, stop, known_topics=known_topics, clock=clock)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from lagd import logs
+from lagd.clock import Clock, wall_ms
 from lagd.config import SinkSettings
 from lagd.db.schema import dead_letters, outbox, sink_positions
 from lagd.notify import sinks
@@ -101,15 +101,11 @@ class _Row:
     payload: dict[str, Any]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _incident_rows() -> Any:
     return outbox.c.retain.is_(False)  # retained rows are MQTT's group-status messages
 
 
-async def load_head(engine: AsyncEngine, sink: str) -> _Head:
+async def load_head(engine: AsyncEngine, sink: str, *, clock: Clock = wall_ms) -> _Head:
     """The sink's stored position; a sink seen for the first time starts at the end of the outbox."""
     async with engine.begin() as conn:
         row = (await conn.execute(select(sink_positions).where(sink_positions.c.sink == sink))).first()
@@ -117,7 +113,7 @@ async def load_head(engine: AsyncEngine, sink: str) -> _Head:
             end = int(await conn.scalar(select(func.coalesce(func.max(outbox.c.id), 0))) or 0)
             await conn.execute(
                 insert(sink_positions)
-                .values(sink=sink, position=end, updated_at=_now_ms())
+                .values(sink=sink, position=end, updated_at=clock())
                 .on_conflict_do_nothing(index_elements=[sink_positions.c.sink])
             )
             row = (await conn.execute(select(sink_positions).where(sink_positions.c.sink == sink))).one()
@@ -141,30 +137,32 @@ async def backlog(engine: AsyncEngine, position: int) -> int:
         return int(n or 0)
 
 
-async def advance(engine: AsyncEngine, sink: str, position: int) -> None:
+async def advance(engine: AsyncEngine, sink: str, position: int, *, clock: Clock = wall_ms) -> None:
     """The event at `position` is delivered: move past it and clear the retry state."""
     async with engine.begin() as conn:
         await conn.execute(
             update(sink_positions)
             .where(sink_positions.c.sink == sink, sink_positions.c.position < position)
-            .values(position=position, retry_id=None, retry_since=None, attempts=0, last_error="", updated_at=_now_ms())
+            .values(position=position, retry_id=None, retry_since=None, attempts=0, last_error="", updated_at=clock())
         )
 
 
-async def note_failure(engine: AsyncEngine, sink: str, row_id: int, since: int, attempts: int, error: str) -> None:
+async def note_failure(
+    engine: AsyncEngine, sink: str, row_id: int, since: int, attempts: int, error: str, *, clock: Clock = wall_ms
+) -> None:
     async with engine.begin() as conn:
         await conn.execute(
             update(sink_positions)
             .where(sink_positions.c.sink == sink)
-            .values(
-                retry_id=row_id, retry_since=since, attempts=attempts, last_error=error[:2000], updated_at=_now_ms()
-            )
+            .values(retry_id=row_id, retry_since=since, attempts=attempts, last_error=error[:2000], updated_at=clock())
         )
 
 
-async def dead_letter(engine: AsyncEngine, sink: str, row: _Row, error: str, attempts: int, since: int) -> None:
+async def dead_letter(
+    engine: AsyncEngine, sink: str, row: _Row, error: str, attempts: int, since: int, *, clock: Clock = wall_ms
+) -> None:
     """Give up on `row` for `sink`: store it in dead_letters and move past it, in one transaction."""
-    now = _now_ms()
+    now = clock()
     async with engine.begin() as conn:
         await conn.execute(
             insert(dead_letters)
@@ -268,8 +266,13 @@ async def run_sink(
     poll_interval: float = 1.0,
     lease_retry: float = LEASE_RETRY,
     rnd: Callable[[], float] = random.random,
+    clock: Clock = wall_ms,
 ) -> None:
-    """Deliver the outbox's incident events to one sink until `stop` (see the module doc)."""
+    """Deliver the outbox's incident events to one sink until `stop` (see the module doc).
+
+    `clock` (lagd.clock) is "now" for payloads, alerts, positions and dead letters, and for
+    `dead-letter-after`; waits between attempts run on the loop's clock.
+    """
     name = settings.name
     lease = Lease(engine, name, key=sink_lease_key(name))
     memo = _AlertMemo({})
@@ -287,14 +290,14 @@ async def run_sink(
                 try:
                     if settings.kind == "alertmanager" and loop.time() >= next_refresh:
                         next_refresh = loop.time() + refresh_every
-                        await _refresh_alerts(engine, session, settings, status, memo, status_url)
-                    head = await load_head(engine, name)
+                        await _refresh_alerts(engine, session, settings, status, memo, status_url, clock)
+                    head = await load_head(engine, name, clock=clock)
                     status.position = head.position
                     rows = await rows_after(engine, head.position)
                     status.backlog = len(rows) if len(rows) < BATCH else await backlog(engine, head.position)
                     for row in rows:
                         if not await _deliver(
-                            engine, session, settings, stop, status, lease, memo, head, row, status_url, rnd
+                            engine, session, settings, stop, status, lease, memo, head, row, status_url, rnd, clock
                         ):
                             break  # stopped or the lease was lost: the outer loop decides
                         head = _Head(row.id, None, None, 0)
@@ -335,13 +338,14 @@ async def _deliver(
     row: _Row,
     status_url: str,
     rnd: Callable[[], float],
+    clock: Clock,
 ) -> bool:
     """Deliver `row` (retrying, or dead-lettering); False if stopped or the lease was lost first."""
     name = settings.name
     attempts = head.attempts if head.retry_id == row.id else 0
     since = head.retry_since if head.retry_id == row.id else None
     while not stop.is_set():
-        now = _now_ms()
+        now = clock()
         if settings.kind == "alertmanager":
             alerts = memo.alerts(row.payload, now, int(settings.alert_ttl * 1000), status_url)
             req = sinks.alertmanager(alerts, settings, row.event_id)
@@ -350,7 +354,7 @@ async def _deliver(
         try:
             await send(session, req, settings.timeout)
         except Refused as exc:
-            await _give_up(engine, status, name, row, str(exc), attempts + 1, since or now)
+            await _give_up(engine, status, name, row, str(exc), attempts + 1, since or now, clock)
             return True
         except Retryable as exc:
             attempts += 1
@@ -359,11 +363,11 @@ async def _deliver(
             status.last_error = str(exc)
             status.retrying_since = since
             if now - since >= settings.dead_letter_after * 1000:
-                await _give_up(engine, status, name, row, str(exc), attempts, since)
+                await _give_up(engine, status, name, row, str(exc), attempts, since, clock)
                 return True
-            await note_failure(engine, name, row.id, since, attempts, str(exc))
+            await note_failure(engine, name, row.id, since, attempts, str(exc), clock=clock)
             wait = backoff(attempts, settings.retry_initial, settings.retry_max, rnd())
-            wait = min(wait, max(0.0, since / 1000 + settings.dead_letter_after - time.time()) + 0.001)
+            wait = min(wait, max(0.0, (since - clock()) / 1000 + settings.dead_letter_after) + 0.001)
             if attempts == 1 or attempts % 10 == 0:
                 log.warning(
                     "sink delivery failed; retrying with backoff (other sinks go on)",
@@ -379,9 +383,9 @@ async def _deliver(
                 return False
             continue
         # shielded: a delivery the receiver took is recorded even if the task is cancelled now
-        await asyncio.shield(advance(engine, name, row.id))
+        await asyncio.shield(advance(engine, name, row.id, clock=clock))
         status.delivered_total += 1
-        status.last_delivered_at = _now_ms()
+        status.last_delivered_at = clock()
         status.retrying_since = None
         status.last_error = ""
         return True
@@ -389,9 +393,9 @@ async def _deliver(
 
 
 async def _give_up(
-    engine: AsyncEngine, status: SinkStatus, name: str, row: _Row, error: str, attempts: int, since: int
+    engine: AsyncEngine, status: SinkStatus, name: str, row: _Row, error: str, attempts: int, since: int, clock: Clock
 ) -> None:
-    await asyncio.shield(dead_letter(engine, name, row, error, attempts, since))
+    await asyncio.shield(dead_letter(engine, name, row, error, attempts, since, clock=clock))
     status.dead_letters_total += 1
     status.retrying_since = None
     log.error(
@@ -411,12 +415,13 @@ async def _refresh_alerts(
     status: SinkStatus,
     memo: _AlertMemo,
     status_url: str,
+    clock: Clock,
 ) -> None:
     """Re-post every open incident's alert before its endsAt passes (Alertmanager would resolve it)."""
     open_ = await list_incidents(engine, state="open", limit=10_000)
     if not open_:
         return
-    now = _now_ms()
+    now = clock()
     alerts: list[dict[str, Any]] = []
     for inc in open_:
         alerts += memo.alerts(inc, now, int(settings.alert_ttl * 1000), status_url)

@@ -7,13 +7,13 @@ GroupChange on the mirror's target cluster, through the same VerdictFeed as grou
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from lagd import logs
+from lagd.clock import Clock, wall_ms
 from lagd.config import MirrorSettings
 from lagd.db import schema
 from lagd.model import GroupStatus
@@ -34,10 +34,6 @@ MIRROR_SEVERITY = {
     "MISSING": GroupStatus.ERR,
     "NOT_ENOUGH_DATA": GroupStatus.OK,  # a young mirror: nothing to say yet, nothing to alert on
 }
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def mirror_member(mirror: str, topic: str) -> str:
@@ -93,9 +89,15 @@ async def read_mirror_verdicts(
 
 
 async def watch_mirrors(
-    engine: AsyncEngine, mirrors: Mapping[str, MirrorSettings], changes: VerdictFeed, every_s: float = MIRROR_SCAN_S
+    engine: AsyncEngine,
+    mirrors: Mapping[str, MirrorSettings],
+    changes: VerdictFeed,
+    every_s: float = MIRROR_SCAN_S,
+    *,
+    clock: Clock = wall_ms,
 ) -> None:
-    """Feeds changed mirror verdicts (written by `lagd jobs mirrors`) to the incident engine.
+    """Feeds changed mirror verdicts (written by `lagd jobs mirrors`) to the incident engine,
+    each change at the time `clock` (lagd.clock) reads when its pass starts.
 
     A database error or hang is logged and the read retried on the next round; never fatal.
     """
@@ -105,7 +107,7 @@ async def watch_mirrors(
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
             async with asyncio.timeout(MIRROR_READ_TIMEOUT_S):
-                await read_mirror_verdicts(engine, mirrors, last, changes, now_ms())
+                await read_mirror_verdicts(engine, mirrors, last, changes, clock())
         except Exception as exc:
             failures += 1
             if failures == 1 or failures % 10 == 0:

@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from lagd import logs
+from lagd.clock import Clock, wall_ms
 from lagd.config import NotifySettings
 from lagd.notify import outbox
 from lagd.notify.leader import AVAILABILITY_KEY, PUBLISH_KEY, Lease
@@ -110,10 +111,13 @@ async def drain(
     batch: int = 50,
     timeout: float = 5.0,
     lease: Lease | None = None,
+    *,
+    clock: Clock = wall_ms,
 ) -> int:
     """Publish pending rows in id order, each acknowledged before the next; returns how many.
 
     With a `lease`, it is checked before each batch and draining stops once it is lost.
+    Delivered rows are stamped with the time `clock` (lagd.clock) reads.
     """
     sent = 0
     while True:
@@ -135,7 +139,7 @@ async def drain(
                 _honour_cancel()
         finally:
             # shielded: a cancelled publisher still records what the broker acknowledged
-            await asyncio.shield(outbox.mark_delivered(engine, acked))
+            await asyncio.shield(outbox.mark_delivered(engine, acked, clock=clock))
         if len(rows) < batch:
             status.pending = 0
             return sent
@@ -148,6 +152,8 @@ async def publish_outbox(
     status: PublisherStatus,
     publish_timeout: float = 5.0,
     lease_retry: float = LEASE_RETRY,
+    *,
+    clock: Clock = wall_ms,
 ) -> None:
     """Run until `stop`: while holding the publish lease, connect, drain every `publish_interval`
     and reconnect with backoff; without it, stay off MQTT and retry the lease every `lease_retry`.
@@ -168,7 +174,7 @@ async def publish_outbox(
                     backoff = 0.5
                     log.info("mqtt connected", host=opts["hostname"], port=opts["port"], client_id=opts["identifier"])
                     while not stop.is_set():
-                        await drain(engine, client, status, timeout=publish_timeout, lease=lease)
+                        await drain(engine, client, status, timeout=publish_timeout, lease=lease, clock=clock)
                         if not lease.is_leader:
                             log.warning("publish lease lost; leaving the outbox to the new leader")
                             break

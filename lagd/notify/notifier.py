@@ -37,6 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from lagd import logs
+from lagd.clock import Clock, wall_ms
 from lagd.config import NotifySettings
 from lagd.model import GroupStatus
 from lagd.notify import outbox
@@ -69,18 +70,20 @@ class _Attempt:
     retained: int
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 async def run_notifier(
     engine: AsyncEngine,
     settings: NotifySettings,
     changes: VerdictFeed,
     stop: asyncio.Event,
     lease_retry: float = LEASE_RETRY,
+    *,
+    clock: Clock = wall_ms,
 ) -> None:
-    """Run until `stop` is set; releases every lease on the way out."""
+    """Run until `stop` is set; releases every lease on the way out.
+
+    `clock` (lagd.clock) is "now" for the engine's ticks, for groups found gone on a takeover
+    and for the outbox rows recorded; the tick and lease intervals run on the loop's clock.
+    """
     rules = Rules.from_settings(settings)
     prefix = settings.topic_prefix
     incidents = IncidentEngine(rules)
@@ -145,7 +148,7 @@ async def run_notifier(
             seen.add(ch.group)
             pend.events.extend(incidents.apply(ch))
             pend.retained.append(outbox.group_status_message(prefix, ch))
-        now = _now_ms()
+        now = clock()
         for group in sorted(incidents.members(cluster)):
             if group not in seen:  # in an open incident, but gone
                 gone = GroupChange(cluster, group, GroupStatus.NOTFOUND, now)
@@ -182,7 +185,7 @@ async def run_notifier(
         state = {**incidents.dump_cluster(cluster), outbox.SAVED_BY: token}
         fence = stored.get(cluster, outbox.Fence(False))
         try:
-            await outbox.record(engine, cluster, pend.events, state, pend.retained, prefix, fence=fence)
+            await outbox.record(engine, cluster, pend.events, state, pend.retained, prefix, fence=fence, clock=clock)
         except outbox.StateConflict as exc:
             log.warning("another instance writes this cluster's incidents; leaving it the lease", error=str(exc))
             await lease.release()  # taken over again later, from the state then stored
@@ -223,7 +226,7 @@ async def run_notifier(
                 if leases[cluster].is_leader:
                     await reconcile(cluster)
             led = {cluster for cluster, lease in leases.items() if lease.is_leader}
-            for ev in incidents.tick(_now_ms(), led):
+            for ev in incidents.tick(clock(), led):
                 pend = hold(ev.cluster)
                 pend.events.append(ev)
                 pend.dirty = True

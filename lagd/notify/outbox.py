@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from lagd.clock import Clock, wall_ms
 from lagd.db.schema import incident_engine_state, incidents, outbox
 from lagd.model import GroupStatus
 from lagd.notify.incidents import GroupChange, IncidentEvent
@@ -62,10 +62,6 @@ class OutboxRow:
     topic: str
     payload: dict[str, Any]
     retain: bool
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _topic_part(text: str) -> str:
@@ -124,12 +120,15 @@ async def record(
     retained: Sequence[tuple[str, dict[str, Any]]] = (),
     prefix: str = "lagd",
     fence: Fence | None = None,
+    *,
+    clock: Clock = wall_ms,
 ) -> None:
     """Store incident rows, outbox rows and the engine state in one transaction.
 
     With a `fence`, nothing is stored (StateConflict) unless the stored state matches it.
+    Outbox rows are stamped `created_at` with the time `clock` (lagd.clock) reads.
     """
-    now = _now_ms()
+    now = clock()
     latest: dict[str, IncidentEvent] = {}
     for ev in events:  # one upsert per incident: a statement may touch a row only once
         latest[ev.incident_id] = ev
@@ -233,14 +232,15 @@ async def pending_count(engine: AsyncEngine) -> int:
         return int(n or 0)
 
 
-async def mark_delivered(engine: AsyncEngine, ids: Sequence[int], now: int | None = None) -> None:
+async def mark_delivered(engine: AsyncEngine, ids: Sequence[int], *, clock: Clock = wall_ms) -> None:
+    """Stamp the rows `delivered_at` with the time `clock` (lagd.clock) reads."""
     if not ids:
         return
     async with engine.begin() as conn:
         await conn.execute(
             update(outbox)
             .where(outbox.c.id.in_(list(ids)), outbox.c.delivered_at.is_(None))
-            .values(delivered_at=_now_ms() if now is None else now)
+            .values(delivered_at=clock())
         )
 
 

@@ -13,21 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from lagd import logs
+from lagd.clock import Clock, wall_ms
 from lagd.config import StorageSettings
 from lagd.state.changes import Changes
 from lagd.state.store import Store, is_poison
 from lagd.state.windows import State
 
 log = logs.get(__name__)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -58,7 +54,7 @@ class WriteBehind:
     retention_every: float = 3600.0
     backoff_max: float = 30.0
     write_timeout: float = 120.0
-    clock: Callable[[], int] = now_ms
+    clock: Clock = wall_ms  # stamps writes, history and retention (lagd.clock)
     pending: Changes = field(default_factory=Changes)
     status: PersisterStatus = field(default_factory=PersisterStatus)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -67,7 +63,9 @@ class WriteBehind:
     _drops_logged: bool = False  # the buffer-full error is logged once per outage
 
     @classmethod
-    def from_settings(cls, store: Store, state: State, wake: asyncio.Event, st: StorageSettings) -> WriteBehind:
+    def from_settings(
+        cls, store: Store, state: State, wake: asyncio.Event, st: StorageSettings, *, clock: Clock = wall_ms
+    ) -> WriteBehind:
         return cls(
             store=store,
             state=state,
@@ -76,6 +74,7 @@ class WriteBehind:
             flush_max_changes=st.flush_max_changes,
             buffer_max_changes=st.buffer_max_changes,
             retention_days=st.history_retention_days,
+            clock=clock,
         )
 
 
