@@ -148,6 +148,12 @@ class Store:
                 await self._ensure_partitions(apg, "commit_history", {day_of(r[0]) for r in commit_rows})
                 await self._ensure_partitions(apg, "log_end_history", {day_of(r[0]) for r in log_end_rows})
                 async with apg.transaction():
+                    # No wait for the WAL flush: a Postgres crash can lose the last fraction of
+                    # a second of writes, but whole transactions only, and reader positions
+                    # travel with the windows they cover, so a restart reads those records
+                    # again (only their history rows would be missing). Incidents and the
+                    # outbox are written elsewhere, synchronously.
+                    await apg.execute("SET LOCAL synchronous_commit = off")
                     await self._write_keyed(apg, changes)
                     for i in range(0, len(commit_rows), COPY_CHUNK):
                         await apg.copy_records_to_table(
