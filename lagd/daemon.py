@@ -417,6 +417,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 _start_sinks(rt, store, health, spawn)
             watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, clock)
             health.sights = watch.sights
+            health.watch = watch
             spawn(watch.run(), "verdicts")
             sdnotify.notify("READY=1")
             sdnotify.notify("STATUS=running")

@@ -20,7 +20,7 @@ from lagd.ingest.progress import ReaderProgress
 from lagd.model import Commit, GroupStatus, LogEndSample
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
-from lagd.notify.watch import CATCHING_UP_EVERY_MS, VerdictWatch, cluster_member
+from lagd.notify.watch import CATCHING_UP_EVERY_MS, DUTY, VerdictWatch, cluster_member, pause_after
 
 C, T = "prod", "events"
 T0 = 1_700_000_000_000
@@ -129,6 +129,14 @@ def test_an_unreachable_cluster_is_one_member_err_then_ok_and_holds_verdicts() -
     changes = drain(feed)
     assert (cluster_member(C), GroupStatus.OK, "cluster") in [(c.group, c.status, c.kind) for c in changes]
     assert watch.evaluator.group(C, "g", later + 2000).status is GroupStatus.ERR  # judged now: STOP
+
+
+def test_long_passes_are_spaced_so_the_watch_takes_at_most_its_duty() -> None:
+    assert pause_after(2.0, 0.1, 0.05, DUTY) == pytest.approx(1.9)  # short pass: every 2 s
+    assert pause_after(2.0, 2.5, 0.1, DUTY) == 0.0  # a pass longer than the period: at once
+    # a pass that held the loop 1.2 s in 1.5 s: the cycle lasts 1.2 / 0.25 = 4.8 s
+    assert pause_after(2.0, 1.5, 1.2, DUTY) == pytest.approx(3.3)
+    assert 1.2 / (1.5 + pause_after(2.0, 1.5, 1.2, DUTY)) == pytest.approx(DUTY)
 
 
 async def test_run_hands_the_loop_back_during_a_pass() -> None:

@@ -69,6 +69,7 @@ class Health:
     sights: Mapping[str, Any] = field(default_factory=dict)  # cluster -> ClusterSight (degraded when blind)
     sinks: Mapping[str, Any] = field(default_factory=dict)  # sink name -> lagd.notify.delivery.SinkStatus
     loop_lag: Any = None  # lagd.loop_lag.LoopLag of the daemon's event loop
+    watch: Any = None  # lagd.notify.watch.VerdictWatch (pass_seconds)
 
 
 @dataclass

@@ -236,6 +236,13 @@ def _health(out: list[str], health: Health) -> None:
         _Family(out, "lagd_event_loop_stalls_total", "counter", "Times the event loop woke more than 50 ms late").add(
             "", int(lag.stalls_total)
         )
+    if health.watch is not None:
+        _Family(
+            out,
+            "lagd_verdict_pass_seconds",
+            "gauge",
+            "Time the last verdict pass over the changed groups held the event loop",
+        ).add("", float(health.watch.pass_seconds))
     _sinks(out, health, time.time_ns() // 1_000_000)
     _Family(
         out, "lagd_evaluation_seconds", "gauge", "CPU time to judge and render every group for the last scrape"

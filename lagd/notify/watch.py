@@ -33,6 +33,7 @@ SCAN_EVERY_S = 2.0
 # groups are judged this often until the reader stands at the end (then every pass again).
 CATCHING_UP_EVERY_MS = 30_000
 SLICE_S = 0.01  # the longest the verdict scan keeps the event loop at once
+DUTY = 0.25  # the most of the event loop's time the watch takes when passes grow long
 
 
 def cluster_member(cluster: str) -> str:
@@ -54,6 +55,13 @@ def group_change(verdict: GroupVerdict, at: int) -> GroupChange:
     )
 
 
+def pause_after(every_s: float, elapsed_s: float, busy_s: float, duty: float) -> float:
+    """How long to wait after a pass that took `elapsed_s`, `busy_s` of it holding the loop: the
+    next pass starts `every_s` after this one began, and the whole cycle lasts at least
+    busy_s / duty, so the watch never takes more than `duty` of the loop."""
+    return max(every_s - elapsed_s, busy_s / duty - elapsed_s, 0.0)
+
+
 @dataclass
 class VerdictWatch:
     """Status changes of every group and the sight of every cluster (see the module doc)."""
@@ -67,6 +75,7 @@ class VerdictWatch:
     statuses: dict[tuple[str, str], GroupStatus] = field(default_factory=dict)
     sights: dict[str, ClusterSight] = field(default_factory=dict)
     judged_at: dict[str, int] = field(default_factory=dict)  # cluster -> when its groups were last judged
+    pass_seconds: float = 0.0  # time the last pass held the loop (its slices, not the waits between)
 
     def __post_init__(self) -> None:
         self.evaluator.blind_since = self.blind_since
@@ -162,14 +171,20 @@ class VerdictWatch:
             # coalesced per group: bounded by the number of groups, never dropped
             self.changes.put_nowait(group_change(verdict, now))
 
-    async def run(self, every_s: float = SCAN_EVERY_S, slice_s: float = SLICE_S) -> None:
+    async def run(self, every_s: float = SCAN_EVERY_S, slice_s: float = SLICE_S, duty: float = DUTY) -> None:
         """A pass every `every_s`, handing the loop back every `slice_s` of work, so HTTP and
-        ingest go on while thousands of groups are judged."""
+        ingest go on while thousands of groups are judged. When passes grow long (every group
+        changing all the time) the next waits so that the watch takes at most `duty` of the
+        loop: ingest and the API come first, and status changes arrive a few seconds later."""
         while True:
-            started = time.perf_counter()
-            slice_end = started + slice_s
+            started = mark = time.perf_counter()
+            busy = 0.0  # the sum of the pass's slices
             for _ in self._pass(self.clock()):
-                if time.perf_counter() >= slice_end:
+                now = time.perf_counter()
+                if now - mark >= slice_s:
+                    busy += now - mark
                     await asyncio.sleep(0)
-                    slice_end = time.perf_counter() + slice_s
-            await asyncio.sleep(max(0.0, every_s - (time.perf_counter() - started)))
+                    mark = time.perf_counter()
+            busy += time.perf_counter() - mark
+            self.pass_seconds = busy
+            await asyncio.sleep(pause_after(every_s, time.perf_counter() - started, busy, duty))
