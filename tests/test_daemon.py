@@ -15,11 +15,14 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lagd import daemon, embedded
 from lagd.config import parse
+from lagd.model import Commit
+from tests.clocks import ManualClock
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,6 +252,29 @@ async def test_parts_that_end_with_a_requested_stop_are_fine() -> None:
     task = asyncio.create_task(part(), name="part")
     asyncio.get_running_loop().call_later(0.01, rt.stop.set)
     await daemon._supervise(rt, [task])  # no SystemExit
+
+
+async def test_group_expiry_reads_the_daemons_one_clock(settle: Any) -> None:
+    """The runtime carries the one injected clock (lagd.clock) and expiry reads it, not the wall
+    clock: a group committed years ago by the wall clock is young by this one, and goes once
+    the test moves the clock past expire-group (a week) instead of waiting for it."""
+    t0 = 1_700_000_000_000
+    clock = ManualClock(t0 + 1_000)
+    settings = parse({"clusters": {"a": {"bootstrap-servers": ["h:1"]}}}, env={})
+    rt = daemon.build_runtime(settings, asyncio.Event(), clock=clock)
+    assert rt.clock is clock
+    rt.state.apply_many([Commit("a", "g", "t", 0, 10, 1, t0, t0)])
+    expiry = asyncio.create_task(daemon.expire_groups(rt, every_s=0.01))
+    try:
+        for _ in range(5):  # several passes at the clock's time: nothing expires
+            await asyncio.sleep(0.01)
+        assert rt.state.groups("a") == ["g"]
+        clock.advance(int(settings.storage.expire_group * 1000))
+        await settle(lambda: rt.state.groups("a") == [], timeout=5, interval=0.01, what="the group expired")
+    finally:
+        expiry.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await expiry
 
 
 async def test_unless_stopped_cancels_a_hung_step() -> None:

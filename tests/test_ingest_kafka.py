@@ -55,6 +55,7 @@ from lagd.model import (
 from lagd.sim.driver import Driver
 from lagd.sim.encode import encode_assignment, encode_subscription
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec, log_end, standard
+from tests.clocks import ManualClock
 
 GPKey = tuple[str, str, int]
 Settle = Callable[..., Awaitable[Any]]
@@ -495,13 +496,14 @@ async def test_admin_polling_probes_every_topic_only_on_first_sight_and_for_new_
         spy, memory, store, counters = RecordingAdmin(admin), PollMemory(), Store(), IngestCounters()
         settings = cluster(kafka, groups_allow=f"^{group}$")
         only = GroupFilter.for_cluster(settings)
+        clock = ManualClock(1_700_000_000_000)
 
         async def round_asking(refresh: bool) -> set[tuple[str, int]]:
             nonlocal layout
             if refresh:
                 layout = refresh_layout(memory, await admin.describe_topics())
             spy.asked.clear()
-            await poll_round(spy, settings, store, counters, only, None, memory, layout)
+            await poll_round(spy, settings, store, counters, only, None, memory, layout, clock=clock)
             assert [g for g, _ in spy.asked] == [group]
             return spy.asked[0][1]
 
@@ -509,6 +511,10 @@ async def test_admin_polling_probes_every_topic_only_on_first_sight_and_for_new_
         first = await round_asking(refresh=True)
         assert {(a, 0), (a, 1), (b, 0)} <= first  # first sight: every topic
         assert [(e.topic, e.partition, e.offset) for e in store.events if isinstance(e, Commit)] == [(a, 0, 3)]
+        # observed at the injected clock's time, which is also the commit's time and order
+        assert [(e.observed, e.timestamp, e.order) for e in store.events if isinstance(e, Commit)] == [
+            (clock(), clock(), clock())
+        ]
         assert await round_asking(refresh=False) == {(a, 0), (a, 1)}  # then only what it committed to
         assert await round_asking(refresh=True) == {(a, 0), (a, 1)}  # a refresh alone changes nothing
         await admin.create_topics([NewTopic(c, 1, 1)])

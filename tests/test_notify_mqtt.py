@@ -30,6 +30,7 @@ from lagd.notify.leader import Lease, leadership
 from lagd.notify.mqtt import PublisherStatus, client_options, publish_outbox
 from lagd.notify.notifier import run_notifier
 from lagd.notify.outbox import Fence
+from tests.clocks import ManualClock
 from tests.netcut import Cuttable
 
 T0 = 1_700_000_000_000
@@ -557,15 +558,17 @@ async def test_a_database_outage_neither_drops_nor_reuses_event_ids(
     proxied = urlunsplit(url._replace(netloc=(f"{userinfo}@" if userinfo else "") + f"127.0.0.1:{port}"))
     via = create_async_engine(async_database_url(proxied))  # the notifier's view of the database
     feed, stop = VerdictFeed(), asyncio.Event()
-    task = asyncio.create_task(run_notifier(via, settings, feed, stop, lease_retry=0.1))
+    clock = ManualClock(now_ms())  # time moves when the test says, not while it waits
+    task = asyncio.create_task(run_notifier(via, settings, feed, stop, lease_retry=0.1, clock=clock))
 
     async def groups_seen() -> list[set[str]]:
         return [set(p["groups"]) for p in await incident_payloads(engine)]
 
     try:
-        feed.put_nowait(GroupChange("prod", "g1", GroupStatus.WARN, now_ms()))
+        feed.put_nowait(GroupChange("prod", "g1", GroupStatus.WARN, clock()))
         opened = await settle(lambda: incident_payloads(engine), what="the incident opened")
-        await settle(lambda: now_ms() > opened[0]["at"] + 300, what="the update interval to pass")
+        clock.advance(300)  # past the update interval (0.2 s): g2's update goes out at once
+        assert clock() > opened[0]["at"] + 200
 
         # g2's update is being recorded when the database goes away (the outbox lock holds
         # the insert until the cut), so the notifier keeps it in memory as unrecorded
@@ -574,7 +577,7 @@ async def test_a_database_outage_neither_drops_nor_reuses_event_ids(
             tx = lock.transaction()
             await tx.start()
             await lock.execute("LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE")
-            feed.put_nowait(GroupChange("prod", "g2", GroupStatus.WARN, now_ms()))
+            feed.put_nowait(GroupChange("prod", "g2", GroupStatus.WARN, clock()))
 
             async def blocked() -> bool:
                 return bool(await lock.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted"))
@@ -590,7 +593,8 @@ async def test_a_database_outage_neither_drops_nor_reuses_event_ids(
             return groups in await groups_seen()
 
         await settle(lambda: has({"g1", "g2"}), what="the held update recorded after the outage")
-        feed.put_nowait(GroupChange("prod", "g3", GroupStatus.WARN, now_ms()))
+        clock.advance(300)
+        feed.put_nowait(GroupChange("prod", "g3", GroupStatus.WARN, clock()))
         # it used to reload the older stored state and reissue sequence number 2 for this
         # update, which the outbox then dropped as a duplicate
         await settle(lambda: has({"g1", "g2", "g3"}), timeout=10, what="the next update recorded too")
@@ -625,3 +629,55 @@ async def test_a_writer_continuing_a_stale_state_cannot_record_over_a_newer_one(
         await outbox.record(engine, "prod", eb, {**b.dump_cluster("prod"), outbox.SAVED_BY: "t4"}, fence=Fence(False))
     assert Fence.of(await outbox.load_engine_state(engine, "prod")) == Fence(True, "t2")
     assert [set(p["groups"]) for p in await incident_payloads(engine)] == [{"g1"}, {"g1", "g2"}]
+
+
+async def test_recording_resolving_and_delivery_read_the_injected_clock(
+    engine: AsyncEngine, mqtt_broker: tuple[str, int], unique: str, settle: Settle
+) -> None:
+    """The notifier and the publisher take "now" from the one injected clock (lagd.clock), not
+    the wall clock: outbox rows are created and delivered at its time, and an hour's hold time
+    passes (the incident resolves) the moment the test moves it, without waiting for it."""
+    host, port = mqtt_broker
+    prefix = f"lagd/t{unique}"
+    settings = settings_for(host, port, prefix, correlation_window=60.0, hold_time=3600.0, update_interval=30.0)
+    clock = ManualClock(T0)  # years before the wall clock: nothing below can come from it
+    feed, stop, status = VerdictFeed(), asyncio.Event(), PublisherStatus()
+    tasks = [
+        asyncio.create_task(run_notifier(engine, settings, feed, stop, lease_retry=0.1, clock=clock)),
+        asyncio.create_task(
+            publish_outbox(engine, settings, stop, status, publish_timeout=1.0, lease_retry=0.1, clock=clock)
+        ),
+    ]
+
+    async def rows() -> list[tuple[str, int, int | None]]:
+        """(event or status, created_at, delivered_at) of every outbox row, in order."""
+        t = outbox_table
+        async with engine.connect() as conn:
+            result = await conn.execute(select(t.c.payload, t.c.created_at, t.c.delivered_at).order_by(t.c.id))
+            return [(p.get("event") or p["status"], created, delivered) for p, created, delivered in result]
+
+    async def delivered(n: int) -> bool:
+        got = await rows()
+        return len(got) == n and all(d is not None for _, _, d in got)
+
+    try:
+        feed.put_nowait(GroupChange("prod", "g1", GroupStatus.WARN, clock(), topics=("orders",)))
+        await settle(lambda: delivered(2), what="the incident opened and g1's status, delivered")
+        clock.advance(1_000)
+        feed.put_nowait(GroupChange("prod", "g1", GroupStatus.OK, clock()))
+        await settle(lambda: delivered(3), what="g1's OK status delivered")
+        assert not [e for e, _, _ in await rows() if e == "resolved"]  # held: the hour has not passed
+        clock.advance(3_600_000)  # the hold time, passed without waiting for it
+        await settle(lambda: delivered(4), what="the resolve, at the next tick, delivered")
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    later = T0 + 3_601_000
+    assert await rows() == [
+        ("opened", T0, T0),
+        ("WARN", T0, T0),
+        ("OK", T0 + 1_000, T0 + 1_000),
+        ("resolved", later, later),
+    ]
+    resolved = (await incident_payloads(engine))[-1]
+    assert (resolved["event"], resolved["at"], resolved["resolved_at"]) == ("resolved", later, T0 + 1_000)

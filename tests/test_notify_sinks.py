@@ -33,6 +33,7 @@ from lagd.config import ConfigError, Secret, SinkSettings, async_database_url, p
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify import delivery, outbox, sinks
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
+from tests.clocks import ManualClock
 
 T0 = 1_700_000_000_000
 RULES = Rules(severity="WARN", correlation_window=60_000, hold_time=10_000, update_interval=1_000)
@@ -315,18 +316,25 @@ async def test_a_broken_sink_never_holds_up_another_and_gives_up_into_the_dead_l
 ) -> None:
     """Stand-in receivers (see the module doc): one healthy, one answering 503 for ever, one
     refusing with 400. The healthy one gets everything at once; the 503 one dead-letters each
-    event after dead-letter-after, the 400 one at the first answer; positions move past them."""
+    event after dead-letter-after, the 400 one at the first answer; positions move past them.
+
+    Time is the sinks' injected clock: it stands still (the 503 sink retries, never giving up)
+    until the test lets every read of it be an hour later, past the hour of dead-letter-after."""
     broken = await Receiver(failing=True).open()
     refusing = await Receiver(refuse=True).open()
+    clock = ManualClock(T0 + 100_000)
     try:
         good_s = fast("good", "webhook", receiver.url)
-        bad_s = fast("bad", "webhook", broken.url, dead_letter_after=0.6)
+        bad_s = fast("bad", "webhook", broken.url, dead_letter_after=3600.0)
         refused_s = fast("refused", "pagerduty", refusing.url)
-        runs = [start(engine, s) for s in (good_s, bad_s, refused_s)]
+        runs = [start(engine, s, clock=clock) for s in (good_s, bad_s, refused_s)]
         await settle(lambda: all(st.leader for _, _, st in runs), what="three leases")
         sent = await record(engine, IncidentEngine(RULES), scenario("c2", 2, T0), T0 + 75_000)
         await settle(lambda: set(receiver.ids()) == set(sent), timeout=5, what="the healthy sink")
-        assert runs[1][2].dead_letters_total == 0  # it got everything while the other still retried
+        await settle(lambda: runs[1][2].failures_total >= 3, what="the 503 sink retrying")
+        assert runs[1][2].dead_letters_total == 0  # retrying with the hour not over: it got nothing yet
+        assert runs[1][2].retrying_since == T0 + 100_000
+        clock.step = 3_600_000  # from now on, every read of the clock is an hour later
         await settle(lambda: runs[1][2].dead_letters_total == len(sent), what="the 503 sink's dead letters")
         await settle(lambda: runs[2][2].dead_letters_total == len(sent), what="the 400 sink's dead letters")
         for task, stop, _ in runs:
@@ -336,7 +344,8 @@ async def test_a_broken_sink_never_holds_up_another_and_gives_up_into_the_dead_l
         assert {e for s, e in by_sink if s == "bad"} == set(sent) == {e for s, e in by_sink if s == "refused"}
         bad = by_sink[("bad", sent[0])]
         assert bad["attempts"] > 1 and "HTTP 503" in bad["error"] and bad["payload"]["event_id"] == sent[0]
-        assert bad["dead_at"] - bad["first_attempt_at"] >= 600
+        assert bad["first_attempt_at"] == T0 + 100_000  # stamped by the injected clock
+        assert bad["dead_at"] - bad["first_attempt_at"] >= 3_600_000
         refused = by_sink[("refused", sent[0])]
         assert refused["attempts"] == 1 and "HTTP 400" in refused["error"] and "check the sink" in refused["error"]
         assert broken.got == [] and refusing.got == []
