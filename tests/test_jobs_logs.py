@@ -1,7 +1,8 @@
-"""`lagd jobs` logs as `lagd run` does: [log] format and level from the settings file.
+"""`lagd jobs` logs as `lagd run` does: [log] format and level from the settings file, for
+lagd's own lines and for the Spark driver JVM's.
 
-Run as the operator runs it (a process, stderr not a terminal), on a range the job refuses
-before Spark starts, so what is judged is lagd's own output."""
+Run as the operator runs it (a process, stderr not a terminal): on a range the job refuses
+before Spark starts (lagd's own output), and on a real local Spark (the JVM's too)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 
-def _run_job(tmp_path: Path, log: str, *args: str) -> list[str]:
+from lagd.jobs.jvmlog import as_json_line, log4j2_properties
+
+
+def _run_job(
+    tmp_path: Path, log: str, *args: str, url: str = "postgresql://nobody@127.0.0.1:1/none", status: int = 1
+) -> list[str]:
     config = tmp_path / "lagd.toml"
     config.write_text(
-        '[clusters.c]\nbootstrap-servers = ["127.0.0.1:9092"]\n'
-        '[storage]\ndatabase-url = "postgresql://nobody@127.0.0.1:1/none"\n'
-        f"[log]\n{log}\n"
+        f'[clusters.c]\nbootstrap-servers = ["127.0.0.1:9092"]\n[storage]\ndatabase-url = "{url}"\n[log]\n{log}\n'
     )
     result = subprocess.run(
         [sys.executable, "-m", "lagd", "jobs", *args, "--config", str(config)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == status, result.stderr
     return result.stderr.splitlines()
 
 
@@ -58,3 +63,35 @@ def test_console_format_keeps_the_two_plain_lines(tmp_path: Path) -> None:
         "lagd: trends job failed: empty range: --to (2027-01-15T08:00Z) must be after --from (2027-01-15T09:00Z): "
         "give a later --to, or leave --to out to run up to now"
     ]
+
+
+def test_the_jvms_configuration_follows_log_settings() -> None:
+    assert "rootLogger.level = INFO" in log4j2_properties("debug", as_json=True)
+    assert "rootLogger.level = WARN" in log4j2_properties("info", as_json=False)
+    assert "rootLogger.level = ERROR" in log4j2_properties("error", as_json=True)
+    text = log4j2_properties("info", as_json=True)
+    assert '"event": "%enc{%m}{JSON}"' in text and "alwaysWriteExceptions = false" in text
+    assert '"event"' not in log4j2_properties("info", as_json=False)
+
+
+def test_jvm_lines_that_are_not_json_become_events() -> None:
+    event = json.loads(as_json_line("WARNING: Using incubator modules: jdk.incubator.vector"))
+    assert (event["level"], event["logger"]) == ("warning", "spark.jvm")
+    assert event["event"] == "WARNING: Using incubator modules: jdk.incubator.vector"
+    assert json.loads(as_json_line("Setting default log level"))["level"] == "info"
+    line = '{"event": "x", "level": "warning", "logger": "org.apache.spark.util.Utils"}'
+    assert as_json_line(line) == line
+    assert json.loads(as_json_line("{not json"))["event"] == "{not json"
+
+
+@pytest.mark.slow
+def test_a_real_job_writes_only_json_lines_spark_included(database_url: str, tmp_path: Path) -> None:
+    # An empty history: Spark starts, the job finds nothing to do, Spark stops.
+    debug = _events(_run_job(tmp_path, 'format = "json"\nlevel = "debug"', "trends", url=database_url, status=0))
+    spark = [e for e in debug if str(e.get("logger", "")).startswith("org.apache.spark")]
+    assert any(e["level"] == "info" for e in spark), debug  # the JVM's own lines, at Spark's INFO for debug
+    assert "trends: no history yet and no watermark; nothing to do" in [e["event"] for e in debug]
+
+    info = _events(_run_job(tmp_path, 'format = "json"\nlevel = "info"', "trends", url=database_url, status=0))
+    assert not [e for e in info if str(e.get("logger", "")).startswith("org.") and e["level"] == "info"], info
+    assert "trends: no history yet and no watermark; nothing to do" in [e["event"] for e in info]

@@ -20,6 +20,7 @@ import psycopg2  # type: ignore[import-untyped]
 
 from lagd import logs
 from lagd.config import Settings
+from lagd.jobs import jvmlog
 
 log = logs.get(__name__)
 
@@ -125,6 +126,8 @@ def build_session(
     # Executors must run the same Python as the driver (the venv with lagd in it).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if master.startswith("local"):  # on loopback anyway (spark.driver.bindAddress): no warning about the host's name
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master) if master else SparkSession.builder  # "": spark-submit's
@@ -132,10 +135,13 @@ def build_session(
     props = spark_properties(
         master, jar, shuffle_partitions, driver_memory, executor_cores, executor_memory, spark_conf
     )
-    for name, value in props.items():
-        builder = builder.config(name, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    with jvmlog.driver_logging() as java_option:  # the driver JVM logs in lagd's [log] format and level
+        given = props.get("spark.driver.extraJavaOptions", "")
+        props["spark.driver.extraJavaOptions"] = f"{java_option} {given}".strip()
+        for name, value in props.items():
+            builder = builder.config(name, value)
+        session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(jvmlog.spark_level())
     # Names only: a spark-conf value may hold a credential (an object store's key).
     log.debug("spark session", master=master, java_home=home, jdbc_jar=jar, properties=sorted(props))
     return session
