@@ -26,7 +26,6 @@ from lagd.backoff import Backoff, describe_error
 from lagd.clock import Clock, wall_ms
 from lagd.config import ConfigError, Settings, load
 from lagd.core import build_core
-from lagd.db.migrate import upgrade
 from lagd.evaluate import Evaluator
 from lagd.http.app import Health, HttpContext, start_http
 from lagd.ingest.log_end import sample_log_ends
@@ -252,6 +251,8 @@ def _reload_log_level(config_path: str | None) -> None:
 
 async def _restore(rt: Runtime, store: Store, migrate: bool) -> dict[tuple[str, int], int]:
     if migrate:
+        from lagd.db.migrate import upgrade  # Alembic: a fifth of start-up, only when migrating
+
         await _in_thread(upgrade, rt.settings.storage.database_url.reveal())
     started = time.monotonic()
     positions = await store.restore(rt.state)

@@ -135,7 +135,7 @@ def render_steps(
                 yield
     for f in families:
         out.extend(f.out)
-    _health(out, health)
+    _health(out, health, now_ms)
 
 
 def render(state: State, evaluator: Evaluator, health: Health, now_ms: int, detail: str = "partition") -> str:
@@ -146,7 +146,7 @@ def render(state: State, evaluator: Evaluator, health: Health, now_ms: int, deta
     return "".join(out)
 
 
-def _health(out: list[str], health: Health) -> None:
+def _health(out: list[str], health: Health, now_ms: int) -> None:
     counters = sorted(health.counters.items())
     f = _Family(out, "lagd_ingest_records_total", "counter", "Records ingested by record type")
     for cluster, c in counters:
@@ -243,7 +243,7 @@ def _health(out: list[str], health: Health) -> None:
             "gauge",
             "Time the last verdict pass over the changed groups held the event loop",
         ).add("", float(health.watch.pass_seconds))
-    _sinks(out, health, time.time_ns() // 1_000_000)
+    _sinks(out, health, now_ms)
     _Family(
         out, "lagd_evaluation_seconds", "gauge", "CPU time to judge and render every group for the last scrape"
     ).add("", health.evaluation_seconds_last)
