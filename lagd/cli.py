@@ -45,9 +45,10 @@ def _runtime_error(exc: OSError, settings: Settings, config: str) -> str:
 def _cmd_run(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
     from lagd import logs
-    from lagd.daemon import run
+    from lagd.daemon import run, tune_collector
 
     logs.configure(settings.log.level, settings.log.format)
+    tune_collector()
     # From here on every line is a log event (one JSON object in the JSON format), failures too.
     log = logs.get("lagd")
     try:
