@@ -324,6 +324,7 @@ client-id = "lagd-bench-{tag}"
     )
     settings = load(config)
     logs.configure(settings.log.level, settings.log.format)
+    daemon.tune_collector()  # as `lagd run` does
     base = f"http://127.0.0.1:{port}"
     stop = asyncio.Event()
     probe = Probe()
