@@ -88,11 +88,12 @@ def build_runtime(settings: Settings, stop: asyncio.Event, *, clock: Clock = wal
     )
 
 
-async def apply_events(rt: Runtime) -> None:
+async def apply_events(rt: Runtime, wb: WriteBehind | None = None) -> None:
     """The only writer of State: applies queued event batches in arrival order.
 
     One event the state cannot apply is counted, logged and skipped (lagd.state.guard), so
-    it cannot stop ingest, nor crash-loop lagd on the same record after every restart.
+    it cannot stop ingest, nor crash-loop lagd on the same record after every restart. With
+    `wb`, a batch waits while the persister's backlog is full (persister.wait_for_room).
     """
     flush_at = rt.settings.storage.flush_max_changes
     applied = 0
@@ -107,6 +108,8 @@ async def apply_events(rt: Runtime) -> None:
         if applied >= flush_at:
             applied = 0
             rt.persist_wake.set()
+        if wb is not None:
+            await persister.wait_for_room(wb)
 
 
 async def drain_queue(rt: Runtime) -> None:
@@ -413,7 +416,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             gc.freeze()  # the restored state is long-lived: keep the collector from rescanning it
             _start_readers(rt, positions, spawn_ingest)
             spawn(freeze_when_caught_up(rt), "gc-freeze")
-            spawn(apply_events(rt), "apply")
+            spawn(apply_events(rt, wb), "apply")
             spawn(persister.run(wb), "persister")
             spawn(expire_groups(rt), "expiry")
             changes: VerdictFeed | None = None

@@ -155,3 +155,34 @@ async def test_persister_bound_counts_drops_while_database_is_away(settle: Any) 
     assert wb.pending.commit_history[0][5] == 21
     assert await persister.final_flush(wb, timeout=5) is False
     await store.close()
+
+
+async def test_apply_waits_for_a_write_when_the_backlog_is_full_and_never_in_an_outage(database_url: str) -> None:
+    state = State()
+    store = Store.from_url(database_url)
+    wb = WriteBehind(store=store, state=state, flush_interval=3600.0, backlog_max_changes=20)
+    task = asyncio.create_task(persister.run(wb))
+    try:
+        for i in range(30):
+            state.apply(Commit("c", "g", "t", 0, i, i, NOV22 + i, NOV22 + i))
+        assert persister.backlog_full(wb)  # 30 history rows and a window past 20
+        # waits until the persister (woken by the wait itself, not its hour-long interval) has written
+        await asyncio.wait_for(persister.wait_for_room(wb), 30)
+        assert not persister.backlog_full(wb) and state.undrained() == 0
+        assert count(database_url, "SELECT count(*) FROM commit_history WHERE group_name = 'g'") == 30
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await store.close()
+    away = Store.from_url("postgresql://postgres@127.0.0.1:1/nowhere")
+    wb = WriteBehind(store=away, state=state, backoff_max=0.05, backlog_max_changes=20)
+    for i in range(30, 60):
+        state.apply(Commit("c", "g", "t", 0, i, i, NOV22 + i, NOV22 + i))
+    assert persister.backlog_full(wb)
+    assert await persister.flush(wb) is False  # Postgres away: an outage
+    for i in range(60, 90):
+        state.apply(Commit("c", "g", "t", 0, i, i, NOV22 + i, NOV22 + i))
+    assert not persister.backlog_full(wb)  # ingest never waits for a database that is away
+    await asyncio.wait_for(persister.wait_for_room(wb), 1)
+    await away.close()

@@ -50,6 +50,10 @@ class WriteBehind:
     flush_interval: float = 1.0
     flush_max_changes: int = 20_000
     buffer_max_changes: int = 2_000_000
+    # While Postgres takes writes, apply waits for the write in progress once this many changes
+    # are waiting (5 flushes' worth by default): catch-up then runs at Postgres' pace instead of
+    # piling history rows up in memory. During an outage nothing waits (see buffer_max_changes).
+    backlog_max_changes: int = 100_000
     retention_days: int = 14
     retention_every: float = 3600.0
     backoff_max: float = 30.0
@@ -58,6 +62,7 @@ class WriteBehind:
     pending: Changes = field(default_factory=Changes)
     status: PersisterStatus = field(default_factory=PersisterStatus)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    room: asyncio.Event = field(default_factory=asyncio.Event)  # set when apply may go on (see backlog_max_changes)
     _outage_started: float | None = None
     _last_retention: float | None = None
     _drops_logged: bool = False  # the buffer-full error is logged once per outage
@@ -73,9 +78,25 @@ class WriteBehind:
             flush_interval=st.flush_interval,
             flush_max_changes=st.flush_max_changes,
             buffer_max_changes=st.buffer_max_changes,
+            backlog_max_changes=5 * st.flush_max_changes,
             retention_days=st.history_retention_days,
             clock=clock,
         )
+
+
+def backlog_full(wb: WriteBehind) -> bool:
+    """Should apply wait for the write in progress? Only while Postgres takes writes and more
+    than backlog_max_changes wait, counting what State has not handed over yet."""
+    return wb.status.healthy and wb.pending.size() + wb.state.undrained() > wb.backlog_max_changes
+
+
+async def wait_for_room(wb: WriteBehind) -> None:
+    """Called by apply after each batch: while the backlog is full, ask for a write and wait
+    for it (memory stays bounded by the backlog, not by how fast the readers fetch)."""
+    while backlog_full(wb):
+        wb.room.clear()
+        wb.wake.set()
+        await wb.room.wait()
 
 
 def drop_oldest_history(pending: Changes, limit: int) -> int:
@@ -124,6 +145,13 @@ def collect(wb: WriteBehind) -> None:
 
 async def flush(wb: WriteBehind) -> bool:
     """Collect and write the pending batch once; True when nothing is left pending."""
+    try:
+        return await _flush(wb)
+    finally:
+        wb.room.set()  # written, or failed (an outage: nothing waits for Postgres then)
+
+
+async def _flush(wb: WriteBehind) -> bool:
     async with wb.lock:
         collect(wb)
         if not wb.pending:

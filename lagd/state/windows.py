@@ -245,6 +245,11 @@ class State:
         self._drop_topic(cluster, cs, group, gs, topic)
         return True
 
+    def undrained(self) -> int:
+        """About how many changes the next drain_changes hands over (an upper bound: cheap to ask)."""
+        ch = self._changes
+        return len(self._dirty_windows) + len(self._dirty_log_end) + ch.size()
+
     def drain_changes(self) -> Changes:
         """Everything changed since the last drain (and forget it)."""
         ch = self._changes
