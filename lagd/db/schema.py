@@ -44,6 +44,7 @@ windows = Table(
     Column("topic", Text, primary_key=True),
     Column("partition", Integer, primary_key=True),
     Column("entries", LargeBinary, nullable=False),
+    postgresql_with={"fillfactor": "50"},  # rewritten at every flush: room for in-place (HOT) updates
 )
 
 # Owners of a group's partitions, from the latest group metadata.
