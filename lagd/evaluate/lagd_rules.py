@@ -25,12 +25,11 @@ import math
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any
 
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_REWIND, Judgement
 from lagd.model import PartitionStatus
-from lagd.state.windows import FIELDS, LAST, OFFSET, ORDER, PREV, TS, LogEnd
+from lagd.state.windows import FIELDS, LAST, OFFSET, PREV, TS, LogEnd
 
 WARN = PartitionStatus.WARN
 
@@ -103,23 +102,36 @@ class Trend:
 
 def lag_points(arr: array[int], le: LogEnd) -> tuple[list[float], list[float]]:
     """(commit times in s, lag in seconds at each) for the window's commits whose lag the
-    samples settle: `lag_seconds_at` for every entry, inlined (this runs per partition)."""
+    samples settle: `lag_seconds_at` for every entry."""
+    xs, ys, _ = lag_points_used(arr, le)
+    return xs, ys
+
+
+def lag_points_used(arr: array[int], le: LogEnd) -> tuple[list[float], list[float], int | None]:
+    """`lag_points`, and the time of the oldest log-end sample they read when appending newer
+    samples cannot change them (every commit's offset passed strictly between two kept fine
+    samples), else None. While that sample is still in the newest run of samples, the points
+    stand: a new sample only adds to the end. `lag_seconds_at` for every entry, inlined (this
+    runs per partition)."""
     xs: list[float] = []
     ys: list[float] = []
     offsets, ts, lo = le.offsets, le.ts, le.run_start
     n = len(offsets)
     if n <= lo:
-        return xs, ys
+        return xs, ys, None
     newest, newest_ts, oldest = offsets[n - 1], ts[n - 1], offsets[lo]
+    used: int | None = newest_ts
     for b in range(0, len(arr), FIELDS):
         at = arr[b + TS]
         target = arr[b + OFFSET] + 1
         if target > newest:
+            used = None  # the next sample settles it
             if at <= newest_ts:  # caught up at commit time
                 xs.append(at / 1000.0)
                 ys.append(0.0)
             continue
         if target <= oldest:
+            used = None  # read from the oldest sample or the coarse tier, which drop and thin
             passed, bound = reached_in(le, target)
             if bound:
                 continue
@@ -127,14 +139,29 @@ def lag_points(arr: array[int], le: LogEnd) -> tuple[list[float], list[float]]:
             i = bisect_left(offsets, target, lo, n)
             o0, t0 = offsets[i - 1], ts[i - 1]
             passed = t0 + (ts[i] - t0) * (target - o0) / (offsets[i] - o0)
+            if used is not None and t0 < used:
+                used = t0
         xs.append(at / 1000.0)
         ys.append((at - passed) / 1000.0 if at > passed else 0.0)
-    return xs, ys
+    return xs, ys, used
 
 
 def lag_trend(arr: array[int], le: LogEnd, tie_s: float = 0.25) -> Trend | None:
     """The trend of the window's per-commit lag in seconds; None with fewer than 3 known points."""
     xs, ys = lag_points(arr, le)
+    fit = fit_trend(xs, ys, tie_s)
+    return Trend(*fit) if fit is not None else None
+
+
+# A Trend's fields as a plain tuple: what the evaluator keeps between evaluations (a tuple of
+# numbers is left alone by the garbage collector; a million Trend objects are rescanned).
+TrendFit = tuple[int, float, float, float, float, float]
+_MK_SD = [math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0) for n in range(64)]  # Mann-Kendall S's spread
+
+
+def fit_trend(xs: list[float], ys: list[float], tie_s: float) -> TrendFit | None:
+    """Theil-Sen slope and Mann-Kendall z of points (xs ascending in time, mostly): the fields of
+    `Trend`, or None with fewer than 3 points or no two at different times."""
     n = len(xs)
     if n < 3:
         return None
@@ -155,35 +182,12 @@ def lag_trend(arr: array[int], le: LogEnd, tie_s: float = 0.25) -> Trend | None:
     if not slopes:
         return None
     slope = _median(slopes)
-    sd = math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    sd = _MK_SD[n] if n < len(_MK_SD) else math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
     z = (s - 1) / sd if s > 0 else (s + 1) / sd if s < 0 else 0.0
     fitted = [y - slope * x for x, y in zip(xs, ys, strict=True)]
     middle = _median(fitted)
     noise = 1.4826 * _median([abs(f - middle) for f in fitted])
-    return Trend(n, slope, z, slope * (xs[-1] - xs[0]), noise, ys[-1])
-
-
-Stamp = tuple[int, int, int, int, int, int]
-
-
-class TrendMemo:
-    """The trends of one group's previous evaluation, by partition, reused while a partition's
-    window and log-end samples are unchanged: re-judging a group whose time alone moved (a
-    TTL expiry, a STOP deadline) then costs a dictionary lookup per partition, not a trend."""
-
-    __slots__ = ("new", "old")
-
-    def __init__(self, old: dict[Any, tuple[Stamp, Trend | None]] | None = None) -> None:
-        self.old = old or {}
-        self.new: dict[Any, tuple[Stamp, Trend | None]] = {}
-
-    def trend(self, key: Any, arr: array[int], le: LogEnd, tie_s: float) -> Trend | None:
-        ts = le.ts
-        stamp = (arr[LAST + ORDER], len(arr), len(ts), ts[-1] if ts else 0, le.run_start, len(le.coarse_ts))
-        hit = self.old.get(key)
-        trend = hit[1] if hit is not None and hit[0] == stamp else lag_trend(arr, le, tie_s)
-        self.new[key] = (stamp, trend)
-        return trend
+    return n, slope, z, slope * (xs[-1] - xs[0]), noise, ys[-1]
 
 
 def _median(values: list[float]) -> float:
@@ -218,8 +222,6 @@ def judge_lagd(
     now_ms: int,
     prior: PartitionStatus | None,
     p: LagdParams,
-    memo: TrendMemo | None = None,
-    key: Any = None,
 ) -> Judgement:
     """Status of one group-partition under lagd's rules, checked in this order:
 
@@ -229,7 +231,8 @@ def judge_lagd(
     within allowed-lag-seconds -> too little history -> WARN falling-behind (or still behind
     after a WARN) -> OK.
     `le` holds the partition's log-end samples; `prior` is the partition's previous status
-    (hysteresis).
+    (hysteresis). The evaluator judges through `lagd_fast.LagdJudge`, which keeps what this
+    derives from a window and its samples between evaluations; this is the reference it must match.
     """
     n = len(arr) // FIELDS
     if n == 0:
@@ -241,18 +244,10 @@ def judge_lagd(
     last_ts = arr[LAST + TS]
     waited, _ = lag_seconds_at(committed, now_ms, le)
     waited_ms = waited * 1000.0
-    # REWIND: the first backward step, never recovered (Burrow's rule).
-    if n > 1:
-        prev = arr[OFFSET]
-        for b in range(FIELDS, len(arr), FIELDS):
-            cur = arr[b + OFFSET]
-            if cur < prev:
-                if max(arr[b::FIELDS]) < prev:
-                    return J_REWIND
-                break
-            prev = cur
+    if n > 1 and rewound(arr):
+        return J_REWIND
     # STOP: silent for several commit intervals while records wait at least as long.
-    limit = _stop_limit(arr, n, p)
+    limit = stop_limit(arr, n, p)
     silence = now_ms - last_ts
     if silence > limit and waited_ms > limit:
         return Judgement(
@@ -261,9 +256,9 @@ def judge_lagd(
             f"no commit for {silence / 1000:.0f} s (limit {limit / 1000:.0f} s) while records wait {waited:.0f} s",
         )
     # STALL: still committing, the same offset for stall-after, while records wait.
-    first_same = _first_same(arr, n, committed)
-    stuck = first_same < n - 1
-    stuck_ms = now_ms - arr[first_same * FIELDS + TS] if stuck else 0
+    same_from = first_same(arr, n, committed)
+    stuck = same_from < n - 1
+    stuck_ms = now_ms - arr[same_from * FIELDS + TS] if stuck else 0
     if stuck and stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
         return Judgement(
             PartitionStatus.STALL,
@@ -275,7 +270,7 @@ def judge_lagd(
         return J_WITHIN_SECONDS
     trend = None
     if last_ts - arr[TS] >= p.min_history_ms:
-        trend = memo.trend(key, arr, le, p.tie_s) if memo is not None else lag_trend(arr, le, p.tie_s)
+        trend = lag_trend(arr, le, p.tie_s)
         if trend is not None and trend.points < p.min_points:
             trend = None
     if was_behind:
@@ -286,7 +281,9 @@ def judge_lagd(
                 return J_CAUGHT_UP
             if trend.z <= -p.z_leave and trend.slope < 0:
                 return J_CATCHING_UP
-            return Judgement(WARN, RULE_STILL_BEHIND, _explain("still behind", trend, waited))
+            return Judgement(
+                WARN, RULE_STILL_BEHIND, explain("still behind", trend.slope, trend.z, trend.rise, trend.points, waited)
+            )
         return Judgement(WARN, RULE_STILL_BEHIND, f"still behind: records wait {waited:.0f} s")
     if trend is None:
         return J_TOO_LITTLE_HISTORY
@@ -299,7 +296,9 @@ def judge_lagd(
         and not stuck  # a consumer that stopped moving is judged by STALL, not as falling behind
         and not _draining(arr, le, p.drain_margin)
     ):
-        return Judgement(WARN, RULE_FALLING_BEHIND, _explain("falling behind", trend, waited))
+        return Judgement(
+            WARN, RULE_FALLING_BEHIND, explain("falling behind", trend.slope, trend.z, trend.rise, trend.points, waited)
+        )
     if trend.slope < 0 and trend.z <= -p.z_leave:
         return J_CATCHING_UP
     return J_KEEPING_UP
@@ -322,23 +321,35 @@ def recheck_at(
     last_ts = arr[LAST + TS]
     waited, _ = lag_seconds_at(committed, at_ms, le)
     passed = at_ms - int(waited * 1000)  # when the oldest unconsumed record arrived
-    due = max(last_ts, passed) + _stop_limit(arr, n, p) + 1
+    due = max(last_ts, passed) + stop_limit(arr, n, p) + 1
     if status is not PartitionStatus.STALL and n > 1 and arr[PREV + OFFSET] == committed:
-        first_same = _first_same(arr, n, committed)
-        due = min(due, max(arr[first_same * FIELDS + TS], passed) + p.stall_after_ms)
+        same_from = first_same(arr, n, committed)
+        due = min(due, max(arr[same_from * FIELDS + TS], passed) + p.stall_after_ms)
     if waited < p.allowed_lag_seconds:
         due = min(due, passed + int(p.allowed_lag_seconds * 1000) + 1)
     return due
 
 
-def _stop_limit(arr: array[int], n: int, p: LagdParams) -> int:
+def rewound(arr: array[int]) -> bool:
+    """Burrow's REWIND: the window's first backward step is never recovered (no later offset
+    reaches the one before the step)."""
+    prev = arr[OFFSET]
+    for b in range(FIELDS, len(arr), FIELDS):
+        cur = arr[b + OFFSET]
+        if cur < prev:
+            return max(arr[b::FIELDS]) < prev
+        prev = cur
+    return False
+
+
+def stop_limit(arr: array[int], n: int, p: LagdParams) -> int:
     """How long a partition may be silent before STOP: stop-after, or 3 commit intervals (the
     newest gap) when longer. One definition for the rule and for when to re-check it."""
     cadence = arr[LAST + TS] - arr[PREV + TS] if n > 1 else 0
     return max(p.stop_after_ms, p.stop_cadences * cadence)
 
 
-def _first_same(arr: array[int], n: int, committed: int) -> int:
+def first_same(arr: array[int], n: int, committed: int) -> int:
     """Index of the oldest entry of the newest run of entries committing `committed`."""
     first = n - 1
     while first > 0 and arr[(first - 1) * FIELDS + OFFSET] == committed:
@@ -346,9 +357,10 @@ def _first_same(arr: array[int], n: int, committed: int) -> int:
     return first
 
 
-def _explain(what: str, trend: Trend, waited: float) -> str:
-    share = max(0.0, 1.0 - trend.slope) * 100
+def explain(what: str, slope: float, z: float, rise: float, points: int, waited: float) -> str:
+    """The reason of a trend verdict: rate, share of production consumed, rise, how far behind."""
+    share = max(0.0, 1.0 - slope) * 100
     return (
-        f"{what}: lag grows {trend.slope:.3f} s per s (consuming about {share:.0f}% of production), "
-        f"+{trend.rise:.0f} s over the window, now {waited:.0f} s behind (z={trend.z:.1f}, {trend.points} commits)"
+        f"{what}: lag grows {slope:.3f} s per s (consuming about {share:.0f}% of production), "
+        f"+{rise:.0f} s over the window, now {waited:.0f} s behind (z={z:.1f}, {points} commits)"
     )

@@ -10,11 +10,14 @@ commits are OK with complete 0, as Burrow reports them.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from lagd.evaluate.lagd_rules import NEVER, LagdParams, TrendMemo, judge_lagd, recheck_at
+from lagd.evaluate.lagd_fast import Answer, LagdJudge, judge_reference
+from lagd.evaluate.lagd_rules import NEVER, LagdParams
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
@@ -77,6 +80,13 @@ def _never_blind(cluster: str, now_ms: int) -> int | None:
     return None
 
 
+def _judge_reference(
+    p: LagdParams, key: Any, arr: array[int], le: LogEnd, current_lag: int, at_ms: int, prior: PartitionStatus | None
+) -> Answer:
+    """LagdJudge.judge's signature over the slow path (judge_lagd at every evaluation)."""
+    return judge_reference(arr, le, current_lag, at_ms, prior, p)
+
+
 def not_found(cluster: str, group: str, now_ms: int) -> GroupVerdict:
     """Burrow's answer for an unknown or expired group."""
     return GroupVerdict(cluster, group, GroupStatus.NOTFOUND, 1.0, [], 0, None, 0, 0.0, now_ms)
@@ -94,6 +104,7 @@ class Evaluator:
         cache_ttl_ms: int = 5000,
         min_history_ms: int = 60_000,
         stop_after_ms: int = 60_000,
+        fast: bool = True,
     ) -> None:
         if rules not in ("lagd", "burrow"):
             raise ValueError(f"rules must be 'lagd' or 'burrow', got {rules!r}: check evaluator.rules")
@@ -106,6 +117,11 @@ class Evaluator:
             stop_after_ms=stop_after_ms,
             stall_after_ms=stop_after_ms // 2,
         )
+        # lagd rules: judged through LagdJudge, which keeps per partition what a window and its
+        # samples imply between evaluations; fast=False re-derives everything each time through
+        # judge_lagd (the reference the fast path is tested against).
+        self.fast = fast
+        self._judge = LagdJudge(self.lagd_params)
         # (cluster, now) -> since when lagd has been blind to it (reader or sampler failing or
         # behind), or None: time-driven verdicts (STOP, STALL) are judged as of that moment, not
         # now. Asked at each evaluation, so a verdict never lags behind lagd's own sight.
@@ -116,7 +132,7 @@ class Evaluator:
         # Insertion order is evaluation order, so expired verdicts are dropped from the front.
         self._cache: dict[tuple[str, str], _Cached] = {}
         self._since: dict[tuple[str, str], Since] = {}
-        self._trends: dict[tuple[str, str], Any] = {}  # lagd rules: each group's TrendMemo.new
+        self._facts: dict[tuple[str, str], Any] = {}  # lagd rules: each group's LagdJudge.new
         # (version, recheck at, blind since) of each group's last evaluation: until one of them
         # changes, the group's status cannot (see `due`).
         self._due: dict[tuple[str, str], tuple[int, int, int | None]] = {}
@@ -135,17 +151,20 @@ class Evaluator:
         if last is None or last < now_ms - self.state.expire_group_ms:
             self._cache.pop(key, None)
             self._since.pop(key, None)
-            self._trends.pop(key, None)
+            self._facts.pop(key, None)
             self._due.pop(key, None)
             return not_found(cluster, group, now_ms)
-        memo = TrendMemo(self._trends.get(key)) if self.rules == "lagd" else None
-        verdict, since, recheck, blind = self._evaluate(cluster, group, now_ms, self._since.get(key) or {}, memo)
+        self._judge.begin(self._facts.get(key))
+        verdict, since, recheck, blind = self._evaluate(cluster, group, now_ms, self._since.get(key) or {})
         self._due[key] = (version, recheck, blind)
         self._cache.pop(key, None)
         self._cache[key] = _Cached(version, now_ms, verdict)
         self._since[key] = since
-        if memo is not None:
-            self._trends[key] = memo.new
+        if self._judge.new:
+            self._facts[key] = self._judge.new
+        else:
+            self._facts.pop(key, None)
+        self._judge.begin(None)  # hold no group's facts twice
         return verdict
 
     def due(self, cluster: str, group: str, now_ms: int) -> bool:
@@ -175,7 +194,7 @@ class Evaluator:
         """Drop the cached verdict and status history of a removed group."""
         self._cache.pop((cluster, group), None)
         self._since.pop((cluster, group), None)
-        self._trends.pop((cluster, group), None)
+        self._facts.pop((cluster, group), None)
         self._due.pop((cluster, group), None)
 
     def _evaluate(
@@ -184,7 +203,6 @@ class Evaluator:
         group: str,
         now_ms: int,
         since_before: Since,
-        memo: TrendMemo | None = None,
     ) -> tuple[GroupVerdict, Since, int, int | None]:
         state = self.state
         intervals = state.intervals
@@ -208,6 +226,7 @@ class Evaluator:
         empty_rule = J_EMPTY.rule
         lagd = self.rules == "lagd"
         params = self.lagd_params
+        judge = self._judge.judge if self.fast else partial(_judge_reference, params)
         status_of = _STATUS_OF
         blind = self.blind_since(cluster, now_ms) if lagd else None
         judged_at = now_ms if blind is None else min(now_ms, blind)
@@ -271,6 +290,8 @@ class Evaluator:
                 committed = arr[LAST + OFFSET]
                 current_lag = 0
                 seconds = 0.0
+                reached = 0.0  # when the log end reached the committed offset (with a current lag)
+                prior = get_since(pkey)
                 if le is None:
                     estimated = True
                     leo: Sequence[int] = no_samples
@@ -286,36 +307,38 @@ class Evaluator:
                 else:
                     complete = 1.0
                     full += 1
-                if current_lag <= allowed and not lagd:
-                    j = J_CAUGHT_UP
-                elif complete < minimum:
-                    j = J_INCOMPLETE
-                elif lagd:
-                    prior_code = get_since(pkey)
-                    prior_status = status_of[prior_code & mask] if prior_code is not None else None
-                    sampled = le or _NO_LOG_END
-                    j = judge_lagd(arr, sampled, current_lag, judged_at, prior_status, params, memo, pkey)
-                    at = recheck_at(arr, sampled, current_lag, judged_at, j.status, params)
+                if lagd and complete >= minimum:
+                    prior_status = status_of[prior & mask] if prior is not None else None
+                    status, rule, reason, at, reached, bound = judge(
+                        pkey, arr, le or _NO_LOG_END, current_lag, judged_at, prior_status
+                    )
+                    if current_lag:
+                        estimated = bound
                     if at < recheck:
                         recheck = at
                 else:
-                    j = judge_flat(arr, leo, current_lag, now_ms, allowed, intervals)
-                    if j.status is not PartitionStatus.STOP and current_lag > allowed:
-                        # Burrow's STOP: silent for longer than the window spans
-                        at = 2 * arr[LAST + TS] - arr[TS] + 1
-                        if at < recheck:
-                            recheck = at
+                    if current_lag <= allowed and not lagd:
+                        j = J_CAUGHT_UP
+                    elif complete < minimum:
+                        j = J_INCOMPLETE
+                    else:
+                        j = judge_flat(arr, leo, current_lag, now_ms, allowed, intervals)
+                        if j.status is not PartitionStatus.STOP and current_lag > allowed:
+                            # Burrow's STOP: silent for longer than the window spans
+                            at = 2 * arr[LAST + TS] - arr[TS] + 1
+                            if at < recheck:
+                                recheck = at
+                    status, rule, reason = j.status, j.rule, j.reason
+                    if current_lag and le is not None:  # a current lag implies samples
+                        reached, estimated = reached_in(le, committed)
                 if current_lag:
                     totallag += current_lag
-                    if le is not None:
-                        reached, estimated = reached_in(le, committed)
-                        if now_ms > reached:
-                            seconds = (now_ms - reached) / 1000.0
-                            if seconds > max_seconds:
-                                max_seconds = seconds
+                    if now_ms > reached:
+                        seconds = (now_ms - reached) / 1000.0
+                        if seconds > max_seconds:
+                            max_seconds = seconds
                 if current_lag > best_lag:
                     maxlag, best_lag = len(partitions), current_lag
-                status = j.status
                 if status is not ok:
                     rank = rank_of[status]
                     if rank > worst:
@@ -323,7 +346,6 @@ class Evaluator:
                     code = code_of[status]
                 else:
                     code = ok_code
-                prior = get_since(pkey)
                 seen = prior >> _SHIFT if prior is not None and prior & mask == code else now_ms
                 since[pkey] = (seen << _SHIFT) | code
                 lag0 = arr[LAG]
@@ -347,9 +369,9 @@ class Evaluator:
                         owner.client_id if owner is not None else "",
                         seconds,
                         estimated,
-                        j.reason,
+                        reason,
                         seen,
-                        j.rule,
+                        rule,
                     )
                 )
         count = len(partitions)

@@ -1,0 +1,330 @@
+"""lagd's rules, judged without redoing what has not changed.
+
+`judge_lagd` derives everything from a partition's window and log-end samples at every
+evaluation: each commit's lag in seconds (a bisect and an interpolation per commit), their
+Theil-Sen/Mann-Kendall trend (45 pairs for 10 commits), the rewind, the STOP limit, the stuck
+run. Between most evaluations of a group only `now` moves (a TTL expired, a STOP deadline
+came, a reader asked), and a new log-end sample only adds to the end of the history, which
+leaves the lag of every commit the log end had already passed unchanged. `LagdJudge` keeps
+those facts per partition while the window and the samples they read stand, and computes
+per evaluation only what depends on `now`. It answers exactly as `judge_lagd` and
+`recheck_at` (tests/test_lagd_fast.py compares whole group verdicts over random histories).
+
+The kept facts are plain tuples of numbers, which the garbage collector stops tracking: they
+cost nothing at its full collections, where a Trend object per partition made each take
+hundreds of ms at a million partitions.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from typing import Any
+
+from lagd.evaluate.lagd_rules import (
+    J_CATCHING_UP,
+    J_KEEPING_UP,
+    J_TOO_LITTLE_HISTORY,
+    J_WITHIN_SECONDS,
+    NEVER,
+    RULE_FALLING_BEHIND,
+    RULE_STALL,
+    RULE_STILL_BEHIND,
+    RULE_STOP,
+    LagdParams,
+    TrendFit,
+    _draining,
+    explain,
+    first_same,
+    fit_trend,
+    judge_lagd,
+    lag_points_used,
+    recheck_at,
+    rewound,
+    stop_limit,
+)
+from lagd.evaluate.lagtime import reached_in
+from lagd.evaluate.rules import J_CAUGHT_UP, J_REWIND, Judgement
+from lagd.model import PartitionStatus
+from lagd.state.windows import FIELDS, LAST, OFFSET, ORDER, TS, LogEnd
+
+WARN = PartitionStatus.WARN
+STOP = PartitionStatus.STOP
+STALL = PartitionStatus.STALL
+
+# A partition's answer: status, rule, reason, when a time-driven rule could next change it
+# (ms), and when the log end reached the committed offset (ms) with whether that is only a bound
+# (lag in seconds as the API shows it; meaningful when the current lag is above 0).
+Answer = tuple[PartitionStatus, str, str, int, float, bool]
+
+# A partition's kept facts, one flat tuple (see `_facts`):
+# window stamp: first order, newest order, length; samples stamp: the LogEnd's id, its newest
+# sample time (None: no samples), the time of the oldest sample the lags read (None: a new
+# sample may change them); when the log end passed the newest commit (None: not yet: records
+# wait 0 s); when it reached the committed offset and whether that is a bound (None: it has
+# not); the rewind; the STOP limit; when the stuck run began (None: not stuck); the trend.
+Facts = tuple[
+    int,
+    int,
+    int,
+    int,
+    int | None,
+    int | None,
+    float | None,
+    float | None,
+    bool,
+    bool,
+    int,
+    int | None,
+    TrendFit | tuple[()] | None,  # (): not fitted yet
+    tuple[str, str] | None,  # the trend's reason around "now N s behind", once a reason needed it
+]
+UNFITTED: tuple[()] = ()
+
+
+def _answer(j: Judgement, recheck: int, reached: float, estimated: bool) -> Answer:
+    return j.status, j.rule, j.reason, recheck, reached, estimated
+
+
+def judge_reference(
+    arr: array[int], le: LogEnd, current_lag: int, at_ms: int, prior: PartitionStatus | None, p: LagdParams
+) -> Answer:
+    """`judge_lagd` and `recheck_at` as they are, and `reached_in` for the lag in seconds:
+    the slow path, for `Evaluator(fast=False)` and the tests."""
+    j = judge_lagd(arr, le, current_lag, at_ms, prior, p)
+    reached, estimated = reached_in(le, arr[LAST + OFFSET]) if current_lag else (0.0, False)
+    return _answer(j, recheck_at(arr, le, current_lag, at_ms, j.status, p), reached, estimated)
+
+
+class LagdJudge:
+    """lagd's rules for the partitions of one evaluator's groups, keeping each group's facts
+    (`old`: its previous evaluation's, `new`: this one's) while they stand.
+
+    Facts are kept only for partitions whose trend was needed: the others are judged from a
+    bisect and a few comparisons, and keeping their facts would cost memory for little.
+    """
+
+    __slots__ = ("new", "old", "p")
+
+    def __init__(self, p: LagdParams) -> None:
+        self.p = p
+        self.old: dict[Any, Facts] = {}
+        self.new: dict[Any, Facts] = {}
+
+    def begin(self, old: dict[Any, Facts] | None) -> None:
+        """Start a group's evaluation with the facts its previous one kept."""
+        self.old = old or {}
+        self.new = {}
+
+    def judge(
+        self, key: Any, arr: array[int], le: LogEnd, current_lag: int, at_ms: int, prior: PartitionStatus | None
+    ) -> Answer:
+        """`judge_reference` for a non-empty window, from kept facts where they stand."""
+        p = self.p
+        was_behind = prior is WARN
+        if current_lag <= p.allowed_lag and not was_behind:
+            if current_lag:
+                return _answer(J_CAUGHT_UP, NEVER, *reached_in(le, arr[LAST + OFFSET]))
+            return _answer(J_CAUGHT_UP, NEVER, 0.0, False)
+        f = self.old.get(key)
+        if f is None or not _stands(f, arr, le):
+            f = _facts(arr, le, current_lag, p)
+        else:
+            self.new[key] = f
+        _, _, _, _, _, _, passed, reached, estimated, rewind, limit, stuck_since, trend, words = f
+        waited = max(0.0, (at_ms - passed) / 1000.0) if passed is not None else 0.0
+        shown = reached if reached is not None else 0.0
+        if rewind:
+            return _answer(J_REWIND, NEVER, shown, estimated)
+        # STOP: silent for several commit intervals while records wait at least as long.
+        waited_ms = waited * 1000.0
+        last_ts = arr[LAST + TS]
+        silence = at_ms - last_ts
+        if silence > limit and waited_ms > limit:
+            reason = (
+                f"no commit for {silence / 1000:.0f} s (limit {limit / 1000:.0f} s) while records wait {waited:.0f} s"
+            )
+            return STOP, RULE_STOP, reason, NEVER, shown, estimated
+        # With the lag within allowed-lag (a WARN being held) nothing is time-driven.
+        timed = current_lag > p.allowed_lag
+        # STALL: still committing, the same offset for stall-after, while records wait.
+        if stuck_since is not None:
+            stuck_ms = at_ms - stuck_since
+            if stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
+                reason = (
+                    f"offset {arr[LAST + OFFSET]} committed again and again for {stuck_ms / 1000:.0f} s "
+                    f"while records wait {waited:.0f} s"
+                )
+                due = _recheck(STALL, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER
+                return STALL, RULE_STALL, reason, due, shown, estimated
+        if not was_behind and waited < p.allowed_lag_seconds:
+            status, rule, reason, _ = _WITHIN_SECONDS
+        else:
+            fit = None
+            if last_ts - arr[TS] >= p.min_history_ms:
+                if trend == UNFITTED:  # fit it now, and keep the facts for next time
+                    trend, used = _fit(arr, le, reached is not None, p)
+                    f = self.new[key] = _with_trend(f, used, trend)
+                fit = trend if trend and trend[0] >= p.min_points else None
+            status, rule, reason, what = _judge_trend(arr, le, fit, was_behind, stuck_since is not None, waited, p)
+            if what is None:
+                pass
+            elif fit is None:
+                reason = f"{what}: records wait {waited:.0f} s"
+            else:
+                if words is None:
+                    words = _words(fit)
+                    self.new[key] = _with_words(f, words)
+                reason = f"{what}{words[0]}{waited:.0f}{words[1]}"
+        due = _recheck(status, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER
+        return status, rule, reason, due, shown, estimated
+
+
+def _stands(f: Facts, arr: array[int], le: LogEnd) -> bool:
+    """Do kept facts still describe this window and these samples? The window must be the
+    same (its first and newest orders and its length: entries never change in place); the
+    samples the same, or only grown at the end while still holding the oldest sample the
+    lags read (its time at or after the start of the newest run of samples)."""
+    first, last, length, le_id, kept_newest, used = f[:6]
+    if first != arr[ORDER] or last != arr[LAST + ORDER] or length != len(arr) or le_id != id(le):
+        return False
+    ts = le.ts
+    newest = ts[-1] if ts else None
+    if newest == kept_newest:
+        return True
+    return used is not None and newest is not None and ts[le.run_start] <= used
+
+
+def _with_trend(f: Facts, used: int | None, trend: TrendFit | None) -> Facts:
+    """The facts with the trend fitted and the samples it read."""
+    first, last, length, le_id, newest, _, passed, reached, estimated, rewind, limit, stuck_since, _, _ = f
+    return first, last, length, le_id, newest, used, passed, reached, estimated, rewind, limit, stuck_since, trend, None
+
+
+def _with_words(f: Facts, words: tuple[str, str]) -> Facts:
+    return (*f[:-1], words)
+
+
+def _words(trend: TrendFit) -> tuple[str, str]:
+    """`explain`'s reason for the trend cut around the wait, which alone changes with `now`:
+    (": lag grows ... now ", " s behind (z=..., n commits)")."""
+    head, tail = explain("", trend[1], trend[2], trend[3], trend[0], 0.0).split("now 0 s behind")
+    return head + "now ", " s behind" + tail
+
+
+def _facts(arr: array[int], le: LogEnd, current_lag: int, p: LagdParams) -> Facts:
+    """What the window and samples say, the trend left to fit (UNFITTED) until it is needed."""
+    n = len(arr) // FIELDS
+    committed = arr[LAST + OFFSET]
+    offsets, ts, lo = le.offsets, le.ts, le.run_start
+    k = len(offsets)
+    passed: float | None = None  # lag_seconds_at(committed, ...) reads 0 s while this is None
+    if k > lo and committed + 1 <= offsets[k - 1]:
+        passed, _ = reached_in(le, committed + 1)
+    reached: float | None = None
+    estimated = False
+    if current_lag:
+        reached, estimated = reached_in(le, committed)
+    same = first_same(arr, n, committed)
+    stuck_since = arr[same * FIELDS + TS] if same < n - 1 else None
+    return (
+        arr[ORDER],
+        arr[LAST + ORDER],
+        len(arr),
+        id(le),
+        ts[-1] if ts else None,
+        None,  # set by `_fit`, which reads every commit's lag
+        passed,
+        reached,
+        estimated,
+        n > 1 and rewound(arr),
+        stop_limit(arr, n, p),
+        stuck_since,
+        UNFITTED,
+        None,
+    )
+
+
+def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams) -> tuple[TrendFit | None, int | None]:
+    """The window's trend, and the time of the oldest log-end sample that it, the newest
+    commit's wait and (`reached`: the current lag is above 0) the committed offset's passing
+    read, when appending samples cannot change them (else None)."""
+    xs, ys, used = lag_points_used(arr, le)
+    if used is not None and reached:
+        offsets, lo = le.offsets, le.run_start
+        committed = arr[LAST + OFFSET]
+        if committed > offsets[lo]:
+            i = bisect_left(offsets, committed, lo, len(offsets))
+            used = min(used, le.ts[i - 1])
+        else:
+            used = None  # read from the oldest sample or the coarse tier
+    return fit_trend(xs, ys, p.tie_s), used
+
+
+# Fixed judgements as `_judge_trend` answers them: (status, rule, reason, None).
+Said = tuple[PartitionStatus, str, str, str | None]
+_WITHIN_SECONDS: Said = (J_WITHIN_SECONDS.status, J_WITHIN_SECONDS.rule, J_WITHIN_SECONDS.reason, None)
+_CAUGHT_UP: Said = (J_CAUGHT_UP.status, J_CAUGHT_UP.rule, J_CAUGHT_UP.reason, None)
+_CATCHING_UP: Said = (J_CATCHING_UP.status, J_CATCHING_UP.rule, J_CATCHING_UP.reason, None)
+_KEEPING_UP: Said = (J_KEEPING_UP.status, J_KEEPING_UP.rule, J_KEEPING_UP.reason, None)
+_TOO_LITTLE_HISTORY: Said = (J_TOO_LITTLE_HISTORY.status, J_TOO_LITTLE_HISTORY.rule, J_TOO_LITTLE_HISTORY.reason, None)
+
+
+def _judge_trend(
+    arr: array[int],
+    le: LogEnd,
+    trend: TrendFit | None,
+    was_behind: bool,
+    stuck: bool,
+    waited: float,
+    p: LagdParams,
+) -> Said:
+    """`judge_lagd` from the trend on (the partition neither rewound, stopped, stalled nor
+    within the allowed lag in seconds): a fixed judgement, or (WARN, rule, "", what) where
+    `what` begins the reason the caller completes. No Judgement is built: this runs per partition."""
+    if was_behind:
+        # A consumer that fell behind stays WARN until it has caught up (its lag at a commit
+        # is within half the allowance) or is clearly catching up.
+        if trend is not None:
+            _, slope, z, _, _, last = trend
+            if last < p.allowed_lag_seconds / 2 and z < p.z_leave:
+                return _CAUGHT_UP
+            if z <= -p.z_leave and slope < 0:
+                return _CATCHING_UP
+        return WARN, RULE_STILL_BEHIND, "", "still behind"
+    if trend is None:
+        return _TOO_LITTLE_HISTORY
+    _, slope, z, rise, noise, last = trend
+    if (
+        slope >= p.min_slope
+        and z >= p.z_enter
+        and rise >= p.min_rise_s
+        and rise >= p.noise_factor * noise
+        and last >= p.allowed_lag_seconds
+        and not stuck
+        and not _draining(arr, le, p.drain_margin)
+    ):
+        return WARN, RULE_FALLING_BEHIND, "", "falling behind"
+    if slope < 0 and z <= -p.z_leave:
+        return _CATCHING_UP
+    return _KEEPING_UP
+
+
+def _recheck(
+    status: PartitionStatus,
+    at_ms: int,
+    waited: float,
+    last_ts: int,
+    limit: int,
+    stuck_since: int | None,
+    p: LagdParams,
+) -> int:
+    """`recheck_at` for a partition whose current lag is above allowed-lag and whose status is
+    neither STOP nor REWIND, from its facts."""
+    passed = at_ms - int(waited * 1000)  # when the oldest unconsumed record arrived
+    due = max(last_ts, passed) + limit + 1
+    if status is not STALL and stuck_since is not None:
+        due = min(due, max(stuck_since, passed) + p.stall_after_ms)
+    if waited < p.allowed_lag_seconds:
+        due = min(due, passed + int(p.allowed_lag_seconds * 1000) + 1)
+    return due

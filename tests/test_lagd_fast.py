@@ -1,0 +1,174 @@
+"""lagd's rules judged fast (LagdJudge: facts kept per partition between evaluations) answer
+exactly as the reference (judge_lagd, recheck_at and reached_in at every evaluation).
+
+Pure: one State, two Evaluators on it (fast and reference), driven by random histories of
+commits, log-end samples (growing, stalling, truncated, thinned into the coarse tier) and
+evaluation times; every group verdict and every re-check time must be equal.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lagd.evaluate import Evaluator
+from lagd.evaluate.lagd_rules import lag_points_used, lag_seconds_at
+from lagd.model import Commit, LogEndSample, PartitionStatus
+from lagd.state.windows import FIELDS, OFFSET, TS, LogEnd, State
+
+C, G, T = "c", "g", "t"
+T0 = 1_700_000_000_000
+
+# (kind, partition, amount, seconds later): a log-end sample `amount` records on (a negative
+# amount truncates the log), a commit whose distance behind the log end moves by `amount`,
+# or an evaluation.
+Op = tuple[str, int, int, int]
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("sample"), st.integers(0, 2), st.integers(-300, 600), st.integers(1, 15)),
+        st.tuples(st.just("commit"), st.integers(0, 2), st.integers(-200, 400), st.integers(0, 15)),
+        st.tuples(st.just("eval"), st.just(0), st.just(0), st.integers(0, 40)),
+    ),
+    max_size=120,
+)
+# A second of traffic, repeated: (seconds, records produced per second, partitions sampled and
+# partitions committing (bit masks), how far the committing ones fall further behind (records;
+# "hold" commits the same offset again), evaluations at its end).
+Tick = tuple[int, int, int, int, int | str, int]
+ticks = st.lists(
+    st.tuples(
+        st.integers(1, 8),
+        st.sampled_from([0, 50, 400]),
+        st.integers(0, 7),
+        st.integers(0, 7),
+        st.sampled_from([0, 40, 40, 150, 150, 600, -300, "hold"]),
+        st.integers(0, 2),
+    ),
+    max_size=80,
+)
+
+
+def traffic(steps: list[Tick]) -> list[Op]:
+    """The operations of a history given tick by tick (see `ticks`)."""
+    history: list[Op] = []
+    for seconds, rate, sampled, committing, behind, evals in steps:
+        for partition in range(3):
+            if sampled >> partition & 1:
+                history.append(("sample", partition, rate * seconds, 0))
+            if committing >> partition & 1:
+                history.append(("commit", partition, rate * seconds if behind == "hold" else int(behind), 0))
+        history += [("eval", 0, 0, 0)] * evals
+        history.append(("eval", 0, 0, seconds))
+    return history
+
+
+def pair(state: State, **kw: object) -> tuple[Evaluator, Evaluator]:
+    def one(fast: bool) -> Evaluator:
+        return Evaluator(state, rules="lagd", cache_ttl_ms=0, fast=fast, **kw)  # type: ignore[arg-type]
+
+    return one(True), one(False)
+
+
+def run(state: State, fast: Evaluator, slow: Evaluator, history: list[Op]) -> list[PartitionStatus]:
+    """Apply the history; at each evaluation both evaluators must agree. Returns the statuses seen."""
+    now = T0
+    head = [10_000, 10_000, 10_000]
+    behind = [0, 0, 0]
+    order = 0
+    seen: list[PartitionStatus] = []
+    for kind, partition, amount, later in history:
+        now += later * 1000
+        if kind == "sample":
+            head[partition] = max(0, head[partition] + amount)
+            state.apply(LogEndSample(C, T, partition, head[partition], now))
+        elif kind == "commit":
+            behind[partition] = max(0, behind[partition] + amount)
+            order += 1
+            offset = max(0, head[partition] - behind[partition])
+            state.apply(Commit(C, G, T, partition, offset, order, now, now))
+        else:
+            got, want = fast.group(C, G, now), slow.group(C, G, now)
+            assert got == want
+            assert fast._due.get((C, G)) == slow._due.get((C, G))
+            seen += [p.status for p in got.partitions]
+    return seen
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(ops, ticks.map(traffic)),
+    st.sampled_from([0, 15_000]),
+    st.sampled_from([4, 40]),
+    st.sampled_from([0.0, 1.0, 5.0]),
+    st.sampled_from([0, 20]),
+)
+def test_fast_path_gives_the_reference_verdicts(
+    history: list[Op], window_step_ms: int, lag_samples: int, allowed_lag_seconds: float, allowed_lag: int
+) -> None:
+    state = State(intervals=6, lag_samples=lag_samples, window_step_ms=window_step_ms)
+    fast, slow = pair(
+        state,
+        allowed_lag=allowed_lag,
+        allowed_lag_seconds=allowed_lag_seconds,
+        min_history_ms=20_000,
+        stop_after_ms=40_000,
+    )
+    run(state, fast, slow, history)
+
+
+def test_fast_path_agrees_through_falling_behind_holding_and_recovering() -> None:
+    """A consumer that falls behind (WARN), stays behind (held WARN), stops (STOP) and catches
+    up, sampled every 2 s and committing every 5 s, judged every second and again every 2 s:
+    every branch of the rules reached through kept facts, new samples and new commits."""
+    state = State(intervals=10, lag_samples=200, window_step_ms=15_000)
+    fast, slow = pair(state)
+    history: list[Op] = []
+    for t in range(1800):
+        if t % 2 == 0:
+            history.append(("sample", 0, 800, 0))
+        if t % 5 == 0 and not 900 <= t < 1100:  # silent for 200 s: STOP
+            history.append(("commit", 0, 100 if t < 700 else -150 if t >= 1100 else 0, 0))
+        if t % 2 == 0:
+            history.append(("eval", 0, 0, 0))
+        history.append(("eval", 0, 0, 1))
+    seen = run(state, fast, slow, history)
+    assert {PartitionStatus.OK, PartitionStatus.WARN, PartitionStatus.STOP} <= set(seen)
+
+
+@given(
+    st.lists(st.integers(0, 300), min_size=1, max_size=12),
+    st.lists(st.integers(0, 400), min_size=1, max_size=12),
+    st.lists(st.integers(0, 400), max_size=6),
+)
+def test_lag_points_stand_while_the_samples_they_read_are_kept(
+    steps: list[int], positions: list[int], more: list[int]
+) -> None:
+    """Each point is `lag_seconds_at` of its commit; when `lag_points_used` names the oldest
+    sample it read, appending samples (without truncation) leaves the points unchanged as long
+    as that sample is still kept."""
+    state = State(intervals=10, lag_samples=8)
+    offset, ts = 1000, T0
+    for step in steps:
+        offset += step
+        ts += 10_000
+        state.apply(LogEndSample(C, T, 0, offset, ts))
+    for i, back in enumerate(positions):
+        state.apply(Commit(C, G, T, 0, max(0, offset - back), i + 1, T0 + 5_000 * (i + 1), T0))
+    arr = state.group_windows(C, G)[T][0]  # type: ignore[index]
+    le: LogEnd = state.topic_log_ends(C, T)[0]
+    xs, ys, used = lag_points_used(arr, le)
+    expected = []
+    for b in range(0, len(arr), FIELDS):
+        y, exact = lag_seconds_at(arr[b + OFFSET], arr[b + TS], le)
+        if exact:
+            expected.append((arr[b + TS] / 1000.0, y))
+    assert list(zip(xs, ys, strict=True)) == expected
+    if used is None:
+        return
+    for step in more:
+        offset += step
+        ts += 10_000
+        state.apply(LogEndSample(C, T, 0, offset, ts))
+        if le.ts[le.run_start] > used:
+            break
+        assert lag_points_used(arr, le)[:2] == (xs, ys)
