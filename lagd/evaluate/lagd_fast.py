@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from typing import Any
 
 from lagd.evaluate.lagd_rules import (
     J_CATCHING_UP,
@@ -80,6 +79,7 @@ Facts = tuple[
     tuple[str, str] | None,  # the trend's reason around "now N s behind", once a reason needed it
 ]
 UNFITTED: tuple[()] = ()
+GroupFacts = dict[str, dict[int, Facts]]  # by topic, then partition
 
 
 def _answer(j: Judgement, recheck: int, reached: float, estimated: bool) -> Answer:
@@ -98,26 +98,39 @@ def judge_reference(
 
 class LagdJudge:
     """lagd's rules for the partitions of one evaluator's groups, keeping each group's facts
-    (`old`: its previous evaluation's, `new`: this one's) while they stand.
+    by topic and partition (`old`: its previous evaluation's, `new`: this one's) while they
+    stand. Call `begin` per group, then `topic` before judging each topic's partitions.
 
     Facts are kept only for partitions whose trend was needed: the others are judged from a
     bisect and a few comparisons, and keeping their facts would cost memory for little.
     """
 
-    __slots__ = ("new", "old", "p")
+    __slots__ = ("_new", "_old", "new", "old", "p")
 
     def __init__(self, p: LagdParams) -> None:
         self.p = p
-        self.old: dict[Any, Facts] = {}
-        self.new: dict[Any, Facts] = {}
+        self.old: GroupFacts = {}
+        self.new: GroupFacts = {}
+        self._old: dict[int, Facts] = {}
+        self._new: dict[int, Facts] = {}
 
-    def begin(self, old: dict[Any, Facts] | None) -> None:
+    def begin(self, old: GroupFacts | None) -> None:
         """Start a group's evaluation with the facts its previous one kept."""
         self.old = old or {}
         self.new = {}
 
+    def topic(self, topic: str) -> None:
+        """Judge the partitions of `topic` next."""
+        self._old = self.old.get(topic) or {}
+        self._new = {}
+        self.new[topic] = self._new
+
+    def kept(self) -> GroupFacts:
+        """The facts this evaluation kept, by topic (topics with none left out)."""
+        return {topic: facts for topic, facts in self.new.items() if facts}
+
     def judge(
-        self, key: Any, arr: array[int], le: LogEnd, current_lag: int, at_ms: int, prior: PartitionStatus | None
+        self, key: int, arr: array[int], le: LogEnd, current_lag: int, at_ms: int, prior: PartitionStatus | None
     ) -> Answer:
         """`judge_reference` for a non-empty window, from kept facts where they stand."""
         p = self.p
@@ -126,11 +139,11 @@ class LagdJudge:
             if current_lag:
                 return _answer(J_CAUGHT_UP, NEVER, *reached_in(le, arr[LAST + OFFSET]))
             return _answer(J_CAUGHT_UP, NEVER, 0.0, False)
-        f = self.old.get(key)
+        f = self._old.get(key)
         if f is None or not _stands(f, arr, le):
             f = _facts(arr, le, current_lag, p)
         else:
-            self.new[key] = f
+            self._new[key] = f
         _, _, _, _, _, _, passed, reached, estimated, rewind, limit, stuck_since, trend, words = f
         waited = max(0.0, (at_ms - passed) / 1000.0) if passed is not None else 0.0
         shown = reached if reached is not None else 0.0
@@ -164,7 +177,7 @@ class LagdJudge:
             if last_ts - arr[TS] >= p.min_history_ms:
                 if trend == UNFITTED:  # fit it now, and keep the facts for next time
                     trend, used = _fit(arr, le, reached is not None, p)
-                    f = self.new[key] = _with_trend(f, used, trend)
+                    f = self._new[key] = _with_trend(f, used, trend)
                 fit = trend if trend and trend[0] >= p.min_points else None
             status, rule, reason, what = _judge_trend(arr, le, fit, was_behind, stuck_since is not None, waited, p)
             if what is None:
@@ -174,7 +187,7 @@ class LagdJudge:
             else:
                 if words is None:
                     words = _words(fit)
-                    self.new[key] = _with_words(f, words)
+                    self._new[key] = _with_words(f, words)
                 reason = f"{what}{words[0]}{waited:.0f}{words[1]}"
         due = _recheck(status, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER
         return status, rule, reason, due, shown, estimated

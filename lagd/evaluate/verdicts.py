@@ -14,9 +14,8 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
-from lagd.evaluate.lagd_fast import Answer, LagdJudge, judge_reference
+from lagd.evaluate.lagd_fast import Answer, GroupFacts, LagdJudge, judge_reference
 from lagd.evaluate.lagd_rules import NEVER, LagdParams
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
@@ -70,7 +69,8 @@ class _Cached:
 _CODE = {status: i for i, status in enumerate(PartitionStatus)}
 _STATUS_OF = list(PartitionStatus)
 _SHIFT = 8
-Since = dict[tuple[str, int], int]
+# By topic, then partition: int keys, so the dicts hold nothing the garbage collector tracks.
+Since = dict[str, dict[int, int]]
 # Group severity rank of a partition status, and the group status of a rank (rules.group_status).
 _WORST = (GroupStatus.OK, GroupStatus.WARN, GroupStatus.ERR)
 _RANK_OF = {status: _WORST.index(SEVERITY[status]) for status in PartitionStatus}
@@ -81,7 +81,13 @@ def _never_blind(cluster: str, now_ms: int) -> int | None:
 
 
 def _judge_reference(
-    p: LagdParams, key: Any, arr: array[int], le: LogEnd, current_lag: int, at_ms: int, prior: PartitionStatus | None
+    p: LagdParams,
+    partition: int,
+    arr: array[int],
+    le: LogEnd,
+    current_lag: int,
+    at_ms: int,
+    prior: PartitionStatus | None,
 ) -> Answer:
     """LagdJudge.judge's signature over the slow path (judge_lagd at every evaluation)."""
     return judge_reference(arr, le, current_lag, at_ms, prior, p)
@@ -132,7 +138,7 @@ class Evaluator:
         # Insertion order is evaluation order, so expired verdicts are dropped from the front.
         self._cache: dict[tuple[str, str], _Cached] = {}
         self._since: dict[tuple[str, str], Since] = {}
-        self._facts: dict[tuple[str, str], Any] = {}  # lagd rules: each group's LagdJudge.new
+        self._facts: dict[tuple[str, str], GroupFacts] = {}  # lagd rules: what each group's LagdJudge kept
         # (version, recheck at, blind since) of each group's last evaluation: until one of them
         # changes, the group's status cannot (see `due`).
         self._due: dict[tuple[str, str], tuple[int, int, int | None]] = {}
@@ -160,8 +166,9 @@ class Evaluator:
         self._cache.pop(key, None)
         self._cache[key] = _Cached(version, now_ms, verdict)
         self._since[key] = since
-        if self._judge.new:
-            self._facts[key] = self._judge.new
+        kept = self._judge.kept()
+        if kept:
+            self._facts[key] = kept
         else:
             self._facts.pop(key, None)
         self._judge.begin(None)  # hold no group's facts twice
@@ -216,8 +223,8 @@ class Evaluator:
         code_of = _CODE
         rank_of = _RANK_OF
         mask = (1 << _SHIFT) - 1
-        get_since = since_before.get
         get_owner = owners.get
+        no_since: dict[int, int] = {}
         max_seconds = 0.0
         no_samples: tuple[int, ...] = ()
         ok = PartitionStatus.OK
@@ -227,6 +234,7 @@ class Evaluator:
         lagd = self.rules == "lagd"
         params = self.lagd_params
         judge = self._judge.judge if self.fast else partial(_judge_reference, params)
+        judge_topic = self._judge.topic
         status_of = _STATUS_OF
         blind = self.blind_since(cluster, now_ms) if lagd else None
         judged_at = now_ms if blind is None else min(now_ms, blind)
@@ -241,6 +249,9 @@ class Evaluator:
         for topic in sorted(windows):
             parts = windows[topic]
             log_ends = state.topic_log_ends(cluster, topic)
+            get_since = since_before.get(topic, no_since).get
+            since_t = since[topic] = {}
+            judge_topic(topic)
             # Every partition of the topic (Burrow keeps a slot per partition): the count is
             # known from the broker samples; a commit beyond it proves the topic is wider.
             # Unknown count: only the partitions with commits.
@@ -258,13 +269,12 @@ class Evaluator:
             for partition in ids:
                 arr = parts.get(partition)
                 le = log_ends.get(partition)
-                pkey = (topic, partition)
-                owner = get_owner(pkey) if owners else None
+                owner = get_owner((topic, partition)) if owners else None
                 if not arr:
                     # no commits: OK, complete 0, no lag (Burrow's empty ring)
-                    prior = get_since(pkey)
+                    prior = get_since(partition)
                     seen = prior >> _SHIFT if prior is not None and prior & mask == ok_code else now_ms
-                    since[pkey] = (seen << _SHIFT) | ok_code
+                    since_t[partition] = (seen << _SHIFT) | ok_code
                     if best_lag < 0:
                         maxlag, best_lag = len(partitions), 0
                     append(
@@ -291,7 +301,7 @@ class Evaluator:
                 current_lag = 0
                 seconds = 0.0
                 reached = 0.0  # when the log end reached the committed offset (with a current lag)
-                prior = get_since(pkey)
+                prior = get_since(partition)
                 if le is None:
                     estimated = True
                     leo: Sequence[int] = no_samples
@@ -310,7 +320,7 @@ class Evaluator:
                 if lagd and complete >= minimum:
                     prior_status = status_of[prior & mask] if prior is not None else None
                     status, rule, reason, at, reached, bound = judge(
-                        pkey, arr, le or _NO_LOG_END, current_lag, judged_at, prior_status
+                        partition, arr, le or _NO_LOG_END, current_lag, judged_at, prior_status
                     )
                     if current_lag:
                         estimated = bound
@@ -347,7 +357,7 @@ class Evaluator:
                 else:
                     code = ok_code
                 seen = prior >> _SHIFT if prior is not None and prior & mask == code else now_ms
-                since[pkey] = (seen << _SHIFT) | code
+                since_t[partition] = (seen << _SHIFT) | code
                 lag0 = arr[LAG]
                 lag1 = arr[LAST + LAG]
                 append(
