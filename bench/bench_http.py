@@ -17,10 +17,14 @@ full; the daemon reads them from a fresh start and the phase begins once
 batches with aiokafka) commits 20,000 times a second to random group-partitions and appends
 one record to each of the 1,000 topic partitions every second (log ends move; Tansu's
 ListOffsets LATEST counts batches, so each of those is a batch of one). After 5 s of that,
-50 concurrent aiohttp clients in another process GET /v3/kafka/bench/consumer/<random
-group>/lag for the measured duration (after asking each group once, 50 at a time; 30 s timeout, a timeout counts as an error and is
-timed); latency is measured
-client-side per request. Meanwhile a task in the daemon's loop sleeps 5 ms in a loop and
+a client process asks each group's /lag once (50 at a time), then GETs
+/v3/kafka/bench/consumer/<random group>/lag at a fixed 200 requests a second for the measured
+duration, open loop: each request goes out at its scheduled time whether or not earlier
+ones have answered, as a fleet of dashboards polls (a closed loop of N clients measures
+the server's throughput instead: its latency is N / throughput however fast each request
+is). Latency is measured client-side from the scheduled time, so a stall counts in full
+for every request it delays (30 s timeout; a timeout counts as an error and is timed).
+Meanwhile a task in the daemon's loop sleeps 5 ms in a loop and
 records how late it wakes: the longest overshoot during the measured duration is the
 longest event-loop stall. After the clients stop, the time until the feeder's last commit
 shows in /v3/kafka/bench/consumer/<group> says whether ingest kept up.
@@ -32,13 +36,15 @@ feeder per second, the last commit's delay.
 
 Limits: the clients, the feeder, Tansu and Postgres share the machine's 2 cores with the
 daemon (its CPU is not isolated); 100,000 group-partitions, not the 1M of issue 13's target.
-Run: `python -m bench.bench_http [--groups 1000] [--partitions 100] [--duration 15] [--rate 20000]`.
+Run: `python -m bench.bench_http [--groups 1000] [--partitions 100] [--duration 15] [--rate 20000]
+[--requests 200] [--stall-stacks]` (--stall-stacks prints where the loop was during stalls).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import multiprocessing as mp
@@ -47,7 +53,9 @@ import random
 import shutil
 import sys
 import tempfile
+import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,43 +202,49 @@ def _feeder(bootstrap: str, topic: str, groups: int, partitions: int, rate: int,
     asyncio.run(main())
 
 
-def _clients(base: str, groups: int, concurrency: int, duration: float, out: Any) -> None:
-    """Client process: `concurrency` loops of GET /lag on random groups; sends latencies (ms)."""
+def _clients(base: str, groups: int, rate: float, duration: float, out: Any) -> None:
+    """Client process: GET /lag on random groups at `rate` requests/s, open loop (each request
+    sent at its scheduled time whether or not earlier ones have answered, as a fleet of
+    dashboards does); sends latencies (ms, from the scheduled time: a stalled server is not
+    excused by sending less)."""
 
     async def main() -> tuple[list[float], int, float]:
         latencies: list[float] = []
         errors = 0
-        connector = aiohttp.TCPConnector(limit=concurrency)
+        connector = aiohttp.TCPConnector(limit=0)
         timeout = aiohttp.ClientTimeout(total=30)
         async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as session:
             todo = list(range(groups))
 
-            async def warm() -> None:  # warm-up: every group asked once, `concurrency` at a time
+            async def warm() -> None:  # warm-up: every group asked once, 50 at a time
                 while todo:
                     async with session.get(f"/v3/kafka/{CLUSTER}/consumer/{group_name(todo.pop())}/lag") as resp:
                         await resp.read()
 
-            await asyncio.gather(*(warm() for _ in range(concurrency)))
+            await asyncio.gather(*(warm() for _ in range(50)))
             out.send("measuring")
-            end = time.perf_counter() + duration
+            rnd = random.Random(7)
             started = time.perf_counter()
 
-            async def worker(seed: int) -> None:
+            async def ask(g: int, due: float) -> None:
                 nonlocal errors
-                rnd = random.Random(seed)
-                while time.perf_counter() < end:
-                    g = rnd.randrange(groups)
-                    t0 = time.perf_counter()
-                    try:
-                        async with session.get(f"/v3/kafka/{CLUSTER}/consumer/{group_name(g)}/lag") as resp:
-                            await resp.read()
-                            if resp.status != 200:
-                                errors += 1
-                    except (aiohttp.ClientError, TimeoutError):
-                        errors += 1  # timed as what it cost the client
-                    latencies.append((time.perf_counter() - t0) * 1000)
+                try:
+                    async with session.get(f"/v3/kafka/{CLUSTER}/consumer/{group_name(g)}/lag") as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            errors += 1
+                except (aiohttp.ClientError, TimeoutError):
+                    errors += 1  # timed as what it cost the client
+                latencies.append((time.perf_counter() - due) * 1000)
 
-            await asyncio.gather(*(worker(i) for i in range(concurrency)))
+            tasks = []
+            for i in range(int(rate * duration)):
+                due = started + i / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(ask(rnd.randrange(groups), due)))
+            await asyncio.gather(*tasks)
             return latencies, errors, time.perf_counter() - started
 
     out.send(asyncio.run(main()))
@@ -242,18 +256,38 @@ def _clients(base: str, groups: int, concurrency: int, duration: float, out: Any
 
 @dataclass
 class Probe:
-    """How late a 5 ms sleep wakes in the daemon's loop; `window` collects while measuring."""
+    """How late a 5 ms sleep wakes in the daemon's loop; `window` collects while measuring.
+
+    With `stacks`, a thread also samples what the loop's thread runs whenever the probe is
+    more than 50 ms late (while measuring): where the stalls come from (--stall-stacks).
+    """
 
     window: list[float] = field(default_factory=list)
     measuring: bool = False
+    stacks: collections.Counter[str] | None = None
+    beat: float = field(default_factory=time.perf_counter)
 
     async def run(self) -> None:
+        if self.stacks is not None:
+            threading.Thread(target=self._sample, args=(threading.get_ident(),), daemon=True).start()
         while True:
-            t0 = time.perf_counter()
+            t0 = self.beat = time.perf_counter()
             await asyncio.sleep(PROBE_S)
             late = time.perf_counter() - t0 - PROBE_S
             if self.measuring:
                 self.window.append(late * 1000)
+
+    def _sample(self, loop_thread: int) -> None:
+        assert self.stacks is not None
+        while True:
+            time.sleep(0.01)
+            if self.measuring and time.perf_counter() - self.beat > 0.05 + PROBE_S:
+                frame = sys._current_frames().get(loop_thread)
+                if frame is not None:
+                    where = traceback.extract_stack(frame)[-8:]
+                    self.stacks[
+                        " <- ".join(f"{f.name} ({Path(f.filename).name}:{f.lineno})" for f in reversed(where))
+                    ] += 1
 
 
 async def _wait_ready(base: str, timeout: float) -> float:
@@ -327,7 +361,7 @@ client-id = "lagd-bench-{tag}"
     daemon.tune_collector()  # as `lagd run` does
     base = f"http://127.0.0.1:{port}"
     stop = asyncio.Event()
-    probe = Probe()
+    probe = Probe(stacks=collections.Counter() if a.stall_stacks else None)
     probe_task = asyncio.create_task(probe.run())
     started = time.perf_counter()
     lagd = asyncio.create_task(daemon.run(settings, migrate=False, stop=stop))
@@ -343,11 +377,11 @@ client-id = "lagd-bench-{tag}"
         feeder.start()
         await asyncio.sleep(5.0)
         recv, send = ctx.Pipe(duplex=False)
-        clients = ctx.Process(target=_clients, args=(base, a.groups, a.clients, a.duration, send))
+        clients = ctx.Process(target=_clients, args=(base, a.groups, a.requests, a.duration, send))
         clients.start()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, recv.recv)  # warm-up done
-        say(f"{name}: measuring for {a.duration:.0f} s ({a.clients} clients, feeder at {a.rate:,} commits/s)")
+        say(f"{name}: measuring for {a.duration:.0f} s ({a.requests:,.0f} GET /lag/s, feeder at {a.rate:,} commits/s)")
         probe.measuring = True
         latencies, errors, elapsed = await loop.run_in_executor(None, recv.recv)
         probe.measuring = False
@@ -364,6 +398,10 @@ client-id = "lagd-bench-{tag}"
         drop_database(admin_url, dbname)
     n = len(latencies)
     stalls = probe.window
+    if probe.stacks:
+        say(f"{name}: where the loop was when it ran > 50 ms late (10 ms samples, most frequent first):")
+        for where, count in probe.stacks.most_common(15):
+            say(f"  {count:4d}  {where}")
     r = {
         "p50": pct(latencies, 0.5),
         "p99": pct(latencies, 0.99),
@@ -377,7 +415,7 @@ client-id = "lagd-bench-{tag}"
     label = f"cache {name}"
     print(
         f"{label}: GET /lag p50 {r['p50']:.2f} ms, p99 {r['p99']:.2f} ms, max {r['max']:.1f} ms "
-        f"({n:,} requests in {elapsed:.1f} s = {r['rps']:,.0f}/s, {errors} not 200 or failed; {a.clients} clients)"
+        f"({n:,} requests in {elapsed:.1f} s = {r['rps']:,.0f}/s, {errors} not 200 or failed; asked {a.requests:,.0f}/s open loop)"
     )
     print(
         f"{label}: longest event-loop stall {r['stall']:.1f} ms; {r['stalls_50']} stalls above 50 ms "
@@ -429,9 +467,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--partitions", type=int, default=100)
-    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--requests", type=float, default=200.0, help="GET /lag per second, open loop")
     ap.add_argument("--duration", type=float, default=15.0)
     ap.add_argument("--rate", type=int, default=20_000, help="commits/s written by the feeder")
+    ap.add_argument("--stall-stacks", action="store_true", help="print where the loop was during stalls")
     a = ap.parse_args()
     sys.setrecursionlimit(10_000)
     asyncio.run(main_async(a))
