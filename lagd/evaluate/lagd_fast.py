@@ -61,7 +61,10 @@ Answer = tuple[PartitionStatus, str, str, int, float, bool]
 # sample time (None: no samples), the time of the oldest sample the lags read (None: a new
 # sample may change them); when the log end passed the newest commit (None: not yet: records
 # wait 0 s); when it reached the committed offset and whether that is a bound (None: it has
-# not); the rewind; the STOP limit; when the stuck run began (None: not stuck); the trend.
+# not); the rewind; the STOP limit; when the stuck run began (None: not stuck); the trend's
+# fields inline (points UNFITTED: not fitted yet; NO_TREND: too few points); the reason's
+# words around the wait (see `_words`; None until a reason needed them). Flat, so a partition
+# adds one object for the garbage collector's young passes, not three.
 Facts = tuple[
     int,
     int,
@@ -75,10 +78,17 @@ Facts = tuple[
     bool,
     int,
     int | None,
-    TrendFit | tuple[()] | None,  # (): not fitted yet
-    tuple[str, str] | None,  # the trend's reason around "now N s behind", once a reason needed it
+    int,
+    float,
+    float,
+    float,
+    float,
+    float,
+    str | None,
+    str | None,
 ]
-UNFITTED: tuple[()] = ()
+UNFITTED, NO_TREND = -1, 0  # a Facts' trend points when it has no trend (yet)
+_NO_FIT = (NO_TREND, 0.0, 0.0, 0.0, 0.0, 0.0)
 GroupFacts = dict[str, dict[int, Facts]]  # by topic, then partition
 
 
@@ -144,7 +154,7 @@ class LagdJudge:
             f = _facts(arr, le, current_lag, p)
         else:
             self._new[key] = f
-        _, _, _, _, _, _, passed, reached, estimated, rewind, limit, stuck_since, trend, words = f
+        _, _, _, _, _, _, passed, reached, estimated, rewind, limit, stuck_since, points, *_ = f
         waited = max(0.0, (at_ms - passed) / 1000.0) if passed is not None else 0.0
         shown = reached if reached is not None else 0.0
         if rewind:
@@ -175,20 +185,21 @@ class LagdJudge:
         else:
             fit = None
             if last_ts - arr[TS] >= p.min_history_ms:
-                if trend == UNFITTED:  # fit it now, and keep the facts for next time
-                    trend, used = _fit(arr, le, reached is not None, p)
-                    f = self._new[key] = _with_trend(f, used, trend)
-                fit = trend if trend and trend[0] >= p.min_points else None
+                if points == UNFITTED:  # fit it now, and keep the facts for next time
+                    f = self._new[key] = _with_trend(f, *_fit(arr, le, reached is not None, p))
+                points, slope, z, rise, noise, last, head, tail = f[12:]
+                if points != NO_TREND and points >= p.min_points:
+                    fit = (points, slope, z, rise, noise, last)
             status, rule, reason, what = _judge_trend(arr, le, fit, was_behind, stuck_since is not None, waited, p)
             if what is None:
                 pass
             elif fit is None:
                 reason = f"{what}: records wait {waited:.0f} s"
             else:
-                if words is None:
-                    words = _words(fit)
-                    self._new[key] = _with_words(f, words)
-                reason = f"{what}{words[0]}{waited:.0f}{words[1]}"
+                if head is None or tail is None:
+                    head, tail = _words(fit)
+                    self._new[key] = (*f[:18], head, tail)
+                reason = f"{what}{head}{waited:.0f}{tail}"
         due = _recheck(status, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER
         return status, rule, reason, due, shown, estimated
 
@@ -208,14 +219,14 @@ def _stands(f: Facts, arr: array[int], le: LogEnd) -> bool:
     return used is not None and newest is not None and ts[le.run_start] <= used
 
 
-def _with_trend(f: Facts, used: int | None, trend: TrendFit | None) -> Facts:
-    """The facts with the trend fitted and the samples it read."""
-    first, last, length, le_id, newest, _, passed, reached, estimated, rewind, limit, stuck_since, _, _ = f
-    return first, last, length, le_id, newest, used, passed, reached, estimated, rewind, limit, stuck_since, trend, None
-
-
-def _with_words(f: Facts, words: tuple[str, str]) -> Facts:
-    return (*f[:-1], words)
+def _with_trend(f: Facts, trend: TrendFit | None, used: int | None) -> Facts:
+    """The facts with the trend fitted and the time of the oldest sample it read."""
+    first, last, length, le_id, newest, _, passed, reached, estimated, rewind, limit, stuck_since, *_ = f
+    return (
+        (first, last, length, le_id, newest, used, passed, reached, estimated, rewind, limit, stuck_since)
+        + (trend or _NO_FIT)
+        + (None, None)
+    )
 
 
 def _words(trend: TrendFit) -> tuple[str, str]:
@@ -254,6 +265,12 @@ def _facts(arr: array[int], le: LogEnd, current_lag: int, p: LagdParams) -> Fact
         stop_limit(arr, n, p),
         stuck_since,
         UNFITTED,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        None,
         None,
     )
 

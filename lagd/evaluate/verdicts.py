@@ -11,6 +11,7 @@ commits are OK with complete 0, as Burrow reports them.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -340,7 +341,14 @@ class Evaluator:
                                 recheck = at
                     status, rule, reason = j.status, j.rule, j.reason
                     if current_lag and le is not None:  # a current lag implies samples
-                        reached, estimated = reached_in(le, committed)
+                        lo = le.run_start
+                        if committed > leo[lo]:
+                            # within the newest run of samples: lagtime.reached_at, inlined
+                            i = bisect_left(leo, committed, lo)
+                            o0, t0 = leo[i - 1], le.ts[i - 1]
+                            reached = t0 + (le.ts[i] - t0) * (committed - o0) / (leo[i] - o0)
+                        else:
+                            reached, estimated = reached_in(le, committed)
                 if current_lag:
                     totallag += current_lag
                     if now_ms > reached:
