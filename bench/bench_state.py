@@ -9,12 +9,21 @@ rules (the default; a group judged for the first time, and one re-judged with it
 unchanged) and for Burrow's. The windows are filled commit by commit a minute apart, so both
 rule sets keep the same ten commits.
 Times are CPU time of this process (time.process_time), so other load on the machine
-does not count against the figures.
+does not count against the figures; they include the garbage collector's passes, run at the
+cadence `lagd run` sets (daemon.tune_collector: young collections every 50,000 allocations; the
+bench ran Python's default of 700 until 2026-11-23, which the daemon no longer does).
+Evaluation figures for lagd's rules: "cold" fits every partition's trend (a first judgement,
+or every window changed since the last one); "warm" reuses the facts the evaluator keeps per
+partition (lagd_fast.LagdJudge), as when only time or newer log-end samples moved.
 
-Recorded 2026-11-22 (2-core box shared with other jobs, load average ~5; Python 3.11):
-  749 B per group-partition; 127,000 commits/s apply only, 31,000/s when Changes are built
-  every 20,000 commits (75% of the time is materialising WindowEntry lists for the store);
-  group of 1,000 lagging partitions p50 12.9 ms / p99 20.2 ms, caught-up p50 5.8 / p99 10.0.
+Recorded 2026-11-23 (2-core box shared with other jobs, load average 1-3; Python 3.11), 3 runs:
+  lagd cold p50 26.1-26.8 ms / p99 62-67 ms (about 6 young collections of ~35 ms land among
+  the 300 runs: the facts kept per partition are young until one untracks them); lagd warm
+  p50 6.9-9.0 ms / p99 8.8-12.4 ms; Burrow's p50 4.3-5.2 ms / p99 5.2-6.5 ms; caught-up
+  1.3-1.4 ms. The code before the kept facts (a Trend object per partition), at the same
+  collector cadence: cold 25.7-26.2 / 43.7-44.6 ms, warm 13.5-14.0 / 14.9-19.8 ms, Burrow's
+  5.2-5.7 / 10.9-11.2 ms; at the old default cadence cold 29 / 211-261 ms and warm 13-14 /
+  301-355 ms (full collections rescanning the kept Trend objects).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import time
 from typing import Any
 
 from bench import target
+from lagd import daemon
 from lagd.evaluate import Evaluator
 from lagd.model import Commit
 from lagd.state.windows import State
@@ -49,6 +59,7 @@ def topic_names(g: int) -> list[str]:
 
 def run(groups: int = 1000, partitions: int = 1000, commits: int = 1_000_000, evals: int = 300) -> dict[str, Any]:
     per_topic = partitions // TOPICS_PER_GROUP
+    daemon.tune_collector()  # the garbage collector's cadence as `lagd run` sets it
     state = State(intervals=INTERVALS, lag_samples=SAMPLES, record_history=False)
     t0 = 1_700_000_000_000
     # Log-end samples: 360 per topic-partition, one every 10 s, 100 records each.
