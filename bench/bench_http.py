@@ -46,6 +46,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -267,7 +268,18 @@ class Probe:
     stacks: collections.Counter[str] | None = None
     beat: float = field(default_factory=time.perf_counter)
 
+    gc_pauses: dict[int, list[float]] = field(default_factory=lambda: {0: [], 1: [], 2: []})
+    _gc_started: float = 0.0
+
+    def on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        """gc.callbacks hook: each collection's pause (ms) by generation, while measuring."""
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self.measuring:
+            self.gc_pauses[info["generation"]].append((time.perf_counter() - self._gc_started) * 1000)
+
     async def run(self) -> None:
+        gc.callbacks.append(self.on_gc)
         if self.stacks is not None:
             threading.Thread(target=self._sample, args=(threading.get_ident(),), daemon=True).start()
         while True:
@@ -398,6 +410,14 @@ client-id = "lagd-bench-{tag}"
         drop_database(admin_url, dbname)
     n = len(latencies)
     stalls = probe.window
+    gc.callbacks.remove(probe.on_gc)
+    say(
+        f"{name}: garbage collections during the measured time: "
+        + ", ".join(
+            f"gen{g} {len(xs)} (max {max(xs, default=0):.1f} ms, total {sum(xs):.0f} ms)"
+            for g, xs in probe.gc_pauses.items()
+        )
+    )
     if probe.stacks:
         say(f"{name}: where the loop was when it ran > 50 ms late (10 ms samples, most frequent first):")
         for where, count in probe.stacks.most_common(15):
