@@ -88,24 +88,6 @@ def test_cache_until_version_changes_or_ttl() -> None:
     assert ev.group(C, G, 39_999) is not second  # TTL passed
 
 
-def test_latest_reads_the_last_verdict_past_the_ttl_until_the_group_is_due() -> None:
-    s = lagging_state()
-    ev = Evaluator(s, cache_ttl_ms=5_000)
-    first = ev.group(C, G, 30_000)
-    recheck = ev._due[(C, G)][1]
-    assert recheck > 35_000  # Burrow's STOP moment for the stalled partition lies ahead
-    assert ev.latest(C, G, 35_000) is first  # past the TTL, nothing changed: no new judgement
-    assert ev.group(C, G, 35_000) is not first  # group() itself still refreshes after the TTL
-    refreshed = ev.latest(C, G, 35_001)
-    s.apply(LogEndSample(C, "a", 0, 3500, 36_000))  # a sample of a topic it reads: due
-    assert ev.due(C, G, 36_000)
-    again = ev.latest(C, G, 36_000)
-    assert again is not refreshed and again.partitions[0].current_lag == 500
-    assert ev.latest(C, G, recheck) is not again  # a time-driven rule's moment: judged again
-    ev.forget(C, G)
-    assert (C, G) not in ev._latest
-
-
 def test_since_tracks_when_status_was_first_seen() -> None:
     s = lagging_state()
     ev = Evaluator(s, cache_ttl_ms=0)

@@ -138,9 +138,6 @@ class Evaluator:
         self.cache_ttl_ms = cache_ttl_ms
         # Insertion order is evaluation order, so expired verdicts are dropped from the front.
         self._cache: dict[tuple[str, str], _Cached] = {}
-        # The last verdict of every live group, whatever its age: what `latest` answers while the
-        # group is not `due` (the verdict watch keeps it current). Shares the verdict objects.
-        self._latest: dict[tuple[str, str], GroupVerdict] = {}
         self._since: dict[tuple[str, str], Since] = {}
         self._facts: dict[tuple[str, str], GroupFacts] = {}  # lagd rules: what each group's LagdJudge kept
         # (version, recheck at, blind since) of each group's last evaluation: until one of them
@@ -160,7 +157,6 @@ class Evaluator:
         last = self.state.last_commit(cluster, group)
         if last is None or last < now_ms - self.state.expire_group_ms:
             self._cache.pop(key, None)
-            self._latest.pop(key, None)
             self._since.pop(key, None)
             self._facts.pop(key, None)
             self._due.pop(key, None)
@@ -170,7 +166,6 @@ class Evaluator:
         self._due[key] = (version, recheck, blind)
         self._cache.pop(key, None)
         self._cache[key] = _Cached(version, now_ms, verdict)
-        self._latest[key] = verdict
         self._since[key] = since
         kept = self._judge.kept()
         if kept:
@@ -179,16 +174,6 @@ class Evaluator:
             self._facts.pop(key, None)
         self._judge.begin(None)  # hold no group's facts twice
         return verdict
-
-    def latest(self, cluster: str, group: str, now_ms: int) -> GroupVerdict:
-        """The group's last verdict while nothing it depends on has changed (not `due`), else
-        judged now. For pages over every group (/metrics, /lagd/v1/groups, the status page):
-        the verdict watch keeps these current, so a request reads what it judged instead of
-        judging every group again. Lag in seconds is as of that judgement."""
-        verdict = self._latest.get((cluster, group))
-        if verdict is not None and not self.due(cluster, group, now_ms):
-            return verdict
-        return self.group(cluster, group, now_ms)
 
     def due(self, cluster: str, group: str, now_ms: int) -> bool:
         """Could the group's status differ from its last evaluation? Only when its windows or
@@ -216,7 +201,6 @@ class Evaluator:
     def forget(self, cluster: str, group: str) -> None:
         """Drop the cached verdict and status history of a removed group."""
         self._cache.pop((cluster, group), None)
-        self._latest.pop((cluster, group), None)
         self._since.pop((cluster, group), None)
         self._facts.pop((cluster, group), None)
         self._due.pop((cluster, group), None)

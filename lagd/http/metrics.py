@@ -64,7 +64,7 @@ def verdicts(state: State, evaluator: Evaluator, now_ms: int) -> list[GroupVerdi
     out = []
     for cluster in state.clusters():
         for group in state.groups(cluster):
-            v = evaluator.latest(cluster, group, now_ms)
+            v = evaluator.group(cluster, group, now_ms)
             if v.status is not GroupStatus.NOTFOUND:
                 out.append(v)
     return out
@@ -105,7 +105,7 @@ def render_steps(
     for cluster in state.clusters():
         c = f'cluster="{_esc(cluster)}",consumer_group="'
         for group in state.groups(cluster):
-            v = evaluator.latest(cluster, group, now_ms)
+            v = evaluator.group(cluster, group, now_ms)
             if v.status is GroupStatus.NOTFOUND:
                 continue
             lab = f'{c}{_esc(group)}"'
