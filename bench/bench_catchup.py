@@ -97,17 +97,7 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    """A free port below the ephemeral range (client sockets cannot take it meanwhile)."""
-    for _ in range(200):
-        port = random.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port between 20000 and 32000")
+free_port = embedded.free_low_port  # below the ephemeral range: client sockets cannot take it meanwhile
 
 
 # --- input ------------------------------------------------------------------------

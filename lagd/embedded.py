@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -28,6 +29,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_low_port() -> int:
+    """A free port below the ephemeral range, for a server started later: a port the kernel
+    picked from that range may meanwhile go to some client socket (TESTING.md)."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ServiceError("no free port between 20000 and 32000: free some, or stop servers left running")
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,19 +31,6 @@ pytestmark = pytest.mark.slow
 
 READY_TIMEOUT = 60.0  # seconds for the master to answer and the worker to register
 JOB_TIMEOUT = 120.0
-
-
-def _low_free_port() -> int:
-    """A free port below the ephemeral range (TESTING.md: client sockets may take ports above 32768)."""
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port between 20000 and 32000")
 
 
 def _spark_class(main: str, args: list[str], workdir: Path, name: str, env: dict[str, str]) -> embedded.Process:
@@ -114,7 +99,7 @@ def standalone() -> Iterator[Standalone]:
         "SPARK_LOG_DIR": str(workdir),
         "SPARK_NO_DAEMONIZE": "1",
     }
-    port, ui, worker_port, worker_ui = (_low_free_port() for _ in range(4))
+    port, ui, worker_port, worker_ui = (embedded.free_low_port() for _ in range(4))
     cluster = Standalone(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}", f"http://127.0.0.1:{worker_ui}")
     procs = [
         _spark_class(

@@ -140,6 +140,11 @@ def failures(port: int) -> float:
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("lagd_ingest_failures_total{"))
 
 
+def logged(out: Path, needle: str) -> bool:
+    """Has the daemon written `needle` to its log file yet?"""
+    return needle in out.read_text(errors="replace")
+
+
 def start_lagd(env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
     """`lagd run` with the example settings and `env`'s overrides; stdout and stderr to `out`."""
     with out.open("wb") as sink:
@@ -170,11 +175,7 @@ async def test_daemon_logs_only_json_while_the_broker_refuses_and_after(
     proc = start_lagd(env, out)
     broker = None
     try:
-
-        def logged(needle: str) -> bool:
-            return needle in out.read_text(errors="replace")
-
-        await settle(lambda: logged("failed; reconnecting"), timeout=30, what="a reconnect warning")
+        await settle(lambda: logged(out, "failed; reconnecting"), timeout=30, what="a reconnect warning")
         await settle(lambda: proc.poll() is not None or failures(http_port) >= 6, timeout=30, what="more attempts")
         assert proc.poll() is None
         broker = embedded.start_tansu(port=broker_port)  # the address answers from now on
@@ -244,15 +245,13 @@ async def test_daemon_at_debug_logs_only_json_through_outages_and_bad_requests(
     proc = start_lagd(env, out)
     broker = None
     try:
-
-        def logged(needle: str) -> bool:
-            return needle in out.read_text(errors="replace")
-
-        await settle(lambda: logged("restoring state from Postgres failed"), timeout=30, what="the Postgres failure")
+        await settle(
+            lambda: logged(out, "restoring state from Postgres failed"), timeout=30, what="the Postgres failure"
+        )
         postgres.restore()
-        await settle(lambda: logged('"lagd running"'), timeout=60, what="lagd running once Postgres answers")
-        await settle(lambda: logged('"logger": "aiokafka'), timeout=30, what="aiokafka's own records (debug)")
-        await settle(lambda: logged("notify delivery interrupted"), timeout=30, what="the MQTT failure")
+        await settle(lambda: logged(out, '"lagd running"'), timeout=60, what="lagd running once Postgres answers")
+        await settle(lambda: logged(out, '"logger": "aiokafka'), timeout=30, what="aiokafka's own records (debug)")
+        await settle(lambda: logged(out, "notify delivery interrupted"), timeout=30, what="the MQTT failure")
         # Malformed HTTP: aiohttp answers 400 and logs the parser's exception.
         assert await asyncio.to_thread(_raw_http, http_port, b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n") == (
             b"HTTP/1.0 400 Bad Request"
@@ -260,7 +259,7 @@ async def test_daemon_at_debug_logs_only_json_through_outages_and_bad_requests(
         assert await asyncio.to_thread(_raw_http, http_port, b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n") == (
             b"HTTP/1.0 400 Bad Request"
         )
-        await settle(lambda: logged('"logger": "aiohttp.server"'), timeout=10, what="aiohttp's record")
+        await settle(lambda: logged(out, '"logger": "aiohttp.server"'), timeout=10, what="aiohttp's record")
         # Bad requests lagd answers itself.
         for method, path, body, code in (
             ("POST", "/v3/admin/loglevel", b"{not json", 400),
@@ -271,7 +270,7 @@ async def test_daemon_at_debug_logs_only_json_through_outages_and_bad_requests(
             assert await asyncio.to_thread(_status, http_port, method, path, body) == code, (method, path)
         postgres.cut()  # Postgres goes away while lagd runs: the API says 503 and logs why
         assert await asyncio.to_thread(_status, http_port, "GET", "/lagd/v1/incidents") == 503
-        await settle(lambda: logged("database query for the API failed"), timeout=10, what="the API's DB failure")
+        await settle(lambda: logged(out, "database query for the API failed"), timeout=10, what="the API's DB failure")
         postgres.restore()
         broker = embedded.start_tansu(port=broker_port)
         await settle(lambda: _ready(http_port), timeout=60, what="lagd ready once the broker answers")
