@@ -258,6 +258,30 @@ class JobsSettings:
 
 
 @dataclass(frozen=True)
+class ScaleSettings:
+    """Workers that share each cluster's offsets topic through Kafka's group protocol (lagd.scale).
+
+    With the defaults one `lagd run` is one process that reads every offsets partition.
+    """
+
+    # The consumer group the workers of every cluster join; empty: "lagd" when workers > 1,
+    # else no group at all (this instance reads every offsets partition on its own).
+    group_id: str = ""
+    workers: int = 1  # worker processes this `lagd run` starts; worker i listens on http.listen's port + i
+    session_timeout: float = 10.0  # seconds without a heartbeat before a worker's partitions move
+    # The host other instances reach this one's HTTP on; empty: the listen host (0.0.0.0 and :: as this host's name)
+    advertise_host: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.group_id) or self.workers > 1
+
+    @property
+    def group(self) -> str:
+        return self.group_id or "lagd"
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -274,6 +298,7 @@ class Settings:
     sinks: dict[str, SinkSettings] = field(default_factory=dict)
     jobs: JobsSettings = field(default_factory=JobsSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    scale: ScaleSettings = field(default_factory=ScaleSettings)
 
 
 _SECTIONS: dict[str, type] = {
@@ -283,6 +308,7 @@ _SECTIONS: dict[str, type] = {
     "notify": NotifySettings,
     "jobs": JobsSettings,
     "log": LogSettings,
+    "scale": ScaleSettings,
 }
 _NAMED: dict[str, type] = {"clusters": ClusterSettings, "mirrors": MirrorSettings, "sinks": SinkSettings}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -508,6 +534,7 @@ def _validate(s: Settings) -> None:
             f'got {st.intervals}, expected {MIN_INTERVALS_LAGD} or more with evaluator.rules = "lagd" '
             "(the falling-behind trend needs that many commits to be significant)",
         )
+    _validate_scale(s)
     for key in ("window_step", "min_history", "stop_after"):
         if getattr(s.evaluator, key) < 0:
             raise ConfigError(f"evaluator.{_key(key)}", f"got {getattr(s.evaluator, key)}, expected 0 or more seconds")
@@ -568,6 +595,30 @@ _OWN_PROPERTIES = {
     "spark.executor.cores": "set jobs.executor-cores instead",
     "spark.executor.memory": "set jobs.executor-memory instead",
 }
+
+
+def _validate_scale(s: Settings) -> None:
+    sc = s.scale
+    if not 1 <= sc.workers <= 64:
+        raise ConfigError("scale.workers", f"got {sc.workers}, expected 1 to 64 (more than the cores rarely helps)")
+    if sc.session_timeout < 6 or sc.session_timeout > 300:
+        raise ConfigError(
+            "scale.session-timeout",
+            f"got {sc.session_timeout}, expected 6 to 300 seconds (the brokers' group.min/max.session.timeout.ms)",
+        )
+    if sc.advertise_host and any(ch in sc.advertise_host for ch in "/ :") and not sc.advertise_host.startswith("["):
+        raise ConfigError("scale.advertise-host", f"got {sc.advertise_host!r}, expected a host name or address only")
+    if not sc.enabled:
+        return
+    for name, c in s.clusters.items():
+        if c.offsets_source == "admin":
+            raise ConfigError(
+                f"clusters.{name}.offsets-source",
+                "workers share the offsets topic (scale.group-id / scale.workers): set offsets-source = 'topic', "
+                "or run one lagd without [scale] where the topic cannot be read",
+            )
+    if sc.workers > 1 and s.http.listen.rsplit(":", 1)[-1] == "0":
+        raise ConfigError("http.listen", "with scale.workers > 1 give a port: worker i listens on that port + i")
 
 
 def _validate_jobs(j: JobsSettings) -> None:

@@ -47,6 +47,36 @@ windows = Table(
     postgresql_with={"fillfactor": "50"},  # rewritten at every flush: room for in-place (HOT) updates
 )
 
+# --- workers (lagd.scale) ------------------------------------------------------------
+
+# Which worker owns each offsets-topic partition (so every group of it), as the consumer
+# group's assignment gave it: any instance finds a group's owner here and asks it.
+offsets_owners = Table(
+    "offsets_owners",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("worker", Text, nullable=False),  # the owner's name (host:pid)
+    Column("url", Text, nullable=False),  # where the owner's HTTP answers (http://host:port)
+    Column("partitions", Integer, nullable=False),  # the offsets topic's partition count, as the owner saw it
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+# The current status of every group, written by whichever worker judges it: the notifier's
+# input when workers share a cluster, so incidents group failures across workers.
+group_verdicts = Table(
+    "group_verdicts",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("group_name", Text, primary_key=True),
+    Column("status", Text, nullable=False),
+    Column("at", BigInteger, nullable=False),  # when the status was judged (ms)
+    Column("body", JSONB, nullable=False),  # the rest of the change: kind, partitions, topics, hosts
+    Column("worker", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),  # from group_verdicts_version: readers follow it
+    Index("ix_group_verdicts_version", "version"),
+)
+
 # Owners of a group's partitions, from the latest group metadata.
 group_members = Table(
     "group_members",
