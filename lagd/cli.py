@@ -51,6 +51,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     tune_collector()
     # From here on every line is a log event (one JSON object in the JSON format), failures too.
     log = logs.get("lagd")
+    if settings.scale.workers > 1:
+        from lagd.scale.processes import supervise
+
+        return asyncio.run(supervise(settings, args.config, migrate=args.migrate))
     try:
         return asyncio.run(run(settings, migrate=args.migrate, config_path=args.config))
     except OSError as exc:  # the operator needs the reason and the fix, not a traceback

@@ -27,8 +27,9 @@ from lagd.clock import Clock, wall_ms
 from lagd.config import ConfigError, Settings, load
 from lagd.core import build_core
 from lagd.evaluate import Evaluator
-from lagd.http.app import Health, HttpContext, start_http
+from lagd.http.app import Health, HttpContext, bound_port, start_http
 from lagd.ingest.log_end import sample_log_ends
+from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.source import read_offsets
 from lagd.loop_lag import LoopLag, watch_loop
@@ -40,6 +41,8 @@ from lagd.notify.mqtt import PublisherStatus, announce_availability, publish_out
 from lagd.notify.notifier import run_notifier
 from lagd.notify.sinks import status_page_url
 from lagd.notify.watch import VerdictWatch
+from lagd.scale.handover import WorkerHandover
+from lagd.scale.ownership import Me, OwnerMap
 from lagd.state import persister
 from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.persister import WriteBehind
@@ -71,6 +74,7 @@ class Runtime:
     counters: dict[str, IngestCounters] = field(default_factory=dict)
     progress: dict[str, Any] = field(default_factory=dict)
     persist_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    assignments: dict[str, Assignment] = field(default_factory=dict)  # workers: cluster -> owned offsets partitions
     clock: Clock = wall_ms  # the one clock every part reads "now" from (lagd.clock)
 
     def ready(self) -> bool:
@@ -106,6 +110,7 @@ async def apply_events(rt: Runtime, wb: WriteBehind | None = None) -> None:
             if i:
                 await asyncio.sleep(0)  # a big batch is applied in slices: HTTP is answered between them
             apply_guarded(rt.state, batch[i : i + APPLY_SLICE], rt.counters, poison)
+        rt.events.task_done()  # a worker's handover waits for the queue to be applied (events.join)
         applied += len(batch)
         if applied >= flush_at:
             applied = 0
@@ -120,6 +125,7 @@ async def drain_queue(rt: Runtime) -> None:
     poison = PoisonLog()
     while not rt.events.empty():
         apply_guarded(rt.state, rt.events.get_nowait(), rt.counters, poison)
+        rt.events.task_done()
 
 
 async def expire_groups(rt: Runtime, every_s: float = 60.0) -> None:
@@ -269,12 +275,14 @@ def _reload_log_level(config_path: str | None) -> None:
 
 
 async def _restore(rt: Runtime, store: Store, migrate: bool) -> dict[tuple[str, int], int]:
+    """Migrate, then restore. A worker (lagd.scale) restores only log-end samples here: its
+    groups come as the consumer group assigns it their offsets partitions."""
     if migrate:
         from lagd.db.migrate import upgrade  # Alembic: a fifth of start-up, only when migrating
 
         await _in_thread(upgrade, rt.settings.storage.database_url.reveal())
     started = time.monotonic()
-    positions = await store.restore(rt.state)
+    positions = await store.restore(rt.state, groups=not rt.settings.scale.enabled)
     log.info(
         "state restored",
         group_partitions=rt.state.partitions_tracked(),
@@ -321,6 +329,51 @@ def _start_readers(
             clock=rt.clock,
         )
         spawn(sampler, f"log-end-{name}")
+
+
+def _start_workers(
+    rt: Runtime, handover: WorkerHandover, spawn: Callable[[Coroutine[Any, Any, None], str], None]
+) -> None:
+    """A worker's readers (lagd.scale): the consumer group shares out each cluster's offsets
+    partitions; the log-end sampler reads what this worker's groups consume plus its share of
+    the other topics (those whose name hashes to a partition it owns, as a group's would)."""
+    scale = rt.settings.scale
+    for name, cluster in rt.settings.clusters.items():
+        progress = ReaderProgress(source="topic")
+        rt.progress[name] = progress
+        counters = rt.counters[name]
+        assignment = rt.assignments[name] = Assignment()
+        reader = read_offsets_as_worker(
+            cluster,
+            scale.group,
+            scale.session_timeout,
+            handover,
+            assignment,
+            rt.events,
+            progress,
+            counters,
+            rt.stop,
+            clock=rt.clock,
+        )
+        spawn(reader, f"offsets-{name}")
+        sampler = sample_log_ends(
+            cluster,
+            functools.partial(consumed_topics, rt, name),
+            rt.events,
+            counters,
+            rt.stop,
+            patterns=mirror_patterns(rt.settings, name),
+            known=rt.state.topics(name),
+            every_topic=True,
+            share=assignment.owns,
+            clock=rt.clock,
+        )
+        spawn(sampler, f"log-end-{name}")
+
+
+def _reports_topic(rt: Runtime, cluster: str, topic: str) -> bool:
+    assignment = rt.assignments.get(cluster)
+    return assignment is None or assignment.owns(topic)
 
 
 def mirror_patterns(settings: Settings, cluster: str) -> list[re.Pattern[str]]:
@@ -401,6 +454,14 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         others.append(asyncio.create_task(coro, name=name))
 
     runner = await start_http(ctx)
+    handover: WorkerHandover | None = None
+    if settings.scale.enabled:
+        scheme = "https" if settings.http.tls_cert_file else "http"
+        host = settings.http.listen.rpartition(":")[0]
+        me = Me.of(f"{host}:{bound_port(runner)}", settings.scale.advertise_host, scheme=scheme)
+        ctx.owners = OwnerMap(store.engine, me)
+        handover = WorkerHandover(rt.state, rt.evaluator, rt.events, wb, store, store.engine, me, clock)
+        log.info("worker", worker=me.worker, url=me.url, group_id=settings.scale.group)
     spawn(watch_loop(loop_lag), "loop-lag")
     interval = sdnotify.watchdog_interval()
     if interval:
@@ -416,7 +477,11 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         if positions is not None and not rt.stop.is_set():
             rt.restored.set()
             gc.freeze()  # the restored state is long-lived: keep the collector from rescanning it
-            _start_readers(rt, positions, spawn_ingest)
+            if handover is not None:
+                _start_workers(rt, handover, spawn_ingest)
+                health.reports_topic = functools.partial(_reports_topic, rt)
+            else:
+                _start_readers(rt, positions, spawn_ingest)
             spawn(freeze_when_caught_up(rt), "gc-freeze")
             spawn(apply_events(rt, wb), "apply")
             spawn(persister.run(wb), "persister")
@@ -437,6 +502,8 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 _start_sinks(rt, store, health, spawn)
             watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, clock)
             health.sights = watch.sights
+            if handover is not None:
+                handover.watch = watch
             health.watch = watch
             spawn(watch.run(), "verdicts")
             sdnotify.notify("READY=1")

@@ -70,6 +70,9 @@ class Health:
     sinks: Mapping[str, Any] = field(default_factory=dict)  # sink name -> lagd.notify.delivery.SinkStatus
     loop_lag: Any = None  # lagd.loop_lag.LoopLag of the daemon's event loop
     watch: Any = None  # lagd.notify.watch.VerdictWatch (pass_seconds)
+    # Workers (lagd.scale): (cluster, topic) -> is this worker the one that reports the topic's
+    # log-end offsets in /metrics (so a Prometheus scraping every worker sums without duplicates)
+    reports_topic: Callable[[str, str], bool] | None = None
 
 
 @dataclass

@@ -128,8 +128,11 @@ def render_steps(
             [], "burrow_kafka_topic_partition_offset", "gauge", "Newest log-end offset of a topic partition"
         )
         families.append(offsets_f)
+        reports = health.reports_topic
         for cluster in state.clusters():
             for topic in state.topics(cluster):
+                if reports is not None and not reports(cluster, topic):
+                    continue
                 for partition, offset in enumerate(state.topic_offsets(cluster, topic) or ()):
                     offsets_f.add(f'cluster="{_esc(cluster)}",topic="{_esc(topic)}",partition="{partition}"', offset)
                 yield

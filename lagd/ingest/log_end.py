@@ -143,6 +143,7 @@ async def sample_log_ends(
     patterns: Iterable[re.Pattern[str]] = (),
     known: Iterable[str] = (),
     every_topic: bool = False,
+    share: Callable[[str], bool] | None = None,
     clock: Clock = wall_ms,
 ) -> None:
     """Sample log-end offsets until `stop` is set; reconnect with backoff on outages.
@@ -151,7 +152,9 @@ async def sample_log_ends(
     group consumes them); `every_topic` adds every topic of the metadata that `topics-deny`
     lets through, as Burrow does (the daemon sets it, so Burrow's topic paths know every
     topic); `known` are topics sampled before a restart, so one deleted while lagd was down
-    still becomes TopicDeleted. `clock` (lagd.clock) stamps each round's samples.
+    still becomes TopicDeleted. `share` (workers, lagd.scale) keeps of what `patterns` and
+    `every_topic` add only this worker's share; the topics its own groups consume are always
+    sampled. `clock` (lagd.clock) stamps each round's samples.
     """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     sampled: set[str] = set(known)
@@ -159,7 +162,7 @@ async def sample_log_ends(
     matchers = tuple(patterns)
     await reconnecting(
         lambda: _session(
-            cluster, topics_wanted, put, counters, stop, sampled, matchers, absent, every_topic, clock=clock
+            cluster, topics_wanted, put, counters, stop, sampled, matchers, absent, every_topic, share, clock=clock
         ),
         stop,
         counters,
@@ -180,6 +183,7 @@ async def _session(
     matchers: tuple[re.Pattern[str], ...] = (),
     absent: dict[str, int] | None = None,
     every_topic: bool = False,
+    share: Callable[[str], bool] | None = None,
     *,
     clock: Clock = wall_ms,
 ) -> None:
@@ -187,10 +191,11 @@ async def _session(
     deny = re.compile(cluster.topics_deny) if cluster.topics_deny else None
 
     def add_listed(wanted: set[str], layout: Layout) -> None:
+        listed = [t for t in layout.leaders if share is None or share(t)]
         if matchers:
-            wanted.update(t for t in layout.leaders if any(m.search(t) for m in matchers))
+            wanted.update(t for t in listed if any(m.search(t) for m in matchers))
         if every_topic:
-            wanted.update(t for t in layout.leaders if deny is None or not deny.search(t))
+            wanted.update(t for t in listed if deny is None or not deny.search(t))
 
     client = await start_client(cluster)
     try:

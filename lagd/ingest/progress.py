@@ -41,6 +41,13 @@ class ReaderProgress:
         self.position[partition] = max(offset, self.position.get(partition, 0))
         self._check()
 
+    def forget(self, partitions: set[int]) -> None:
+        """Partitions this reader no longer reads (a worker's revoked share, lagd.scale)."""
+        for p in partitions:
+            self.begin.pop(p, None)
+            self.end.pop(p, None)
+            self.position.pop(p, None)
+
     def mark_caught_up(self) -> None:
         self.measured = True
         self.done = True

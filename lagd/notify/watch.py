@@ -121,6 +121,19 @@ class VerdictWatch:
                     status = GroupStatus.ERR if sight.unreachable else GroupStatus.OK
                     self.changes.put_nowait(GroupChange(name, cluster_member(name), status, now, kind="cluster"))
 
+    def let_go(self, cluster: str, groups: list[str]) -> None:
+        """Groups another worker owns now (lagd.scale): forget their statuses without a change,
+        so no NOTFOUND is reported for groups that still exist."""
+        for group in groups:
+            self.statuses.pop((cluster, group), None)
+            self.evaluator.forget(cluster, group)
+
+    def take_over(self, cluster: str, statuses: Mapping[str, GroupStatus]) -> None:
+        """Groups this worker was just given, with the status their last owner published: a first
+        judgement that agrees is no change (nothing recorded, nobody re-alerted)."""
+        for group, status in statuses.items():
+            self.statuses.setdefault((cluster, group), status)
+
     def scan(self, now: int) -> int:
         """One whole pass over every group at once; returns how many changed status."""
         return sum(self._pass(now))

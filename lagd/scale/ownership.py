@@ -39,15 +39,14 @@ class Me:
     url: str
 
     @classmethod
-    def of(cls, listen: str, advertise_host: str = "", index: int | None = None) -> Me:
+    def of(cls, listen: str, advertise_host: str = "", *, scheme: str = "http") -> Me:
         """This process's identity from the HTTP address it listens on (`host:port`, already bound)."""
         host, _, port = listen.rpartition(":")
         host = advertise_host or host.strip("[]")
         if host in ("", "0.0.0.0", "::"):
             host = socket.gethostname()
         shown = f"[{host}]" if ":" in host else host
-        name = f"{socket.gethostname()}:{port}" if index is None else f"{socket.gethostname()}:{port}#{index}"
-        return cls(worker=name, url=f"http://{shown}:{port}")
+        return cls(worker=f"{socket.gethostname()}:{port}", url=f"{scheme}://{shown}:{port}")
 
 
 async def publish(

@@ -66,3 +66,22 @@ class Changes:
 
     def __bool__(self) -> bool:
         return self.size() > 0
+
+
+def forget_groups(ch: Changes, cluster: str, groups: set[str], partitions: set[int]) -> None:
+    """Drop from `ch` everything of `groups` of `cluster` and the reader positions of the
+    offsets `partitions`: a worker let them go (lagd.scale), and written later these would
+    overwrite, or duplicate in the history, what their new owner writes."""
+    if not groups and not partitions:
+        return
+    for wkey in [k for k in ch.windows if k[0] == cluster and k[1] in groups]:
+        del ch.windows[wkey]
+    for group in groups:
+        ch.members.pop((cluster, group), None)
+        ch.tombstones.pop((cluster, group), None)
+    for p in partitions:
+        ch.positions.pop((cluster, p), None)
+    if ch.commit_history:
+        ch.commit_history = [r for r in ch.commit_history if r[1] != cluster or r[2] not in groups]
+    if ch.status_history:
+        ch.status_history = [r for r in ch.status_history if r[1] != cluster or r[2] not in groups]

@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from array import array
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import asyncpg
@@ -26,7 +26,7 @@ from lagd import logs
 from lagd.config import Secret, async_database_url
 from lagd.model import GroupMembers, PartitionOwner
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
-from lagd.state.windows import State, entries_of, window_bytes, window_from_bytes
+from lagd.state.windows import State, entries_of, offsets_partition, window_bytes, window_from_bytes
 
 log = logs.get(__name__)
 
@@ -335,33 +335,71 @@ class Store:
         return dropped
 
     # --- reads --------------------------------------------------------------------------
-    async def restore(self, state: State) -> dict[tuple[str, int], int]:
+    async def restore(self, state: State, *, groups: bool = True, log_end: bool = True) -> dict[tuple[str, int], int]:
         """Load windows, members, tombstones and log-end samples into `state` from one snapshot.
 
         Returns the reader positions ((cluster, offsets partition) -> next offset), so the
-        readers resume exactly after what the restored state already contains.
+        readers resume exactly after what the restored state already contains. A worker
+        (lagd.scale) starts with `groups=False` and restores its groups as it is assigned them
+        (`restore_owned`).
         """
         async with self._raw() as apg, apg.transaction(isolation="repeatable_read", readonly=True):
-            async for r in apg.cursor(
-                "SELECT cluster, group_name, topic, partition, entries FROM windows", prefetch=FETCH_CHUNK
-            ):
+            if groups:
+                await self._restore_groups(apg, state, "", lambda cluster, group: True)
+            if log_end:
+                async for r in apg.cursor(
+                    "SELECT cluster, topic, partition, offsets, ts FROM log_end", prefetch=FETCH_CHUNK
+                ):
+                    state.restore_log_end((r[0], r[1], r[2]), list(r[3]), list(r[4]))
+            rows = await apg.fetch("SELECT cluster, partition, next_offset FROM reader_positions")
+        return {(r[0], r[1]): r[2] for r in rows}
+
+    async def restore_owned(
+        self, state: State, cluster: str, partitions: Collection[int], count: int
+    ) -> dict[int, int]:
+        """Load the groups of `cluster` whose offsets partition (of `count`) is in `partitions`,
+        from one snapshot; returns those partitions' reader positions (partition -> next offset).
+
+        Every window row of the cluster is read and filtered here: Postgres cannot compute
+        Kafka's partition of a group name.
+        """
+        wanted = set(partitions)
+
+        def owned(_cluster: str, group: str) -> bool:
+            return offsets_partition(group, count) in wanted
+
+        async with self._raw() as apg, apg.transaction(isolation="repeatable_read", readonly=True):
+            await self._restore_groups(apg, state, cluster, owned)
+            rows = await apg.fetch(
+                "SELECT partition, next_offset FROM reader_positions WHERE cluster = $1 AND partition = ANY($2::int[])",
+                cluster,
+                sorted(wanted),
+            )
+        return {r[0]: r[1] for r in rows}
+
+    @staticmethod
+    async def _restore_groups(apg: Any, state: State, cluster: str, keep: Callable[[str, str], bool]) -> None:
+        """Windows, members and tombstones of the groups `keep` accepts (of `cluster`, or every one when "")."""
+        where, args = ("WHERE cluster = $1", [cluster]) if cluster else ("", [])
+        async for r in apg.cursor(
+            f"SELECT cluster, group_name, topic, partition, entries FROM windows {where}", *args, prefetch=FETCH_CHUNK
+        ):
+            if keep(r[0], r[1]):
                 state.restore_window((r[0], r[1], r[2], r[3]), entries_of(window_from_bytes(r[4])))
-            async for r in apg.cursor(
-                "SELECT cluster, group_name, member_order, state, owners FROM group_members", prefetch=FETCH_CHUNK
-            ):
+        async for r in apg.cursor(
+            f"SELECT cluster, group_name, member_order, state, owners FROM group_members {where}",
+            *args,
+            prefetch=FETCH_CHUNK,
+        ):
+            if keep(r[0], r[1]):
                 raw = json.loads(r[4]) if isinstance(r[4], str) else r[4]  # SQLAlchemy's codec decodes jsonb
                 owners = tuple(PartitionOwner(o[0], int(o[1]), o[2], o[3], o[4]) for o in raw)
                 state.restore_members(GroupMembers(r[0], r[1], r[2], owners, r[3]))
-            async for r in apg.cursor(
-                "SELECT cluster, group_name, tombstone_order FROM group_tombstones", prefetch=FETCH_CHUNK
-            ):
+        async for r in apg.cursor(
+            f"SELECT cluster, group_name, tombstone_order FROM group_tombstones {where}", *args, prefetch=FETCH_CHUNK
+        ):
+            if keep(r[0], r[1]):
                 state.restore_tombstone(r[0], r[1], r[2])
-            async for r in apg.cursor(
-                "SELECT cluster, topic, partition, offsets, ts FROM log_end", prefetch=FETCH_CHUNK
-            ):
-                state.restore_log_end((r[0], r[1], r[2]), list(r[3]), list(r[4]))
-            rows = await apg.fetch("SELECT cluster, partition, next_offset FROM reader_positions")
-        return {(r[0], r[1]): r[2] for r in rows}
 
     async def positions(self, cluster: str) -> dict[int, int]:
         """Next offset to read per offsets partition of `cluster`."""

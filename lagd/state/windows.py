@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
-from lagd.state.changes import Changes, CommitRow, LogEndRow, PartitionKey, WindowKey
+from lagd.state.changes import Changes, CommitRow, LogEndRow, PartitionKey, WindowKey, forget_groups
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1  # what an array('q') holds
@@ -577,6 +577,41 @@ class State:
             self._changes.members[(cluster, group)] = None
         cs.owners.pop(group, None)
         self._next_seq()
+
+    # --- ownership (lagd.scale: a worker lets go of the groups of revoked partitions) -----
+    def let_go(self, cluster: str, partitions: Collection[int], count: int) -> list[str]:
+        """Forget every group of `cluster` whose offsets partition (of `count`) is in
+        `partitions`, recording nothing: another worker owns them now and the store keeps
+        them as last written. Returns the groups let go, so their verdicts can be forgotten.
+
+        Changes of these groups not yet drained are dropped too: written later, they would
+        overwrite what the new owner writes.
+        """
+        cs = self._clusters.get(cluster)
+        if cs is None or not partitions:
+            return []
+        wanted = set(partitions)
+        names = {*cs.groups, *cs.tombstones, *cs.members}
+        gone = sorted(g for g in names if offsets_partition(g, count) in wanted)
+        gone_set = set(gone)
+        for group in gone:
+            gs = cs.groups.pop(group, None)
+            if gs is not None:
+                for topic, parts in gs.windows.items():
+                    self._tracked -= len(parts)
+                    consumers = cs.consumers.get(topic)
+                    if consumers is not None:
+                        consumers.discard(group)
+                        if not consumers:
+                            del cs.consumers[topic]
+            cs.members.pop(group, None)
+            cs.owners.pop(group, None)
+            cs.tombstones.pop(group, None)
+        self._dirty_windows = {k for k in self._dirty_windows if k[0] != cluster or k[1] not in gone_set}
+        ch = self._changes
+        forget_groups(ch, cluster, gone_set, wanted)
+        self._next_seq()
+        return gone
 
     # --- restore (from the store at start; records no changes) ------------------------
     def restore_window(self, key: WindowKey, entries: list[WindowEntry]) -> None:

@@ -1,0 +1,275 @@
+"""The offsets-topic reader of a worker (lagd.scale): Kafka's group protocol decides what it reads.
+
+Workers join one consumer group (`scale.group-id`) on the offsets topic; every group's
+commits live in one offsets partition, so sharing the partitions shares the groups. On each
+rebalance aiokafka calls back, and the reader hands over through a `Handover`:
+
+- revoked: records of those partitions are no longer passed on (a fetch being handed on
+  finishes first, under the same lock, and what it holds of them is dropped), then the
+  handover applies what is queued, flushes it to Postgres and lets the groups go. aiokafka's
+  rebalance is eager: the new owner is assigned the partitions only after every member has
+  revoked, so it restores what was just written.
+- assigned: the handover restores the partitions' groups from Postgres and returns where
+  their stored positions stand; the reader seeks there (to the start where none is stored).
+
+No offsets are committed to Kafka: positions live in Postgres beside the state they cover,
+exactly as for a lone reader (lagd.ingest.offsets_topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+from aiokafka.structs import TopicPartition
+
+from lagd import logs
+from lagd.clock import Clock, wall_ms
+from lagd.config import ClusterSettings
+from lagd.ingest.group_filter import GroupFilter
+from lagd.ingest.kafka_client import client_options, close_quietly, reconnecting, start_client
+from lagd.ingest.offsets_topic import Emit, _apply_batch, _emitter, _note_fresh, consumer_positions, partition_counts
+from lagd.ingest.progress import ReaderProgress
+from lagd.ingest.records import ConsumerGroupOwners
+from lagd.ingest.validate import EdgeLimits
+from lagd.model import Event, GroupMembers, IngestCounters
+from lagd.state.windows import offsets_partition
+
+log = logs.get(__name__)
+
+
+class Handover(Protocol):
+    """What a worker does when the group protocol gives it partitions or takes them away."""
+
+    async def assigned(
+        self, cluster: str, partitions: set[int], count: int
+    ) -> tuple[dict[int, int], list[GroupMembers]]:
+        """Restore the partitions' groups; their stored positions and their groups' members."""
+        ...
+
+    async def revoked(self, cluster: str, partitions: set[int], count: int) -> None:
+        """Apply what is queued of the partitions, flush it, let their groups go."""
+        ...
+
+
+@dataclass
+class Assignment:
+    """The offsets partitions this worker owns now, of how many; read by the log-end sampler."""
+
+    count: int = 0  # partitions of the offsets topic
+    owned: set[int] = field(default_factory=set)
+
+    def owns(self, name: str) -> bool:
+        """Is `name` (a group, or a topic whose sampling is shared out the same way) this worker's?"""
+        return self.count > 0 and offsets_partition(name, self.count) in self.owned
+
+
+@dataclass
+class _Shared:
+    """What the reading loop and the rebalance callbacks of one session share."""
+
+    cluster: ClusterSettings
+    handover: Handover
+    progress: ReaderProgress
+    kip848: ConsumerGroupOwners
+    assignment: Assignment
+    next_offsets: dict[int, int] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # held while a fetch is handed on
+    consumer: Any = None
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, shared: _Shared) -> None:
+        self.shared = shared
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        sh = self.shared
+        parts = {tp.partition for tp in revoked if tp.topic == sh.cluster.offsets_topic}
+        # Held throughout: no fetch is handed on while the partitions are let go, so the
+        # handover's wait for the queue to drain ends.
+        async with sh.lock:
+            parts &= sh.assignment.owned
+            sh.assignment.owned -= parts
+            for p in parts:
+                sh.next_offsets.pop(p, None)
+            sh.progress.forget(parts)
+            if parts:
+                await sh.handover.revoked(sh.cluster.name, parts, sh.assignment.count)
+                log.info("offsets partitions revoked", cluster=sh.cluster.name, partitions=sorted(parts))
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        sh = self.shared
+        topic = sh.cluster.offsets_topic
+        parts = {tp.partition for tp in assigned if tp.topic == topic} - sh.assignment.owned
+        positions, members = (
+            await sh.handover.assigned(sh.cluster.name, parts, sh.assignment.count) if parts else ({}, [])
+        )
+        sh.kip848.seed(members)
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        begin = {tp.partition: o for tp, o in (await sh.consumer.beginning_offsets(tps)).items()} if tps else {}
+        end = {tp.partition: o for tp, o in (await sh.consumer.end_offsets(tps)).items()} if tps else {}
+        fresh = []
+        for tp in tps:
+            pos = positions.get(tp.partition)
+            if pos is not None and begin.get(tp.partition, 0) <= pos <= end.get(tp.partition, pos):
+                sh.consumer.seek(tp, pos)
+                sh.next_offsets[tp.partition] = pos
+            else:
+                fresh.append(tp)
+        if fresh:
+            await sh.consumer.seek_to_beginning(*fresh)
+        for p in parts:
+            sh.progress.position.setdefault(p, sh.next_offsets.get(p, begin.get(p, 0)))
+        sh.progress.measure(begin, end)
+        sh.assignment.owned |= parts
+        log.info(
+            "offsets partitions assigned",
+            cluster=sh.cluster.name,
+            partitions=sorted(parts),
+            owned=len(sh.assignment.owned),
+            of=sh.assignment.count,
+            restored_positions=len(positions),
+        )
+
+
+async def read_offsets_as_worker(
+    cluster: ClusterSettings,
+    group_id: str,
+    session_timeout_s: float,
+    handover: Handover,
+    assignment: Assignment,
+    emit: Emit | asyncio.Queue[list[Event]],
+    progress: ReaderProgress,
+    counters: IngestCounters,
+    stop: asyncio.Event,
+    *,
+    fetch_timeout_ms: int = 500,
+    max_records: int = 10_000,
+    clock: Clock = wall_ms,
+) -> None:
+    """Read this worker's share of the offsets topic until `stop`; survive broker outages with
+    backoff (a session that fails hands every partition back first, then joins again)."""
+    put = _emitter(emit)
+    groups = GroupFilter.for_cluster(cluster)
+    kip848 = ConsumerGroupOwners(resumed=True)
+    kip848.seed([])
+    limits = EdgeLimits.for_cluster(cluster)
+    warned: set[str] = set()
+    await reconnecting(
+        lambda: _session(
+            _Shared(cluster, handover, progress, kip848, assignment),
+            group_id,
+            session_timeout_s,
+            put,
+            counters,
+            stop,
+            groups,
+            limits,
+            warned,
+            fetch_timeout_ms,
+            max_records,
+            clock,
+        ),
+        stop,
+        counters,
+        cluster=cluster.name,
+        what="offsets-topic worker",
+        counter="offsets_topic",
+        hint="check that the brokers are reachable, that lagd may read "
+        + cluster.offsets_topic
+        + " and join the consumer group scale.group-id",
+    )
+
+
+async def _session(
+    sh: _Shared,
+    group_id: str,
+    session_timeout_s: float,
+    put: Emit,
+    counters: IngestCounters,
+    stop: asyncio.Event,
+    groups: GroupFilter,
+    limits: EdgeLimits,
+    warned: set[str],
+    fetch_timeout_ms: int,
+    max_records: int,
+    clock: Clock,
+) -> None:
+    cluster = sh.cluster
+    topic = cluster.offsets_topic
+    metadata = await start_client(cluster)
+    consumer: Any = None
+    try:
+        meta = await metadata.fetch_all_metadata()
+        limits.partition_counts = partition_counts(meta)
+        found = meta.partitions_for_topic(topic) or set()
+        if not found:
+            raise LookupError(f"offsets topic {topic} not found")
+        sh.assignment.count = max(found) + 1
+        session_ms = int(session_timeout_s * 1000)
+        consumer = AIOKafkaConsumer(
+            **client_options(cluster),
+            group_id=group_id,
+            enable_auto_commit=False,  # positions live in Postgres with the state they cover
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            exclude_internal_topics=False,
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=max(1000, session_ms // 3),
+            rebalance_timeout_ms=max(session_ms, 30_000),
+            metadata_max_age_ms=int(cluster.topic_refresh * 1000),
+        )
+        sh.consumer = consumer
+        await consumer.start()
+        consumer.subscribe([topic], listener=_Listener(sh))
+        loop = asyncio.get_running_loop()
+        refresh_at = loop.time() + cluster.topic_refresh
+        while not stop.is_set():
+            if loop.time() >= refresh_at:
+                refresh_at = loop.time() + cluster.topic_refresh
+                limits.partition_counts = partition_counts(await metadata.fetch_all_metadata())
+            fetched = await consumer.getmany(timeout_ms=fetch_timeout_ms, max_records=max_records)
+            async with sh.lock:
+                mine = {tp: recs for tp, recs in fetched.items() if tp.partition in sh.assignment.owned}
+                if sum(len(r) for r in fetched.values()) < max_records and sh.assignment.owned:
+                    _note_fresh(consumer, sh.progress)
+                if mine:
+                    await _apply_batch(
+                        cluster.name,
+                        mine,
+                        put,
+                        sh.next_offsets,
+                        sh.progress,
+                        groups,
+                        counters,
+                        sh.kip848,
+                        limits,
+                        clock=clock,
+                    )
+                if not sh.progress.caught_up and sh.assignment.owned:
+                    for p, pos in (
+                        await consumer_positions(consumer, topic, sh.assignment.owned, counters, warned)
+                    ).items():
+                        sh.progress.advance(p, pos)
+            if not sh.assignment.owned:
+                sh.progress.mark_fresh(clock())  # nothing assigned: nothing missed
+    finally:
+        if consumer is not None:
+            # Leaving the group revokes what we own first (the handover flushes it), so the
+            # other workers take it over at once instead of after the session timeout.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(_leave(sh), max(1.0, session_timeout_s / 2))
+            await close_quietly(consumer.stop)
+        await close_quietly(metadata.close)
+
+
+async def _leave(sh: _Shared) -> None:
+    """Hand every owned partition over before the consumer leaves the group."""
+    if sh.assignment.owned:
+        await _Listener(sh).on_partitions_revoked(
+            [TopicPartition(sh.cluster.offsets_topic, p) for p in sh.assignment.owned]
+        )

@@ -1,0 +1,120 @@
+"""What a worker does when the consumer group gives it offsets partitions or takes them away.
+
+Given partitions: restore their groups' windows, members and tombstones from Postgres, take
+the statuses their last owner published (so a first judgement that agrees is no change), and
+publish the new ownership. Losing them: apply what the reader queued, flush it, publish the
+verdicts held, let the groups go from memory, and withdraw the ownership rows. The reader
+(lagd.ingest.offsets_group) hands nothing of revoked partitions on while this runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from lagd import logs
+from lagd.clock import Clock, wall_ms
+from lagd.db.schema import group_verdicts
+from lagd.evaluate import Evaluator
+from lagd.model import Event, GroupMembers, GroupStatus
+from lagd.notify.watch import VerdictWatch
+from lagd.scale import ownership
+from lagd.scale.ownership import Me
+from lagd.state import persister
+from lagd.state.changes import forget_groups
+from lagd.state.persister import WriteBehind
+from lagd.state.store import Store
+from lagd.state.windows import State, offsets_partition
+
+log = logs.get(__name__)
+
+REVOKE_FLUSH_S = 5.0  # the longest a revocation waits for Postgres before letting go unflushed
+
+
+@dataclass
+class WorkerHandover:
+    """The daemon's side of a rebalance (lagd.ingest.offsets_group.Handover)."""
+
+    state: State
+    evaluator: Evaluator
+    events: asyncio.Queue[list[Event]]
+    wb: WriteBehind
+    store: Store
+    engine: AsyncEngine
+    me: Me
+    clock: Clock = wall_ms
+    watch: VerdictWatch | None = None  # set once the daemon has built it
+    publish_verdicts: Callable[[], Awaitable[None]] | None = None  # pushes held verdict changes out
+
+    async def assigned(
+        self, cluster: str, partitions: set[int], count: int
+    ) -> tuple[dict[int, int], list[GroupMembers]]:
+        started = time.monotonic()
+        positions = await self.store.restore_owned(self.state, cluster, partitions, count)
+        mine = [m for m in self.state.group_members(cluster) if offsets_partition(m.group, count) in partitions]
+        if self.watch is not None:
+            self.watch.take_over(cluster, await self._published(cluster, partitions, count))
+        await ownership.publish(self.engine, cluster, self.me, partitions, count, self.clock)
+        log.info(
+            "groups restored for assigned partitions",
+            cluster=cluster,
+            partitions=len(partitions),
+            group_partitions=self.state.partitions_tracked(),
+            seconds=round(time.monotonic() - started, 2),
+        )
+        return positions, mine
+
+    async def revoked(self, cluster: str, partitions: set[int], count: int) -> None:
+        await self.events.join()  # everything the reader queued is applied (it queues nothing more meanwhile)
+        flushed = False
+        try:
+            flushed = await asyncio.wait_for(persister.flush(self.wb), REVOKE_FLUSH_S)
+        except TimeoutError:
+            pass
+        if self.publish_verdicts is not None:
+            try:
+                await asyncio.wait_for(self.publish_verdicts(), REVOKE_FLUSH_S)
+            except (TimeoutError, Exception) as exc:  # the new owner judges them again anyway
+                log.warning("verdicts not published before letting groups go", cluster=cluster, error=repr(exc))
+        gone = self.state.let_go(cluster, partitions, count)
+        if not flushed:
+            # Written later, these would overwrite (or duplicate in the history) what the new
+            # owner writes; it reads the partitions again from the last positions written instead.
+            forget_groups(self.wb.pending, cluster, set(gone), partitions)
+            log.warning(
+                "let groups go without writing their last changes",
+                cluster=cluster,
+                groups=len(gone),
+                hint="Postgres did not take the write in time; the new owner reads those records again, "
+                "nothing is lost",
+            )
+        if self.watch is not None:
+            self.watch.let_go(cluster, gone)
+        else:
+            for group in gone:
+                self.evaluator.forget(cluster, group)
+        try:
+            await ownership.release(self.engine, cluster, self.me, partitions)
+        except Exception as exc:  # the new owner overwrites the rows anyway
+            log.warning("ownership rows not withdrawn", cluster=cluster, error=repr(exc))
+
+    async def _published(self, cluster: str, partitions: set[int], count: int) -> dict[str, GroupStatus]:
+        """The statuses last published for the groups of `partitions` (lagd.notify.shared_verdicts)."""
+        async with self.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(group_verdicts.c.group_name, group_verdicts.c.status).where(
+                        group_verdicts.c.cluster == cluster
+                    )
+                )
+            ).all()
+        out: dict[str, GroupStatus] = {}
+        for group, status in rows:
+            if offsets_partition(group, count) in partitions and status in GroupStatus.__members__:
+                out[group] = GroupStatus[status]
+        return out

@@ -1,0 +1,165 @@
+"""Workers' pieces (lagd.scale): letting groups go, restoring a share, settings, ownership rows."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from lagd.config import ConfigError, parse
+from lagd.ingest.offsets_group import Assignment
+from lagd.ingest.progress import ReaderProgress
+from lagd.model import Commit, GroupMembers, LogEndSample, PartitionOwner, ReaderPosition
+from lagd.scale import ownership
+from lagd.scale.ownership import Me, OwnerMap
+from lagd.scale.processes import worker_env, worker_listen
+from lagd.state.store import Store
+from lagd.state.windows import State, offsets_partition
+
+C, N = "c1", 4  # cluster, offsets partitions
+
+
+def groups_in(partition: int, count: int = 3) -> list[str]:
+    """`count` group names that Kafka places in offsets `partition` (of N)."""
+    out = [f"g{i}" for i in range(1000) if offsets_partition(f"g{i}", N) == partition]
+    return out[:count]
+
+
+def filled_state(groups: list[str]) -> State:
+    state = State(intervals=5)
+    for i, g in enumerate(groups):
+        for o in range(3):
+            state.apply(Commit(C, g, "t", 0, 10 * o + i, o + 1, 1000 * (o + 1), 1000 * (o + 1)))
+        state.apply(GroupMembers(C, g, 5, (PartitionOwner("t", 0, "/h", "app", "m"),), "Stable"))
+    state.apply(LogEndSample(C, "t", 0, 100, 5000))
+    for p in range(N):
+        state.apply(ReaderPosition(C, p, 77))
+    return state
+
+
+def test_let_go_forgets_only_the_groups_of_the_revoked_partitions_and_their_pending_changes() -> None:
+    kept, gone = groups_in(0), groups_in(1)
+    state = filled_state(kept + gone)
+    assert state.partitions_tracked() == 6
+
+    assert state.let_go(C, {1}, N) == sorted(gone)
+
+    assert state.groups(C) == sorted(kept)
+    assert state.partitions_tracked() == 3
+    assert state.topic_consumers(C, "t") == sorted(kept)
+    assert state.latest_log_end(C, "t", 0) == 100  # the cluster's log ends stay
+    ch = state.drain_changes()
+    assert {k[1] for k in ch.windows} == set(kept)
+    assert {k[1] for k in ch.members} == set(kept)
+    assert {r[2] for r in ch.commit_history} == set(kept)
+    assert set(ch.positions) == {(C, 0), (C, 2), (C, 3)}  # the revoked partition's position is not written
+
+
+def test_let_go_of_nothing_owned_changes_nothing() -> None:
+    state = filled_state(groups_in(0))
+    assert state.let_go(C, {2, 3}, N) == []
+    assert state.let_go("other", {0}, N) == []
+    assert state.partitions_tracked() == 3
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    s = Store.from_url(database_url)
+    yield s
+    await s.close()
+
+
+async def test_restore_owned_loads_only_the_share_and_its_positions(store: Store) -> None:
+    mine, theirs = groups_in(2), groups_in(3)
+    await store.write(filled_state(mine + theirs).drain_changes())
+
+    state = State(intervals=5)
+    positions = await store.restore_owned(state, C, {2}, N)
+
+    assert positions == {2: 77}
+    assert state.groups(C) == sorted(mine)
+    assert [m.group for m in state.group_members(C)] == sorted(mine)
+    assert len(state.window(C, mine[0], "t", 0)) == 3
+    # a worker starts with log ends only
+    fresh = State(intervals=5)
+    everything = await store.restore(fresh, groups=False)
+    assert fresh.groups(C) == [] and fresh.latest_log_end(C, "t", 0) == 100
+    assert everything[(C, 3)] == 77
+
+
+async def test_ownership_rows_name_each_groups_owner(store: Store) -> None:
+    a, b = Me("host:1", "http://127.0.0.1:1"), Me("host:2", "http://127.0.0.1:2")
+    await ownership.publish(store.engine, C, a, {0, 1}, N)
+    await ownership.publish(store.engine, C, b, {2, 3}, N)
+    owners = OwnerMap(store.engine, a, refresh_s=0.0)
+
+    assert await owners.owner(C, groups_in(1)[0]) == ownership.Owner(a.worker, a.url)
+    assert await owners.owner(C, groups_in(3)[0]) == ownership.Owner(b.worker, b.url)
+    assert [o.worker for o in await owners.instances(C)] == [a.worker, b.worker]
+    assert await owners.owner("unknown", "g") is None
+
+    # b leaves partition 3; a taking it over later overwrites whatever is left
+    await ownership.release(store.engine, C, b, {3})
+    assert await owners.owner(C, groups_in(3)[0]) is None
+    await ownership.publish(store.engine, C, a, {2}, N)  # b's row for 2 is a's now
+    await ownership.release(store.engine, C, b, {2})  # b cannot withdraw a row that is not its own
+    assert await owners.owner(C, groups_in(2)[0]) == ownership.Owner(a.worker, a.url)
+
+
+def test_assignment_shares_names_like_kafka_places_groups() -> None:
+    share = Assignment(count=N, owned={1})
+    assert share.owns(groups_in(1)[0]) and not share.owns(groups_in(2)[0])
+    assert not Assignment().owns("anything")  # nothing assigned yet
+
+
+def test_progress_forgets_revoked_partitions() -> None:
+    progress = ReaderProgress()
+    progress.measure({0: 0, 1: 0}, {0: 10, 1: 10})
+    progress.advance(0, 10)
+    assert not progress.caught_up
+    progress.forget({1})
+    progress.advance(0, 10)
+    assert progress.caught_up
+
+
+def base(**scale: object) -> dict[str, object]:
+    return {
+        "clusters": {"k": {"bootstrap-servers": ["k:9092"]}},
+        "http": {"listen": "127.0.0.1:8000"},
+        "scale": scale,
+    }
+
+
+def test_scale_settings_defaults_and_checks() -> None:
+    assert not parse(base(), env={}).scale.enabled
+    two = parse(base(workers=2), env={}).scale
+    assert two.enabled and two.group == "lagd"
+    assert parse(base(**{"group-id": "mine"}), env={}).scale.group == "mine"
+    with pytest.raises(ConfigError, match="scale.workers"):
+        parse(base(workers=0), env={})
+    with pytest.raises(ConfigError, match="scale.session-timeout"):
+        parse(base(**{"session-timeout": 1}), env={})
+    admin = base(workers=2)
+    admin["clusters"] = {"k": {"bootstrap-servers": ["k:9092"], "offsets-source": "admin"}}
+    with pytest.raises(ConfigError, match="offsets-source"):
+        parse(admin, env={})
+    zero = base(workers=2)
+    zero["http"] = {"listen": "127.0.0.1:0"}
+    with pytest.raises(ConfigError, match="http.listen"):
+        parse(zero, env={})
+
+
+def test_each_worker_process_gets_its_own_port_and_the_shared_group() -> None:
+    settings = parse(base(workers=3), env={})
+    assert [worker_listen("0.0.0.0:8000", i) for i in range(3)] == ["0.0.0.0:8000", "0.0.0.0:8001", "0.0.0.0:8002"]
+    env = worker_env(settings, 2, {"PATH": "/bin", "NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "1"})
+    assert env == {
+        "PATH": "/bin",
+        "LAGD_HTTP_LISTEN": "127.0.0.1:8002",
+        "LAGD_SCALE_WORKERS": "1",
+        "LAGD_SCALE_GROUP_ID": "lagd",
+    }
+    # what a worker reads back from that environment
+    worker = parse(base(workers=3), env=env).scale
+    assert worker.workers == 1 and worker.enabled and worker.group == "lagd"
+    assert parse(base(workers=3), env=env).http.listen == "127.0.0.1:8002"
