@@ -515,7 +515,9 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         log.info("lagd stopping")
         budget_end = time.monotonic() + STOP_BUDGET_S
         rt.stop.set()
-        await _cancel(ingest, 1.0)
+        # A worker's reader hands its partitions over before it leaves the group (applied,
+        # flushed, let go: lagd.ingest.offsets_group), so give it the time a flush takes.
+        await _cancel(ingest, STOP_BUDGET_S - 1.5 if settings.scale.enabled else 1.0)
         await drain_queue(rt)
         if rt.restored.is_set():
             await persister.final_flush(wb, max(0.5, budget_end - time.monotonic() - 1.0))

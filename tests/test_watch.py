@@ -220,3 +220,41 @@ def test_skipping_groups_that_are_not_due_changes_no_status(
     # judged when new data came, and otherwise only around time-driven moments (on average
     # less than once every 10 s), not every second
     assert judged <= fed + quality.DURATION // 10, (judged, fed)
+
+
+def test_groups_let_go_to_another_worker_are_never_reported_notfound() -> None:
+    """A worker's revoked groups still exist (another worker owns them): even let go in the middle
+    of a pass, nothing is reported for them; a group really deleted still reads NOTFOUND."""
+    from lagd.state.windows import offsets_partition
+
+    clock = Clock(T0 + 59_000)
+    watch, feed = watch_of(healthy_progress(T0 + 59_000), clock)
+    names = [f"g{i}" for i in range(40)]
+    for g in names:
+        feed_commits(watch, g, range(0, 60))
+    assert watch.scan(T0 + 59_000) == len(names)
+    drain(feed)
+    watch.state.drain_changes()
+
+    revoked = {offsets_partition(g, 4) for g in names[:1]}
+    gone_of = [g for g in names if offsets_partition(g, 4) in revoked]
+    steps = watch._pass(T0 + 60_000)
+    next(steps)  # the pass has begun: its list of groups is taken
+    gone = watch.state.let_go(C, revoked, 4)
+    watch.let_go(C, gone)
+    assert sorted(gone) == sorted(gone_of)
+    assert sum(steps) == 0
+    assert drain(feed) == []
+    assert watch.state.drain_changes().status_history == []
+
+    # taken over again later, with the status its owner published: judging it agrees, no change
+    for g in gone:
+        feed_commits(watch, g, range(0, 60))
+    watch.take_over(C, {g: GroupStatus.OK for g in gone})
+    assert watch.scan(T0 + 61_000) == 0
+    assert drain(feed) == []
+
+    # a group deleted for real is still reported NOTFOUND
+    watch.state.remove_group(C, names[-1])
+    assert watch.scan(T0 + 62_000) == 1
+    assert [(c.group, c.status) for c in drain(feed)] == [(names[-1], GroupStatus.NOTFOUND)]

@@ -160,6 +160,10 @@ class VerdictWatch:
             self.judged_at[cluster] = now
             for group in self.state.groups(cluster):
                 key = (cluster, group)
+                if not self.state.has_group(cluster, group):
+                    # gone since the pass began (deleted, expired, or let go to another worker):
+                    # a deleted one is reported NOTFOUND below, a let-go one not at all
+                    continue
                 seen.add(key)
                 if key in self.statuses and not evaluator.due(cluster, group, now):
                     yield 0  # nothing it depends on changed: its status stands

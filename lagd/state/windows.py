@@ -678,6 +678,10 @@ class State:
     def clusters(self) -> list[str]:
         return sorted(self._clusters)
 
+    def has_group(self, cluster: str, group: str) -> bool:
+        cs = self._clusters.get(cluster)
+        return cs is not None and group in cs.groups
+
     def groups(self, cluster: str) -> list[str]:
         cs = self._clusters.get(cluster)
         return sorted(cs.groups) if cs else []
