@@ -501,6 +501,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 )
                 _start_sinks(rt, store, health, spawn)
             watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, clock)
+            watch.store_behind = functools.partial(persister.backlog_full, wb)
             health.sights = watch.sights
             if handover is not None:
                 handover.watch = watch

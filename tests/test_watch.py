@@ -258,3 +258,21 @@ def test_groups_let_go_to_another_worker_are_never_reported_notfound() -> None:
     watch.state.remove_group(C, names[-1])
     assert watch.scan(T0 + 62_000) == 1
     assert [(c.group, c.status) for c in drain(feed)] == [(names[-1], GroupStatus.NOTFOUND)]
+
+
+def test_blind_hint_names_postgres_when_ingest_waits_for_the_store() -> None:
+    """A reader held up by backpressure (Postgres slower than ingest) is not a broker problem."""
+    from structlog.testing import capture_logs
+
+    hints = []
+    for waiting in (False, True):
+        progress = healthy_progress(T0)
+        watch, _ = watch_of(progress, Clock(T0))
+        watch.store_behind = lambda waiting=waiting: waiting
+        feed_commits(watch, "g", range(0, 2))
+        with capture_logs() as logged:
+            watch.judge_sights(T0 + 600_000)  # the reader has not stood at the end for 10 min
+        hints += [e["hint"] for e in logged if e["event"].startswith("lagd cannot see the cluster")]
+    assert len(hints) == 2
+    assert "brokers" in hints[0] and "Postgres" not in hints[0]
+    assert "Postgres" in hints[1] and "lagd_store_pending_changes" in hints[1]

@@ -76,6 +76,9 @@ class VerdictWatch:
     sights: dict[str, ClusterSight] = field(default_factory=dict)
     judged_at: dict[str, int] = field(default_factory=dict)  # cluster -> when its groups were last judged
     pass_seconds: float = 0.0  # time the last pass held the loop (its slices, not the waits between)
+    # True while ingest waits for Postgres (lagd.state.persister.backlog_full): then a reader
+    # that falls behind is held up by the store, not by the brokers, and the hint says so
+    store_behind: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         self.evaluator.blind_since = self.blind_since
@@ -113,13 +116,21 @@ class VerdictWatch:
                         "lagd cannot see the cluster; verdicts that need fresh data are held",
                         cluster=name,
                         reason=sight.reason,
-                        hint="check that the brokers are reachable; lagd resumes judging once they answer",
+                        hint=self._blind_hint(),
                     )
                 else:
                     log.info("lagd sees the cluster again", cluster=name)
                 if self.changes is not None:
                     status = GroupStatus.ERR if sight.unreachable else GroupStatus.OK
                     self.changes.put_nowait(GroupChange(name, cluster_member(name), status, now, kind="cluster"))
+
+    def _blind_hint(self) -> str:
+        if self.store_behind is not None and self.store_behind():
+            return (
+                "Postgres takes lagd's writes slower than lagd reads (lagd_store_pending_changes is at its "
+                "bound): check Postgres' load and disk; lagd reads on as fast as it can write"
+            )
+        return "check that the brokers are reachable; lagd resumes judging once they answer"
 
     def let_go(self, cluster: str, groups: list[str]) -> None:
         """Groups another worker owns now (lagd.scale): forget their statuses without a change,
