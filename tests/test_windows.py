@@ -414,3 +414,25 @@ def test_out_of_range_numbers_are_refused_before_anything_changes() -> None:
     assert offsets_orders(s) == [(10, 1)]
     assert s.partitions_tracked() == 1 and s.groups(C) == [G]
     assert s.log_end_samples(C, T, 0) == ([100], [1])
+
+
+def test_commit_history_rows_in_columns_behave_like_the_list_of_tuples() -> None:
+    """CommitRows (lagd.state.history) replaces a list of tuples: same rows in, same rows out."""
+    from lagd.state.history import CommitRows
+
+    rows = [(1000 + i, "c", f"g{i % 3}", "t", i % 4, 10 * i, None if i % 5 == 0 else i, 2000 + i) for i in range(12)]
+    cols = CommitRows(rows)
+    assert len(cols) == 12 and cols == rows and list(cols) == rows
+    assert cols[3] == rows[3] and cols[-1] == rows[-1] and cols[2:5] == rows[2:5]
+    assert cols.rows(10, 99) == rows[10:]
+    more = CommitRows()
+    more += rows[:2]
+    more.extend(cols)
+    assert more == rows[:2] + rows
+    del more[:5]
+    assert more == (rows[:2] + rows)[5:]
+    assert cols.keep(lambda c, g: g != "g1") == [r for r in rows if r[2] != "g1"]
+    with pytest.raises(TypeError):
+        del more[3:4]
+    with pytest.raises(IndexError):
+        cols[12]

@@ -11,13 +11,13 @@ from array import array
 from dataclasses import dataclass, field
 
 from lagd.model import GroupMembers
+from lagd.state.history import CommitRow, CommitRows, as_commit_rows
 
 WindowKey = tuple[str, str, str, int]  # cluster, group, topic, partition
 GroupKey = tuple[str, str]  # cluster, group
 PartitionKey = tuple[str, str, int]  # cluster, topic, partition
 
-# (ts, cluster, group, topic, partition, offset, lag, observed)
-CommitRow = tuple[int, str, str, str, int, int, int | None, int]
+__all__ = ["Changes", "CommitRow", "CommitRows", "GroupKey", "LogEndRow", "PartitionKey", "StatusRow", "WindowKey"]
 # (ts, cluster, topic, partition, offset)
 LogEndRow = tuple[int, str, str, int, int]
 # (ts, cluster, group, status)
@@ -37,9 +37,12 @@ class Changes:
     log_end: dict[PartitionKey, tuple[list[int], list[int]] | None] = field(default_factory=dict)
     # Offsets-topic reader positions: (cluster, offsets partition) -> next offset to read.
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
-    commit_history: list[CommitRow] = field(default_factory=list)
+    commit_history: CommitRows = field(default_factory=CommitRows)  # columns: ~70 B a row (lagd.state.history)
     log_end_history: list[LogEndRow] = field(default_factory=list)
     status_history: list[StatusRow] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.commit_history = as_commit_rows(self.commit_history)
 
     def merge(self, newer: Changes) -> None:
         """Fold `newer` into self: keyed state takes the newer value, history appends."""
@@ -82,6 +85,6 @@ def forget_groups(ch: Changes, cluster: str, groups: set[str], partitions: set[i
     for p in partitions:
         ch.positions.pop((cluster, p), None)
     if ch.commit_history:
-        ch.commit_history = [r for r in ch.commit_history if r[1] != cluster or r[2] not in groups]
+        ch.commit_history = as_commit_rows(ch.commit_history).keep(lambda c, g: c != cluster or g not in groups)
     if ch.status_history:
         ch.status_history = [r for r in ch.status_history if r[1] != cluster or r[2] not in groups]

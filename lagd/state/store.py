@@ -26,6 +26,7 @@ from lagd import logs
 from lagd.config import Secret, async_database_url
 from lagd.model import GroupMembers, PartitionOwner
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
+from lagd.state.history import CommitRows, as_commit_rows
 from lagd.state.windows import State, entries_of, offsets_partition, window_bytes, window_from_bytes
 
 log = logs.get(__name__)
@@ -142,10 +143,11 @@ class Store:
         """Write everything in `changes` in one transaction (idempotent: a retry is harmless)."""
         if not changes:
             return
-        commit_rows, log_end_rows = self._placeable(changes.commit_history), self._placeable(changes.log_end_history)
+        commit_rows = self._placeable_commits(as_commit_rows(changes.commit_history))
+        log_end_rows = self._placeable(changes.log_end_history)
         async with self._raw() as apg:
             try:
-                await self._ensure_partitions(apg, "commit_history", {day_of(r[0]) for r in commit_rows})
+                await self._ensure_partitions(apg, "commit_history", {day_of(ts) for ts in set(commit_rows.ts)})
                 await self._ensure_partitions(apg, "log_end_history", {day_of(r[0]) for r in log_end_rows})
                 async with apg.transaction():
                     # No wait for the WAL flush: a Postgres crash can lose the last fraction of
@@ -158,7 +160,7 @@ class Store:
                     for i in range(0, len(commit_rows), COPY_CHUNK):
                         await apg.copy_records_to_table(
                             "commit_history",
-                            records=commit_rows[i : i + COPY_CHUNK],
+                            records=commit_rows.rows(i, i + COPY_CHUNK),  # tuples a chunk at a time
                             columns=["ts", "cluster", "group_name", "topic", "partition", "offset", "lag", "observed"],
                         )
                         await asyncio.sleep(0)
@@ -239,6 +241,17 @@ class Store:
                 data,
                 now_ms,
             )
+
+    def _placeable_commits(self, rows: CommitRows) -> CommitRows:
+        """As `_placeable`, for the commit history's columns (checked without building rows)."""
+        lo, hi = _MIN_DAY * DAY_MS, (_MAX_DAY + 1) * DAY_MS
+        if not rows or (lo <= min(rows.ts) and max(rows.ts) < hi):
+            return rows
+        kept = CommitRows(r for r in rows if lo <= r[0] < hi)
+        skipped = len(rows) - len(kept)
+        self.skipped_history += skipped
+        log.warning("history rows with impossible timestamps skipped", count=skipped)
+        return kept
 
     def _placeable(self, rows: list[Any]) -> list[Any]:
         """History rows whose timestamp falls on a calendar day (garbage times are counted, not written)."""

@@ -33,7 +33,7 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
-from lagd.state.changes import Changes, CommitRow, LogEndRow, PartitionKey, WindowKey, forget_groups
+from lagd.state.changes import Changes, LogEndRow, PartitionKey, WindowKey, forget_groups
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1  # what an array('q') holds
@@ -378,17 +378,9 @@ class State:
         self._dirty_windows.add((ev.cluster, group, ev.topic, ev.partition))
         if self.record_history:
             lag_now = arr[LAST + LAG] if arr[LAST + ORDER] == order else NO_LAG
-            row: CommitRow = (
-                ev.timestamp,
-                ev.cluster,
-                group,
-                ev.topic,
-                ev.partition,
-                offset,
-                None if lag_now == NO_LAG else lag_now,
-                ev.observed,
+            self._changes.commit_history.add(
+                ev.timestamp, ev.cluster, group, ev.topic, ev.partition, offset, lag_now, ev.observed
             )
-            self._changes.commit_history.append(row)
 
     def _offset_deleted(self, ev: OffsetDeleted) -> None:
         cs = self._clusters.get(ev.cluster)
