@@ -135,9 +135,9 @@ def test_scale_settings_defaults_and_checks() -> None:
     two = parse(base(workers=2), env={}).scale
     assert two.enabled and two.group == "lagd"
     assert parse(base(**{"group-id": "mine"}), env={}).scale.group == "mine"
-    with pytest.raises(ConfigError, match="scale.workers"):
+    with pytest.raises(ConfigError, match=r"scale\.workers"):
         parse(base(workers=0), env={})
-    with pytest.raises(ConfigError, match="scale.session-timeout"):
+    with pytest.raises(ConfigError, match=r"scale\.session-timeout"):
         parse(base(**{"session-timeout": 1}), env={})
     admin = base(workers=2)
     admin["clusters"] = {"k": {"bootstrap-servers": ["k:9092"], "offsets-source": "admin"}}
@@ -145,7 +145,7 @@ def test_scale_settings_defaults_and_checks() -> None:
         parse(admin, env={})
     zero = base(workers=2)
     zero["http"] = {"listen": "127.0.0.1:0"}
-    with pytest.raises(ConfigError, match="http.listen"):
+    with pytest.raises(ConfigError, match=r"http\.listen"):
         parse(zero, env={})
 
 
@@ -163,3 +163,13 @@ def test_each_worker_process_gets_its_own_port_and_the_shared_group() -> None:
     worker = parse(base(workers=3), env=env).scale
     assert worker.workers == 1 and worker.enabled and worker.group == "lagd"
     assert parse(base(workers=3), env=env).http.listen == "127.0.0.1:8002"
+
+
+async def test_restore_log_ends_of_named_topics_only(store: Store) -> None:
+    state = filled_state(groups_in(0))
+    state.apply(LogEndSample(C, "other", 0, 7, 5000))
+    await store.write(state.drain_changes())
+    fresh = State(intervals=5)
+    assert await store.restore_log_ends(fresh, C, {"t"}) == 1
+    assert fresh.latest_log_end(C, "t", 0) == 100 and fresh.latest_log_end(C, "other", 0) is None
+    assert await store.restore_log_ends(fresh, C, set()) == 0

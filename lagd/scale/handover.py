@@ -55,7 +55,12 @@ class WorkerHandover:
         self, cluster: str, partitions: set[int], count: int
     ) -> tuple[dict[int, int], list[GroupMembers]]:
         started = time.monotonic()
+        sampled = self.state.consumed_topics(cluster)
         positions = await self.store.restore_owned(self.state, cluster, partitions, count)
+        # Topics only the new groups consume, which this worker has not been sampling: start
+        # from the samples their last sampler stored, so lag in time is known at once.
+        unsampled = self.state.consumed_topics(cluster) - sampled
+        await self.store.restore_log_ends(self.state, cluster, unsampled)
         mine = [m for m in self.state.group_members(cluster) if offsets_partition(m.group, count) in partitions]
         if self.watch is not None:
             self.watch.take_over(cluster, await self._published(cluster, partitions, count))

@@ -390,6 +390,25 @@ class Store:
             )
         return {r[0]: r[1] for r in rows}
 
+    async def restore_log_ends(self, state: State, cluster: str, topics: Collection[str]) -> int:
+        """Load the stored log-end samples of `topics` of `cluster`; returns how many partitions.
+
+        A worker given groups whose topics it has not sampled yet starts from what the worker
+        that sampled them stored, so lag in time is known at once (lagd.scale.handover).
+        """
+        if not topics:
+            return 0
+        n = 0
+        async with self._raw() as apg:
+            for r in await apg.fetch(
+                "SELECT topic, partition, offsets, ts FROM log_end WHERE cluster = $1 AND topic = ANY($2::text[])",
+                cluster,
+                sorted(topics),
+            ):
+                state.restore_log_end((cluster, r[0], r[1]), list(r[2]), list(r[3]))
+                n += 1
+        return n
+
     @staticmethod
     async def _restore_groups(apg: Any, state: State, cluster: str, keep: Callable[[str, str], bool]) -> None:
         """Windows, members and tombstones of the groups `keep` accepts (of `cluster`, or every one when "")."""
