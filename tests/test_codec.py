@@ -46,6 +46,7 @@ from lagd.sim.encode import (
     java_string_hash,
     offsets_partition_for,
 )
+from lagd.state.windows import offsets_partition
 
 VECTORS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "data" / "consumer_offsets_vectors.json").read_text(encoding="utf-8")
@@ -489,6 +490,8 @@ def test_group_metadata_round_trip(version: int) -> None:
 def test_offsets_partition_matches_java(group: str, java_hash: int, partition: int) -> None:
     assert java_string_hash(group) == java_hash
     assert offsets_partition_for(group) == partition
+    # lagd's own (workers share groups by it; a reread partition rebases its groups by it)
+    assert offsets_partition(group, 50) == partition
 
 
 # --- events -------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lagd.state.windows import offsets_partition
+
 _h = struct.Struct(">h").pack
 _i = struct.Struct(">i").pack
 _q = struct.Struct(">q").pack
@@ -194,10 +196,6 @@ def java_string_hash(s: str) -> int:
 
 
 def offsets_partition_for(group: str, partitions: int = 50) -> int:
-    """The offsets-topic partition of a group: `Utils.abs(group.hashCode()) % n`, as the
-    coordinator computes it. Java's Math.abs(Integer.MIN_VALUE) stays negative; Kafka's
-    Utils.abs maps MIN_VALUE to 0, so such a group lands on partition 0.
-    """
-    h = java_string_hash(group)
-    h = 0 if h == -(1 << 31) else abs(h)
-    return h % partitions
+    """The offsets-topic partition of a group, as the coordinator computes it (the one
+    definition lagd uses too: lagd.state.windows.offsets_partition)."""
+    return offsets_partition(group, partitions)

@@ -116,13 +116,17 @@ class _Cluster:
 
 
 def offsets_partition(group: str, partitions: int) -> int:
-    """The offsets-topic partition of a group, as Kafka places it: abs(groupId.hashCode()) % n
-    (Java's String.hashCode over UTF-16 code units; Kafka's abs is `& 0x7fffffff`)."""
+    """The offsets-topic partition of a group, as Kafka's coordinator places it:
+    `Utils.abs(groupId.hashCode()) % n`, Java's String.hashCode over UTF-16 code units.
+    Kafka's Utils.abs maps Integer.MIN_VALUE to 0 and is Math.abs otherwise (not the
+    partitioner's `& 0x7fffffff`, which differs for every negative hash)."""
     h = 0
     raw = group.encode("utf-16-be", "surrogatepass")
     for i in range(0, len(raw), 2):
         h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % partitions
+    if h >= 1 << 31:
+        h = 0 if h == 1 << 31 else (1 << 32) - h  # abs of the negative int32
+    return h % partitions
 
 
 def entries_of(arr: array[int]) -> list[WindowEntry]:
