@@ -31,7 +31,7 @@ import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -41,7 +41,6 @@ from lagd.clock import Clock, wall_ms
 from lagd.config import NotifySettings
 from lagd.model import GroupStatus
 from lagd.notify import outbox
-from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from lagd.notify.leader import Lease
 
@@ -49,6 +48,22 @@ log = logs.get(__name__)
 
 LEASE_RETRY = 5.0
 TICK = 1.0
+
+
+class VerdictSource(Protocol):
+    """Where the notifier takes verdict changes from: a process's own VerdictFeed
+    (lagd.notify.feed) or, with workers, every worker's changes read from Postgres
+    (lagd.notify.shared_verdicts.SharedFeed)."""
+
+    async def get(self) -> GroupChange: ...
+
+    def get_nowait(self) -> GroupChange: ...
+
+    def empty(self) -> bool: ...
+
+    def qsize(self) -> int: ...
+
+    def snapshot(self, cluster: str) -> list[GroupChange] | None: ...
 
 
 @dataclass(slots=True)
@@ -73,7 +88,7 @@ class _Attempt:
 async def run_notifier(
     engine: AsyncEngine,
     settings: NotifySettings,
-    changes: VerdictFeed,
+    changes: VerdictSource,
     stop: asyncio.Event,
     lease_retry: float = LEASE_RETRY,
     *,
