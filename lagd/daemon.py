@@ -38,7 +38,8 @@ from lagd.notify.delivery import SinkStatus, run_sink
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.mirror_verdicts import watch_mirrors
 from lagd.notify.mqtt import PublisherStatus, announce_availability, publish_outbox
-from lagd.notify.notifier import run_notifier
+from lagd.notify.notifier import VerdictSource, run_notifier
+from lagd.notify.shared_verdicts import SharedFeed, VerdictPublisher, flush_verdicts
 from lagd.notify.sinks import status_page_url
 from lagd.notify.watch import VerdictWatch
 from lagd.scale.handover import WorkerHandover
@@ -455,6 +456,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
 
     runner = await start_http(ctx)
     handover: WorkerHandover | None = None
+    verdicts_out: VerdictPublisher | None = None
     if settings.scale.enabled:
         scheme = "https" if settings.http.tls_cert_file else "http"
         host = settings.http.listen.rpartition(":")[0]
@@ -487,11 +489,23 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             spawn(persister.run(wb), "persister")
             spawn(expire_groups(rt), "expiry")
             changes: VerdictFeed | None = None
-            if settings.notify.enabled:
+            if settings.notify.enabled or handover is not None:
                 changes = VerdictFeed(producers=("groups", "mirrors") if settings.mirrors else ("groups",))
+            notifier_input: VerdictSource | None = changes
+            if handover is not None and changes is not None:
+                # Workers: every worker's changes go to group_verdicts (also what a worker taking a
+                # group over starts from); the notifier holding the lease follows the table.
+                verdicts_out = VerdictPublisher(store.engine, changes, handover.me.worker, clock=clock)
+                spawn(verdicts_out.run(rt.stop), "verdict-publisher")
+                handover.publish_verdicts = verdicts_out.flush
+                if settings.notify.enabled:
+                    shared = SharedFeed(clusters=list(settings.clusters), clock=clock)
+                    spawn(shared.follow(store.engine, rt.stop), "verdict-follower")
+                    notifier_input = shared
+            if settings.notify.enabled and changes is not None and notifier_input is not None:
                 if settings.mirrors:
                     spawn(watch_mirrors(store.engine, settings.mirrors, changes, clock=clock), "mirrors")
-                spawn(run_notifier(store.engine, settings.notify, changes, rt.stop, clock=clock), "notifier")
+                spawn(run_notifier(store.engine, settings.notify, notifier_input, rt.stop, clock=clock), "notifier")
                 # every instance runs one; only the holder of the publish lease drains the outbox
                 spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher, clock=clock), "mqtt")
                 # <prefix>/<cluster>/status: online while running, offline (last will) after
@@ -522,6 +536,8 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         await drain_queue(rt)
         if rt.restored.is_set():
             await persister.final_flush(wb, max(0.5, budget_end - time.monotonic() - 1.0))
+        if verdicts_out is not None:
+            await flush_verdicts(verdicts_out, max(0.2, min(1.0, budget_end - time.monotonic() - 0.5)))
         await _cancel(others, 0.5)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(runner.cleanup(), max(0.2, budget_end - time.monotonic() - 0.3))
