@@ -302,3 +302,14 @@ async def test_asyncpg_url_form_and_impossible_history_times(database_url: str) 
         assert query(database_url, 'SELECT "offset" FROM commit_history') == [(2,)]
     finally:
         await store.close()
+
+
+def test_days_of_a_column_of_timestamps() -> None:
+    from array import array
+
+    from lagd.state.store import DAY_MS, days_of
+
+    assert days_of(array("q")) == set()
+    assert days_of(array("q", [5 * DAY_MS + 1, 5 * DAY_MS + 7])) == {5}
+    assert days_of(array("q", [6 * DAY_MS, 5 * DAY_MS + 7])) == {5, 6}
+    assert days_of(array("q", [2 * DAY_MS, 9 * DAY_MS, 2 * DAY_MS + 1])) == {2, 9}

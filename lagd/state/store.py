@@ -80,6 +80,17 @@ def day_of(ts: int) -> int:
     return ts // DAY_MS
 
 
+def days_of(ts: array[int]) -> set[int]:
+    """The days (day_of) of a column of timestamps; at most two min/max lookups in the usual
+    case of rows from one or two adjacent days, not a call per row."""
+    if not ts:
+        return set()
+    first, last = day_of(min(ts)), day_of(max(ts))
+    if last - first <= 1:
+        return {first, last}
+    return {day_of(t) for t in set(ts)}
+
+
 def partition_name(table: str, day: int) -> str:
     return f"{table}_{(_EPOCH + dt.timedelta(days=day)).strftime('%Y%m%d')}"
 
@@ -147,7 +158,7 @@ class Store:
         log_end_rows = self._placeable(changes.log_end_history)
         async with self._raw() as apg:
             try:
-                await self._ensure_partitions(apg, "commit_history", {day_of(ts) for ts in set(commit_rows.ts)})
+                await self._ensure_partitions(apg, "commit_history", days_of(commit_rows.ts))
                 await self._ensure_partitions(apg, "log_end_history", {day_of(r[0]) for r in log_end_rows})
                 async with apg.transaction():
                     # No wait for the WAL flush: a Postgres crash can lose the last fraction of
