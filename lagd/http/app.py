@@ -24,6 +24,7 @@ from lagd.clock import Clock
 from lagd.config import Settings
 from lagd.evaluate import Evaluator
 from lagd.model import IngestCounters
+from lagd.scale.ownership import OwnerMap
 from lagd.state.windows import State
 
 log = logs.get(__name__)
@@ -87,6 +88,7 @@ class HttpContext:
     health: Health
     engine: AsyncEngine | None = None
     on_delete: Callable[..., Any] | None = None
+    owners: OwnerMap | None = None  # workers (lagd.scale): who owns each group; None: this instance holds all
 
 
 CTX: web.AppKey[HttpContext] = web.AppKey("lagd_ctx", HttpContext)
@@ -204,13 +206,14 @@ async def timeout_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 def build_app(ctx: HttpContext) -> web.Application:
     """The application with every route: Burrow v3, /metrics, /lagd/v1 and the status page."""
-    from lagd.http import burrow_v3, lagd_api, metrics, page
+    from lagd.http import burrow_v3, lagd_api, metrics, page, routing
 
     app = web.Application(
         middlewares=[timeout_middleware, cors_middleware, error_middleware, auth_middleware],
         client_max_size=ctx.settings.http.max_request_bytes,
     )
     app[CTX] = ctx
+    routing.install(app)
     burrow_v3.add_routes(app)
     metrics.add_routes(app)
     lagd_api.add_routes(app)

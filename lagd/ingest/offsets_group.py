@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -79,6 +79,7 @@ class _Shared:
     assignment: Assignment
     next_offsets: dict[int, int] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # held while a fetch is handed on
+    applied: Callable[[], Awaitable[None]] | None = None  # waits until what was handed on is applied
     consumer: Any = None
 
 
@@ -105,6 +106,11 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         sh = self.shared
         topic = sh.cluster.offsets_topic
         parts = {tp.partition for tp in assigned if tp.topic == topic} - sh.assignment.owned
+        if parts:
+            # Catching up from here: the groups restored next are as of their last flush, so
+            # neither readiness nor verdicts may take them as current until the reader has
+            # brought them up to date (lagd.ingest.progress).
+            sh.progress.reopen()
         positions, members = (
             await sh.handover.assigned(sh.cluster.name, parts, sh.assignment.count) if parts else ({}, [])
         )
@@ -123,7 +129,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         if fresh:
             await sh.consumer.seek_to_beginning(*fresh)
         for p in parts:
-            sh.progress.position.setdefault(p, sh.next_offsets.get(p, begin.get(p, 0)))
+            sh.progress.position[p] = sh.next_offsets.get(p, begin.get(p, 0))
         sh.progress.measure(begin, end)
         sh.assignment.owned |= parts
         log.info(
@@ -154,6 +160,7 @@ async def read_offsets_as_worker(
     """Read this worker's share of the offsets topic until `stop`; survive broker outages with
     backoff (a session that fails hands every partition back first, then joins again)."""
     put = _emitter(emit)
+    applied = emit.join if isinstance(emit, asyncio.Queue) else None  # apply marks each batch done
     groups = GroupFilter.for_cluster(cluster)
     kip848 = ConsumerGroupOwners(resumed=True)
     kip848.seed([])
@@ -161,7 +168,7 @@ async def read_offsets_as_worker(
     warned: set[str] = set()
     await reconnecting(
         lambda: _session(
-            _Shared(cluster, handover, progress, kip848, assignment),
+            _Shared(cluster, handover, progress, kip848, assignment, applied=applied),
             group_id,
             session_timeout_s,
             put,
@@ -237,6 +244,7 @@ async def _session(
                 mine = {tp: recs for tp, recs in fetched.items() if tp.partition in sh.assignment.owned}
                 if sum(len(r) for r in fetched.values()) < max_records and sh.assignment.owned:
                     _note_fresh(consumer, sh.progress)
+                catching_up = not sh.progress.caught_up
                 if mine:
                     await _apply_batch(
                         cluster.name,
@@ -255,6 +263,11 @@ async def _session(
                         await consumer_positions(consumer, topic, sh.assignment.owned, counters, warned)
                     ).items():
                         sh.progress.advance(p, pos)
+                if catching_up and sh.progress.caught_up and sh.applied is not None:
+                    # read to the end, but maybe not applied yet: caught up once it is
+                    sh.progress.reopen(measured=True)
+                    await sh.applied()
+                    sh.progress.mark_caught_up()
             if not sh.assignment.owned:
                 sh.progress.mark_fresh(clock())  # nothing assigned: nothing missed
     finally:

@@ -48,6 +48,12 @@ class ReaderProgress:
             self.end.pop(p, None)
             self.position.pop(p, None)
 
+    def reopen(self, *, measured: bool = False) -> None:
+        """Catching up again: a worker was given partitions (lagd.scale). Not caught up until
+        `measure` has their end offsets and the positions reach them (or `mark_caught_up`)."""
+        self.done = False
+        self.measured = measured
+
     def mark_caught_up(self) -> None:
         self.measured = True
         self.done = True

@@ -141,5 +141,10 @@ class OwnerMap:
                 seen.setdefault(o.worker, o)
         return [seen[k] for k in sorted(seen)]
 
+    async def any_owner(self, cluster: str) -> bool:
+        """Has any worker published ownership of `cluster`'s partitions (have the workers joined)?"""
+        await self.refresh()
+        return self._counts.get(cluster, 0) > 0
+
     def is_me(self, owner: Owner | None) -> bool:
         return owner is not None and owner.worker == self.me.worker
