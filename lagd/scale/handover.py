@@ -87,9 +87,7 @@ class WorkerHandover:
             except (TimeoutError, Exception) as exc:  # the new owner judges them again anyway
                 log.warning("verdicts not published before letting groups go", cluster=cluster, error=repr(exc))
         gone = self.state.let_go(cluster, partitions, count)
-        log.info(
-            "groups let go", cluster=cluster, groups=len(gone), group_partitions=self.state.partitions_tracked()
-        )
+        log.info("groups let go", cluster=cluster, groups=len(gone), group_partitions=self.state.partitions_tracked())
         if not flushed:
             # Written later, these would overwrite (or duplicate in the history) what the new
             # owner writes; it reads the partitions again from the last positions written instead.
