@@ -59,6 +59,13 @@ BENCHES = (
         timeout=1200.0,
     ),
     Bench(
+        "workers",
+        "catch-up of the same 500,010 records with 1, 2 and 4 lagd workers ([scale]) and one plain process: "
+        "2 workers >= 1.8x one worker's records/s; with 2 workers a SIGKILLed worker's groups judged again "
+        "within 15 s (issue 16)",
+        timeout=1800.0,
+    ),
+    Bench(
         "trends",
         "trends job on local[2]: rows/s and wall time; time close to linear from 1M to 10M rows (issue 7)",
         args=("--sizes", "1000000,10000000"),

@@ -1,0 +1,258 @@
+"""Workers: catch-up of the pre-filled offsets topic with 1, 2 and 4 lagd workers, and a failover.
+
+Input, broker, shim, database and completion test are bench_catchup's (read its docstring):
+500,010 commit records of 2,000 groups x 50 partitions in a 50-partition `__consumer_offsets`
+on one embedded Tansu, a fresh migrated database per run. Each run is one `lagd run` with
+`[scale] workers = N` (for N = 1, `group-id` instead: one worker process, in the consumer
+group, without the supervisor), spawned fresh; time runs from the spawn to the poll that
+first sees completion, asked of worker 0 only: its API forwards a group's detail to the
+group's owner and merges the consumer lists of every worker (lagd.http.routing), so this is
+the same test as for one process. `scale.session-timeout` is 6 s (the brokers' minimum):
+Tansu takes about half the session timeout to complete a group join, so every run pays about
+3 s of joining before any worker reads, and a worker that joins late makes the group
+rebalance once more. Figures per run: records/s (500,010 / time), CPU-s summed over the
+supervisor and every worker (utime + stime from /proc at completion), CPU-s and peak RSS per
+worker. The baseline is one plain lagd process (no [scale]) on the same input in the same run.
+
+Failover (after the 2-worker run completes): worker 1 gets SIGKILL; the time from the kill to
+the first poll (every 0.25 s) at which the workers' own /metrics pages together list every one
+of the 2,000 groups again (`burrow_kafka_consumer_status` series: the groups each judges
+itself) is the failover time. The supervisor starts the killed worker again after a second,
+so the groups may land on it or on the survivor, whichever the rebalance gives them to.
+
+Limits: this 2-core machine also runs Tansu, the shim, Postgres and this process, so N workers
+compete with them for the 2 cores; figures move by a third between runs. Burrow is not run
+here (bench_catchup runs it on the same input and reports its ratio to one lagd process).
+Run: `python -m bench.bench_workers [--workers 1,2,4] [--groups 2000]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from bench import target
+from bench.bench_catchup import (
+    CLUSTER,
+    OFFSETS_TOPIC,
+    POLL_S,
+    ROOT,
+    Input,
+    _complete,
+    cpu_seconds,
+    drop_database,
+    fill,
+    free_port,
+    fresh_database,
+    peak_rss_mb,
+    say,
+    spawn,
+)
+from lagd import embedded
+
+SESSION_TIMEOUT_S = 6.0
+TIMEOUT_S = 600.0
+
+
+@dataclass
+class WorkersRun:
+    label: str
+    workers: int
+    seconds: float = 0.0
+    cpu_s: float = 0.0
+    per_worker: list[tuple[int, float, float]] = field(default_factory=list)  # (pid, CPU-s, peak RSS MB)
+    failover_s: float | None = None
+    completed: bool = False
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its children (the supervisor's workers), from /proc."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                kids.append(int(stat.parent.name))
+    return [pid, *sorted(kids)]
+
+
+def config_text(bootstrap: str, url: str, port: int, workers: int | None) -> str:
+    scale = ""
+    if workers is not None:
+        scale = f"\n[scale]\nsession-timeout = {SESSION_TIMEOUT_S}\n"
+        scale += f"workers = {workers}\n" if workers > 1 else f'group-id = "bench-{uuid.uuid4().hex[:6]}"\n'
+    tag = uuid.uuid4().hex[:6]
+    return f"""
+[log]
+level = "warning"
+format = "json"
+
+[clusters.{CLUSTER}]
+bootstrap-servers = ["{bootstrap}"]
+offsets-source = "topic"
+offsets-topic = "{OFFSETS_TOPIC}"
+
+[storage]
+database-url = "{url}"
+
+[http]
+listen = "127.0.0.1:{port}"
+
+[notify]
+enabled = false
+topic-prefix = "lagd-bench-{tag}"
+{scale}"""
+
+
+async def groups_judged(session: aiohttp.ClientSession, bases: list[str]) -> int:
+    """Groups the workers at `bases` judge between them (each its own, from its /metrics)."""
+    judged: set[str] = set()
+    for base in bases:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with session.get(base + "/metrics") as resp:
+                text = (await resp.read()).decode()
+            judged |= set(re.findall(r'^burrow_kafka_consumer_status\{[^}]*consumer_group="([^"]+)"', text, re.M))
+    return len(judged)
+
+
+async def run_one(
+    label: str, workers: int | None, bootstrap: str, info: Input, workdir: Path, failover: bool
+) -> WorkersRun:
+    url, admin_url, dbname = fresh_database()
+    port = free_port()
+    while workers and any(embedded.port_open("127.0.0.1", port + i) for i in range(workers)):
+        port = free_port()
+    config = workdir / f"{label}.toml"
+    config.write_text(config_text(bootstrap, url, port, workers))
+    run = WorkersRun(label, workers or 0)
+    base = f"http://127.0.0.1:{port}"
+    log = (workdir / f"{label}.log").open("wb")
+    argv = [sys.executable, "-m", "lagd", "run", "--config", str(config), "--no-migrate"]
+    started = time.perf_counter()
+    proc = spawn(argv, log, ROOT)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            note_at = 0.0
+            while time.perf_counter() - started < TIMEOUT_S:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{label} exited with {proc.returncode} (log {workdir / label}.log)")
+                async with aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as api:
+                    ok, note = await _complete(api, info)
+                now = time.perf_counter()
+                if ok:
+                    run.seconds = now - started
+                    pids = tree(proc.pid)
+                    run.cpu_s = sum(cpu_seconds(p) for p in pids)
+                    run.per_worker = [(p, cpu_seconds(p), peak_rss_mb(p)) for p in pids]
+                    run.completed = True
+                    break
+                if now - note_at >= 5:
+                    note_at = now
+                    say(f"{label}: {now - started:5.1f} s: {note}")
+                await asyncio.sleep(POLL_S)
+            if run.completed and failover:
+                victim = tree(proc.pid)[-1]  # the newest worker process
+                killed = time.perf_counter()
+                os.kill(victim, signal.SIGKILL)
+                bases = [f"http://127.0.0.1:{port + i}" for i in range(run.workers)]
+                while time.perf_counter() - killed < 120:
+                    if await groups_judged(session, bases) >= info.groups:
+                        run.failover_s = time.perf_counter() - killed
+                        break
+                    await asyncio.sleep(POLL_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        log.close()
+        drop_database(admin_url, dbname)
+    return run
+
+
+def report(r: WorkersRun, records: int) -> None:
+    state = "" if r.completed else " (DID NOT COMPLETE)"
+    print(
+        f"{r.label}: {records:,} records in {r.seconds:.2f} s{state}: {records / r.seconds:,.0f} records/s, "
+        f"{r.cpu_s:.2f} CPU-s in all ({records / r.cpu_s if r.cpu_s else float('nan'):,.0f} records per CPU-second)"
+    )
+    for pid, cpu, rss in r.per_worker:
+        print(f"{r.label}:   process {pid}: {cpu:.2f} CPU-s, peak RSS {rss:,.0f} MB")
+    if r.failover_s is not None:
+        print(f"{r.label}: after SIGKILL of one worker, the other judged all groups {r.failover_s:.1f} s later")
+
+
+async def main_async(a: argparse.Namespace) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="lagd-bench-workers-"))
+    shim_port = free_port()
+    broker = embedded.start_tansu(port=free_port(), advertised_port=shim_port)
+    shim = spawn(
+        [sys.executable, "-m", "bench.kafka_shim", "--listen", f"127.0.0.1:{shim_port}", "--upstream", broker.address],
+        sys.stderr,
+        ROOT,
+    )
+    try:
+        embedded.wait_port("127.0.0.1", shim_port, 20, shim)  # type: ignore[arg-type]
+        bootstrap = f"127.0.0.1:{shim_port}"
+        info = await fill(bootstrap, a.groups, a.partitions)
+        plain = await run_one("one process", None, bootstrap, info, workdir, failover=False)
+        report(plain, info.records)
+        runs: dict[int, WorkersRun] = {}
+        for n in [int(x) for x in a.workers.split(",")]:
+            runs[n] = await run_one(f"{n} worker{'s' if n > 1 else ''}", n, bootstrap, info, workdir, n == 2)
+            report(runs[n], info.records)
+        if 1 in runs and 2 in runs and runs[1].completed and runs[2].completed:
+            ratio = runs[1].seconds / runs[2].seconds
+            print(
+                f"ratio 2 workers / 1 worker: records/s {ratio:.2f}x; 2 workers / one process {plain.seconds / runs[2].seconds:.2f}x"
+            )
+            target("2 workers' records/s relative to one worker's", ratio, ">=", 1.8, "x")
+        if 2 in runs and runs[2].failover_s is not None:
+            target(
+                "with 2 workers, a SIGKILLed worker's groups judged again by the other",
+                runs[2].failover_s,
+                "<=",
+                15,
+                "s",
+            )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shim.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            shim.wait(5)
+        broker.stop()
+        if a.keep:
+            say(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--workers", default="1,2,4", help="worker counts to run, comma-separated")
+    ap.add_argument("--groups", type=int, default=2000)
+    ap.add_argument("--partitions", type=int, default=50)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (configs, logs)")
+    asyncio.run(main_async(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
