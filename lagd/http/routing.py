@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -63,21 +64,13 @@ def install(app: web.Application) -> None:
     app.middlewares.append(route_to_owner)
     app[_WARNED] = {}
 
-    async def close(app: web.Application) -> None:
-        session = app.get(_SESSION)
-        if session is not None:
-            await session.close()
-
-    app.on_cleanup.append(close)
-
-
-def _session(app: web.Application) -> aiohttp.ClientSession:
-    session = app.get(_SESSION)
-    if session is None or session.closed:
+    async def client(app: web.Application) -> AsyncIterator[None]:
         timeout = aiohttp.ClientTimeout(total=TOTAL_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-        session = aiohttp.ClientSession(timeout=timeout)
-        app[_SESSION] = session
-    return session
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            app[_SESSION] = session
+            yield
+
+    app.cleanup_ctx.append(client)
 
 
 @web.middleware
@@ -154,7 +147,7 @@ async def _ask(request: web.Request, owner: Owner) -> web.Response | None:
             headers[name] = request.headers[name]
     body = await request.read() if request.can_read_body else None
     try:
-        async with _session(request.app).request(
+        async with request.app[_SESSION].request(
             request.method, owner.url + str(request.rel_url), headers=headers, data=body, allow_redirects=False
         ) as answer:
             data = await answer.read()
