@@ -399,14 +399,9 @@ def drop_database(admin_url: str, name: str) -> None:
     conn.close()
 
 
-async def run_lagd(bootstrap: str, info: Input, shim_pid: int, workdir: Path) -> Run:
-    url, admin_url, dbname = fresh_database()
-    port = free_port()
-    mqtt = "mqtt://127.0.0.1:1883" if embedded.port_open("127.0.0.1", 1883) else ""
-    tag = uuid.uuid4().hex[:6]
-    config = workdir / "lagd.toml"
-    config.write_text(
-        f"""
+def lagd_config(bootstrap: str, url: str, port: int, mqtt: str, tag: str, extra: str = "") -> str:
+    """lagd's settings for a catch-up run: the keys every run sets, then `extra` (more sections)."""
+    return f"""
 [log]
 level = "warning"
 format = "json"
@@ -427,8 +422,16 @@ enabled = {"true" if mqtt else "false"}
 mqtt-url = "{mqtt or "mqtt://127.0.0.1:1883"}"
 topic-prefix = "lagd-bench-{tag}"
 client-id = "lagd-bench-{tag}"
-"""
-    )
+{extra}"""
+
+
+async def run_lagd(bootstrap: str, info: Input, shim_pid: int, workdir: Path) -> Run:
+    url, admin_url, dbname = fresh_database()
+    port = free_port()
+    mqtt = "mqtt://127.0.0.1:1883" if embedded.port_open("127.0.0.1", 1883) else ""
+    tag = uuid.uuid4().hex[:6]
+    config = workdir / "lagd.toml"
+    config.write_text(lagd_config(bootstrap, url, port, mqtt, tag))
     say(f"lagd: database {dbname}, notify {'on (' + mqtt + ')' if mqtt else 'off (no Mosquitto on :1883)'}")
     try:
         return await measure(

@@ -47,8 +47,6 @@ import aiohttp
 
 from bench import target
 from bench.bench_catchup import (
-    CLUSTER,
-    OFFSETS_TOPIC,
     POLL_S,
     ROOT,
     Input,
@@ -58,6 +56,7 @@ from bench.bench_catchup import (
     fill,
     free_port,
     fresh_database,
+    lagd_config,
     peak_rss_mb,
     say,
     spawn,
@@ -91,31 +90,12 @@ def tree(pid: int) -> list[int]:
 
 
 def config_text(bootstrap: str, url: str, port: int, workers: int | None) -> str:
+    """bench_catchup's settings (notify off), with [scale] for `workers` (None: a plain process)."""
     scale = ""
     if workers is not None:
         scale = f"\n[scale]\nsession-timeout = {SESSION_TIMEOUT_S}\n"
         scale += f"workers = {workers}\n" if workers > 1 else f'group-id = "bench-{uuid.uuid4().hex[:6]}"\n'
-    tag = uuid.uuid4().hex[:6]
-    return f"""
-[log]
-level = "warning"
-format = "json"
-
-[clusters.{CLUSTER}]
-bootstrap-servers = ["{bootstrap}"]
-offsets-source = "topic"
-offsets-topic = "{OFFSETS_TOPIC}"
-
-[storage]
-database-url = "{url}"
-
-[http]
-listen = "127.0.0.1:{port}"
-
-[notify]
-enabled = false
-topic-prefix = "lagd-bench-{tag}"
-{scale}"""
+    return lagd_config(bootstrap, url, port, "", uuid.uuid4().hex[:6], scale)
 
 
 async def groups_judged(session: aiohttp.ClientSession, bases: list[str]) -> int:
