@@ -44,6 +44,7 @@ from lagd.notify.sinks import status_page_url
 from lagd.notify.watch import VerdictWatch
 from lagd.scale.handover import WorkerHandover
 from lagd.scale.ownership import Me, OwnerMap
+from lagd.scale.relay import relay_log_ends
 from lagd.state import persister
 from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.persister import WriteBehind
@@ -336,8 +337,9 @@ def _start_workers(
     rt: Runtime, handover: WorkerHandover, spawn: Callable[[Coroutine[Any, Any, None], str], None]
 ) -> None:
     """A worker's readers (lagd.scale): the consumer group shares out each cluster's offsets
-    partitions; the log-end sampler reads what this worker's groups consume plus its share of
-    the other topics (those whose name hashes to a partition it owns, as a group's would)."""
+    partitions; the log-end sampler reads this worker's share of the topics (those whose name
+    hashes to an offsets partition it owns, as a group's would), and the samples of the other
+    topics its groups consume come from the store, where their sampler keeps them."""
     scale = rt.settings.scale
     for name, cluster in rt.settings.clusters.items():
         progress = ReaderProgress(source="topic")
@@ -359,7 +361,7 @@ def _start_workers(
         spawn(reader, f"offsets-{name}")
         sampler = sample_log_ends(
             cluster,
-            functools.partial(consumed_topics, rt, name),
+            functools.partial(_consumed_share, rt, name, assignment),
             rt.events,
             counters,
             rt.stop,
@@ -370,6 +372,15 @@ def _start_workers(
             clock=rt.clock,
         )
         spawn(sampler, f"log-end-{name}")
+        relay = relay_log_ends(
+            handover.store, rt.state, name, assignment.owns, rt.events, rt.stop, cluster.offset_refresh
+        )
+        spawn(relay, f"log-end-relay-{name}")
+
+
+def _consumed_share(rt: Runtime, cluster: str, assignment: Assignment) -> set[str]:
+    """The consumed topics a worker samples itself: its share (the rest come relayed, lagd.scale.relay)."""
+    return {t for t in rt.state.consumed_topics(cluster) if assignment.owns(t)}
 
 
 def _reports_topic(rt: Runtime, cluster: str, topic: str) -> bool:

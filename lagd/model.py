@@ -108,13 +108,18 @@ class GroupDeleted:
 
 @dataclass(frozen=True, slots=True)
 class LogEndSample:
-    """The broker's log-end offset (high watermark) of a partition at time `ts`."""
+    """The broker's log-end offset (high watermark) of a partition at time `ts`.
+
+    `relayed`: sampled by another worker and read from the store (lagd.scale.relay): kept for
+    evaluation, but neither stored nor recorded in the history again.
+    """
 
     cluster: str
     topic: str
     partition: int
     offset: int
     ts: int
+    relayed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,3 +173,26 @@ async def test_restore_log_ends_of_named_topics_only(store: Store) -> None:
     assert await store.restore_log_ends(fresh, C, {"t"}) == 1
     assert fresh.latest_log_end(C, "t", 0) == 100 and fresh.latest_log_end(C, "other", 0) is None
     assert await store.restore_log_ends(fresh, C, set()) == 0
+
+
+async def test_relayed_log_ends_come_from_the_store_and_are_not_stored_again(store: Store) -> None:
+    """A worker's groups consume a topic another worker samples: its newest stored samples are
+    applied as relayed samples, newer ones only, and recorded nowhere a second time."""
+    from lagd.scale.relay import relayed_samples
+
+    sampler = State(intervals=5)
+    sampler.apply(LogEndSample(C, "t", 0, 100, 5000))
+    sampler.apply(LogEndSample(C, "t", 1, 70, 5000))
+    sampler.apply(LogEndSample(C, "t", 0, 120, 6000))
+    await store.write(sampler.drain_changes())
+    assert sorted(await store.latest_log_ends(C, {"t", "absent"})) == [("t", 0, 120, 6000), ("t", 1, 70, 5000)]
+
+    worker = State(intervals=5)
+    worker.apply(LogEndSample(C, "t", 1, 70, 5000))  # already has partition 1's newest
+    worker.drain_changes()
+    relayed = relayed_samples(worker, C, await store.latest_log_ends(C, {"t"}))
+    assert [(e.partition, e.offset, e.ts, e.relayed) for e in relayed] == [(0, 120, 6000, True)]
+    worker.apply_many(relayed)
+    assert worker.latest_log_end(C, "t", 0) == 120
+    ch = worker.drain_changes()
+    assert ch.log_end == {} and ch.log_end_history == []  # its sampler stores it, not this worker

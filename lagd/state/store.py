@@ -420,6 +420,19 @@ class Store:
                 n += 1
         return n
 
+    async def latest_log_ends(self, cluster: str, topics: Collection[str]) -> list[tuple[str, int, int, int]]:
+        """The newest stored log-end sample of every partition of `topics`: (topic, partition, offset, ts)."""
+        if not topics:
+            return []
+        async with self._raw() as apg:
+            rows = await apg.fetch(
+                "SELECT topic, partition, offsets[array_upper(offsets, 1)], ts[array_upper(ts, 1)] FROM log_end "
+                "WHERE cluster = $1 AND topic = ANY($2::text[]) AND cardinality(offsets) > 0",
+                cluster,
+                sorted(topics),
+            )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
     @staticmethod
     async def _restore_groups(apg: Any, state: State, cluster: str, keep: Callable[[str, str], bool]) -> None:
         """Windows, members and tombstones of the groups `keep` accepts (of `cluster`, or every one when "")."""

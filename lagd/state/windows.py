@@ -483,6 +483,8 @@ class State:
             del le.ts[:extra]
             le.run_start = max(0, le.run_start - extra)
         cs.topic_seq[ev.topic] = self._next_seq()
+        if ev.relayed:
+            return  # its sampler stores it
         self._dirty_log_end.add((ev.cluster, ev.topic, ev.partition))
         if self.record_history:
             row: LogEndRow = (ev.ts, ev.cluster, ev.topic, ev.partition, ev.offset)
