@@ -32,11 +32,19 @@ from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import client_options, close_quietly, reconnecting, start_client
-from lagd.ingest.offsets_topic import Emit, _apply_batch, _emitter, _note_fresh, consumer_positions, partition_counts
+from lagd.ingest.offsets_topic import (
+    Emit,
+    _apply_batch,
+    _emitter,
+    _note_fresh,
+    consumer_positions,
+    outside_range,
+    partition_counts,
+)
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners
 from lagd.ingest.validate import EdgeLimits
-from lagd.model import Event, GroupMembers, IngestCounters
+from lagd.model import Event, GroupMembers, IngestCounters, OffsetsPartitionReset
 from lagd.state.windows import offsets_partition
 
 log = logs.get(__name__)
@@ -80,6 +88,7 @@ class _Shared:
     next_offsets: dict[int, int] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # held while a fetch is handed on
     applied: Callable[[], Awaitable[None]] | None = None  # waits until what was handed on is applied
+    put: Emit | None = None  # hands events on (the daemon's queue)
     consumer: Any = None
 
 
@@ -119,15 +128,26 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         begin = {tp.partition: o for tp, o in (await sh.consumer.beginning_offsets(tps)).items()} if tps else {}
         end = {tp.partition: o for tp, o in (await sh.consumer.end_offsets(tps)).items()} if tps else {}
         fresh = []
+        outside = outside_range(positions, begin, end)
         for tp in tps:
             pos = positions.get(tp.partition)
-            if pos is not None and begin.get(tp.partition, 0) <= pos <= end.get(tp.partition, pos):
+            if pos is not None and tp.partition not in outside:
                 sh.consumer.seek(tp, pos)
                 sh.next_offsets[tp.partition] = pos
             else:
                 fresh.append(tp)
         if fresh:
             await sh.consumer.seek_to_beginning(*fresh)
+        if outside and sh.put is not None:
+            # Recreated or truncated since the position was stored: read from the start, with the
+            # restored groups' orders moved below anything new (as a lone reader does).
+            log.warning(
+                "stored offsets-topic position outside the partition: reading it again from its start",
+                cluster=sh.cluster.name,
+                partitions=sorted(outside),
+                hint="the offsets topic was recreated or truncated; lagd re-reads it, which is safe",
+            )
+            await sh.put([OffsetsPartitionReset(sh.cluster.name, p, sh.assignment.count) for p in sorted(outside)])
         for p in parts:
             sh.progress.position[p] = sh.next_offsets.get(p, begin.get(p, 0))
         sh.progress.measure(begin, end)
@@ -168,7 +188,7 @@ async def read_offsets_as_worker(
     warned: set[str] = set()
     await reconnecting(
         lambda: _session(
-            _Shared(cluster, handover, progress, kip848, assignment, applied=applied),
+            _Shared(cluster, handover, progress, kip848, assignment, applied=applied, put=put),
             group_id,
             session_timeout_s,
             put,
