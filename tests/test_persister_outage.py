@@ -186,3 +186,24 @@ async def test_apply_waits_for_a_write_when_the_backlog_is_full_and_never_in_an_
     assert not persister.backlog_full(wb)  # ingest never waits for a database that is away
     await asyncio.wait_for(persister.wait_for_room(wb), 1)
     await away.close()
+
+
+async def test_a_collect_cancelled_between_slices_keeps_all_it_took() -> None:
+    """A flush cut short (a worker's revoke gives its flush 5 s) must not lose the changes its
+    drain had already taken from State: the drain is finished before the collect ends."""
+    state = State()
+    partitions = persister.DRAIN_SLICE * 2 + 5
+    state.apply_many([Commit("c", "g", "t", p, 7, p + 1, NOV22, NOV22) for p in range(partitions)])
+    state.apply(ReaderPosition("c", 0, 99))
+    wb = WriteBehind(store=Store.from_url("postgresql://postgres@127.0.0.1:1/nowhere"), state=state)
+    task = asyncio.create_task(persister.collect(wb))
+    for _ in range(2):
+        await asyncio.sleep(0)  # the first slice is copied, the task yields
+    assert not task.done()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert len(wb.pending.windows) == partitions and all(arr for arr in wb.pending.windows.values())
+    assert len(wb.pending.commit_history) == partitions and wb.pending.positions == {("c", 0): 99}
+    assert state.undrained() == 0
+    await wb.store.close()

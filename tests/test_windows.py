@@ -436,3 +436,36 @@ def test_commit_history_rows_in_columns_behave_like_the_list_of_tuples() -> None
         del more[3:4]
     with pytest.raises(IndexError):
         cols[12]
+
+
+def test_a_drain_in_slices_writes_no_window_older_than_its_positions() -> None:
+    """The persister copies changed windows a slice at a time while apply goes on: a window
+    changed between slices is taken as it then stands and drained again next time; the
+    history rows and positions are those of the drain's start."""
+    s = State(intervals=5)
+    s.apply_many([commit(100, 1, partition=p) for p in range(4)])
+    s.apply(ReaderPosition(C, 0, 10))
+    drain = s.start_drain()
+    assert len(drain) == 4
+    assert not drain.step(1)
+    s.apply_many([commit(200, 2, partition=p) for p in range(4)])  # apply between slices
+    assert drain.step(10) and len(drain) == 0
+    first = drain.changes
+    assert first.positions == {(C, 0): 10}
+    assert sorted(r[5] for r in first.commit_history) == [100] * 4
+    newest = {key[3]: entries_of(arr)[-1].offset for key, arr in first.windows.items() if arr is not None}
+    assert set(newest) == {0, 1, 2, 3}
+    assert sorted(newest.values()) == [100, 200, 200, 200]  # one was copied before the second apply
+    second = s.drain_changes()
+    assert {key[3] for key in second.windows} == {0, 1, 2, 3}  # every one changed again: drained again
+    assert sorted(r[5] for r in second.commit_history) == [200] * 4
+    assert all(entries_of(arr)[-1].offset == 200 for arr in second.windows.values() if arr is not None)
+
+
+def test_a_window_removed_between_slices_is_drained_as_removed() -> None:
+    s = State(intervals=5)
+    s.apply_many([commit(100, 1, partition=p) for p in range(2)])
+    drain = s.start_drain()
+    s.apply(GroupDeleted(C, G, 5))
+    assert drain.step(10)
+    assert drain.changes.windows == {(C, G, T, 0): None, (C, G, T, 1): None}

@@ -256,21 +256,22 @@ class State:
 
     def drain_changes(self) -> Changes:
         """Everything changed since the last drain (and forget it)."""
-        ch = self._changes
-        # A copy of each changed flat window (one memcpy); the store slices its columns from it.
-        for key in self._dirty_windows:
-            arr = self._window_array(*key)
-            ch.windows[key] = arr[:] if arr is not None else None
+        drain = self.start_drain()
+        drain.step(len(drain))
+        return drain.changes
+
+    def start_drain(self) -> Drain:
+        """A drain_changes to be finished a slice at a time (`Drain.step`), so that one over
+        hundreds of thousands of changed windows never holds the loop."""
+        drain = Drain(self, self._changes, list(self._dirty_windows))
+        # The log-end samples changed (one list copy per partition, bounded by the topics' partitions).
         for pkey in self._dirty_log_end:
             le = self._log_end(*pkey)
-            if le is None:
-                ch.log_end[pkey] = None
-            else:
-                ch.log_end[pkey] = le.history()
+            drain.changes.log_end[pkey] = None if le is None else le.history()
         self._dirty_windows = set()
         self._dirty_log_end = set()
         self._changes = Changes()
-        return ch
+        return drain
 
     def record_status(self, cluster: str, group: str, status: str, ts: int) -> None:
         """Note a group verdict change for the history the trends job rolls up."""
@@ -813,3 +814,36 @@ class State:
         cs = self._clusters.get(cluster)
         parts = cs.log_end.get(topic) if cs else None
         return parts.get(partition) if parts else None
+
+
+class Drain:
+    """A drain of State's changes, its changed windows copied `step` windows at a time.
+
+    History rows, reader positions and keyed changes are taken when the drain starts; each
+    window is copied when its step comes. Apply may run between steps: a window it changes is
+    copied as it then stands (and is dirty again for the next drain), so no window written is
+    older than the reader positions written with it, and re-reading from them is harmless.
+    """
+
+    __slots__ = ("_keys", "_state", "changes")
+
+    def __init__(self, state: State, changes: Changes, keys: list[WindowKey]) -> None:
+        self._state = state
+        self._keys = keys
+        self.changes = changes
+
+    def __len__(self) -> int:
+        """Windows left to copy."""
+        return len(self._keys)
+
+    def step(self, n: int) -> bool:
+        """Copy up to `n` more changed windows (one memcpy each: the store slices its columns
+        from the copy); True once every one is copied."""
+        keys = self._keys
+        windows = self.changes.windows
+        window_array = self._state._window_array
+        for _ in range(min(n, len(keys))):
+            key = keys.pop()
+            arr = window_array(*key)
+            windows[key] = arr[:] if arr is not None else None
+        return not keys
