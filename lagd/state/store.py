@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import hashlib
+import itertools
 import json
 import re
 from array import array
@@ -276,19 +277,16 @@ class Store:
         return kept
 
     async def _write_keyed(self, apg: Any, ch: Changes) -> None:
-        windows = [(k, v) for k, v in ch.windows.items() if v]
-        gone_windows = [k for k, v in ch.windows.items() if not v]
         members = [(k[0], k[1], m.order, m.state, _owners_json(m)) for k, m in ch.members.items() if m is not None]
         gone_members = [k for k, m in ch.members.items() if m is None]
         tombstones = [(c, g, o) for (c, g), o in ch.tombstones.items()]
         log_end = [(*k, v[0], v[1]) for k, v in ch.log_end.items() if v is not None]
         gone_log_end = [k for k, v in ch.log_end.items() if v is None]
         positions = [(c, p, o) for (c, p), o in ch.positions.items()]
+        gone_windows = await self._upsert_windows(apg, ch.windows)
         for table, gone in (("windows", gone_windows), ("group_members", gone_members), ("log_end", gone_log_end)):
             if gone:
                 await apg.execute(_delete_sql(table), *_columns(gone, len(_KEYED[table][1])))
-        if windows:
-            await self._upsert_windows(apg, windows)
         for table, rows in (
             ("group_members", members),
             ("group_tombstones", tombstones),
@@ -307,15 +305,30 @@ class Store:
             await asyncio.sleep(0)
         await apg.execute(_upsert_sql(table))
 
-    async def _upsert_windows(self, apg: Any, windows: list[tuple[WindowKey, array[int]]]) -> None:
-        """The windows' rows are built a chunk at a time, each copied before the next is built."""
-        await self._stage(apg, "windows")
+    async def _upsert_windows(self, apg: Any, windows: dict[WindowKey, array[int] | None]) -> list[WindowKey]:
+        """Upsert the changed windows; returns the removed ones' keys. Rows are built a chunk
+        at a time, each copied before the next is built (a catch-up flush holds a few hundred
+        thousand windows: one pass over them all would hold the loop for tens of ms)."""
+        gone: list[WindowKey] = []
         columns = list(_KEYED["windows"][0])
-        for i in range(0, len(windows), COPY_CHUNK):
-            rows = [_window_row(k, v) for k, v in windows[i : i + COPY_CHUNK]]
-            await apg.copy_records_to_table("_stage_windows", records=rows, columns=columns)
+        staged = False
+        items = iter(windows.items())
+        while chunk := list(itertools.islice(items, COPY_CHUNK)):
+            rows = []
+            for key, arr in chunk:
+                if arr:
+                    rows.append(_window_row(key, arr))
+                else:
+                    gone.append(key)
+            if rows:
+                if not staged:
+                    await self._stage(apg, "windows")
+                    staged = True
+                await apg.copy_records_to_table("_stage_windows", records=rows, columns=columns)
             await asyncio.sleep(0)
-        await apg.execute(_upsert_sql("windows"))
+        if staged:
+            await apg.execute(_upsert_sql("windows"))
+        return gone
 
     @staticmethod
     async def _stage(apg: Any, table: str) -> None:
