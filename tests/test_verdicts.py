@@ -88,6 +88,19 @@ def test_cache_until_version_changes_or_ttl() -> None:
     assert ev.group(C, G, 39_999) is not second  # TTL passed
 
 
+def test_a_verdict_asked_without_caching_is_not_kept_for_others() -> None:
+    """The verdict scan and the all-groups pages judge every group in turn: their verdicts
+    must not fill the response cache (~700 B per group-partition for a TTL), but they use a
+    cached verdict when one is there."""
+    s = lagging_state()
+    ev = Evaluator(s, cache_ttl_ms=5_000)
+    scanned = ev.group(C, G, 30_000, cache=False)
+    asked = ev.group(C, G, 30_001)
+    assert asked is not scanned and asked.status == scanned.status
+    assert ev.group(C, G, 30_002, cache=False) is asked  # a cached one serves both
+    assert ev.group(C, G, 30_003) is asked
+
+
 def test_since_tracks_when_status_was_first_seen() -> None:
     s = lagging_state()
     ev = Evaluator(s, cache_ttl_ms=0)

@@ -191,10 +191,10 @@ def test_skipping_groups_that_are_not_due_changes_no_status(
     judged = 0
     group = evaluator.group
 
-    def counted(c: str, g: str, now: int) -> GroupVerdict:
+    def counted(c: str, g: str, now: int, *, cache: bool = True) -> GroupVerdict:
         nonlocal judged
         judged += 1
-        return group(c, g, now)
+        return group(c, g, now, cache=cache)
 
     evaluator.group = counted  # type: ignore[method-assign]
     seen: list[str] = []

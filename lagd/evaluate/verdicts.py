@@ -144,8 +144,12 @@ class Evaluator:
         # changes, the group's status cannot (see `due`).
         self._due: dict[tuple[str, str], tuple[int, int, int | None]] = {}
 
-    def group(self, cluster: str, group: str, now_ms: int) -> GroupVerdict:
-        """The group's verdict, recomputed when its version changes or the TTL passes."""
+    def group(self, cluster: str, group: str, now_ms: int, *, cache: bool = True) -> GroupVerdict:
+        """The group's verdict, recomputed when its version changes or the TTL passes.
+
+        `cache=False` (the verdict scan, which judges every group in turn) leaves the response
+        cache alone: holding every group's full verdict for a TTL costs ~700 B per
+        group-partition, and the collector's full passes over those objects stall the loop."""
         key = (cluster, group)
         version = self.state.group_version(cluster, group)
         cached = self._cache.get(key)
@@ -165,7 +169,8 @@ class Evaluator:
         verdict, since, recheck, blind = self._evaluate(cluster, group, now_ms, self._since.get(key) or {})
         self._due[key] = (version, recheck, blind)
         self._cache.pop(key, None)
-        self._cache[key] = _Cached(version, now_ms, verdict)
+        if cache:
+            self._cache[key] = _Cached(version, now_ms, verdict)
         self._since[key] = since
         kept = self._judge.kept()
         if kept:

@@ -141,7 +141,7 @@ async def groups(request: web.Request) -> web.Response:
         if only is not None and cluster != only:
             continue
         for group in ctx.state.groups(cluster):
-            v = ctx.evaluator.group(cluster, group, now)
+            v = ctx.evaluator.group(cluster, group, now, cache=False)  # every group: see Evaluator.group
             if v.status is not GroupStatus.NOTFOUND:
                 out.append(summary_view(v))
     return _json({"groups": out})

@@ -60,11 +60,12 @@ class _Family:
 
 
 def verdicts(state: State, evaluator: Evaluator, now_ms: int) -> list[GroupVerdict]:
-    """Every known group's verdict (cached by the evaluator), NOTFOUND left out."""
+    """Every known group's verdict, NOTFOUND left out (not put in the response cache: see
+    Evaluator.group; a group's cached verdict is used when there is one)."""
     out = []
     for cluster in state.clusters():
         for group in state.groups(cluster):
-            v = evaluator.group(cluster, group, now_ms)
+            v = evaluator.group(cluster, group, now_ms, cache=False)
             if v.status is not GroupStatus.NOTFOUND:
                 out.append(v)
     return out
@@ -105,7 +106,7 @@ def render_steps(
     for cluster in state.clusters():
         c = f'cluster="{_esc(cluster)}",consumer_group="'
         for group in state.groups(cluster):
-            v = evaluator.group(cluster, group, now_ms)
+            v = evaluator.group(cluster, group, now_ms, cache=False)  # every group: see Evaluator.group
             if v.status is GroupStatus.NOTFOUND:
                 continue
             lab = f'{c}{_esc(group)}"'

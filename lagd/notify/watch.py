@@ -32,7 +32,7 @@ SCAN_EVERY_S = 2.0
 # pass costs as much as the reading itself and reports nothing an operator can act on. Its
 # groups are judged this often until the reader stands at the end (then every pass again).
 CATCHING_UP_EVERY_MS = 30_000
-SLICE_S = 0.01  # the longest the verdict scan keeps the event loop at once
+SLICE_S = 0.005  # the longest the verdict scan keeps the event loop at once
 DUTY = 0.25  # the most of the event loop's time the watch takes when passes grow long
 
 
@@ -179,7 +179,7 @@ class VerdictWatch:
                 if key in self.statuses and not evaluator.due(cluster, group, now):
                     yield 0  # nothing it depends on changed: its status stands
                     continue
-                verdict = evaluator.group(cluster, group, now)
+                verdict = evaluator.group(cluster, group, now, cache=False)
                 if self.statuses.get(key) != verdict.status:
                     self.statuses[key] = verdict.status
                     self._on_change(verdict, now)
