@@ -33,6 +33,8 @@ from lagd.config import ClusterSettings
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import client_options, close_quietly, reconnecting, start_client
 from lagd.ingest.offsets_topic import (
+    FETCH_MAX_RECORDS,
+    POSITIONS_EVERY_S,
     Emit,
     _apply_batch,
     _emitter,
@@ -174,7 +176,7 @@ async def read_offsets_as_worker(
     stop: asyncio.Event,
     *,
     fetch_timeout_ms: int = 500,
-    max_records: int = 10_000,
+    max_records: int = FETCH_MAX_RECORDS,
     clock: Clock = wall_ms,
 ) -> None:
     """Read this worker's share of the offsets topic until `stop`; survive broker outages with
@@ -255,6 +257,7 @@ async def _session(
         consumer.subscribe([topic], listener=_Listener(sh))
         loop = asyncio.get_running_loop()
         refresh_at = loop.time() + cluster.topic_refresh
+        positions_at = 0.0
         while not stop.is_set():
             if loop.time() >= refresh_at:
                 refresh_at = loop.time() + cluster.topic_refresh
@@ -262,7 +265,8 @@ async def _session(
             fetched = await consumer.getmany(timeout_ms=fetch_timeout_ms, max_records=max_records)
             async with sh.lock:
                 mine = {tp: recs for tp, recs in fetched.items() if tp.partition in sh.assignment.owned}
-                if sum(len(r) for r in fetched.values()) < max_records and sh.assignment.owned:
+                short = sum(len(r) for r in fetched.values()) < max_records
+                if short and sh.assignment.owned:
                     _note_fresh(consumer, sh.progress)
                 catching_up = not sh.progress.caught_up
                 if mine:
@@ -278,7 +282,8 @@ async def _session(
                         limits,
                         clock=clock,
                     )
-                if not sh.progress.caught_up and sh.assignment.owned:
+                if not sh.progress.caught_up and sh.assignment.owned and (short or loop.time() >= positions_at):
+                    positions_at = loop.time() + POSITIONS_EVERY_S  # see there
                     for p, pos in (
                         await consumer_positions(consumer, topic, sh.assignment.owned, counters, warned)
                     ).items():
