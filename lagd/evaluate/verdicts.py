@@ -32,8 +32,11 @@ class PartitionVerdict:
     topic: str
     partition: int
     status: PartitionStatus
-    start: WindowEntry | None
-    end: WindowEntry | None
+    # The window's oldest and newest entries, flat (offset, order, timestamp, observed, lag as in
+    # the flat window layout, then the same of the newest); None: no commits. A plain tuple of
+    # ints, which the garbage collector stops tracking, where two WindowEntry objects per
+    # partition made every cached verdict three objects for its young passes (see `start`).
+    entries: tuple[int, ...] | None
     current_lag: int
     complete: float
     owner: str
@@ -43,6 +46,29 @@ class PartitionVerdict:
     reason: str
     since: int | None
     rule: str = ""
+
+    @property
+    def start(self) -> WindowEntry | None:
+        """The oldest commit in the window."""
+        return _entry(self.entries, 0)
+
+    @property
+    def end(self) -> WindowEntry | None:
+        """The newest commit in the window."""
+        return _entry(self.entries, FIELDS)
+
+
+def _entry(entries: tuple[int, ...] | None, at: int) -> WindowEntry | None:
+    if entries is None:
+        return None
+    lag = entries[at + LAG]
+    return WindowEntry(
+        entries[at + OFFSET],
+        entries[at + ORDER],
+        entries[at + TS],
+        entries[at + OBSERVED],
+        None if lag == NO_LAG else lag,
+    )
 
 
 @dataclass(slots=True)
@@ -289,7 +315,6 @@ class Evaluator:
                             partition,
                             ok,
                             None,
-                            None,
                             0,
                             0.0,
                             owner.host if owner is not None else "",
@@ -371,20 +396,22 @@ class Evaluator:
                     code = ok_code
                 seen = prior >> _SHIFT if prior is not None and prior & mask == code else now_ms
                 since_t[partition] = (seen << _SHIFT) | code
-                lag0 = arr[LAG]
-                lag1 = arr[LAST + LAG]
                 append(
                     PartitionVerdict(
                         topic,
                         partition,
                         status,
-                        WindowEntry(arr[OFFSET], arr[ORDER], arr[TS], arr[OBSERVED], None if lag0 == NO_LAG else lag0),
-                        WindowEntry(
+                        (
+                            arr[OFFSET],
+                            arr[ORDER],
+                            arr[TS],
+                            arr[OBSERVED],
+                            arr[LAG],
                             committed,
                             arr[LAST + ORDER],
                             arr[LAST + TS],
                             arr[LAST + OBSERVED],
-                            None if lag1 == NO_LAG else lag1,
+                            arr[LAST + LAG],
                         ),
                         current_lag,
                         complete,

@@ -20,6 +20,7 @@ from lagd.config import ClusterSettings, Settings
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.http.app import CTX, HOST, Handler, HttpContext, envelope
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
+from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, TS
 
 log = logs.get(__name__)
 
@@ -61,11 +62,15 @@ def group_status(v: GroupVerdict, only_bad: bool) -> dict[str, Any]:
     }
 
 
-def _offset_json(e: WindowEntry | None) -> str:
-    if e is None:
+def _offset_json(entries: tuple[int, ...] | None, at: int) -> str:
+    """`consumer_offset` of a verdict's entry (PartitionVerdict.entries from `at`), as JSON."""
+    if entries is None:
         return "null"
-    lag = "null" if e.lag is None else str(e.lag)
-    return f'{{"offset": {e.offset}, "timestamp": {e.timestamp}, "observedAt": {e.observed}, "lag": {lag}}}'
+    lag = entries[at + LAG]
+    return (
+        f'{{"offset": {entries[at + OFFSET]}, "timestamp": {entries[at + TS]}, '
+        f'"observedAt": {entries[at + OBSERVED]}, "lag": {"null" if lag == NO_LAG else lag}}}'
+    )
 
 
 _ENCODED: dict[str, str] = {}
@@ -84,8 +89,8 @@ def _str_json(text: str) -> str:
 def _partition_json(p: PartitionVerdict, dumps: Any = _str_json) -> str:
     return (
         f'{{"topic": {dumps(p.topic)}, "partition": {p.partition}, "owner": {dumps(p.owner)}, '
-        f'"client_id": {dumps(p.client_id)}, "status": "{p.status.value}", "start": {_offset_json(p.start)}, '
-        f'"end": {_offset_json(p.end)}, "current_lag": {p.current_lag}, "complete": {float(p.complete)!r}}}'
+        f'"client_id": {dumps(p.client_id)}, "status": "{p.status.value}", "start": {_offset_json(p.entries, 0)}, '
+        f'"end": {_offset_json(p.entries, FIELDS)}, "current_lag": {p.current_lag}, "complete": {float(p.complete)!r}}}'
     )
 
 
