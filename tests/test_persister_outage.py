@@ -19,7 +19,7 @@ from lagd.state import persister
 from lagd.state.changes import Changes
 from lagd.state.persister import WriteBehind, drop_oldest_history
 from lagd.state.store import Store
-from lagd.state.windows import State, flat_window
+from lagd.state.windows import State, flat_window, window_bytes
 
 NOV22 = 1_795_305_600_000
 
@@ -126,7 +126,7 @@ async def test_outage_buffers_then_writes_everything(private_postgres: Postgres,
 
 def test_buffer_bound_drops_oldest_history_never_keyed_state() -> None:
     pending = Changes()
-    pending.windows[("c", "g", "t", 0)] = flat_window([WindowEntry(1, 1, 1, 1, None)])
+    pending.windows[("c", "g", "t", 0)] = window_bytes(flat_window([WindowEntry(1, 1, 1, 1, None)]))
     pending.positions[("c", 0)] = 9
     pending.commit_history = [(ts, "c", "g", "t", 0, ts, None, ts) for ts in (10, 20, 30, 40)]
     pending.log_end_history = [(ts, "c", "t", 0, ts) for ts in (15, 35)]

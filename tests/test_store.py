@@ -23,7 +23,7 @@ from lagd.model import (
 )
 from lagd.state.changes import Changes
 from lagd.state.store import DAY_MS, Store, partition_name
-from lagd.state.windows import State, flat_window
+from lagd.state.windows import State, flat_window, window_bytes
 
 NOV22 = 1_795_305_600_000  # 2026-11-22T00:00:00Z
 assert NOV22 % DAY_MS == 0
@@ -54,8 +54,8 @@ HAND_WINDOW = [
 
 def hand_changes() -> Changes:
     ch = Changes()
-    ch.windows[("c1", "g1", "t", 0)] = flat_window(HAND_WINDOW)
-    ch.windows[("c1", "g1", "t", 1)] = flat_window([WindowEntry(7, 3, NOV22 - 500, NOV22 - 400, 0)])
+    ch.windows[("c1", "g1", "t", 0)] = window_bytes(flat_window(HAND_WINDOW))
+    ch.windows[("c1", "g1", "t", 1)] = window_bytes(flat_window([WindowEntry(7, 3, NOV22 - 500, NOV22 - 400, 0)]))
     ch.members[("c1", "g1")] = GroupMembers(
         "c1",
         "g1",
@@ -118,7 +118,7 @@ async def test_rewrite_is_idempotent_and_none_deletes(store: Store, database_url
 
     later = Changes()
     later.windows[("c1", "g1", "t", 1)] = None
-    later.windows[("c1", "g1", "t", 0)] = flat_window([WindowEntry(120, 8, NOV22, NOV22 + 1, None)])
+    later.windows[("c1", "g1", "t", 0)] = window_bytes(flat_window([WindowEntry(120, 8, NOV22, NOV22 + 1, None)]))
     later.members[("c1", "g1")] = None
     later.log_end[("c1", "t", 0)] = None
     later.positions[("c1", 0)] = 2000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +21,7 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
-from lagd.state.windows import State, entries_of
+from lagd.state.windows import State, entries_of, window_from_bytes
 
 C, G, T = "c1", "g1", "t1"
 
@@ -33,6 +35,12 @@ def commit(
 
 def sample(offset: int, ts: int, *, topic: str = T, partition: int = 0) -> LogEndSample:
     return LogEndSample(C, topic, partition, offset, ts)
+
+
+def drained(data: bytes | None) -> array[int]:
+    """A drained window (as the store writes it) back in the flat layout."""
+    assert data is not None
+    return window_from_bytes(data)
 
 
 def offsets_orders(state: State, group: str = G, topic: str = T, partition: int = 0) -> list[tuple[int, int]]:
@@ -205,7 +213,7 @@ def test_group_deleted_refuses_older_replays_and_accepts_newer_commits() -> None
     assert offsets_orders(s) == [(130, 11)]
     ch = s.drain_changes()
     assert ch.tombstones == {(C, G): 10}
-    assert entries_of(ch.windows[(C, G, T, 0)]) == [WindowEntry(130, 11, 11000, 11001, None)]
+    assert entries_of(drained(ch.windows[(C, G, T, 0)])) == [WindowEntry(130, 11, 11000, 11001, None)]
 
 
 def test_replayed_group_tombstone_leaves_newer_windows() -> None:
@@ -453,13 +461,13 @@ def test_a_drain_in_slices_writes_no_window_older_than_its_positions() -> None:
     first = drain.changes
     assert first.positions == {(C, 0): 10}
     assert sorted(r[5] for r in first.commit_history) == [100] * 4
-    newest = {key[3]: entries_of(arr)[-1].offset for key, arr in first.windows.items() if arr is not None}
+    newest = {key[3]: entries_of(drained(data))[-1].offset for key, data in first.windows.items()}
     assert set(newest) == {0, 1, 2, 3}
     assert sorted(newest.values()) == [100, 200, 200, 200]  # one was copied before the second apply
     second = s.drain_changes()
     assert {key[3] for key in second.windows} == {0, 1, 2, 3}  # every one changed again: drained again
     assert sorted(r[5] for r in second.commit_history) == [200] * 4
-    assert all(entries_of(arr)[-1].offset == 200 for arr in second.windows.values() if arr is not None)
+    assert all(entries_of(drained(data))[-1].offset == 200 for data in second.windows.values())
 
 
 def test_a_window_removed_between_slices_is_drained_as_removed() -> None:

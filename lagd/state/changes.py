@@ -7,7 +7,6 @@ history rows append), so the buffer is bounded by the number of live keys plus h
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 from lagd.model import GroupMembers
@@ -26,9 +25,11 @@ StatusRow = tuple[int, str, str, str]
 
 @dataclass
 class Changes:
-    # Full current window per changed key, flat (see lagd.state.windows.flat_window: five ints per
-    # entry, oldest first, NO_LAG for a null lag); None = the window was removed.
-    windows: dict[WindowKey, array[int] | None] = field(default_factory=dict)
+    # Full current window per changed key as the store keeps it (lagd.state.windows.window_bytes:
+    # the flat window's ints as big-endian int64, oldest entry first, NO_LAG for a null lag);
+    # None = the window was removed. Bytes, not a copy of the array: the collector tracks every
+    # array, and hundreds of thousands of them waiting for Postgres made its passes long.
+    windows: dict[WindowKey, bytes | None] = field(default_factory=dict)
     # Latest membership per changed group; None = removed.
     members: dict[GroupKey, GroupMembers | None] = field(default_factory=dict)
     # Group tombstones seen: group -> order of the tombstone.

@@ -28,7 +28,7 @@ from lagd.config import Secret, async_database_url
 from lagd.model import GroupMembers, PartitionOwner
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
 from lagd.state.history import CommitRows, as_commit_rows
-from lagd.state.windows import State, entries_of, offsets_partition, window_bytes, window_from_bytes
+from lagd.state.windows import State, entries_of, offsets_partition, window_from_bytes
 
 log = logs.get(__name__)
 
@@ -118,10 +118,6 @@ def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
 
 def _owners_json(members: GroupMembers) -> str:
     return json.dumps([[o.topic, o.partition, o.host, o.client_id, o.member_id] for o in members.owners])
-
-
-def _window_row(key: tuple[str, str, str, int], window: array[int]) -> tuple[Any, ...]:
-    return (*key, window_bytes(window))
 
 
 class Store:
@@ -305,7 +301,7 @@ class Store:
             await asyncio.sleep(0)
         await apg.execute(_upsert_sql(table))
 
-    async def _upsert_windows(self, apg: Any, windows: dict[WindowKey, array[int] | None]) -> list[WindowKey]:
+    async def _upsert_windows(self, apg: Any, windows: dict[WindowKey, bytes | None]) -> list[WindowKey]:
         """Upsert the changed windows; returns the removed ones' keys. Rows are built a chunk
         at a time, each copied before the next is built (a catch-up flush holds a few hundred
         thousand windows: one pass over them all would hold the loop for tens of ms)."""
@@ -315,9 +311,9 @@ class Store:
         items = iter(windows.items())
         while chunk := list(itertools.islice(items, COPY_CHUNK)):
             rows = []
-            for key, arr in chunk:
-                if arr:
-                    rows.append(_window_row(key, arr))
+            for key, data in chunk:
+                if data:
+                    rows.append((*key, data))
                 else:
                     gone.append(key)
             if rows:

@@ -837,13 +837,13 @@ class Drain:
         return len(self._keys)
 
     def step(self, n: int) -> bool:
-        """Copy up to `n` more changed windows (one memcpy each: the store slices its columns
-        from the copy); True once every one is copied."""
+        """Copy up to `n` more changed windows, in the form the store writes (window_bytes);
+        True once every one is copied."""
         keys = self._keys
         windows = self.changes.windows
         window_array = self._state._window_array
         for _ in range(min(n, len(keys))):
             key = keys.pop()
             arr = window_array(*key)
-            windows[key] = arr[:] if arr is not None else None
+            windows[key] = window_bytes(arr) if arr is not None else None
         return not keys
