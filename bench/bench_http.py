@@ -68,7 +68,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import target
 from bench.bench_catchup import drop_database, free_port, fresh_database, say
-from lagd import daemon, embedded, logs
+from lagd import collector, daemon, embedded, logs
 from lagd.config import load
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
 
@@ -370,7 +370,7 @@ client-id = "lagd-bench-{tag}"
     )
     settings = load(config)
     logs.configure(settings.log.level, settings.log.format)
-    daemon.tune_collector()  # as `lagd run` does
+    collector.tune()  # as `lagd run` does
     base = f"http://127.0.0.1:{port}"
     stop = asyncio.Event()
     probe = Probe(stacks=collections.Counter() if a.stall_stacks else None)

@@ -10,7 +10,7 @@ unchanged) and for Burrow's. The windows are filled commit by commit a minute ap
 rule sets keep the same ten commits.
 Times are CPU time of this process (time.process_time), so other load on the machine
 does not count against the figures; they include the garbage collector's passes, run at the
-cadence `lagd run` sets (daemon.tune_collector: young collections every 50,000 allocations; the
+cadence `lagd run` sets (collector.tune: young collections every 50,000 allocations; the
 bench ran Python's default of 700 until 2026-11-23, which the daemon no longer does).
 Evaluation figures for lagd's rules: "cold" fits every partition's trend (a first judgement,
 or every window changed since the last one); "warm" reuses the facts the evaluator keeps per
@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 from bench import target
-from lagd import daemon
+from lagd import collector
 from lagd.evaluate import Evaluator
 from lagd.model import Commit
 from lagd.state.windows import State
@@ -59,7 +59,7 @@ def topic_names(g: int) -> list[str]:
 
 def run(groups: int = 1000, partitions: int = 1000, commits: int = 1_000_000, evals: int = 300) -> dict[str, Any]:
     per_topic = partitions // TOPICS_PER_GROUP
-    daemon.tune_collector()  # the garbage collector's cadence as `lagd run` sets it
+    collector.tune()  # the garbage collector's cadence as `lagd run` sets it
     state = State(intervals=INTERVALS, lag_samples=SAMPLES, record_history=False)
     t0 = 1_700_000_000_000
     # Log-end samples: 360 per topic-partition, one every 10 s, 100 records each.

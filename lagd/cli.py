@@ -44,11 +44,11 @@ def _runtime_error(exc: OSError, settings: Settings, config: str) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
-    from lagd import logs
-    from lagd.daemon import run, tune_collector
+    from lagd import collector, logs
+    from lagd.daemon import run
 
     logs.configure(settings.log.level, settings.log.format)
-    tune_collector()
+    collector.tune()
     # From here on every line is a log event (one JSON object in the JSON format), failures too.
     log = logs.get("lagd")
     if settings.scale.workers > 1:

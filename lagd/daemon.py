@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from lagd import logs, sdnotify
+from lagd import collector, logs, sdnotify
 from lagd.backoff import Backoff, describe_error
 from lagd.clock import Clock, wall_ms
 from lagd.config import ConfigError, Settings, load
@@ -136,20 +136,6 @@ async def expire_groups(rt: Runtime, every_s: float = 60.0) -> None:
         if gone:
             log.info("groups expired", count=len(gone), expire_group_s=rt.settings.storage.expire_group)
         await asyncio.sleep(every_s)
-
-
-# Young-generation threshold of the cyclic collector. Ingest allocates a few short-lived objects
-# per record (decoded fields, events, batches), freed by reference counting; the default (700)
-# runs a collection every few hundred records, a fifth of catch-up's CPU. Higher thresholds
-# save more CPU but each young collection then traverses more (a pause of up to 200 ms at
-# 50,000 under 20,000 commits/s in bench_http, against < 50 ms at 10,000).
-YOUNG_THRESHOLD = 10_000
-
-
-def tune_collector() -> None:
-    """The process's garbage-collector cadence for a daemon that ingests records (see YOUNG_THRESHOLD)."""
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_THRESHOLD, middle, old)
 
 
 async def freeze_when_caught_up(rt: Runtime, every_s: float = 1.0) -> None:
@@ -496,6 +482,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             else:
                 _start_readers(rt, positions, spawn_ingest)
             spawn(freeze_when_caught_up(rt), "gc-freeze")
+            spawn(collector.pace(), "gc-pace")
             spawn(apply_events(rt, wb), "apply")
             spawn(persister.run(wb), "persister")
             spawn(expire_groups(rt), "expiry")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import os
 import signal
@@ -294,16 +293,3 @@ async def test_unless_stopped_cancels_a_hung_step() -> None:
         await daemon._unless_stopped(hung(), stop)
     assert time.monotonic() - started < 1 and cancelled.is_set()
     assert await daemon._unless_stopped(asyncio.sleep(0, result=7), asyncio.Event()) == 7
-
-
-def test_tune_collector_makes_young_collections_rarer_and_keeps_the_older_cadence() -> None:
-    before = gc.get_threshold()
-    try:
-        gc.set_threshold(700, 10, 10)
-        daemon.tune_collector()
-        assert gc.get_threshold() == (daemon.YOUNG_THRESHOLD, 10, 10)
-        gc.set_threshold(700, 50, 500)  # an operator's own tuning of the older generations is kept
-        daemon.tune_collector()
-        assert gc.get_threshold() == (daemon.YOUNG_THRESHOLD, 50, 500)
-    finally:
-        gc.set_threshold(*before)
