@@ -17,9 +17,9 @@ import psycopg2  # type: ignore[import-untyped]
 from bench import target
 from lagd.db.migrate import upgrade
 from lagd.model import WindowEntry
-from lagd.state.changes import Changes
+from lagd.state.changes import Changes, CommitRows
 from lagd.state.store import Store
-from lagd.state.windows import State, flat_window
+from lagd.state.windows import State, flat_window, window_bytes
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 NOV22 = 1_795_305_600_000
@@ -41,9 +41,11 @@ def window_changes(partitions: int, intervals: int, round_: int = 0) -> Changes:
     for k in range(partitions):
         group, part = divmod(k, 100)
         base = round_ * 1_000_000 + k
-        ch.windows[("bench", f"group-{group}", "topic", part)] = flat_window(
-            WindowEntry(base + 10 * i, base * 16 + i, NOV22 + 1000 * i, NOV22 + 1000 * i + 3, None if i == 0 else 7)
-            for i in range(intervals)
+        ch.windows[("bench", f"group-{group}", "topic", part)] = window_bytes(
+            flat_window(
+                WindowEntry(base + 10 * i, base * 16 + i, NOV22 + 1000 * i, NOV22 + 1000 * i + 3, None if i == 0 else 7)
+                for i in range(intervals)
+            )
         )
     for p in range(50):
         ch.positions[("bench", p)] = 1_000_000 + round_
@@ -52,10 +54,10 @@ def window_changes(partitions: int, intervals: int, round_: int = 0) -> Changes:
 
 def history_changes(rows: int) -> Changes:
     ch = Changes()
-    ch.commit_history = [
+    ch.commit_history = CommitRows(
         (NOV22 - 3_600_000 + i, "bench", f"group-{i % 1000}", "topic", i % 100, i, i % 17, NOV22 + i)
         for i in range(rows)
-    ]
+    )
     return ch
 
 
