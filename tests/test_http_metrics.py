@@ -4,19 +4,22 @@ its samples; every sample line well formed)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from types import SimpleNamespace
 
 import aiohttp
+import pytest
 
+from lagd.http import metrics
 from lagd.http.app import HttpContext
 from lagd.ingest.progress import ReaderProgress
 from lagd.loop_lag import LoopLag
 from lagd.model import IngestCounters
 from lagd.notify.mqtt import PublisherStatus
 from lagd.state.persister import PersisterStatus
-from tests.http_state import build_context, build_settings, serve
+from tests.http_state import CLUSTER, NOW, build_context, build_settings, serve
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[a-zA-Z_]+="(?:[^"\\]|\\.)*",?)*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"')
@@ -202,3 +205,27 @@ async def test_label_values_are_escaped() -> None:
     assert (
         series(samples, "burrow_kafka_consumer_status")[lab(cluster="prod", consumer_group='we\\"ird\\\\g\\nroup')] == 1
     )
+
+
+async def test_each_verdict_hands_the_loop_back_between_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages over every group (/lagd/v1/groups, the status page) judge them all in slices,
+    other tasks running between them, never in one go."""
+    ctx = build_context()
+    monkeypatch.setattr(metrics, "SLICE_S", 0.0)  # a slice per group
+    events: list[str] = []
+
+    async def other() -> None:
+        while True:
+            events.append("-")
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other())
+    await asyncio.sleep(0)
+    async for v in metrics.each_verdict(ctx.state, ctx.evaluator, NOW):
+        events.append(v.group)
+    task.cancel()
+    groups = [e for e in events if e != "-"]
+    assert len(groups) >= 3 and sorted(groups) == sorted(
+        g for g in ctx.state.groups(CLUSTER) if ctx.evaluator.group(CLUSTER, g, NOW).status.value != "NOTFOUND"
+    )
+    assert all(events[k + 1] == "-" for k, e in enumerate(events[:-1]) if e != "-")  # a turn after each group

@@ -21,6 +21,7 @@ from lagd.db import schema
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.evaluate import rules as R
 from lagd.http.app import CTX, HttpContext, envelope
+from lagd.http.metrics import each_verdict
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 
 log = logs.get(__name__)
@@ -135,15 +136,9 @@ def _ctx(request: web.Request) -> HttpContext:
 async def groups(request: web.Request) -> web.Response:
     ctx = _ctx(request)
     only = request.query.get("cluster")
-    now = ctx.now_ms()
-    out = []
-    for cluster in ctx.state.clusters():
-        if only is not None and cluster != only:
-            continue
-        for group in ctx.state.groups(cluster):
-            v = ctx.evaluator.group(cluster, group, now, cache=False)  # every group: see Evaluator.group
-            if v.status is not GroupStatus.NOTFOUND:
-                out.append(summary_view(v))
+    if only is not None and only not in ctx.state.clusters():
+        return _json({"groups": []})
+    out = [summary_view(v) async for v in each_verdict(ctx.state, ctx.evaluator, ctx.now_ms(), only)]
     return _json({"groups": out})
 
 

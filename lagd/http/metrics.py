@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -59,16 +59,21 @@ class _Family:
         self.out.append(f"{self.name}{{{labels}}} {_num(value)}\n" if labels else f"{self.name} {_num(value)}\n")
 
 
-def verdicts(state: State, evaluator: Evaluator, now_ms: int) -> list[GroupVerdict]:
-    """Every known group's verdict, NOTFOUND left out (not put in the response cache: see
-    Evaluator.group; a group's cached verdict is used when there is one)."""
-    out = []
-    for cluster in state.clusters():
-        for group in state.groups(cluster):
-            v = evaluator.group(cluster, group, now_ms, cache=False)
+async def each_verdict(
+    state: State, evaluator: Evaluator, now_ms: int, cluster: str | None = None
+) -> AsyncIterator[GroupVerdict]:
+    """Every known group's verdict (of `cluster`, or of all), NOTFOUND left out, handing the
+    loop back every SLICE_S: pages that list every group judge them all. Verdicts are not put
+    in the response cache (see Evaluator.group); a group's cached verdict is used if there is one."""
+    slice_end = time.perf_counter() + SLICE_S
+    for name in list(state.clusters()) if cluster is None else [cluster]:
+        for group in list(state.groups(name)):  # groups may come and go between slices
+            v = evaluator.group(name, group, now_ms, cache=False)
             if v.status is not GroupStatus.NOTFOUND:
-                out.append(v)
-    return out
+                yield v
+            if time.perf_counter() >= slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + SLICE_S
 
 
 _GROUP_FAMILIES = (

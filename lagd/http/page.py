@@ -20,10 +20,11 @@ import sqlalchemy as sa
 from aiohttp import web
 
 from lagd.db import schema
+from lagd.evaluate import GroupVerdict
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
 from lagd.http.app import CTX, HttpContext
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
-from lagd.http.metrics import verdicts
+from lagd.http.metrics import each_verdict
 from lagd.model import GroupStatus
 from lagd.state.windows import State
 
@@ -305,12 +306,12 @@ def _page(title: str, refresh_s: int, body: str) -> str:
     )
 
 
-def render(ctx: HttpContext, incidents: list[Any] | None) -> str:
+def render(ctx: HttpContext, incidents: list[Any] | None, groups: list[GroupVerdict], now: int) -> str:
+    """The index page of `groups`' verdicts (judged at `now`)."""
     state = ctx.state
-    now = ctx.now_ms()
     rows: list[str] = []
     by_cluster: dict[str, list[str]] = {}
-    for v in verdicts(state, ctx.evaluator, now):
+    for v in groups:
         bad = sorted({p.status.value for p in v.partitions if p.status.value != "OK"})
         by_cluster.setdefault(v.cluster, []).append(
             f"<tr><td>{_group_link(v.cluster, v.group)}</td>"
@@ -340,8 +341,10 @@ def render(ctx: HttpContext, incidents: list[Any] | None) -> str:
 
 async def index(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
-    incidents = await _incidents(ctx, ctx.now_ms())
-    return web.Response(text=render(ctx, incidents), content_type="text/html")
+    now = ctx.now_ms()
+    incidents = await _incidents(ctx, now)
+    groups = [v async for v in each_verdict(ctx.state, ctx.evaluator, now)]
+    return web.Response(text=render(ctx, incidents, groups, now), content_type="text/html")
 
 
 async def _first_commit(ctx: HttpContext, cluster: str, group: str, since: int) -> tuple[bool, int | None]:
