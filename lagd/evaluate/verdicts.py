@@ -195,7 +195,7 @@ class Evaluator:
         verdict, since, recheck, blind = self._evaluate(cluster, group, now_ms, self._since.get(key) or {})
         self._due[key] = (version, recheck, blind)
         self._cache.pop(key, None)
-        if cache:
+        if cache and self.cache_ttl_ms > 0:  # with the cache off nothing is kept, nor evicted again
             self._cache[key] = _Cached(version, now_ms, verdict)
         self._since[key] = since
         kept = self._judge.kept()
