@@ -201,7 +201,7 @@ def report(r: WorkersRun, records: int) -> None:
     if r.reading_s is not None and r.seconds > r.reading_s:
         read_s = r.seconds - r.reading_s
         print(
-            f"{r.label}: first record read {r.reading_s:.2f} s after start (starting, joining the group); "
+            f"{r.label}: first record read {r.reading_s:.2f} s after start (start-up, and for workers the group join); "
             f"from there {read_s:.2f} s: {records / read_s:,.0f} records/s"
         )
     for pid, cpu, rss in r.per_worker:
