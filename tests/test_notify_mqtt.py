@@ -681,3 +681,46 @@ async def test_recording_resolving_and_delivery_read_the_injected_clock(
     ]
     resolved = (await incident_payloads(engine))[-1]
     assert (resolved["event"], resolved["at"], resolved["resolved_at"]) == ("resolved", later, T0 + 1_000)
+
+
+async def test_a_takeover_reconciles_every_group_in_slices(
+    engine: AsyncEngine, settle: Settle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taking a cluster over replays every group's verdict into the incident engine: for
+    thousands of groups that is work in slices, other tasks running between them."""
+    from lagd.notify import notifier
+
+    monkeypatch.setattr(notifier, "SLICE_S", 0.0)  # a slice per group
+    events: list[str] = []
+    message = outbox.group_status_message
+
+    def noted(prefix: str, change: GroupChange) -> Any:
+        events.append(change.group)
+        return message(prefix, change)
+
+    monkeypatch.setattr(outbox, "group_status_message", noted)
+    cluster = f"big-{os.getpid()}-{time.monotonic_ns()}"
+    feed, stop = VerdictFeed(), asyncio.Event()
+    for i in range(40):
+        feed.put_nowait(GroupChange(cluster, f"g{i:02d}", GroupStatus.OK, now_ms()))
+    feed.mark_complete()
+    ticking = True
+
+    async def ticker() -> None:
+        while ticking:
+            events.append("-")
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(ticker())
+    task = asyncio.create_task(run_notifier(engine, replace(NotifySettings(), update_interval=0.2), feed, stop))
+    try:
+        await settle(lambda: sum(e != "-" for e in events) >= 40, what="the reconcile over every group")
+    finally:
+        stop.set()
+        await task
+        ticking = False
+        await other
+    groups = [e for e in events if e != "-"]
+    assert sorted(set(groups)) == [f"g{i:02d}" for i in range(40)]
+    runs = "".join("g" if e != "-" else "-" for e in events).split("-")
+    assert max(len(r) for r in runs) == 1  # never two groups without a turn for the loop between

@@ -48,6 +48,7 @@ log = logs.get(__name__)
 
 LEASE_RETRY = 5.0
 TICK = 1.0
+SLICE_S = 0.01  # the longest a reconcile over every group of a cluster keeps the loop at once
 
 
 class VerdictSource(Protocol):
@@ -159,10 +160,14 @@ async def run_notifier(
         pend = hold(cluster)
         before = len(pend.events)
         seen: set[str] = set()
+        slice_end = time.perf_counter() + SLICE_S
         for ch in snap:
             seen.add(ch.group)
             pend.events.extend(incidents.apply(ch))
             pend.retained.append(outbox.group_status_message(prefix, ch))
+            if time.perf_counter() >= slice_end:  # thousands of groups: the loop gets its turns
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + SLICE_S
         now = clock()
         for group in sorted(incidents.members(cluster)):
             if group not in seen:  # in an open incident, but gone
