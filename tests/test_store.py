@@ -313,3 +313,31 @@ def test_days_of_a_column_of_timestamps() -> None:
     assert days_of(array("q", [5 * DAY_MS + 1, 5 * DAY_MS + 7])) == {5}
     assert days_of(array("q", [6 * DAY_MS, 5 * DAY_MS + 7])) == {5, 6}
     assert days_of(array("q", [2 * DAY_MS, 9 * DAY_MS, 2 * DAY_MS + 1])) == {2, 9}
+
+
+async def test_keyed_rows_beyond_one_copy_chunk_are_all_written(store: Store) -> None:
+    """Windows, members and log-end rows are built and copied a chunk at a time: a flush with
+    more of each than one chunk holds restores whole."""
+    from lagd.state.store import COPY_CHUNK, LOG_END_CHUNK
+
+    state = State(intervals=3)
+    groups = COPY_CHUNK + 7
+    partitions = LOG_END_CHUNK * 2 + 3
+    events: list[Any] = [LogEndSample("big", "orders", p, 500 + p, NOV22 - 10_000) for p in range(partitions)]
+    for g in range(groups):
+        name = f"g{g:05d}"
+        events.append(GroupMembers("big", name, g, (PartitionOwner("orders", g % partitions, "/h", "cid"),), "Stable"))
+        events.append(Commit("big", name, "orders", g % partitions, g, 10 + g, NOV22, NOV22 + 1))
+    state.apply_many(events)
+    await store.write(state.drain_changes())
+    fresh = State(intervals=3)
+    await store.restore(fresh)
+    assert fresh.groups("big") == state.groups("big") and len(fresh.groups("big")) == groups
+    for g in (0, COPY_CHUNK - 1, COPY_CHUNK, groups - 1):
+        name, p = f"g{g:05d}", g % partitions
+        assert fresh.window("big", name, "orders", p) == state.window("big", name, "orders", p)
+        assert fresh.owner("big", name, "orders", p) == state.owner("big", name, "orders", p) is not None
+    assert all(
+        fresh.log_end_samples("big", "orders", p) == state.log_end_samples("big", "orders", p)
+        for p in range(partitions)
+    )

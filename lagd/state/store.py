@@ -34,6 +34,7 @@ log = logs.get(__name__)
 
 DAY_MS = 86_400_000
 COPY_CHUNK = 2_000  # rows per COPY call; the loop gets a turn between them (a flush never stalls it long)
+LOG_END_CHUNK = 200  # log-end rows per COPY call: each holds a partition's samples (hundreds of numbers)
 FETCH_CHUNK = 5_000  # rows per server-side cursor round trip on restore
 PARTITIONED = ("commit_history", "log_end_history")
 _PARTITION_NAME = re.compile(r"^(commit_history|log_end_history)_(\d{8})$")
@@ -273,10 +274,11 @@ class Store:
         return kept
 
     async def _write_keyed(self, apg: Any, ch: Changes) -> None:
-        members = [(k[0], k[1], m.order, m.state, _owners_json(m)) for k, m in ch.members.items() if m is not None]
+        # rows built as they are copied (an owners list is JSON per group: thousands of groups)
+        members = ((k[0], k[1], m.order, m.state, _owners_json(m)) for k, m in ch.members.items() if m is not None)
         gone_members = [k for k, m in ch.members.items() if m is None]
         tombstones = [(c, g, o) for (c, g), o in ch.tombstones.items()]
-        log_end = [(*k, v[0], v[1]) for k, v in ch.log_end.items() if v is not None]
+        log_end = ((*k, v[0], v[1]) for k, v in ch.log_end.items() if v is not None)
         gone_log_end = [k for k, v in ch.log_end.items() if v is None]
         positions = [(c, p, o) for (c, p), o in ch.positions.items()]
         gone_windows = await self._upsert_windows(apg, ch.windows)
@@ -289,17 +291,22 @@ class Store:
             ("log_end", log_end),
             ("reader_positions", positions),
         ):
-            if rows:
-                await self._upsert(apg, table, rows)
+            await self._upsert(apg, table, rows)
 
-    async def _upsert(self, apg: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
-        await self._stage(apg, table)
-        for i in range(0, len(rows), COPY_CHUNK):
-            await apg.copy_records_to_table(
-                f"_stage_{table}", records=rows[i : i + COPY_CHUNK], columns=list(_KEYED[table][0])
-            )
+    async def _upsert(self, apg: Any, table: str, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Upsert `rows` (none: nothing), built and copied a chunk at a time; a log-end row
+        carries a partition's samples, so its chunks are smaller."""
+        size = LOG_END_CHUNK if table == "log_end" else COPY_CHUNK
+        staged = False
+        it = iter(rows)
+        while chunk := list(itertools.islice(it, size)):
+            if not staged:
+                await self._stage(apg, table)
+                staged = True
+            await apg.copy_records_to_table(f"_stage_{table}", records=chunk, columns=list(_KEYED[table][0]))
             await asyncio.sleep(0)
-        await apg.execute(_upsert_sql(table))
+        if staged:
+            await apg.execute(_upsert_sql(table))
 
     async def _upsert_windows(self, apg: Any, windows: dict[WindowKey, bytes | None]) -> list[WindowKey]:
         """Upsert the changed windows; returns the removed ones' keys. Rows are built a chunk
