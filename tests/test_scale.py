@@ -14,7 +14,7 @@ from lagd.scale import ownership
 from lagd.scale.ownership import Me, OwnerMap
 from lagd.scale.processes import worker_env, worker_listen
 from lagd.state.store import Store
-from lagd.state.windows import State, offsets_partition
+from lagd.state.windows import State, group_hash, offsets_partition
 
 C, N = "c1", 4  # cluster, offsets partitions
 
@@ -85,6 +85,28 @@ async def test_restore_owned_loads_only_the_share_and_its_positions(store: Store
     everything = await store.restore(fresh, groups=False)
     assert fresh.groups(C) == [] and fresh.latest_log_end(C, "t", 0) == 100
     assert everything[(C, 3)] == 77
+
+
+async def test_postgres_selects_a_workers_groups_by_their_stored_hash(store: Store) -> None:
+    """Rows carry group_hash, so `group_hash % n` in SQL is the offsets partition Kafka places
+    the group in (for every group, negative Java hashes included); rows written before
+    migration 0006 have none and are still restored when owned, and only then."""
+    names = [*groups_in(0, 20), *groups_in(1, 20), *groups_in(2), *groups_in(3), "polygenelubricants", "é€😀"]
+    await store.write(filled_state(names).drain_changes())
+    async with store._raw() as apg:
+        rows = await apg.fetch(
+            "SELECT DISTINCT group_name, group_hash, group_hash % $1 FROM windows WHERE cluster = $2", N, C
+        )
+        assert {r[0]: r[1] for r in rows} == {g: group_hash(g) for g in names}
+        assert all(r[2] == offsets_partition(r[0], N) for r in rows)
+        # as if written before the column existed
+        await apg.execute("UPDATE windows SET group_hash = NULL WHERE group_name = ANY($1::text[])", names[:2])
+        await apg.execute("UPDATE group_members SET group_hash = NULL")
+    state = State(intervals=5)
+    await store.restore_owned(state, C, {0}, N)
+    owned = sorted(g for g in names if offsets_partition(g, N) == 0)
+    assert sorted(state.groups(C)) == owned and len(owned) == 21  # groups_in(0, 20) and the MIN_VALUE hash
+    assert sorted(m.group for m in state.group_members(C)) == owned
 
 
 async def test_ownership_rows_name_each_groups_owner(store: Store) -> None:

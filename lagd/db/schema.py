@@ -44,6 +44,9 @@ windows = Table(
     Column("topic", Text, primary_key=True),
     Column("partition", Integer, primary_key=True),
     Column("entries", LargeBinary, nullable=False),
+    # lagd.state.windows.group_hash of group_name: its offsets partition is group_hash % n,
+    # which workers restore by (null in rows written before migration 0006, until rewritten)
+    Column("group_hash", Integer, nullable=True),
     postgresql_with={"fillfactor": "50"},  # rewritten at every flush: room for in-place (HOT) updates
 )
 
@@ -86,6 +89,7 @@ group_members = Table(
     Column("member_order", BigInteger, nullable=False),
     Column("state", Text, nullable=False, server_default=""),
     Column("owners", JSONB, nullable=False),  # [[topic, partition, host, client_id, member_id], ...]
+    Column("group_hash", Integer, nullable=True),  # as in windows
 )
 
 # Deleted groups and the order of their tombstone, so a replayed older commit is refused.
@@ -95,6 +99,7 @@ group_tombstones = Table(
     Column("cluster", Text, primary_key=True),
     Column("group_name", Text, primary_key=True),
     Column("tombstone_order", BigInteger, nullable=False),
+    Column("group_hash", Integer, nullable=True),  # as in windows
 )
 
 # The last N broker log-end samples per partition, oldest first.

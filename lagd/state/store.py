@@ -28,7 +28,7 @@ from lagd.config import Secret, async_database_url
 from lagd.model import GroupMembers, PartitionOwner
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
 from lagd.state.history import CommitRows, as_commit_rows
-from lagd.state.windows import State, entries_of, offsets_partition, window_from_bytes
+from lagd.state.windows import State, entries_of, group_hash, offsets_partition, window_from_bytes
 
 log = logs.get(__name__)
 
@@ -45,14 +45,14 @@ _MAX_DAY = (dt.date.max - _EPOCH).days
 # Keyed tables: name -> (columns, primary key columns). Staged by COPY, then upserted.
 _KEYED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "windows": (
-        ("cluster", "group_name", "topic", "partition", "entries"),
+        ("cluster", "group_name", "topic", "partition", "entries", "group_hash"),
         ("cluster", "group_name", "topic", "partition"),
     ),
     "group_members": (
-        ("cluster", "group_name", "member_order", "state", "owners"),
+        ("cluster", "group_name", "member_order", "state", "owners", "group_hash"),
         ("cluster", "group_name"),
     ),
-    "group_tombstones": (("cluster", "group_name", "tombstone_order"), ("cluster", "group_name")),
+    "group_tombstones": (("cluster", "group_name", "tombstone_order", "group_hash"), ("cluster", "group_name")),
     "log_end": (("cluster", "topic", "partition", "offsets", "ts"), ("cluster", "topic", "partition")),
     "reader_positions": (("cluster", "partition", "next_offset"), ("cluster", "partition")),
 }
@@ -274,14 +274,26 @@ class Store:
         return kept
 
     async def _write_keyed(self, apg: Any, ch: Changes) -> None:
+        hashes: dict[str, int] = {}  # group_hash of each group this write names, computed once
+
+        def hashed(group: str) -> int:
+            h = hashes.get(group)
+            if h is None:
+                h = hashes[group] = group_hash(group)
+            return h
+
         # rows built as they are copied (an owners list is JSON per group: thousands of groups)
-        members = ((k[0], k[1], m.order, m.state, _owners_json(m)) for k, m in ch.members.items() if m is not None)
+        members = (
+            (k[0], k[1], m.order, m.state, _owners_json(m), hashed(k[1]))
+            for k, m in ch.members.items()
+            if m is not None
+        )
         gone_members = [k for k, m in ch.members.items() if m is None]
-        tombstones = [(c, g, o) for (c, g), o in ch.tombstones.items()]
+        tombstones = [(c, g, o, hashed(g)) for (c, g), o in ch.tombstones.items()]
         log_end = ((*k, v[0], v[1]) for k, v in ch.log_end.items() if v is not None)
         gone_log_end = [k for k, v in ch.log_end.items() if v is None]
         positions = [(c, p, o) for (c, p), o in ch.positions.items()]
-        gone_windows = await self._upsert_windows(apg, ch.windows)
+        gone_windows = await self._upsert_windows(apg, ch.windows, hashed)
         for table, gone in (("windows", gone_windows), ("group_members", gone_members), ("log_end", gone_log_end)):
             if gone:
                 await apg.execute(_delete_sql(table), *_columns(gone, len(_KEYED[table][1])))
@@ -308,7 +320,9 @@ class Store:
         if staged:
             await apg.execute(_upsert_sql(table))
 
-    async def _upsert_windows(self, apg: Any, windows: dict[WindowKey, bytes | None]) -> list[WindowKey]:
+    async def _upsert_windows(
+        self, apg: Any, windows: dict[WindowKey, bytes | None], hashed: Callable[[str], int]
+    ) -> list[WindowKey]:
         """Upsert the changed windows; returns the removed ones' keys. Rows are built a chunk
         at a time, each copied before the next is built (a catch-up flush holds a few hundred
         thousand windows: one pass over them all would hold the loop for tens of ms)."""
@@ -320,7 +334,7 @@ class Store:
             rows = []
             for key, data in chunk:
                 if data:
-                    rows.append((*key, data))
+                    rows.append((*key, data, hashed(key[1])))
                 else:
                     gone.append(key)
             if rows:
@@ -400,8 +414,9 @@ class Store:
         """Load the groups of `cluster` whose offsets partition (of `count`) is in `partitions`,
         from one snapshot; returns those partitions' reader positions (partition -> next offset).
 
-        Every window row of the cluster is read and filtered here: Postgres cannot compute
-        Kafka's partition of a group name.
+        Postgres selects the rows by the stored group_hash (Kafka's placement of the name,
+        which it cannot compute); rows from before migration 0006 have none yet and are read
+        and filtered here.
         """
         wanted = set(partitions)
 
@@ -409,7 +424,7 @@ class Store:
             return offsets_partition(group, count) in wanted
 
         async with self._raw() as apg, apg.transaction(isolation="repeatable_read", readonly=True):
-            await self._restore_groups(apg, state, cluster, owned)
+            await self._restore_groups(apg, state, cluster, owned, placed=(count, sorted(wanted)))
             rows = await apg.fetch(
                 "SELECT partition, next_offset FROM reader_positions WHERE cluster = $1 AND partition = ANY($2::int[])",
                 cluster,
@@ -450,9 +465,21 @@ class Store:
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     @staticmethod
-    async def _restore_groups(apg: Any, state: State, cluster: str, keep: Callable[[str, str], bool]) -> None:
-        """Windows, members and tombstones of the groups `keep` accepts (of `cluster`, or every one when "")."""
-        where, args = ("WHERE cluster = $1", [cluster]) if cluster else ("", [])
+    async def _restore_groups(
+        apg: Any,
+        state: State,
+        cluster: str,
+        keep: Callable[[str, str], bool],
+        placed: tuple[int, list[int]] | None = None,
+    ) -> None:
+        """Windows, members and tombstones of the groups `keep` accepts (of `cluster`, or every
+        one when ""); `placed` (partition count, partitions) has Postgres select the rows of
+        those offsets partitions first, by group_hash."""
+        args: list[Any] = [cluster] if cluster else []
+        where = "WHERE cluster = $1" if cluster else ""
+        if cluster and placed is not None:
+            where += " AND (group_hash IS NULL OR group_hash % $2 = ANY($3::int[]))"
+            args += [placed[0], placed[1]]
         async for r in apg.cursor(
             f"SELECT cluster, group_name, topic, partition, entries FROM windows {where}", *args, prefetch=FETCH_CHUNK
         ):

@@ -115,18 +115,25 @@ class _Cluster:
     newest_sample: int | None = None  # newest log-end sample time applied (ms)
 
 
-def offsets_partition(group: str, partitions: int) -> int:
-    """The offsets-topic partition of a group, as Kafka's coordinator places it:
-    `Utils.abs(groupId.hashCode()) % n`, Java's String.hashCode over UTF-16 code units.
-    Kafka's Utils.abs maps Integer.MIN_VALUE to 0 and is Math.abs otherwise (not the
-    partitioner's `& 0x7fffffff`, which differs for every negative hash)."""
+def group_hash(group: str) -> int:
+    """`Utils.abs(groupId.hashCode())`, what Kafka's coordinator places a group by: Java's
+    String.hashCode over UTF-16 code units. Kafka's Utils.abs maps Integer.MIN_VALUE to 0 and
+    is Math.abs otherwise (not the partitioner's `& 0x7fffffff`, which differs for every
+    negative hash). The store keeps it beside each group's rows (Postgres cannot compute it),
+    so a worker restores its groups by `group_hash % partitions` in SQL."""
     h = 0
     raw = group.encode("utf-16-be", "surrogatepass")
     for i in range(0, len(raw), 2):
         h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
     if h >= 1 << 31:
         h = 0 if h == 1 << 31 else (1 << 32) - h  # abs of the negative int32
-    return h % partitions
+    return h
+
+
+def offsets_partition(group: str, partitions: int) -> int:
+    """The offsets-topic partition of a group, as Kafka's coordinator places it:
+    `Utils.abs(groupId.hashCode()) % n` (see group_hash)."""
+    return group_hash(group) % partitions
 
 
 def entries_of(arr: array[int]) -> list[WindowEntry]:
