@@ -42,7 +42,8 @@ class PersisterStatus:
 
 # Flushes' worth of changes that may wait for Postgres before apply waits: 1M at the default
 # flush-max-changes, half the outage buffer (buffer-max-changes), so it adds no memory ceiling an
-# outage does not already have (history rows are ~70 B in columns, lagd.state.history). It must
+# outage does not already have (history rows are ~70 B in columns, lagd.state.history; a changed
+# window ~450 B of stored bytes, so up to ~500 MB at a million group-partitions). It must
 # hold what arrives while one big write is in progress, or apply stops for that whole write.
 # Measured on the catch-up bench (500k records): at 15 flushes apply stopped once for 2-2.9 s
 # while Postgres took a 300k-change write (6.0-8.6 s in all); at 50 it never waits (4.6-4.7 s);
