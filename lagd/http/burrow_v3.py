@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,20 +74,23 @@ def _offset_json(entries: tuple[int, ...] | None, at: int) -> str:
     )
 
 
-_ENCODED: dict[str, str] = {}
+class _Strings:
+    """JSON for strings, each encoded once per answer: a group's topics and owners repeat on
+    every partition."""
+
+    __slots__ = ("_encoded",)
+
+    def __init__(self) -> None:
+        self._encoded: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        encoded = self._encoded.get(text)
+        if encoded is None:
+            encoded = self._encoded[text] = json.dumps(text)
+        return encoded
 
 
-def _str_json(text: str) -> str:
-    """JSON for a string; topics and owners repeat on every partition, so remember them."""
-    encoded = _ENCODED.get(text)
-    if encoded is None:
-        if len(_ENCODED) >= 100_000:
-            _ENCODED.clear()
-        encoded = _ENCODED[text] = json.dumps(text)
-    return encoded
-
-
-def _partition_json(p: PartitionVerdict, dumps: Any = _str_json) -> str:
+def _partition_json(p: PartitionVerdict, dumps: Callable[[str], str]) -> str:
     return (
         f'{{"topic": {dumps(p.topic)}, "partition": {p.partition}, "owner": {dumps(p.owner)}, '
         f'"client_id": {dumps(p.client_id)}, "status": "{p.status.value}", "start": {_offset_json(p.entries, 0)}, '
@@ -97,10 +101,11 @@ def _partition_json(p: PartitionVerdict, dumps: Any = _str_json) -> str:
 def group_status_json(v: GroupVerdict, only_bad: bool) -> str:
     """`json.dumps(group_status(v, only_bad))`, written directly: the hot path, several times faster."""
     parts = [p for p in v.partitions if p.status is not PartitionStatus.OK] if only_bad else v.partitions
-    maxlag = _partition_json(v.maxlag) if v.maxlag is not None else "null"
+    dumps = _Strings()
+    maxlag = _partition_json(v.maxlag, dumps) if v.maxlag is not None else "null"
     return (
         f'{{"cluster": {json.dumps(v.cluster)}, "group": {json.dumps(v.group)}, "status": "{v.status.value}", '
-        f'"complete": {float(v.complete)!r}, "partitions": [{", ".join(map(_partition_json, parts))}], '
+        f'"complete": {float(v.complete)!r}, "partitions": [{", ".join(_partition_json(p, dumps) for p in parts)}], '
         f'"partition_count": {v.partition_count}, "maxlag": {maxlag}, "totallag": {v.totallag}}}'
     )
 
