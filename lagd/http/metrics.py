@@ -8,7 +8,6 @@ per-partition series, which dominate cardinality.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -20,6 +19,7 @@ from lagd.evaluate import Evaluator, GroupVerdict
 from lagd.http.app import CTX, Health
 from lagd.ingest.validate import REASONS as REJECT_REASONS
 from lagd.model import GroupStatus
+from lagd.slices import Slices
 from lagd.state.windows import State
 
 # Burrow's status index: NOTFOUND, OK, WARN, ERR, STOP, STALL, REWIND.
@@ -65,15 +65,13 @@ async def each_verdict(
     """Every known group's verdict (of `cluster`, or of all), NOTFOUND left out, handing the
     loop back every SLICE_S: pages that list every group judge them all. Verdicts are not put
     in the response cache (see Evaluator.group); a group's cached verdict is used if there is one."""
-    slice_end = time.perf_counter() + SLICE_S
+    slices = Slices(SLICE_S)
     for name in list(state.clusters()) if cluster is None else [cluster]:
         for group in list(state.groups(name)):  # groups may come and go between slices
             v = evaluator.group(name, group, now_ms, cache=False)
             if v.status is not GroupStatus.NOTFOUND:
                 yield v
-            if time.perf_counter() >= slice_end:
-                await asyncio.sleep(0)
-                slice_end = time.perf_counter() + SLICE_S
+            await slices.turn()
 
 
 _GROUP_FAMILIES = (
@@ -290,11 +288,9 @@ async def metrics(request: web.Request) -> web.Response:
     """Rendered in slices of at most SLICE_S, so a scrape of a large estate never stalls the loop."""
     ctx = request.app[CTX]
     out: list[str] = []
-    slice_end = time.perf_counter() + SLICE_S
+    slices = Slices(SLICE_S)
     for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), ctx.settings.http.metrics_detail, out):
-        if time.perf_counter() >= slice_end:
-            await asyncio.sleep(0)
-            slice_end = time.perf_counter() + SLICE_S
+        await slices.turn()
     return web.Response(body="".join(out).encode(), headers={"Content-Type": CONTENT_TYPE})
 
 

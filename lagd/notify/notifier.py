@@ -43,6 +43,7 @@ from lagd.model import GroupStatus
 from lagd.notify import outbox
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from lagd.notify.leader import Lease
+from lagd.slices import Slices
 
 log = logs.get(__name__)
 
@@ -160,14 +161,12 @@ async def run_notifier(
         pend = hold(cluster)
         before = len(pend.events)
         seen: set[str] = set()
-        slice_end = time.perf_counter() + SLICE_S
+        slices = Slices(SLICE_S)  # thousands of groups: the loop gets its turns
         for ch in snap:
             seen.add(ch.group)
             pend.events.extend(incidents.apply(ch))
             pend.retained.append(outbox.group_status_message(prefix, ch))
-            if time.perf_counter() >= slice_end:  # thousands of groups: the loop gets its turns
-                await asyncio.sleep(0)
-                slice_end = time.perf_counter() + SLICE_S
+            await slices.turn()
         now = clock()
         for group in sorted(incidents.members(cluster)):
             if group not in seen:  # in an open incident, but gone
