@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import itertools
 import json
 import re
 from array import array
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 import asyncpg
@@ -119,6 +120,17 @@ def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
 
 def _owners_json(members: GroupMembers) -> str:
     return json.dumps([[o.topic, o.partition, o.host, o.client_id, o.member_id] for o in members.owners])
+
+
+def _window_rows(
+    windows: dict[WindowKey, bytes | None], hashed: Callable[[str], int], gone: list[WindowKey]
+) -> Iterator[tuple[Any, ...]]:
+    """The rows of the changed windows, built as they are copied; removed ones go to `gone`."""
+    for key, data in windows.items():
+        if data:
+            yield (*key, data, hashed(key[1]))
+        else:
+            gone.append(key)
 
 
 class Store:
@@ -274,14 +286,7 @@ class Store:
         return kept
 
     async def _write_keyed(self, apg: Any, ch: Changes) -> None:
-        hashes: dict[str, int] = {}  # group_hash of each group this write names, computed once
-
-        def hashed(group: str) -> int:
-            h = hashes.get(group)
-            if h is None:
-                h = hashes[group] = group_hash(group)
-            return h
-
+        hashed = functools.cache(group_hash)  # each group this write names, hashed once
         # rows built as they are copied (an owners list is JSON per group: thousands of groups)
         members = (
             (k[0], k[1], m.order, m.state, _owners_json(m), hashed(k[1]))
@@ -293,7 +298,8 @@ class Store:
         log_end = ((*k, v[0], v[1]) for k, v in ch.log_end.items() if v is not None)
         gone_log_end = [k for k, v in ch.log_end.items() if v is None]
         positions = [(c, p, o) for (c, p), o in ch.positions.items()]
-        gone_windows = await self._upsert_windows(apg, ch.windows, hashed)
+        gone_windows: list[WindowKey] = []
+        await self._upsert(apg, "windows", _window_rows(ch.windows, hashed, gone_windows))
         for table, gone in (("windows", gone_windows), ("group_members", gone_members), ("log_end", gone_log_end)):
             if gone:
                 await apg.execute(_delete_sql(table), *_columns(gone, len(_KEYED[table][1])))
@@ -319,33 +325,6 @@ class Store:
             await asyncio.sleep(0)
         if staged:
             await apg.execute(_upsert_sql(table))
-
-    async def _upsert_windows(
-        self, apg: Any, windows: dict[WindowKey, bytes | None], hashed: Callable[[str], int]
-    ) -> list[WindowKey]:
-        """Upsert the changed windows; returns the removed ones' keys. Rows are built a chunk
-        at a time, each copied before the next is built (a catch-up flush holds a few hundred
-        thousand windows: one pass over them all would hold the loop for tens of ms)."""
-        gone: list[WindowKey] = []
-        columns = list(_KEYED["windows"][0])
-        staged = False
-        items = iter(windows.items())
-        while chunk := list(itertools.islice(items, COPY_CHUNK)):
-            rows = []
-            for key, data in chunk:
-                if data:
-                    rows.append((*key, data, hashed(key[1])))
-                else:
-                    gone.append(key)
-            if rows:
-                if not staged:
-                    await self._stage(apg, "windows")
-                    staged = True
-                await apg.copy_records_to_table("_stage_windows", records=rows, columns=columns)
-            await asyncio.sleep(0)
-        if staged:
-            await apg.execute(_upsert_sql("windows"))
-        return gone
 
     @staticmethod
     async def _stage(apg: Any, table: str) -> None:
