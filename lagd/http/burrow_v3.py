@@ -74,22 +74,6 @@ def _offset_json(entries: tuple[int, ...] | None, at: int) -> str:
     )
 
 
-class _Strings:
-    """JSON for strings, each encoded once per answer: a group's topics and owners repeat on
-    every partition."""
-
-    __slots__ = ("_encoded",)
-
-    def __init__(self) -> None:
-        self._encoded: dict[str, str] = {}
-
-    def __call__(self, text: str) -> str:
-        encoded = self._encoded.get(text)
-        if encoded is None:
-            encoded = self._encoded[text] = json.dumps(text)
-        return encoded
-
-
 def _partition_json(p: PartitionVerdict, dumps: Callable[[str], str]) -> str:
     return (
         f'{{"topic": {dumps(p.topic)}, "partition": {p.partition}, "owner": {dumps(p.owner)}, '
@@ -101,7 +85,7 @@ def _partition_json(p: PartitionVerdict, dumps: Callable[[str], str]) -> str:
 def group_status_json(v: GroupVerdict, only_bad: bool) -> str:
     """`json.dumps(group_status(v, only_bad))`, written directly: the hot path, several times faster."""
     parts = [p for p in v.partitions if p.status is not PartitionStatus.OK] if only_bad else v.partitions
-    dumps = _Strings()
+    dumps = functools.cache(json.dumps)  # topics and owners repeat on every partition: each encoded once
     maxlag = _partition_json(v.maxlag, dumps) if v.maxlag is not None else "null"
     return (
         f'{{"cluster": {json.dumps(v.cluster)}, "group": {json.dumps(v.group)}, "status": "{v.status.value}", '
