@@ -298,15 +298,19 @@ async def _complete(session: aiohttp.ClientSession, info: Input) -> tuple[bool, 
     return True, "complete"
 
 
+def records_read(metrics: str) -> int:
+    """Offsets-topic records a lagd has read, from its /metrics page (lagd_ingest_records_total)."""
+    n = 0
+    for line in metrics.splitlines():
+        if line.startswith("lagd_ingest_records_total{"):
+            n += int(float(line.rsplit(" ", 1)[1]))
+    return n
+
+
 async def _lagd_records(session: aiohttp.ClientSession) -> str:
     with contextlib.suppress(aiohttp.ClientError, TimeoutError):
         async with session.get("/metrics") as resp:
-            text = (await resp.read()).decode()
-        n = 0
-        for line in text.splitlines():
-            if line.startswith("lagd_ingest_records_total{"):
-                n += int(float(line.rsplit(" ", 1)[1]))
-        return f", {n:,} records read"
+            return f", {records_read((await resp.read()).decode()):,} records read"
     return ""
 
 
