@@ -78,6 +78,25 @@ def test_a_status_change_goes_to_history_and_the_feed_once() -> None:
     assert feed.snapshot(C) is not None  # a complete pass was reported
 
 
+def test_a_dashboard_judging_a_group_first_does_not_hide_its_change_from_the_watch() -> None:
+    """The consumer stops; a dashboard's request judges the group before the watch's next pass.
+    The watch still sees the change (each caller keeps the stamp of what it judged): a polled
+    group must not lose its alert."""
+    clock = Clock(T0)
+    watch, feed = watch_of(healthy_progress(T0 + 59_000), clock)
+    feed_commits(watch, "g", range(0, 60))
+    assert watch.scan(T0 + 59_000) == 1
+    drain(feed)
+    at = T0 + 400_000
+    watch.state.apply(LogEndSample(C, T, 0, 1000 * 400, at))
+    watch.progress[C].mark_fresh(at)
+    asked = watch.evaluator.group(C, "g", at)  # the request
+    assert asked.status is GroupStatus.ERR
+    assert watch.scan(at) == 1
+    assert [(c.group, c.status) for c in drain(feed)] == [("g", GroupStatus.ERR)]
+    assert watch.scan(at + 500) == 0  # and once seen, not again
+
+
 def test_groups_are_judged_rarely_while_the_reader_catches_up_and_at_once_when_it_has() -> None:
     progress = ReaderProgress()  # reading a backlog: not caught up
     watch, feed = watch_of(progress, Clock(T0))

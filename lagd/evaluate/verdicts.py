@@ -98,6 +98,9 @@ _STATUS_OF = list(PartitionStatus)
 _SHIFT = 8
 # By topic, then partition: int keys, so the dicts hold nothing the garbage collector tracks.
 Since = dict[str, dict[int, int]]
+# What an evaluation depended on: the group's version (windows and samples), when a time-driven
+# rule could next change it (ms), and since when lagd was blind to the cluster (None: it saw it).
+Stamp = tuple[int, int, int | None]
 # Group severity rank of a partition status, and the group status of a rank (rules.group_status).
 _WORST = (GroupStatus.OK, GroupStatus.WARN, GroupStatus.ERR)
 _RANK_OF = {status: _WORST.index(SEVERITY[status]) for status in PartitionStatus}
@@ -166,9 +169,8 @@ class Evaluator:
         self._cache: dict[tuple[str, str], _Cached] = {}
         self._since: dict[tuple[str, str], Since] = {}
         self._facts: dict[tuple[str, str], GroupFacts] = {}  # lagd rules: what each group's LagdJudge kept
-        # (version, recheck at, blind since) of each group's last evaluation: until one of them
-        # changes, the group's status cannot (see `due`).
-        self._due: dict[tuple[str, str], tuple[int, int, int | None]] = {}
+        # Each group's last evaluation's stamp: until it changes, the group's status cannot (see `changed`).
+        self._due: dict[tuple[str, str], Stamp] = {}
 
     def group(self, cluster: str, group: str, now_ms: int, *, cache: bool = True) -> GroupVerdict:
         """The group's verdict, recomputed when its version changes or the TTL passes.
@@ -206,15 +208,21 @@ class Evaluator:
         self._judge.begin(None)  # hold no group's facts twice
         return verdict
 
-    def due(self, cluster: str, group: str, now_ms: int) -> bool:
-        """Could the group's status differ from its last evaluation? Only when its windows or
-        samples changed, a time-driven rule's moment came, or lagd's sight of the cluster changed:
-        the verdict scan skips the others (their status stands), so a pass over many groups
-        costs a lookup per unchanged group."""
-        last = self._due.get((cluster, group))
-        if last is None:
+    def stamp(self, cluster: str, group: str) -> Stamp | None:
+        """What the group's last evaluation depended on (None: never judged or forgotten). A
+        caller that acts on status changes keeps the stamp of the verdict it acted on and asks
+        `changed` with it: any caller's evaluation (a dashboard's request) renews the evaluator's
+        own, so "judged since it changed" is per caller."""
+        return self._due.get((cluster, group))
+
+    def changed(self, cluster: str, group: str, stamp: Stamp | None, now_ms: int) -> bool:
+        """Could the group's status differ from the verdict judged under `stamp`? Only when its
+        windows or samples changed, a time-driven rule's moment came, or lagd's sight of the
+        cluster changed: the verdict scan skips the others (their status stands), so a pass over
+        many groups costs a lookup per unchanged group."""
+        if stamp is None:
             return True
-        version, recheck, blind = last
+        version, recheck, blind = stamp
         if version != self.state.group_version(cluster, group) or now_ms >= recheck:
             return True
         return self.rules == "lagd" and blind != self.blind_since(cluster, now_ms)

@@ -19,6 +19,7 @@ from lagd import logs
 from lagd.config import ClusterSettings
 from lagd.evaluate import Evaluator, GroupVerdict
 from lagd.evaluate.sight import ClusterSight, judge_sight
+from lagd.evaluate.verdicts import Stamp
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
@@ -73,6 +74,9 @@ class VerdictWatch:
     changes: VerdictFeed | None
     clock: Callable[[], int]
     statuses: dict[tuple[str, str], GroupStatus] = field(default_factory=dict)
+    # the evaluator's stamp of the verdict each status came from: a group is judged again once
+    # anything it depends on changed since then, whoever else judged it in between
+    stamps: dict[tuple[str, str], Stamp | None] = field(default_factory=dict)
     sights: dict[str, ClusterSight] = field(default_factory=dict)
     judged_at: dict[str, int] = field(default_factory=dict)  # cluster -> when its groups were last judged
     pass_seconds: float = 0.0  # time the last pass held the loop (its slices, not the waits between)
@@ -137,6 +141,7 @@ class VerdictWatch:
         so no NOTFOUND is reported for groups that still exist."""
         for group in groups:
             self.statuses.pop((cluster, group), None)
+            self.stamps.pop((cluster, group), None)
             self.evaluator.forget(cluster, group)
 
     def take_over(self, cluster: str, statuses: Mapping[str, GroupStatus]) -> None:
@@ -176,10 +181,11 @@ class VerdictWatch:
                     # a deleted one is reported NOTFOUND below, a let-go one not at all
                     continue
                 seen.add(key)
-                if key in self.statuses and not evaluator.due(cluster, group, now):
+                if key in self.statuses and not evaluator.changed(cluster, group, self.stamps.get(key), now):
                     yield 0  # nothing it depends on changed: its status stands
                     continue
                 verdict = evaluator.group(cluster, group, now, cache=False)
+                self.stamps[key] = evaluator.stamp(cluster, group)
                 if self.statuses.get(key) != verdict.status:
                     self.statuses[key] = verdict.status
                     self._on_change(verdict, now)
@@ -188,6 +194,7 @@ class VerdictWatch:
                     yield 0
         for key in [k for k in self.statuses if k not in seen and k[0] not in skipped]:
             del self.statuses[key]
+            self.stamps.pop(key, None)
             self._on_change(self.evaluator.group(key[0], key[1], now), now)  # NOTFOUND: resolves its incidents
             yield 1
         if self.changes is not None and not skipped:
