@@ -27,6 +27,7 @@ from lagd.clock import Clock, wall_ms
 from lagd.config import ConfigError, Settings, load
 from lagd.core import build_core
 from lagd.evaluate import Evaluator
+from lagd.evaluate.snapshot import Snapshots
 from lagd.http.app import Health, HttpContext, bound_port, start_http
 from lagd.ingest.log_end import sample_log_ends
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
@@ -432,6 +433,13 @@ async def _run(rt: Runtime, migrate: bool) -> None:
     health = Health(
         counters=rt.counters, progress=rt.progress, persister=wb.status, publisher=publisher, loop_lag=loop_lag
     )
+    # every group's last verdict, kept by the verdict watch for the pages that list every group
+    snapshots = Snapshots(partitions=settings.http.metrics_detail == "partition")
+
+    def forget(cluster: str, group: str) -> None:  # a group deleted through the API
+        rt.evaluator.forget(cluster, group)
+        snapshots.drop(cluster, group)
+
     ctx = HttpContext(
         settings=settings,
         state=rt.state,
@@ -440,7 +448,8 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         ready=rt.ready,
         health=health,
         engine=store.engine,
-        on_delete=lambda cluster, group: rt.evaluator.forget(cluster, group),
+        on_delete=forget,
+        snapshots=snapshots,
     )
     ingest: list[asyncio.Task[None]] = []
     others: list[asyncio.Task[None]] = []
@@ -513,6 +522,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 )
                 _start_sinks(rt, store, health, spawn)
             watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, clock)
+            watch.snapshots = snapshots
             watch.store_behind = functools.partial(persister.backlog_full, wb)
             health.sights = watch.sights
             if handover is not None:

@@ -207,7 +207,7 @@ async def test_label_values_are_escaped() -> None:
     )
 
 
-async def test_each_verdict_hands_the_loop_back_between_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_each_snapshot_hands_the_loop_back_between_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pages over every group (/lagd/v1/groups, the status page) judge them all in slices,
     other tasks running between them, never in one go."""
     ctx = build_context()
@@ -221,7 +221,7 @@ async def test_each_verdict_hands_the_loop_back_between_slices(monkeypatch: pyte
 
     task = asyncio.create_task(other())
     await asyncio.sleep(0)
-    async for v in metrics.each_verdict(ctx.state, ctx.evaluator, NOW):
+    async for v in metrics.each_snapshot(ctx, NOW):
         events.append(v.group)
     task.cancel()
     groups = [e for e in events if e != "-"]

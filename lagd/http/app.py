@@ -23,6 +23,7 @@ from lagd import logs
 from lagd.clock import Clock
 from lagd.config import Settings
 from lagd.evaluate import Evaluator
+from lagd.evaluate.snapshot import Snapshots
 from lagd.model import IngestCounters
 from lagd.scale.ownership import OwnerMap
 from lagd.state.windows import State
@@ -89,6 +90,9 @@ class HttpContext:
     engine: AsyncEngine | None = None
     on_delete: Callable[..., Any] | None = None
     owners: OwnerMap | None = None  # workers (lagd.scale): who owns each group; None: this instance holds all
+    # the verdict watch's snapshot of every group it judged, read by the pages that list every
+    # group; None (no watch): those pages judge every group themselves
+    snapshots: Snapshots | None = None
 
 
 CTX: web.AppKey[HttpContext] = web.AppKey("lagd_ctx", HttpContext)

@@ -20,8 +20,9 @@ from lagd import logs
 from lagd.db import schema
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.evaluate import rules as R
+from lagd.evaluate.snapshot import GroupSnapshot
 from lagd.http.app import CTX, HttpContext, envelope
-from lagd.http.metrics import each_verdict
+from lagd.http.metrics import each_snapshot
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 
 log = logs.get(__name__)
@@ -87,7 +88,7 @@ def partition_view(p: PartitionVerdict) -> dict[str, Any]:
     }
 
 
-def summary_view(v: GroupVerdict) -> dict[str, Any]:
+def summary_view(v: GroupVerdict | GroupSnapshot) -> dict[str, Any]:
     return {
         "cluster": v.cluster,
         "group": v.group,
@@ -136,7 +137,7 @@ def _ctx(request: web.Request) -> HttpContext:
 async def groups(request: web.Request) -> web.Response:
     ctx = _ctx(request)
     only = request.query.get("cluster")
-    out = [summary_view(v) async for v in each_verdict(ctx.state, ctx.evaluator, ctx.now_ms(), only)]
+    out = [summary_view(v) async for v in each_snapshot(ctx, ctx.now_ms(), only)]
     return _json({"groups": out})
 
 

@@ -2,7 +2,9 @@
 
 Burrow's metric names and labels (core/internal/httpserver/prometheus.go) keep existing
 alerts working; lagd's own series follow. No global registry: every scrape renders the
-current state, so removed groups vanish at once. `http.metrics-detail = "group"` drops the
+groups the state holds, so removed groups vanish at once, each from the verdict watch's
+snapshot of its last verdict (lagd.evaluate.snapshot): a scrape judges no group the watch
+has judged. `http.metrics-detail = "group"` drops the
 per-partition series, which dominate cardinality.
 """
 
@@ -15,8 +17,9 @@ from typing import Any
 
 from aiohttp import web
 
-from lagd.evaluate import Evaluator, GroupVerdict
-from lagd.http.app import CTX, Health
+from lagd.evaluate import Evaluator
+from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
+from lagd.http.app import CTX, Health, HttpContext
 from lagd.ingest.validate import REASONS as REJECT_REASONS
 from lagd.model import GroupStatus
 from lagd.slices import Slices
@@ -59,19 +62,31 @@ class _Family:
         self.out.append(f"{self.name}{{{labels}}} {_num(value)}\n" if labels else f"{self.name} {_num(value)}\n")
 
 
-async def each_verdict(
-    state: State, evaluator: Evaluator, now_ms: int, cluster: str | None = None
-) -> AsyncIterator[GroupVerdict]:
-    """Every known group's verdict (of `cluster`, or of all), NOTFOUND left out, handing the
-    loop back every SLICE_S: pages that list every group judge them all. Verdicts are not put
-    in the response cache (see Evaluator.group); a group's cached verdict is used if there is one."""
-    slices = Slices(SLICE_S)
+def group_snapshots(
+    state: State, evaluator: Evaluator, snapshots: Snapshots | None, now_ms: int, cluster: str | None = None
+) -> Iterator[GroupSnapshot]:
+    """Every known group's snapshot (of `cluster`, or of all), NOTFOUND left out: the one the
+    verdict watch keeps where it has judged the group; else the group is judged now, its
+    snapshot kept for the next page (until the watch judges it), and its verdict left out of
+    the response cache (see Evaluator.group)."""
     for name in list(state.clusters()) if cluster is None else [cluster]:
         for group in list(state.groups(name)):  # groups may come and go between slices
-            v = evaluator.group(name, group, now_ms, cache=False)
-            if v.status is not GroupStatus.NOTFOUND:
-                yield v
-            await slices.turn()
+            snap = snapshots.get(name, group) if snapshots is not None else None
+            if snap is None:
+                v = evaluator.group(name, group, now_ms, cache=False)
+                if v.status is GroupStatus.NOTFOUND:
+                    continue
+                snap = snapshots.put(v) if snapshots is not None else snapshot_of(v)
+            yield snap
+
+
+async def each_snapshot(ctx: HttpContext, now_ms: int, cluster: str | None = None) -> AsyncIterator[GroupSnapshot]:
+    """`group_snapshots`, handing the loop back every SLICE_S (a group not judged yet costs an
+    evaluation: many of them while lagd catches up)."""
+    slices = Slices(SLICE_S)
+    for snap in group_snapshots(ctx.state, ctx.evaluator, ctx.snapshots, now_ms, cluster):
+        yield snap
+        await slices.turn()
 
 
 _GROUP_FAMILIES = (
@@ -93,11 +108,18 @@ _PARTITION_FAMILIES = (
 
 
 def render_steps(
-    state: State, evaluator: Evaluator, health: Health, now_ms: int, detail: str, out: list[str]
+    state: State,
+    evaluator: Evaluator,
+    health: Health,
+    now_ms: int,
+    detail: str,
+    out: list[str],
+    snapshots: Snapshots | None = None,
 ) -> Iterator[None]:
     """Render the exposition page into `out`, yielding after every group and topic so the caller
-    can hand the event loop back: a page of 100k series is long work. Each family's samples
-    are collected apart and joined at the end, as the text format wants them contiguous."""
+    can hand the event loop back: a page of 100k series is long work. Groups come from the
+    verdict watch's `snapshots` (see group_snapshots). Each family's samples are collected apart
+    and joined at the end, as the text format wants them contiguous."""
     started = time.process_time()
     per_partition = detail == "partition"
     families = [_Family([], name, kind, help_text) for name, kind, help_text in _GROUP_FAMILIES]
@@ -106,26 +128,21 @@ def render_steps(
         part_families = [_Family([], name, kind, help_text) for name, kind, help_text in _PARTITION_FAMILIES]
         families += part_families
         lag_f, offset_f, pstatus_f, pseconds_f = part_families
-    for cluster in state.clusters():
-        c = f'cluster="{_esc(cluster)}",consumer_group="'
-        for group in state.groups(cluster):
-            v = evaluator.group(cluster, group, now_ms, cache=False)  # every group: see Evaluator.group
-            if v.status is GroupStatus.NOTFOUND:
-                continue
-            lab = f'{c}{_esc(group)}"'
-            status_f.add(lab, STATUS_INDEX[v.status.value])
-            total_f.add(lab, v.totallag)
-            seconds_f.add(lab, v.lag_seconds)
-            bound_f.add(lab, any(p.lag_seconds_estimated and p.current_lag > 0 for p in v.partitions))
-            if per_partition:
-                for p in v.partitions:
-                    plab = f'{lab},topic="{_esc(p.topic)}",partition="{p.partition}"'
-                    lag_f.add(plab, p.current_lag)
-                    if p.complete == 1.0 and p.end is not None:
-                        offset_f.add(plab, p.end.offset)
-                    pstatus_f.add(plab, STATUS_INDEX[p.status.value])
-                    pseconds_f.add(plab, p.lag_seconds)
-            yield
+    for v in group_snapshots(state, evaluator, snapshots, now_ms):
+        lab = f'cluster="{_esc(v.cluster)}",consumer_group="{_esc(v.group)}"'
+        status_f.add(lab, STATUS_INDEX[v.status.value])
+        total_f.add(lab, v.totallag)
+        seconds_f.add(lab, v.lag_seconds)
+        bound_f.add(lab, v.lag_seconds_bound)
+        if per_partition:
+            for p in v.partitions():
+                plab = f'{lab},topic="{_esc(p.topic)}",partition="{p.partition}"'
+                lag_f.add(plab, p.current_lag)
+                if p.offset is not None:
+                    offset_f.add(plab, p.offset)
+                pstatus_f.add(plab, STATUS_INDEX[p.status.value])
+                pseconds_f.add(plab, p.lag_seconds)
+        yield
     health.evaluation_seconds_last = time.process_time() - started
     if per_partition:
         offsets_f = _Family(
@@ -145,10 +162,17 @@ def render_steps(
     _health(out, health, now_ms)
 
 
-def render(state: State, evaluator: Evaluator, health: Health, now_ms: int, detail: str = "partition") -> str:
+def render(
+    state: State,
+    evaluator: Evaluator,
+    health: Health,
+    now_ms: int,
+    detail: str = "partition",
+    snapshots: Snapshots | None = None,
+) -> str:
     """The whole exposition page, at once (tests, tools); the handler renders it in slices."""
     out: list[str] = []
-    for _ in render_steps(state, evaluator, health, now_ms, detail, out):
+    for _ in render_steps(state, evaluator, health, now_ms, detail, out, snapshots):
         pass
     return "".join(out)
 
@@ -289,7 +313,8 @@ async def metrics(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     out: list[str] = []
     slices = Slices(SLICE_S)
-    for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), ctx.settings.http.metrics_detail, out):
+    detail = ctx.settings.http.metrics_detail
+    for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), detail, out, ctx.snapshots):
         await slices.turn()
     return web.Response(body="".join(out).encode(), headers={"Content-Type": CONTENT_TYPE})
 

@@ -20,11 +20,11 @@ import sqlalchemy as sa
 from aiohttp import web
 
 from lagd.db import schema
-from lagd.evaluate import GroupVerdict
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
+from lagd.evaluate.snapshot import GroupSnapshot
 from lagd.http.app import CTX, HttpContext
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
-from lagd.http.metrics import each_verdict
+from lagd.http.metrics import each_snapshot
 from lagd.model import GroupStatus
 from lagd.state.windows import State
 
@@ -306,13 +306,13 @@ def _page(title: str, refresh_s: int, body: str) -> str:
     )
 
 
-def render(ctx: HttpContext, incidents: list[Any] | None, groups: list[GroupVerdict], now: int) -> str:
-    """The index page of `groups`' verdicts (judged at `now`)."""
+def render(ctx: HttpContext, incidents: list[Any] | None, groups: list[GroupSnapshot], now: int) -> str:
+    """The index page of `groups`' snapshots (see lagd.evaluate.snapshot)."""
     state = ctx.state
     rows: list[str] = []
     by_cluster: dict[str, list[str]] = {}
     for v in groups:
-        bad = sorted({p.status.value for p in v.partitions if p.status.value != "OK"})
+        bad = v.bad
         by_cluster.setdefault(v.cluster, []).append(
             f"<tr><td>{_group_link(v.cluster, v.group)}</td>"
             f"<td>{_badge(v.status.value)}</td>"
@@ -343,7 +343,7 @@ async def index(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     now = ctx.now_ms()
     incidents = await _incidents(ctx, now)
-    groups = [v async for v in each_verdict(ctx.state, ctx.evaluator, now)]
+    groups = [v async for v in each_snapshot(ctx, now)]
     return web.Response(text=render(ctx, incidents, groups, now), content_type="text/html")
 
 

@@ -5,6 +5,8 @@ in the history the trends job rolls up, and offers it to the notifier as a Group
 also judges whether lagd sees each cluster (lagd.evaluate.sight): while blind, the
 evaluator holds time-driven verdicts as of the moment lagd last saw the cluster, and the
 cluster itself becomes one incident member (`cluster:<name>`, ERR while unreachable).
+It keeps a snapshot of every verdict it judges for the pages that list every group
+(lagd.evaluate.snapshot), so they need not judge every group per request.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from lagd import logs
 from lagd.config import ClusterSettings
 from lagd.evaluate import Evaluator, GroupVerdict
 from lagd.evaluate.sight import ClusterSight, judge_sight
+from lagd.evaluate.snapshot import Snapshots
 from lagd.evaluate.verdicts import Stamp
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify.feed import VerdictFeed
@@ -83,6 +86,8 @@ class VerdictWatch:
     # True while ingest waits for Postgres (lagd.state.persister.backlog_full): then a reader
     # that falls behind is held up by the store, not by the brokers, and the hint says so
     store_behind: Callable[[], bool] | None = None
+    # what the list pages (/metrics, /lagd/v1/groups, the status page) read of each verdict judged
+    snapshots: Snapshots | None = None
 
     def __post_init__(self) -> None:
         self.evaluator.blind_since = self.blind_since
@@ -142,6 +147,8 @@ class VerdictWatch:
         for group in groups:
             self.statuses.pop((cluster, group), None)
             self.stamps.pop((cluster, group), None)
+            if self.snapshots is not None:
+                self.snapshots.drop(cluster, group)
             self.evaluator.forget(cluster, group)
 
     def take_over(self, cluster: str, statuses: Mapping[str, GroupStatus]) -> None:
@@ -186,6 +193,8 @@ class VerdictWatch:
                     continue
                 verdict = evaluator.group(cluster, group, now, cache=False)
                 self.stamps[key] = evaluator.stamp(cluster, group)
+                if self.snapshots is not None:
+                    self.snapshots.put(verdict)
                 if self.statuses.get(key) != verdict.status:
                     self.statuses[key] = verdict.status
                     self._on_change(verdict, now)
@@ -195,6 +204,8 @@ class VerdictWatch:
         for key in [k for k in self.statuses if k not in seen and k[0] not in skipped]:
             del self.statuses[key]
             self.stamps.pop(key, None)
+            if self.snapshots is not None:
+                self.snapshots.drop(*key)
             self._on_change(self.evaluator.group(key[0], key[1], now), now)  # NOTFOUND: resolves its incidents
             yield 1
         if self.changes is not None and not skipped:

@@ -1,0 +1,138 @@
+"""Every group's last verdict, kept small, for the pages that list every group.
+
+`/metrics`, `/lagd/v1/groups` and the status page show every group at once. Judging every
+group for each of them costs a full evaluation per request (about a second of CPU per 100k
+group-partitions, several seconds at a million), and a Prometheus scraping every 15 s would
+spend a good part of a core on it. The verdict watch judges every group whose windows or
+samples changed anyway, within a pass of the change; it keeps here what those pages read of
+each verdict, and they read it from here.
+
+A snapshot is the verdict as of its `evaluated_at`, which the pages show: a group's status
+changes are in it within a pass, its lag within a pass of a new commit or log-end sample.
+Per partition it keeps five integers and a float (about 50 bytes, a tenth of a cached
+verdict's), and nothing when `/metrics` is set to per-group series only.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from lagd.evaluate.verdicts import GroupVerdict
+from lagd.model import GroupStatus, PartitionStatus
+from lagd.state.windows import FIELDS, OFFSET
+
+_STATUSES = list(PartitionStatus)
+_CODE = {status: i for i, status in enumerate(_STATUSES)}
+ROW = 5  # a partition's row: topic index, partition, current lag, newest offset (-1: window not full), status
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    """One partition as `/metrics` shows it."""
+
+    topic: str
+    partition: int
+    current_lag: int
+    offset: int | None  # the newest committed offset, with a full window only (Burrow's rule)
+    status: PartitionStatus
+    lag_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """What the list pages show of a group's verdict (see the module doc)."""
+
+    cluster: str
+    group: str
+    status: GroupStatus
+    complete: float
+    partition_count: int
+    totallag: int
+    lag_seconds: float
+    lag_seconds_bound: bool  # a lagging partition's lag in seconds is only a lower bound
+    evaluated_at: int
+    bad: tuple[str, ...]  # the statuses of its partitions that are not OK, sorted
+    topics: tuple[str, ...]
+    rows: array[int] | None  # ROW ints per partition (None: kept without partitions)
+    seconds: array[float] | None  # each partition's lag in seconds
+
+    def partitions(self) -> Iterator[PartitionRow]:
+        """Its partitions, in the verdict's order (empty when kept without them)."""
+        rows, seconds = self.rows, self.seconds
+        if rows is None or seconds is None:
+            return
+        topics = self.topics
+        for i in range(len(seconds)):
+            b = i * ROW
+            offset = rows[b + 3]
+            yield PartitionRow(
+                topics[rows[b]],
+                rows[b + 1],
+                rows[b + 2],
+                offset if offset >= 0 else None,
+                _STATUSES[rows[b + 4]],
+                seconds[i],
+            )
+
+
+def snapshot_of(verdict: GroupVerdict, partitions: bool = True) -> GroupSnapshot:
+    """The snapshot of a verdict; `partitions=False` keeps the group's figures only."""
+    bad: set[str] = set()
+    bound = False
+    topics: dict[str, int] = {}
+    rows: array[int] | None = array("q") if partitions else None
+    seconds: array[float] | None = array("d") if partitions else None
+    for p in verdict.partitions:
+        if p.status is not PartitionStatus.OK:
+            bad.add(p.status.value)
+        if p.current_lag > 0 and p.lag_seconds_estimated:
+            bound = True
+        if rows is not None and seconds is not None:
+            t = topics.setdefault(p.topic, len(topics))
+            end = p.entries[FIELDS + OFFSET] if p.entries is not None and p.complete == 1.0 else -1
+            rows.extend((t, p.partition, p.current_lag, end, _CODE[p.status]))
+            seconds.append(p.lag_seconds)
+    return GroupSnapshot(
+        verdict.cluster,
+        verdict.group,
+        verdict.status,
+        verdict.complete,
+        verdict.partition_count,
+        verdict.totallag,
+        verdict.lag_seconds,
+        bound,
+        verdict.evaluated_at,
+        tuple(sorted(bad)),
+        tuple(topics),
+        rows,
+        seconds,
+    )
+
+
+class Snapshots:
+    """The latest snapshot of every group the verdict watch judges, by (cluster, group).
+    Bounded by the groups the state holds: the watch drops a group it no longer sees."""
+
+    def __init__(self, partitions: bool = True) -> None:
+        self.partitions = partitions
+        self._by_group: dict[tuple[str, str], GroupSnapshot] = {}
+
+    def put(self, verdict: GroupVerdict) -> GroupSnapshot:
+        """Keep the verdict's snapshot (a NOTFOUND verdict drops the group's)."""
+        key = (verdict.cluster, verdict.group)
+        if verdict.status is GroupStatus.NOTFOUND:
+            self._by_group.pop(key, None)
+            return snapshot_of(verdict, False)
+        snap = self._by_group[key] = snapshot_of(verdict, self.partitions)
+        return snap
+
+    def get(self, cluster: str, group: str) -> GroupSnapshot | None:
+        return self._by_group.get((cluster, group))
+
+    def drop(self, cluster: str, group: str) -> None:
+        self._by_group.pop((cluster, group), None)
+
+    def __len__(self) -> int:
+        return len(self._by_group)
