@@ -17,7 +17,7 @@ from lagd.config import ClusterSettings, EvaluatorSettings, Settings
 from lagd.core import build_core
 from lagd.evaluate import GroupVerdict
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, GroupStatus, LogEndSample
+from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.notify.watch import CATCHING_UP_EVERY_MS, DUTY, VerdictWatch, cluster_member, pause_after
@@ -269,7 +269,7 @@ def test_groups_let_go_to_another_worker_are_never_reported_notfound() -> None:
     # taken over again later, with the status its owner published: judging it agrees, no change
     for g in gone:
         feed_commits(watch, g, range(0, 60))
-    watch.take_over(C, {g: GroupStatus.OK for g in gone})
+    watch.take_over(C, {g: GroupChange(C, g, GroupStatus.OK, T0 + 60_000) for g in gone})
     assert watch.scan(T0 + 61_000) == 0
     assert drain(feed) == []
 
@@ -295,3 +295,53 @@ def test_blind_hint_names_postgres_when_ingest_waits_for_the_store() -> None:
     assert len(hints) == 2
     assert "brokers" in hints[0] and "Postgres" not in hints[0]
     assert "Postgres" in hints[1] and "lagd_store_pending_changes" in hints[1]
+
+
+def test_a_group_taken_over_keeps_its_warn_held_by_hysteresis() -> None:
+    """A consumer fell behind and now keeps pace, still behind: WARN is held (still-behind),
+    though a first judgement of the same windows finds no trend and says OK. A worker taking
+    the group over starts from the partitions its last owner published, so the failover
+    changes no verdict and clears no alert."""
+    rate = 400
+
+    def position(t: int) -> int:
+        base = 1_000_000 - rate // 2  # half a second behind
+        if t < 300:
+            return base + rate * t
+        if t < 700:
+            return base + rate * 300 + int(0.85 * rate * (t - 300))  # falls behind
+        return base + rate * 300 + int(0.85 * rate * 400) + rate * (t - 700)  # keeps pace, still behind
+
+    def worker() -> tuple[VerdictWatch, VerdictFeed]:
+        at = T0 + 900_000
+        return watch_of(healthy_progress(at), Clock(at))
+
+    owner, owner_feed = worker()
+    for t in range(0, 901):
+        ms = T0 + t * 1000
+        if t % 10 == 0:
+            owner.state.apply(LogEndSample(C, T, 0, 1_000_000 + rate * t, ms))
+        if t % 5 == 0:
+            owner.state.apply(Commit(C, "g", T, 0, position(t), t + 1, ms, ms))
+        owner.progress[C].mark_fresh(ms)
+        owner.scan(ms)
+    published = drain(owner_feed)[-1]
+    assert published.status is GroupStatus.WARN
+    held = owner.evaluator.group(C, "g", T0 + 900_000).partitions[0]
+    assert (held.status, held.rule) == (PartitionStatus.WARN, "still-behind")
+
+    def successor() -> VerdictWatch:
+        """A worker that restored the owner's windows and samples (as from Postgres)."""
+        new, _ = worker()
+        new.state.restore_window((C, "g", T, 0), owner.state.window(C, "g", T, 0))
+        new.state.restore_log_end((C, T, 0), *owner.state.log_end_samples(C, T, 0))
+        return new
+
+    afresh = successor()
+    assert afresh.evaluator.group(C, "g", T0 + 900_000).status is GroupStatus.OK  # what hysteresis prevents
+
+    taker = successor()
+    taker.take_over(C, {"g": published})
+    assert taker.scan(T0 + 900_000) == 0  # judged WARN, as published: no change, no alert cleared
+    assert taker.statuses[(C, "g")] is GroupStatus.WARN
+    assert taker.evaluator.group(C, "g", T0 + 900_000).partitions[0].rule == "still-behind"

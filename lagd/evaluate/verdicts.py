@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -207,6 +207,22 @@ class Evaluator:
             self._facts.pop(key, None)
         self._judge.begin(None)  # hold no group's facts twice
         return verdict
+
+    def take_over(
+        self, cluster: str, group: str, partitions: Iterable[tuple[str, int, PartitionStatus]], since_ms: int
+    ) -> None:
+        """Start a group another process judged until now (lagd.scale) from the statuses it
+        published for its partitions that were not OK, as if this evaluator had judged them:
+        a partition held WARN by hysteresis (still behind, no longer falling behind) stays
+        WARN, where a first judgement would call it OK and clear the group's alert at
+        failover. Ignored for a group this evaluator has judged itself."""
+        key = (cluster, group)
+        if key in self._since:
+            return
+        since: Since = {}
+        for topic, partition, status in partitions:
+            since.setdefault(topic, {})[partition] = (since_ms << _SHIFT) | _CODE[status]
+        self._since[key] = since
 
     def stamp(self, cluster: str, group: str) -> Stamp | None:
         """What the group's last evaluation depended on (None: never judged or forgotten). A

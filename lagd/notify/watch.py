@@ -151,11 +151,13 @@ class VerdictWatch:
                 self.snapshots.drop(cluster, group)
             self.evaluator.forget(cluster, group)
 
-    def take_over(self, cluster: str, statuses: Mapping[str, GroupStatus]) -> None:
-        """Groups this worker was just given, with the status their last owner published: a first
-        judgement that agrees is no change (nothing recorded, nobody re-alerted)."""
-        for group, status in statuses.items():
-            self.statuses.setdefault((cluster, group), status)
+    def take_over(self, cluster: str, published: Mapping[str, GroupChange]) -> None:
+        """Groups this worker was just given, with the verdict their last owner published: a first
+        judgement that agrees is no change (nothing recorded, nobody re-alerted), and its
+        partitions that were not OK keep their status as the rules' prior (hysteresis)."""
+        for group, change in published.items():
+            self.statuses.setdefault((cluster, group), change.status)
+            self.evaluator.take_over(cluster, group, ((t, p, s) for t, p, s, _ in change.partitions), change.at)
 
     def scan(self, now: int) -> int:
         """One whole pass over every group at once; returns how many changed status."""

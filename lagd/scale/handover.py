@@ -21,7 +21,9 @@ from lagd import logs
 from lagd.clock import Clock, wall_ms
 from lagd.db.schema import group_verdicts
 from lagd.evaluate import Evaluator
-from lagd.model import Event, GroupMembers, GroupStatus
+from lagd.model import Event, GroupMembers
+from lagd.notify.incidents import GroupChange
+from lagd.notify.shared_verdicts import decode_change
 from lagd.notify.watch import VerdictWatch
 from lagd.scale import ownership
 from lagd.scale.ownership import Me
@@ -109,18 +111,17 @@ class WorkerHandover:
         except Exception as exc:  # the new owner overwrites the rows anyway
             log.warning("ownership rows not withdrawn", cluster=cluster, error=repr(exc))
 
-    async def _published(self, cluster: str, partitions: set[int], count: int) -> dict[str, GroupStatus]:
-        """The statuses last published for the groups of `partitions` (lagd.notify.shared_verdicts)."""
+    async def _published(self, cluster: str, partitions: set[int], count: int) -> dict[str, GroupChange]:
+        """The verdicts last published for the groups of `partitions` (lagd.notify.shared_verdicts)."""
+        t = group_verdicts.c
         async with self.engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    select(group_verdicts.c.group_name, group_verdicts.c.status).where(
-                        group_verdicts.c.cluster == cluster
-                    )
-                )
-            ).all()
-        out: dict[str, GroupStatus] = {}
-        for group, status in rows:
-            if offsets_partition(group, count) in partitions and status in GroupStatus.__members__:
-                out[group] = GroupStatus[status]
+            rows = (await conn.execute(select(t.group_name, t.status, t.at, t.body).where(t.cluster == cluster))).all()
+        out: dict[str, GroupChange] = {}
+        for group, status, at, body in rows:
+            if offsets_partition(group, count) not in partitions:
+                continue
+            try:
+                out[group] = decode_change(cluster, group, status, at, body)
+            except (ValueError, KeyError, TypeError) as exc:  # a row from another lagd version: judged afresh
+                log.warning("published verdict not readable; the group is judged afresh", group=group, error=repr(exc))
         return out
