@@ -55,8 +55,10 @@ async def test_groups_list(api: aiohttp.ClientSession) -> None:
         "partition_count": 2,
         "totallag": 1500,
         "lag_seconds": 15.001,
+        "not_ok": ["WARN"],
         "evaluated_at": NOW,
     }
+    assert [g["not_ok"] for g in body["groups"]] == [[], ["REWIND"], ["STALL"], ["STOP"], ["WARN"]]
     code, body = await get(api, "/lagd/v1/groups?cluster=elsewhere")
     assert (code, body) == (200, {"groups": []})
 

@@ -3,15 +3,21 @@ every group per request (lagd.evaluate.snapshot). Pure parts and a real HTTP ser
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from lagd.evaluate import Evaluator, GroupVerdict
 from lagd.evaluate.snapshot import Snapshots, snapshot_of
-from lagd.http import metrics
-from lagd.http.app import HttpContext
+from lagd.http import metrics, page
+from lagd.http.app import CTX, HttpContext
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import Commit, GroupStatus, LogEndSample
 from lagd.notify.watch import VerdictWatch
+from lagd.state.windows import State
 from tests.http_state import CLUSTER, GROUPS, NOW, build_context, serve
 from tests.test_http_metrics import parse
 
@@ -53,7 +59,7 @@ def test_a_snapshot_holds_what_the_list_pages_show_of_the_verdict() -> None:
             v.lag_seconds,
         )
         assert snap.evaluated_at == v.evaluated_at == NOW
-        assert snap.bad == tuple(sorted({p.status.value for p in v.partitions} - {"OK"}))
+        assert snap.not_ok == tuple(sorted({p.status.value for p in v.partitions} - {"OK"}))
         assert snap.lag_seconds_bound == any(p.lag_seconds_estimated and p.current_lag for p in v.partitions)
         rows = [(r.topic, r.partition, r.current_lag, r.offset, r.status, r.lag_seconds) for r in snap.partitions()]
         assert rows == [
@@ -126,9 +132,56 @@ def test_the_watch_keeps_snapshots_current_and_drops_those_of_groups_it_no_longe
     watch.scan(later)
     stopped = snapshots.get(CLUSTER, "g-ok")
     assert stopped is not None and stopped.status is GroupStatus.ERR and stopped.evaluated_at == later
-    assert stopped.bad == ("STOP",)
+    assert stopped.not_ok == ("STOP",)
     watch.let_go(CLUSTER, ["g-warn"])
     assert snapshots.get(CLUSTER, "g-warn") is None
     assert ctx.state.remove_group(CLUSTER, "g-stall")
     watch.scan(later + 1)
     assert snapshots.get(CLUSTER, "g-stall") is None
+
+
+def test_lag_history_sums_the_frozen_commit_lags_per_window_slot() -> None:
+    state = build_context().state
+    for group in GROUPS:
+        expected = [0] * state.intervals
+        for topic, partitions in (state.group_topics(CLUSTER, group) or {}).items():
+            for partition in partitions:
+                window = state.window(CLUSTER, group, topic, partition)
+                for i, entry in enumerate(window, state.intervals - len(window)):
+                    expected[i] += entry.lag or 0
+        assert page.lag_history(state, CLUSTER, group) == expected
+    assert page.lag_history(state, CLUSTER, "g-warn") != [0] * state.intervals
+
+
+async def test_the_status_page_lists_every_group_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index judges nothing the watch has judged, and its per-group work (the lag history
+    of every partition's window) runs between turns of the loop, never in one go."""
+    ctx = build_context()
+    watched(ctx).scan(NOW)
+    monkeypatch.setattr(metrics, "SLICE_S", 0.0)  # a turn after each group
+    events: list[str] = []
+    history = page.lag_history
+
+    def recorded(state: State, cluster: str, group: str) -> list[int]:
+        events.append(group)
+        return history(state, cluster, group)
+
+    monkeypatch.setattr(page, "lag_history", recorded)
+
+    async def other() -> None:
+        while True:
+            events.append("-")
+            await asyncio.sleep(0)
+
+    app = web.Application()
+    app[CTX] = ctx
+    task = asyncio.create_task(other())
+    await asyncio.sleep(0)
+    judged = counting(ctx.evaluator)
+    response = await page.index(make_mocked_request("GET", "/", app=app))
+    task.cancel()
+    assert judged == []
+    assert sorted(e for e in events if e != "-") == sorted(GROUPS)
+    assert all(events[k + 1] == "-" for k, e in enumerate(events[:-1]) if e != "-")
+    assert isinstance(response, web.Response) and isinstance(response.text, str)
+    assert all(f'href="/group/{CLUSTER}/{g}"' in response.text for g in GROUPS)

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import psycopg2
@@ -264,7 +265,7 @@ async def answers_everything(
     session: aiohttp.ClientSession, at: list[Worker], groups: set[str], statuses: dict[str, str] | None = None
 ) -> bool:
     """Every instance in `at` answers every group's status (and, given `statuses`, with those),
-    and lists every group. False while some answer 503 (a rebalance completing: retry)."""
+    and lists every group (the Burrow list and the status page). False while some answer 503 (a rebalance completing: retry)."""
     for w in at:
         for g in sorted(groups):
             status, body, _ = await get(session, f"{w.url}/v3/kafka/sim/consumer/{g}/status")
@@ -277,6 +278,12 @@ async def answers_everything(
         if status == 503 or "X-Lagd-Partial" in headers:
             return False
         assert status == 200 and groups == set(body["consumers"]), (w.port, body)
+        # the status page too lists every group, each worker's own from its snapshots
+        status, page, _ = await get(session, f"{w.url}/")
+        if status != 200 or "workers not answering" in page:
+            return False
+        listed = set(re.findall(r'href="/group/sim/([^"]+)"', page))
+        assert listed == {quote(g, safe="") for g in groups}, (w.port, sorted(listed))
     return True
 
 

@@ -53,7 +53,7 @@ class GroupSnapshot:
     lag_seconds: float
     lag_seconds_bound: bool  # a lagging partition's lag in seconds is only a lower bound
     evaluated_at: int
-    bad: tuple[str, ...]  # the statuses of its partitions that are not OK, sorted
+    not_ok: tuple[str, ...]  # the statuses of its partitions that are not OK, sorted
     topics: tuple[str, ...]
     rows: array[int] | None  # ROW ints per partition (None: kept without partitions)
     seconds: array[float] | None  # each partition's lag in seconds
@@ -79,14 +79,11 @@ class GroupSnapshot:
 
 def snapshot_of(verdict: GroupVerdict, partitions: bool = True) -> GroupSnapshot:
     """The snapshot of a verdict; `partitions=False` keeps the group's figures only."""
-    bad: set[str] = set()
     bound = False
     topics: dict[str, int] = {}
     rows: array[int] | None = array("q") if partitions else None
     seconds: array[float] | None = array("d") if partitions else None
     for p in verdict.partitions:
-        if p.status is not PartitionStatus.OK:
-            bad.add(p.status.value)
         if p.current_lag > 0 and p.lag_seconds_estimated:
             bound = True
         if rows is not None and seconds is not None:
@@ -104,7 +101,7 @@ def snapshot_of(verdict: GroupVerdict, partitions: bool = True) -> GroupSnapshot
         verdict.lag_seconds,
         bound,
         verdict.evaluated_at,
-        tuple(sorted(bad)),
+        verdict.not_ok,
         tuple(topics),
         rows,
         seconds,

@@ -84,6 +84,11 @@ class GroupVerdict:
     lag_seconds: float  # the highest over the partitions
     evaluated_at: int
 
+    @property
+    def not_ok(self) -> tuple[str, ...]:
+        """The statuses of its partitions that are not OK, sorted."""
+        return tuple(sorted({p.status.value for p in self.partitions if p.status is not PartitionStatus.OK}))
+
 
 @dataclass(slots=True)
 class _Cached:

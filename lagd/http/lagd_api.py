@@ -97,6 +97,7 @@ def summary_view(v: GroupVerdict | GroupSnapshot) -> dict[str, Any]:
         "partition_count": v.partition_count,
         "totallag": v.totallag,
         "lag_seconds": v.lag_seconds,
+        "not_ok": list(v.not_ok),
         "evaluated_at": v.evaluated_at,
     }
 

@@ -75,6 +75,7 @@ SCHEMAS: dict[str, Any] = {
             "partition_count": INT,
             "totallag": INT,
             "lag_seconds": NUM,
+            "not_ok": {"type": "array", "items": _PSTATUS},
             "evaluated_at": INT,
         }
     ),

@@ -25,8 +25,9 @@ from lagd.evaluate.snapshot import GroupSnapshot
 from lagd.http.app import CTX, HttpContext
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
 from lagd.http.metrics import each_snapshot
+from lagd.http.routing import peer_groups
 from lagd.model import GroupStatus
-from lagd.state.windows import State
+from lagd.state.windows import FIELDS, LAG, NO_LAG, State
 
 REFRESH_S = 10
 GROUP_REFRESH_S = 30
@@ -47,12 +48,12 @@ HOUR_MS = 3600 * 1000
 def lag_history(state: State, cluster: str, group: str) -> list[int]:
     """Total lag per window slot (newest last): the sum over partitions of the frozen commit lags."""
     totals = [0] * state.intervals
-    for topic, partitions in (state.group_topics(cluster, group) or {}).items():
-        for partition in partitions:
-            window = state.window(cluster, group, topic, partition)
-            shift = state.intervals - len(window)
-            for i, entry in enumerate(window):
-                totals[shift + i] += entry.lag or 0
+    for partitions in (state.group_windows(cluster, group) or {}).values():
+        for arr in partitions.values():
+            lags = arr[LAG::FIELDS]  # the flat windows as they are, no entry objects
+            for i, lag in enumerate(lags, state.intervals - len(lags)):
+                if lag != NO_LAG:
+                    totals[i] += lag
     return totals
 
 
@@ -77,7 +78,7 @@ STYLE = (
     ".st{color:#fff;padding:1px 6px;border-radius:3px;font-size:90%;white-space:nowrap}"
     ".muted{color:#666;font-size:90%}a{color:#1565c0}.charts{display:flex;flex-wrap:wrap;gap:1.5em}"
     ".chart text{font-size:11px;fill:#555}.chart .line{fill:none;stroke-width:2}"
-    ".health td:first-child{font-weight:600}"
+    ".health td:first-child{font-weight:600}.warn{color:#c62828}"
 )
 
 
@@ -306,26 +307,42 @@ def _page(title: str, refresh_s: int, body: str) -> str:
     )
 
 
-def render(ctx: HttpContext, incidents: list[Any] | None, groups: list[GroupSnapshot], now: int) -> str:
-    """The index page of `groups`' snapshots (see lagd.evaluate.snapshot)."""
+def render(
+    ctx: HttpContext,
+    incidents: list[Any] | None,
+    groups: list[GroupSnapshot],
+    now: int,
+    histories: dict[tuple[str, str], list[int]] | None = None,
+    missing: list[str] | None = None,
+) -> str:
+    """The index page of `groups`' snapshots (see lagd.evaluate.snapshot), each with its lag
+    history from `histories` (computed here when not given; none for another worker's group),
+    and a note naming the workers in `missing`, whose groups could not be listed."""
     state = ctx.state
     rows: list[str] = []
     by_cluster: dict[str, list[str]] = {}
-    for v in groups:
-        bad = v.bad
+    for v in sorted(groups, key=lambda v: (v.cluster, v.group)):
+        key = (v.cluster, v.group)
+        history = histories.get(key, []) if histories is not None else lag_history(state, v.cluster, v.group)
         by_cluster.setdefault(v.cluster, []).append(
             f"<tr><td>{_group_link(v.cluster, v.group)}</td>"
             f"<td>{_badge(v.status.value)}</td>"
-            f"<td>{escape(', '.join(bad))}</td><td class=n>{v.partition_count}</td>"
+            f"<td>{escape(', '.join(v.not_ok))}</td><td class=n>{v.partition_count}</td>"
             f"<td class=n>{v.totallag}</td><td class=n>{v.lag_seconds:.1f}</td>"
-            f"<td>{sparkline(lag_history(state, v.cluster, v.group))}</td></tr>"
+            f"<td>{sparkline(history)}</td></tr>"
         )
-    clusters = sorted(set(ctx.settings.clusters) | set(state.clusters()))
+    clusters = sorted(set(ctx.settings.clusters) | set(state.clusters()) | set(by_cluster))
     for cluster in clusters:
         body = "".join(by_cluster.get(cluster, [])) or '<tr><td colspan="7">no groups yet</td></tr>'
         rows.append(
             f"<h2>{escape(cluster)}</h2><table><tr><th>group</th><th>status</th><th>partitions not OK</th>"
             f"<th>partitions</th><th>lag</th><th>lag (s)</th><th>lag history</th></tr>{body}</table>"
+        )
+    if missing:
+        rows.insert(
+            0,
+            f'<p class="warn">workers not answering: {escape(", ".join(missing))}; their groups are missing '
+            "here until they answer or their groups move to another worker (within scale.session-timeout)</p>",
         )
     ready = "ready" if ctx.ready() else "starting (catching up)"
     return _page(
@@ -339,12 +356,44 @@ def render(ctx: HttpContext, incidents: list[Any] | None, groups: list[GroupSnap
     )
 
 
+def _listed(summary: dict[str, Any]) -> GroupSnapshot | None:
+    """Another worker's group, from its /lagd/v1/groups summary (None if it is not one)."""
+    try:
+        return GroupSnapshot(
+            str(summary["cluster"]),
+            str(summary["group"]),
+            GroupStatus(summary["status"]),
+            float(summary["complete"]),
+            int(summary["partition_count"]),
+            int(summary["totallag"]),
+            float(summary["lag_seconds"]),
+            False,
+            int(summary["evaluated_at"]),
+            tuple(str(s) for s in summary.get("not_ok", ())),
+            (),
+            None,
+            None,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 async def index(request: web.Request) -> web.Response:
+    """Every group: this instance's from the verdict watch's snapshots, each lag history
+    computed as the listing goes (both in slices: no long hold of the loop on a large estate),
+    and with workers every other worker's from its /lagd/v1/groups."""
     ctx = request.app[CTX]
     now = ctx.now_ms()
     incidents = await _incidents(ctx, now)
-    groups = [v async for v in each_snapshot(ctx, now)]
-    return web.Response(text=render(ctx, incidents, groups, now), content_type="text/html")
+    groups: list[GroupSnapshot] = []
+    histories: dict[tuple[str, str], list[int]] = {}
+    async for v in each_snapshot(ctx, now):
+        groups.append(v)
+        histories[(v.cluster, v.group)] = lag_history(ctx.state, v.cluster, v.group)
+    listed, missing = await peer_groups(request)
+    mine = set(histories)
+    groups += [g for g in map(_listed, listed) if g is not None and (g.cluster, g.group) not in mine]
+    return web.Response(text=render(ctx, incidents, groups, now, histories, missing), content_type="text/html")
 
 
 async def _first_commit(ctx: HttpContext, cluster: str, group: str, since: int) -> tuple[bool, int | None]:

@@ -137,18 +137,19 @@ async def _to_owner(
     return answer
 
 
-async def _ask(request: web.Request, owner: Owner) -> web.Response | None:
-    """The owner's answer to the same request, or None when it cannot be reached."""
+async def _ask(request: web.Request, owner: Owner, path: str | None = None) -> web.Response | None:
+    """The owner's answer to the same request (or to GET `path`), or None when it cannot be reached."""
     ctx: HttpContext = request.app[CTX]
     assert ctx.owners is not None
     headers = {FORWARDED: ctx.owners.me.worker}
     for name in ("Authorization", "Accept", "Content-Type"):
-        if name in request.headers:
+        if name in request.headers and (path is None or name == "Authorization"):
             headers[name] = request.headers[name]
-    body = await request.read() if request.can_read_body else None
+    body = await request.read() if request.can_read_body and path is None else None
+    method, url = ("GET", owner.url + path) if path is not None else (request.method, owner.url + str(request.rel_url))
     try:
         async with request.app[_SESSION].request(
-            request.method, owner.url + str(request.rel_url), headers=headers, data=body, allow_redirects=False
+            method, url, headers=headers, data=body, allow_redirects=False
         ) as answer:
             data = await answer.read()
             out = web.Response(status=answer.status, body=data)
@@ -184,6 +185,25 @@ def _unavailable(request: web.Request, message: str) -> web.Response:
         response = web.Response(status=503, text=message + "\n")
     response.headers["Retry-After"] = "1"
     return response
+
+
+async def peer_groups(request: web.Request) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every other worker's own groups (their GET /lagd/v1/groups summaries), and the workers
+    that did not answer: for pages that show every group but are not JSON lists (the status page)."""
+    ctx: HttpContext = request.app[CTX]
+    if ctx.owners is None:
+        return [], []
+    peers = [o for o in await ctx.owners.instances(None) if not ctx.owners.is_me(o)]
+    answers = await asyncio.gather(*(_ask(request, o, "/lagd/v1/groups") for o in peers))
+    groups: list[dict[str, Any]] = []
+    missing: list[str] = []
+    for owner, answer in zip(peers, answers, strict=True):
+        if answer is None or answer.status != 200 or not isinstance(answer.body, bytes):
+            missing.append(owner.worker)
+            continue
+        listed = json.loads(answer.body).get("groups", [])
+        groups.extend(g for g in listed if isinstance(g, dict))
+    return groups, missing
 
 
 async def _merged(
