@@ -24,6 +24,8 @@ ones have answered, as a fleet of dashboards polls (a closed loop of N clients m
 the server's throughput instead: its latency is N / throughput however fast each request
 is). Latency is measured client-side from the scheduled time, so a stall counts in full
 for every request it delays (30 s timeout; a timeout counts as an error and is timed).
+A process of its own scrapes /metrics as a Prometheus would, every 15 s from the start of
+the measured duration (per-partition series: 400,000 of them, about 45 MB), timed apart.
 Meanwhile a task in the daemon's loop sleeps 5 ms in a loop and
 records how late it wakes: the longest overshoot during the measured duration is the
 longest event-loop stall. After the clients stop, the time until the feeder's last commit
@@ -78,6 +80,7 @@ ROUNDS = 10  # commits per group-partition before the start: full windows (inter
 ROUND_STEP_MS = 20_000
 OFFSETS_PARTITIONS = 50
 LOG_END0 = 1001
+SCRAPE_EVERY_S = 15.0  # Prometheus' default scrape interval
 BATCH_BYTES = 512 * 1024
 PROBE_S = 0.005
 
@@ -252,6 +255,27 @@ def _clients(base: str, groups: int, rate: float, duration: float, out: Any) -> 
     out.close()
 
 
+def _scraper(base: str, duration: float, out: Any) -> None:
+    """Scraper process: GET /metrics as a Prometheus would, every SCRAPE_EVERY_S from the start
+    of the measured duration; sends each scrape's time (ms) and size (bytes)."""
+
+    async def main() -> list[tuple[float, int]]:
+        scrapes: list[tuple[float, int]] = []
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(base, timeout=timeout) as session:
+            started = time.perf_counter()
+            while time.perf_counter() - started < duration:
+                t0 = time.perf_counter()
+                async with session.get("/metrics") as resp:
+                    body = await resp.read()
+                scrapes.append(((time.perf_counter() - t0) * 1000, len(body) if resp.status == 200 else -1))
+                await asyncio.sleep(max(0.0, SCRAPE_EVERY_S - (time.perf_counter() - t0)))
+        return scrapes
+
+    out.send(asyncio.run(main()))
+    out.close()
+
+
 # --- one phase ------------------------------------------------------------------------------
 
 
@@ -395,8 +419,13 @@ client-id = "lagd-bench-{tag}"
         await loop.run_in_executor(None, recv.recv)  # warm-up done
         say(f"{name}: measuring for {a.duration:.0f} s ({a.requests:,.0f} GET /lag/s, feeder at {a.rate:,} commits/s)")
         probe.measuring = True
+        scrapes_recv, scrapes_send = ctx.Pipe(duplex=False)
+        scraper = ctx.Process(target=_scraper, args=(base, a.duration, scrapes_send))
+        scraper.start()
         latencies, errors, elapsed = await loop.run_in_executor(None, recv.recv)
         probe.measuring = False
+        scrapes = await loop.run_in_executor(None, scrapes_recv.recv)
+        scraper.join(10)
         clients.join(10)
         feed_stop.set()
         sent, feed_s, (g, p, offset) = await loop.run_in_executor(None, feed_recv.recv)
@@ -431,6 +460,7 @@ client-id = "lagd-bench-{tag}"
         "stalls_50": sum(1 for s in stalls if s > 50),
         "commits": sent / feed_s,
         "visible": visible,
+        "scrape_ms": max(ms for ms, _ in scrapes),
     }
     label = f"cache {name}"
     print(
@@ -440,6 +470,10 @@ client-id = "lagd-bench-{tag}"
     print(
         f"{label}: longest event-loop stall {r['stall']:.1f} ms; {r['stalls_50']} stalls above 50 ms "
         f"({len(stalls):,} probes of {PROBE_S * 1000:.0f} ms)"
+    )
+    print(
+        f"{label}: GET /metrics (a Prometheus every {SCRAPE_EVERY_S:.0f} s): "
+        + ", ".join(f"{ms:.0f} ms for {size / 1e6:.1f} MB" for ms, size in scrapes)
     )
     print(
         f"{label}: feeder wrote {r['commits']:,.0f} commits/s (asked {a.rate:,}/s); its last commit visible "

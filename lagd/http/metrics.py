@@ -10,6 +10,7 @@ per-partition series, which dominate cardinality.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -32,6 +33,7 @@ STATUS_INDEX: dict[str, int] = {
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SLICE_S = 0.01  # the longest a scrape keeps the event loop at once
+CHUNK_PIECES = 5_000  # pieces (about one line each) joined, encoded and written at a time: ~600 KB
 
 
 def _esc(value: str) -> str:
@@ -309,14 +311,23 @@ def _sinks(out: list[str], health: Health, now_ms: int) -> None:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Rendered in slices of at most SLICE_S, so a scrape of a large estate never stalls the loop."""
+    """Rendered in slices of at most SLICE_S and sent a chunk at a time, so a scrape of a large
+    estate never stalls the loop (100k group-partitions are 400k series, about 45 MB: joined
+    and encoded at once, they alone held the loop about 80 ms)."""
     ctx = request.app[CTX]
     out: list[str] = []
     slices = Slices(SLICE_S)
     detail = ctx.settings.http.metrics_detail
     for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), detail, out, ctx.snapshots):
         await slices.turn()
-    return web.Response(body="".join(out).encode(), headers={"Content-Type": CONTENT_TYPE})
+    return web.Response(body=_chunks(out), headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _chunks(pieces: list[str]) -> AsyncIterator[bytes]:
+    """The page, CHUNK_PIECES pieces at a time, encoded as it is sent (chunked transfer)."""
+    for start in range(0, len(pieces), CHUNK_PIECES):
+        yield "".join(pieces[start : start + CHUNK_PIECES]).encode()
+        await asyncio.sleep(0)
 
 
 def add_routes(app: web.Application) -> None:
