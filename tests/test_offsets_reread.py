@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from structlog.testing import capture_logs
 
+from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
 from lagd.ingest.offsets_topic import outside_range, read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, IngestCounters, OffsetsPartitionReset, ReaderPosition
+from lagd.model import Commit, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
 from lagd.sim.encode import encode_offset_commit
 from lagd.state.windows import State, offsets_partition
 from tests.test_ingest_kafka import Store, cluster, running
@@ -31,7 +33,8 @@ def test_positions_outside_the_log_are_found() -> None:
     assert outside_range({0: 0, 1: 5}, begin, end) == {}
 
 
-async def test_a_recreated_offsets_topic_is_read_again_from_its_start(kafka: str, unique: str, settle: Settle) -> None:
+async def recreated_offsets_topic(kafka: str, unique: str) -> str:
+    """An offsets topic of 2 partitions, 3 commits (offsets 100-102) in partition 0, 1 empty."""
     topic = f"__consumer_offsets_{unique}"
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
     await admin.start()
@@ -48,7 +51,11 @@ async def test_a_recreated_offsets_topic_is_read_again_from_its_start(kafka: str
             await producer.send_and_wait(topic, value, key=key, partition=0)
     finally:
         await producer.stop()
+    return topic
 
+
+async def test_a_recreated_offsets_topic_is_read_again_from_its_start(kafka: str, unique: str, settle: Settle) -> None:
+    topic = await recreated_offsets_topic(kafka, unique)
     store, counters, stop = Store(), IngestCounters(), asyncio.Event()
     # Positions stored before the topic was recreated: far beyond its new end on partition 0;
     # partition 1 is empty, and its stored position 0 is still inside it.
@@ -92,3 +99,54 @@ def test_offsets_partition_is_kafkas() -> None:
     # Java: "abc".hashCode() == 96354; "polygenelubricants".hashCode() == Integer.MIN_VALUE
     assert offsets_partition("abc", 50) == 96354 % 50
     assert offsets_partition("polygenelubricants", 50) == 0
+
+
+@dataclass
+class Restored:
+    """The daemon's side of a worker's rebalance (lagd.scale.handover), as far as the reader
+    needs it: the positions stored for the assigned partitions. Stands in for Postgres and the
+    state, which the worker tests (tests/test_workers.py) run for real."""
+
+    positions: dict[int, int]
+    given: list[set[int]] = field(default_factory=list)
+
+    async def assigned(
+        self, cluster: str, partitions: set[int], count: int
+    ) -> tuple[dict[int, int], list[GroupMembers]]:
+        self.given.append(partitions)
+        return {p: o for p, o in self.positions.items() if p in partitions}, []
+
+    async def revoked(self, cluster: str, partitions: set[int], count: int) -> None:
+        pass
+
+
+async def test_a_worker_reads_a_recreated_offsets_partition_again_from_its_start(
+    kafka: str, unique: str, settle: Settle
+) -> None:
+    """As a lone reader does (above): a worker given a partition whose stored position lies
+    beyond its end counts it, says so, resets its groups' orders, and reads it from the start."""
+    topic = await recreated_offsets_topic(kafka, unique)
+    restored = Restored({0: 5_000, 1: 0})
+    store, counters, stop = Store(), IngestCounters(), asyncio.Event()
+    reader = read_offsets_as_worker(
+        cluster(kafka, offsets_topic=topic),
+        f"lagd-{unique}",
+        6.0,
+        restored,
+        Assignment(),
+        store,
+        ReaderProgress(),
+        counters,
+        stop,
+    )
+    with capture_logs() as logs:
+        async with running(reader):
+            await settle(lambda: store.positions.get(0) == 3, timeout=60, what="partition 0 read from its start")
+    assert restored.given == [{0, 1}]
+    assert [e.offset for e in store.events if isinstance(e, Commit)] == [100, 101, 102]
+    assert counters.offsets_topic_rereads == 1
+    warned = [e for e in logs if e["log_level"] == "warning" and e.get("stored_position") == 5_000]
+    assert len(warned) == 1 and warned[0]["partition"] == 0 and warned[0]["log_end"] == 3
+    resets = [i for i, e in enumerate(store.events) if isinstance(e, OffsetsPartitionReset)]
+    assert [store.events[i] for i in resets] == [OffsetsPartitionReset("sim", 0, 2)]
+    assert resets[0] < min(i for i, e in enumerate(store.events) if isinstance(e, Commit))

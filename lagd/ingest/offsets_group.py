@@ -40,8 +40,8 @@ from lagd.ingest.offsets_topic import (
     _emitter,
     _note_fresh,
     consumer_positions,
-    outside_range,
     partition_counts,
+    reread_outside,
 )
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners
@@ -92,6 +92,7 @@ class _Shared:
     applied: Callable[[], Awaitable[None]] | None = None  # waits until what was handed on is applied
     put: Emit | None = None  # hands events on (the daemon's queue)
     consumer: Any = None
+    counters: IngestCounters | None = None
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -130,7 +131,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         begin = {tp.partition: o for tp, o in (await sh.consumer.beginning_offsets(tps)).items()} if tps else {}
         end = {tp.partition: o for tp, o in (await sh.consumer.end_offsets(tps)).items()} if tps else {}
         fresh = []
-        outside = outside_range(positions, begin, end)
+        outside = reread_outside(sh.cluster.name, topic, positions, begin, end, sh.counters)
         for tp in tps:
             pos = positions.get(tp.partition)
             if pos is not None and tp.partition not in outside:
@@ -143,12 +144,6 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         if outside and sh.put is not None:
             # Recreated or truncated since the position was stored: read from the start, with the
             # restored groups' orders moved below anything new (as a lone reader does).
-            log.warning(
-                "stored offsets-topic position outside the partition: reading it again from its start",
-                cluster=sh.cluster.name,
-                partitions=sorted(outside),
-                hint="the offsets topic was recreated or truncated; lagd re-reads it, which is safe",
-            )
             await sh.put([OffsetsPartitionReset(sh.cluster.name, p, sh.assignment.count) for p in sorted(outside)])
         for p in parts:
             sh.progress.position[p] = sh.next_offsets.get(p, begin.get(p, 0))
@@ -190,7 +185,7 @@ async def read_offsets_as_worker(
     warned: set[str] = set()
     await reconnecting(
         lambda: _session(
-            _Shared(cluster, handover, progress, kip848, assignment, applied=applied, put=put),
+            _Shared(cluster, handover, progress, kip848, assignment, applied=applied, put=put, counters=counters),
             group_id,
             session_timeout_s,
             put,

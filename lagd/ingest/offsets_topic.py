@@ -337,23 +337,9 @@ async def _discover(
     new_tps = [TopicPartition(topic, p) for p in sorted(new)]
     begin = {tp.partition: off for tp, off in (await consumer.beginning_offsets(new_tps)).items()}
     end = {tp.partition: off for tp, off in (await consumer.end_offsets(new_tps)).items()}
-    outside = outside_range(next_offsets, begin, end)
-    for p, pos in outside.items():
-        # Recreated or truncated: the stored position points into a log that is gone.
+    outside = reread_outside(cluster.name, topic, next_offsets, begin, end, counters)
+    for p in outside:
         del next_offsets[p]
-        if counters is not None:
-            counters.offsets_topic_rereads += 1
-        log.warning(
-            "stored offsets-topic position outside the partition: reading it again from its start",
-            cluster=cluster.name,
-            topic=topic,
-            partition=p,
-            stored_position=pos,
-            log_start=begin.get(p),
-            log_end=end.get(p),
-            hint="the offsets topic was recreated or truncated; lagd re-reads it, which is safe. "
-            "If this repeats, check that offsets-topic names the right topic",
-        )
     fresh = [tp for tp in tps if tp.partition not in next_offsets]
     for tp in tps:
         if tp.partition in next_offsets:
@@ -375,6 +361,35 @@ def partition_counts(metadata: Any) -> dict[str, int]:
         if parts:
             out[t] = max(parts) + 1
     return out
+
+
+def reread_outside(
+    cluster: str,
+    topic: str,
+    positions: dict[int, int],
+    begin: dict[int, int],
+    end: dict[int, int],
+    counters: IngestCounters | None,
+) -> dict[int, int]:
+    """The stored positions outside their partitions (see outside_range), each counted and
+    logged: the offsets topic was recreated or truncated, and the caller reads those partitions
+    again from their start (a lone reader and a worker alike)."""
+    outside = outside_range(positions, begin, end)
+    for p, pos in outside.items():
+        if counters is not None:
+            counters.offsets_topic_rereads += 1
+        log.warning(
+            "stored offsets-topic position outside the partition: reading it again from its start",
+            cluster=cluster,
+            topic=topic,
+            partition=p,
+            stored_position=pos,
+            log_start=begin.get(p),
+            log_end=end.get(p),
+            hint="the offsets topic was recreated or truncated; lagd re-reads it, which is safe. "
+            "If this repeats, check that offsets-topic names the right topic",
+        )
+    return outside
 
 
 def outside_range(positions: dict[int, int], begin: dict[int, int], end: dict[int, int]) -> dict[int, int]:
