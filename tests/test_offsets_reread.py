@@ -150,3 +150,44 @@ async def test_a_worker_reads_a_recreated_offsets_partition_again_from_its_start
     resets = [i for i, e in enumerate(store.events) if isinstance(e, OffsetsPartitionReset)]
     assert [store.events[i] for i in resets] == [OffsetsPartitionReset("sim", 0, 2)]
     assert resets[0] < min(i for i, e in enumerate(store.events) if isinstance(e, Commit))
+
+
+async def test_a_worker_whose_takeover_fails_joins_again_rather_than_hold_partitions_unread(
+    kafka: str, unique: str, settle: Settle
+) -> None:
+    """Restoring the groups fails once (Postgres away at that moment): the worker must not keep
+    the partitions without reading them (aiokafka only logs a listener's error); it leaves the
+    group, joins again, takes them over and reads them."""
+    topic = await recreated_offsets_topic(kafka, unique)
+
+    @dataclass
+    class FailsOnce(Restored):
+        async def assigned(
+            self, cluster: str, partitions: set[int], count: int
+        ) -> tuple[dict[int, int], list[GroupMembers]]:
+            if not self.given:
+                self.given.append(partitions)
+                raise ConnectionRefusedError("Postgres is not answering")
+            return await super().assigned(cluster, partitions, count)
+
+    restored = FailsOnce({})
+    store, counters, stop = Store(), IngestCounters(), asyncio.Event()
+    reader = read_offsets_as_worker(
+        cluster(kafka, offsets_topic=topic),
+        f"lagd-{unique}",
+        6.0,
+        restored,
+        Assignment(),
+        store,
+        ReaderProgress(),
+        counters,
+        stop,
+    )
+    with capture_logs() as logs:
+        async with running(reader):
+            await settle(lambda: store.positions.get(0) == 3, timeout=60, what="partition 0 read after the retry")
+    assert restored.given == [{0, 1}, {0, 1}]
+    assert [e.offset for e in store.events if isinstance(e, Commit)] == [100, 101, 102]
+    assert counters.failures.get("offsets_topic_AssignmentFailed") == 1
+    failed = [e for e in logs if "reconnecting" in e["event"]]
+    assert failed and "Postgres is not answering" in failed[0]["error"]

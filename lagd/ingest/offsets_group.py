@@ -52,6 +52,10 @@ from lagd.state.windows import offsets_partition
 log = logs.get(__name__)
 
 
+class AssignmentFailed(RuntimeError):
+    """Taking partitions over failed; the session ends and the worker joins the group again."""
+
+
 class Handover(Protocol):
     """What a worker does when the group protocol gives it partitions or takes them away."""
 
@@ -93,6 +97,7 @@ class _Shared:
     put: Emit | None = None  # hands events on (the daemon's queue)
     consumer: Any = None
     counters: IngestCounters | None = None
+    failed: AssignmentFailed | None = None  # set by a rebalance callback that failed: the session ends
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -115,6 +120,21 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
                 log.info("offsets partitions revoked", cluster=sh.cluster.name, partitions=sorted(parts))
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        """Take the partitions over (see _take_over). aiokafka only logs a listener's exception
+        and goes on, which would leave the partitions held but never read: their groups judged by
+        nobody until the next rebalance. So a failure (Postgres away during the restore, a
+        broker timeout) ends the session instead: the worker leaves the group, backs off and
+        joins again, and the partitions are taken over again, by it or another worker."""
+        try:
+            await self._take_over(assigned)
+        except Exception as exc:
+            self.shared.failed = AssignmentFailed(
+                f"taking over offsets partitions failed ({exc.__class__.__name__}: {exc}); "
+                "the worker leaves the group and joins again"
+            )
+            self.shared.failed.__cause__ = exc
+
+    async def _take_over(self, assigned: Iterable[TopicPartition]) -> None:
         sh = self.shared
         topic = sh.cluster.offsets_topic
         parts = {tp.partition for tp in assigned if tp.topic == topic} - sh.assignment.owned
@@ -258,6 +278,8 @@ async def _session(
                 refresh_at = loop.time() + cluster.topic_refresh
                 limits.partition_counts = partition_counts(await metadata.fetch_all_metadata())
             fetched = await consumer.getmany(timeout_ms=fetch_timeout_ms, max_records=max_records)
+            if sh.failed is not None:
+                raise sh.failed
             async with sh.lock:
                 mine = {tp: recs for tp, recs in fetched.items() if tp.partition in sh.assignment.owned}
                 short = sum(len(r) for r in fetched.values()) < max_records
