@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from lagd import collector, logs, sdnotify
 from lagd.backoff import Backoff, describe_error
 from lagd.clock import Clock, wall_ms
@@ -35,8 +37,10 @@ from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.source import read_offsets
 from lagd.loop_lag import LoopLag, watch_loop
 from lagd.model import Event, IngestCounters
+from lagd.notify import outbox
 from lagd.notify.delivery import SinkStatus, run_sink
 from lagd.notify.feed import VerdictFeed
+from lagd.notify.incidents import open_members
 from lagd.notify.mirror_verdicts import watch_mirrors
 from lagd.notify.mqtt import PublisherStatus, announce_availability, publish_outbox
 from lagd.notify.notifier import VerdictSource, run_notifier
@@ -148,6 +152,28 @@ async def freeze_when_caught_up(rt: Runtime, every_s: float = 1.0) -> None:
     gc.freeze()
     log.info("caught up: long-lived state frozen for the garbage collector", frozen=gc.get_freeze_count())
     await rt.stop.wait()
+
+
+async def resume_open_incidents(engine: AsyncEngine, watch: VerdictWatch) -> None:
+    """Before the first verdict pass of a restarted lagd: the groups in open incidents start from
+    the statuses the incident engine stored (their non-OK partitions as the rules' priors), so
+    a WARN held by hysteresis neither resolves its incident nor is reported again. (Workers
+    start from what the groups' last owner published instead: lagd.scale.handover.)"""
+    for cluster in watch.clusters:
+        try:
+            data = await outbox.load_engine_state(engine, cluster)
+            members = open_members(cluster, data) if data is not None else {}
+        except Exception as exc:  # not worth failing the start for: the groups are judged afresh
+            log.warning(
+                "open incidents not read; their groups are judged afresh",
+                cluster=cluster,
+                error=describe_error(exc),
+                hint="check that Postgres answers; a WARN held only by hysteresis may resolve its incident",
+            )
+            continue
+        if members:
+            watch.take_over(cluster, members)
+            log.info("groups of open incidents resumed", cluster=cluster, groups=len(members))
 
 
 async def pet_watchdog(interval: float) -> None:
@@ -523,6 +549,8 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 _start_sinks(rt, store, health, spawn)
             watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, clock)
             watch.snapshots = snapshots
+            if handover is None and settings.notify.enabled:
+                await resume_open_incidents(store.engine, watch)
             watch.store_behind = functools.partial(persister.backlog_full, wb)
             health.sights = watch.sights
             if handover is not None:

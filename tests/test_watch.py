@@ -297,11 +297,13 @@ def test_blind_hint_names_postgres_when_ingest_waits_for_the_store() -> None:
     assert "Postgres" in hints[1] and "lagd_store_pending_changes" in hints[1]
 
 
-def test_a_group_taken_over_keeps_its_warn_held_by_hysteresis() -> None:
-    """A consumer fell behind and now keeps pace, still behind: WARN is held (still-behind),
-    though a first judgement of the same windows finds no trend and says OK. A worker taking
-    the group over starts from the partitions its last owner published, so the failover
-    changes no verdict and clears no alert."""
+HELD_AT = T0 + 900_000
+
+
+def held_warn() -> tuple[VerdictWatch, GroupChange]:
+    """A watch over a consumer that fell behind and now keeps pace, still behind: WARN is held
+    (still-behind), though a first judgement of the same windows finds no trend and says OK.
+    Returns the watch, at HELD_AT, and the group's last change it offered."""
     rate = 400
 
     def position(t: int) -> int:
@@ -312,11 +314,7 @@ def test_a_group_taken_over_keeps_its_warn_held_by_hysteresis() -> None:
             return base + rate * 300 + int(0.85 * rate * (t - 300))  # falls behind
         return base + rate * 300 + int(0.85 * rate * 400) + rate * (t - 700)  # keeps pace, still behind
 
-    def worker() -> tuple[VerdictWatch, VerdictFeed]:
-        at = T0 + 900_000
-        return watch_of(healthy_progress(at), Clock(at))
-
-    owner, owner_feed = worker()
+    owner, feed = watch_of(healthy_progress(HELD_AT), Clock(HELD_AT))
     for t in range(0, 901):
         ms = T0 + t * 1000
         if t % 10 == 0:
@@ -325,23 +323,31 @@ def test_a_group_taken_over_keeps_its_warn_held_by_hysteresis() -> None:
             owner.state.apply(Commit(C, "g", T, 0, position(t), t + 1, ms, ms))
         owner.progress[C].mark_fresh(ms)
         owner.scan(ms)
-    published = drain(owner_feed)[-1]
-    assert published.status is GroupStatus.WARN
-    held = owner.evaluator.group(C, "g", T0 + 900_000).partitions[0]
+    last = drain(feed)[-1]
+    assert last.status is GroupStatus.WARN
+    held = owner.evaluator.group(C, "g", HELD_AT).partitions[0]
     assert (held.status, held.rule) == (PartitionStatus.WARN, "still-behind")
+    return owner, last
 
-    def successor() -> VerdictWatch:
-        """A worker that restored the owner's windows and samples (as from Postgres)."""
-        new, _ = worker()
-        new.state.restore_window((C, "g", T, 0), owner.state.window(C, "g", T, 0))
-        new.state.restore_log_end((C, T, 0), *owner.state.log_end_samples(C, T, 0))
-        return new
 
-    afresh = successor()
-    assert afresh.evaluator.group(C, "g", T0 + 900_000).status is GroupStatus.OK  # what hysteresis prevents
+def successor(owner: VerdictWatch) -> VerdictWatch:
+    """A new watch over the owner's windows and samples, restored as from Postgres (a worker
+    taking the group over, or lagd restarted)."""
+    new, _ = watch_of(healthy_progress(HELD_AT), Clock(HELD_AT))
+    new.state.restore_window((C, "g", T, 0), owner.state.window(C, "g", T, 0))
+    new.state.restore_log_end((C, T, 0), *owner.state.log_end_samples(C, T, 0))
+    return new
 
-    taker = successor()
+
+def test_a_group_taken_over_keeps_its_warn_held_by_hysteresis() -> None:
+    """A worker taking the group over starts from the partitions its last owner published, so
+    the failover changes no verdict and clears no alert."""
+    owner, published = held_warn()
+    afresh = successor(owner)
+    assert afresh.evaluator.group(C, "g", HELD_AT).status is GroupStatus.OK  # what hysteresis prevents
+
+    taker = successor(owner)
     taker.take_over(C, {"g": published})
-    assert taker.scan(T0 + 900_000) == 0  # judged WARN, as published: no change, no alert cleared
+    assert taker.scan(HELD_AT) == 0  # judged WARN, as published: no change, no alert cleared
     assert taker.statuses[(C, "g")] is GroupStatus.WARN
-    assert taker.evaluator.group(C, "g", T0 + 900_000).partitions[0].rule == "still-behind"
+    assert taker.evaluator.group(C, "g", HELD_AT).partitions[0].rule == "still-behind"

@@ -515,6 +515,30 @@ def _dump_incident(i: _Incident) -> dict[str, Any]:
     return out
 
 
+def open_members(cluster: str, data: dict[str, Any]) -> dict[str, GroupChange]:
+    """The groups not OK in the cluster's open incidents, from its stored engine state (see
+    IncidentEngine.dump_cluster), each as the change that put it there: its status and its
+    partitions that were not OK, as of the incident's opening at the latest. A restarted lagd
+    starts judging them from these (VerdictWatch.take_over): a partition held WARN by
+    hysteresis stays WARN instead of resolving the incident it is in."""
+    out: dict[str, GroupChange] = {}
+    for raw in data.get("open", ()):
+        inc = _load_incident(raw)
+        for group, m in inc.members.items():
+            if m.kind != "group" or m.status in ("OK", "NOTFOUND"):
+                continue
+            out[group] = GroupChange(
+                cluster,
+                group,
+                GroupStatus(m.status),
+                inc.opened_at,
+                tuple((str(t), int(p), PartitionStatus(st), str(h)) for t, p, st, h in m.partitions),
+                tuple(m.topics),
+                tuple(m.hosts),
+            )
+    return out
+
+
 def _load_incident(raw: dict[str, Any]) -> _Incident:
     inc = _Incident(
         id=raw["id"],
