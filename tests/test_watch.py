@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import time
 from collections.abc import Callable
 
 import pytest
@@ -18,6 +19,7 @@ from lagd.core import build_core
 from lagd.evaluate import GroupVerdict
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
+from lagd.notify import watch as watch_module
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.notify.watch import CATCHING_UP_EVERY_MS, DUTY, VerdictWatch, cluster_member, pause_after
@@ -156,6 +158,45 @@ def test_long_passes_are_spaced_so_the_watch_takes_at_most_its_duty() -> None:
     # a pass that held the loop 1.2 s in 1.5 s: the cycle lasts 1.2 / 0.25 = 4.8 s
     assert pause_after(2.0, 1.5, 1.2, DUTY) == pytest.approx(3.3)
     assert 1.2 / (1.5 + pause_after(2.0, 1.5, 1.2, DUTY)) == pytest.approx(DUTY)
+
+
+@pytest.mark.parametrize("others", [False, True])
+async def test_the_duty_counts_only_slices_that_kept_other_work_waiting(
+    others: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an idle loop nothing waits behind the watch's slices, so a long pass is not spaced
+    out; with other work running between the slices, the pass's time counts toward the duty."""
+    watch, _ = watch_of(healthy_progress(T0 + 59_000), Clock(T0 + 59_000))
+    for g in range(50):
+        feed_commits(watch, f"g{g}", range(0, 60))
+    asked: list[float] = []
+    done = asyncio.Event()
+
+    def recorded(every_s: float, elapsed_s: float, busy_s: float, duty: float) -> float:
+        asked.append(busy_s)
+        done.set()
+        return 3600.0
+
+    monkeypatch.setattr(watch_module, "pause_after", recorded)
+
+    async def other_work() -> None:
+        while True:
+            until = time.perf_counter() + 0.002  # a request being answered: the loop is held 2 ms
+            while time.perf_counter() < until:
+                pass
+            await asyncio.sleep(0)
+
+    busy = asyncio.create_task(other_work()) if others else None
+    task = asyncio.create_task(watch.run(slice_s=0.0))  # a turn after every group
+    await done.wait()
+    task.cancel()
+    if busy is not None:
+        busy.cancel()
+    assert len(watch.statuses) == 50 and watch.pass_seconds > 0
+    if others:
+        assert asked[0] >= watch.pass_seconds / 2  # most slices kept the other work waiting
+    else:
+        assert asked[0] < watch.pass_seconds / 2  # (a preempted turn may count: the box is shared)
 
 
 async def test_run_hands_the_loop_back_during_a_pass() -> None:
