@@ -129,8 +129,9 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._take_over(assigned)
         except Exception as exc:
             self.shared.failed = AssignmentFailed(
-                f"taking over offsets partitions failed ({exc.__class__.__name__}: {exc}); "
-                "the worker leaves the group and joins again"
+                f"taking over offsets partitions failed ({exc.__class__.__name__}: {exc}); the worker leaves "
+                "the group and joins again. If this repeats, check that Postgres answers (storage.database-url): "
+                "the groups are restored from it"
             )
             self.shared.failed.__cause__ = exc
 
