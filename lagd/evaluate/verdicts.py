@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeAlias
 
 from lagd.evaluate.lagd_fast import Answer, GroupFacts, LagdJudge, judge_reference
 from lagd.evaluate.lagd_rules import NEVER, LagdParams
@@ -102,7 +104,32 @@ _CODE = {status: i for i, status in enumerate(PartitionStatus)}
 _STATUS_OF = list(PartitionStatus)
 _SHIFT = 8
 # By topic, then partition: int keys, so the dicts hold nothing the garbage collector tracks.
-Since = dict[str, dict[int, int]]
+# By topic: one int per partition, 0 for none; an array of int64 indexed by partition when the
+# topic's partitions are listed densely (8 bytes a partition, where a dict entry and its int
+# took about 100), a dict when a hostile partition number makes them sparse.
+Since: TypeAlias = "dict[str, array[int] | dict[int, int]]"
+
+
+def _slots(before: array[int] | dict[int, int] | None, n: int) -> array[int]:
+    """A topic's previous since-values as slots for partitions 0..n-1 (0: none), to read."""
+    if before is None:
+        return array("q", bytes(8 * n))
+    if isinstance(before, array):
+        return before if len(before) >= n else before + array("q", bytes(8 * (n - len(before))))
+    slots = array("q", bytes(8 * n))
+    for partition, value in before.items():
+        if 0 <= partition < n:
+            slots[partition] = value
+    return slots
+
+
+def _sparse(before: array[int] | dict[int, int] | None) -> defaultdict[int, int]:
+    """A topic's previous since-values by partition (0 for none), to read."""
+    if isinstance(before, array):
+        return defaultdict(int, ((p, v) for p, v in enumerate(before) if v))
+    return defaultdict(int, before or {})
+
+
 # What an evaluation depended on: the group's version (windows and samples), when a time-driven
 # rule could next change it (ms), and since when lagd was blind to the cluster (None: it saw it).
 Stamp = tuple[int, int, int | None]
@@ -285,7 +312,6 @@ class Evaluator:
         rank_of = _RANK_OF
         mask = (1 << _SHIFT) - 1
         get_owner = owners.get
-        no_since: dict[int, int] = {}
         max_seconds = 0.0
         no_samples: tuple[int, ...] = ()
         ok = PartitionStatus.OK
@@ -310,8 +336,6 @@ class Evaluator:
         for topic in sorted(windows):
             parts = windows[topic]
             log_ends = state.topic_log_ends(cluster, topic)
-            get_since = since_before.get(topic, no_since).get
-            since_t = since[topic] = {}
             judge_topic(topic)
             # Every partition of the topic (Burrow keeps a slot per partition): the count is
             # known from the broker samples; a commit beyond it proves the topic is wider.
@@ -327,6 +351,14 @@ class Evaluator:
                     ids = [*range(known), *sorted(p for p in parts if p >= known)]
             else:
                 ids = sorted(parts)
+            get_since: Callable[[int], int]
+            if type(ids) is range:  # one int64 per partition
+                get_since = _slots(since_before.get(topic), len(ids)).__getitem__
+                since_t: array[int] | dict[int, int] = array("q", bytes(8 * len(ids)))
+            else:  # a hostile partition number: no slot for each partition below it
+                get_since = _sparse(since_before.get(topic)).__getitem__
+                since_t = {}
+            since[topic] = since_t
             for partition in ids:
                 arr = parts.get(partition)
                 le = log_ends.get(partition)
@@ -334,7 +366,7 @@ class Evaluator:
                 if not arr:
                     # no commits: OK, complete 0, no lag (Burrow's empty ring)
                     prior = get_since(partition)
-                    seen = prior >> _SHIFT if prior is not None and prior & mask == ok_code else now_ms
+                    seen = prior >> _SHIFT if prior and prior & mask == ok_code else now_ms
                     since_t[partition] = (seen << _SHIFT) | ok_code
                     if best_lag < 0:
                         maxlag, best_lag = len(partitions), 0
@@ -378,7 +410,7 @@ class Evaluator:
                     complete = 1.0
                     full += 1
                 if lagd and complete >= minimum:
-                    prior_status = status_of[prior & mask] if prior is not None else None
+                    prior_status = status_of[prior & mask] if prior else None
                     status, rule, reason, at, reached, bound = judge(
                         partition, arr, le or _NO_LOG_END, current_lag, judged_at, prior_status
                     )
@@ -423,7 +455,7 @@ class Evaluator:
                     code = code_of[status]
                 else:
                     code = ok_code
-                seen = prior >> _SHIFT if prior is not None and prior & mask == code else now_ms
+                seen = prior >> _SHIFT if prior and prior & mask == code else now_ms
                 since_t[partition] = (seen << _SHIFT) | code
                 append(
                     PartitionVerdict(
