@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +120,23 @@ class Restored:
         pass
 
 
+def worker(
+    kafka: str, topic: str, unique: str, handover: Restored, store: Store, counters: IngestCounters
+) -> Coroutine[Any, Any, None]:
+    """A worker's reader of `topic` (session timeout 6 s, Tansu's minimum), handing events to `store`."""
+    return read_offsets_as_worker(
+        cluster(kafka, offsets_topic=topic),
+        f"lagd-{unique}",
+        6.0,
+        handover,
+        Assignment(),
+        store,
+        ReaderProgress(),
+        counters,
+        asyncio.Event(),
+    )
+
+
 async def test_a_worker_reads_a_recreated_offsets_partition_again_from_its_start(
     kafka: str, unique: str, settle: Settle
 ) -> None:
@@ -127,18 +144,8 @@ async def test_a_worker_reads_a_recreated_offsets_partition_again_from_its_start
     beyond its end counts it, says so, resets its groups' orders, and reads it from the start."""
     topic = await recreated_offsets_topic(kafka, unique)
     restored = Restored({0: 5_000, 1: 0})
-    store, counters, stop = Store(), IngestCounters(), asyncio.Event()
-    reader = read_offsets_as_worker(
-        cluster(kafka, offsets_topic=topic),
-        f"lagd-{unique}",
-        6.0,
-        restored,
-        Assignment(),
-        store,
-        ReaderProgress(),
-        counters,
-        stop,
-    )
+    store, counters = Store(), IngestCounters()
+    reader = worker(kafka, topic, unique, restored, store, counters)
     with capture_logs() as logs:
         async with running(reader):
             await settle(lambda: store.positions.get(0) == 3, timeout=60, what="partition 0 read from its start")
@@ -171,18 +178,8 @@ async def test_a_worker_whose_takeover_fails_joins_again_rather_than_hold_partit
             return await super().assigned(cluster, partitions, count)
 
     restored = FailsOnce({})
-    store, counters, stop = Store(), IngestCounters(), asyncio.Event()
-    reader = read_offsets_as_worker(
-        cluster(kafka, offsets_topic=topic),
-        f"lagd-{unique}",
-        6.0,
-        restored,
-        Assignment(),
-        store,
-        ReaderProgress(),
-        counters,
-        stop,
-    )
+    store, counters = Store(), IngestCounters()
+    reader = worker(kafka, topic, unique, restored, store, counters)
     with capture_logs() as logs:
         async with running(reader):
             await settle(lambda: store.positions.get(0) == 3, timeout=60, what="partition 0 read after the retry")
