@@ -103,10 +103,10 @@ class _Cached:
 _CODE = {status: i for i, status in enumerate(PartitionStatus)}
 _STATUS_OF = list(PartitionStatus)
 _SHIFT = 8
-# By topic, then partition: int keys, so the dicts hold nothing the garbage collector tracks.
 # By topic: one int per partition, 0 for none; an array of int64 indexed by partition when the
 # topic's partitions are listed densely (8 bytes a partition, where a dict entry and its int
-# took about 100), a dict when a hostile partition number makes them sparse.
+# took about 100; one object per group and topic for the garbage collector to track), a dict
+# when a hostile partition number makes them sparse.
 Since: TypeAlias = "dict[str, array[int] | dict[int, int]]"
 
 
