@@ -312,18 +312,17 @@ def render(
     incidents: list[Any] | None,
     groups: list[GroupSnapshot],
     now: int,
-    histories: dict[tuple[str, str], list[int]] | None = None,
-    missing: list[str] | None = None,
+    histories: dict[tuple[str, str], list[int]],
+    missing: list[str],
 ) -> str:
     """The index page of `groups`' snapshots (see lagd.evaluate.snapshot), each with its lag
-    history from `histories` (computed here when not given; none for another worker's group),
-    and a note naming the workers in `missing`, whose groups could not be listed."""
+    history from `histories` (none for another worker's group), and a note naming the workers
+    in `missing`, whose groups could not be listed."""
     state = ctx.state
     rows: list[str] = []
     by_cluster: dict[str, list[str]] = {}
     for v in sorted(groups, key=lambda v: (v.cluster, v.group)):
-        key = (v.cluster, v.group)
-        history = histories.get(key, []) if histories is not None else lag_history(state, v.cluster, v.group)
+        history = histories.get((v.cluster, v.group), [])
         by_cluster.setdefault(v.cluster, []).append(
             f"<tr><td>{_group_link(v.cluster, v.group)}</td>"
             f"<td>{_badge(v.status.value)}</td>"

@@ -146,11 +146,15 @@ class VerdictWatch:
         """Groups another worker owns now (lagd.scale): forget their statuses without a change,
         so no NOTFOUND is reported for groups that still exist."""
         for group in groups:
-            self.statuses.pop((cluster, group), None)
-            self.stamps.pop((cluster, group), None)
-            if self.snapshots is not None:
-                self.snapshots.drop(cluster, group)
+            self._forget((cluster, group))
             self.evaluator.forget(cluster, group)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        """Drop what the watch keeps of a group: its status, stamp and snapshot."""
+        self.statuses.pop(key, None)
+        self.stamps.pop(key, None)
+        if self.snapshots is not None:
+            self.snapshots.drop(*key)
 
     def take_over(self, cluster: str, published: Mapping[str, GroupChange]) -> None:
         """Groups this worker was just given, with the verdict their last owner published: a first
@@ -205,10 +209,7 @@ class VerdictWatch:
                 else:
                     yield 0
         for key in [k for k in self.statuses if k not in seen and k[0] not in skipped]:
-            del self.statuses[key]
-            self.stamps.pop(key, None)
-            if self.snapshots is not None:
-                self.snapshots.drop(*key)
+            self._forget(key)
             self._on_change(self.evaluator.group(key[0], key[1], now), now)  # NOTFOUND: resolves its incidents
             yield 1
         if self.changes is not None and not skipped:
@@ -226,8 +227,8 @@ class VerdictWatch:
         changing all the time) while other work waits for the loop, the next waits so that the
         watch takes at most `duty` of the loop: ingest and the API come first, and status
         changes arrive a few seconds later. A slice after which nothing else ran kept nobody
-        waiting and does not count: on an idle loop (after a start, at night) a long pass runs
-        at full speed, and every group is judged in a quarter of the time."""
+        waiting and does not count: on an idle loop (after a start, at night) passes start every
+        `every_s` (at once after a longer one) instead of four times their length apart."""
         while True:
             started = mark = time.perf_counter()
             busy = contended = 0.0  # the pass's slices; those that others waited behind
