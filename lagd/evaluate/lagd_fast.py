@@ -21,6 +21,7 @@ from array import array
 from bisect import bisect_left
 
 from lagd.evaluate.lagd_rules import (
+    FALLING_BEHIND,
     J_CATCHING_UP,
     J_KEEPING_UP,
     J_TOO_LITTLE_HISTORY,
@@ -30,10 +31,14 @@ from lagd.evaluate.lagd_rules import (
     RULE_STALL,
     RULE_STILL_BEHIND,
     RULE_STOP,
+    STALLED,
+    STILL_BEHIND,
+    STILL_BEHIND_UNFITTED,
+    STOPPED,
     LagdParams,
     TrendFit,
+    Why,
     _draining,
-    explain,
     first_same,
     fit_trend,
     judge_lagd,
@@ -51,10 +56,10 @@ WARN = PartitionStatus.WARN
 STOP = PartitionStatus.STOP
 STALL = PartitionStatus.STALL
 
-# A partition's answer: status, rule, reason, when a time-driven rule could next change it
+# A partition's answer: status, rule, reason (in words or not yet: lagd_rules.words), when a time-driven rule could next change it
 # (ms), and when the log end reached the committed offset (ms) with whether that is only a bound
 # (lag in seconds as the API shows it; meaningful when the current lag is above 0).
-Answer = tuple[PartitionStatus, str, str, int, float, bool]
+Answer = tuple[PartitionStatus, str, str | Why, int, float, bool]
 
 # A partition's kept facts, one flat tuple (see `_facts`):
 # window stamp: first order, newest order, length; samples stamp: the LogEnd's id, its newest
@@ -63,9 +68,9 @@ Answer = tuple[PartitionStatus, str, str, int, float, bool]
 # wait 0 s); when it reached the committed offset and whether that is a bound (None: it has
 # not); the rewind; the STOP limit; when the stuck run began (None: not stuck); the trend's
 # fields inline (points UNFITTED: not fitted yet; NO_TREND: too few points). Flat, so a
-# partition adds one object for the garbage collector's young passes, not three. The reason's
-# words are not kept: formatted per evaluation (about 2 us), they would cost a lagging
-# partition about 220 B more than its window's 750.
+# partition adds one object for the garbage collector's young passes, not three. No reason
+# is kept: the answer carries its numbers (lagd_rules.Why), put in words only when read; kept
+# words would cost a lagging partition about 220 B more than its window's 750.
 Facts = tuple[
     int,
     int,
@@ -144,6 +149,7 @@ class LagdJudge:
         """`judge_reference` for a non-empty window, from kept facts where they stand."""
         p = self.p
         was_behind = prior is WARN
+        reason: str | Why
         if current_lag <= p.allowed_lag and not was_behind:
             if current_lag:
                 return _answer(J_CAUGHT_UP, NEVER, *reached_in(le, arr[LAST + OFFSET]))
@@ -153,7 +159,7 @@ class LagdJudge:
             f = _facts(arr, le, current_lag, p)
         else:
             self._new[key] = f
-        _, _, _, _, _, _, passed, reached, estimated, rewind, limit, stuck_since, points, *_ = f
+        passed, reached, estimated, rewind, limit, stuck_since, points = f[6:13]
         waited = max(0.0, (at_ms - passed) / 1000.0) if passed is not None else 0.0
         shown = reached if reached is not None else 0.0
         if rewind:
@@ -163,22 +169,16 @@ class LagdJudge:
         last_ts = arr[LAST + TS]
         silence = at_ms - last_ts
         if silence > limit and waited_ms > limit:
-            reason = (
-                f"no commit for {silence / 1000:.0f} s (limit {limit / 1000:.0f} s) while records wait {waited:.0f} s"
-            )
-            return STOP, RULE_STOP, reason, NEVER, shown, estimated
+            return STOP, RULE_STOP, (STOPPED, silence, limit, 0.0, 0.0, waited), NEVER, shown, estimated
         # With the lag within allowed-lag (a WARN being held) nothing is time-driven.
         timed = current_lag > p.allowed_lag
         # STALL: still committing, the same offset for stall-after, while records wait.
         if stuck_since is not None:
             stuck_ms = at_ms - stuck_since
             if stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
-                reason = (
-                    f"offset {arr[LAST + OFFSET]} committed again and again for {stuck_ms / 1000:.0f} s "
-                    f"while records wait {waited:.0f} s"
-                )
+                why: Why = (STALLED, arr[LAST + OFFSET], stuck_ms, 0.0, 0.0, waited)
                 due = _recheck(STALL, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER
-                return STALL, RULE_STALL, reason, due, shown, estimated
+                return STALL, RULE_STALL, why, due, shown, estimated
         if not was_behind and waited < p.allowed_lag_seconds:
             status, rule, reason, _ = _WITHIN_SECONDS
         else:
@@ -193,9 +193,9 @@ class LagdJudge:
             if what is None:
                 pass
             elif fit is None:
-                reason = f"{what}: records wait {waited:.0f} s"
+                reason = (STILL_BEHIND_UNFITTED, 0.0, 0.0, 0.0, 0.0, waited)
             else:
-                reason = explain(what, slope, z, rise, points, waited)
+                reason = (what, slope, z, rise, points, waited)
         due = _recheck(status, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER
         return status, rule, reason, due, shown, estimated
 
@@ -306,7 +306,7 @@ def _judge_trend(
                 return _CAUGHT_UP
             if z <= -p.z_leave and slope < 0:
                 return _CATCHING_UP
-        return WARN, RULE_STILL_BEHIND, "", "still behind"
+        return WARN, RULE_STILL_BEHIND, "", STILL_BEHIND
     if trend is None:
         return _TOO_LITTLE_HISTORY
     _, slope, z, rise, noise, last = trend
@@ -319,7 +319,7 @@ def _judge_trend(
         and not stuck
         and not _draining(arr, le, p.drain_margin)
     ):
-        return WARN, RULE_FALLING_BEHIND, "", "falling behind"
+        return WARN, RULE_FALLING_BEHIND, "", FALLING_BEHIND
     if slope < 0 and z <= -p.z_leave:
         return _CATCHING_UP
     return _KEEPING_UP

@@ -19,7 +19,7 @@ from functools import partial
 from typing import TypeAlias
 
 from lagd.evaluate.lagd_fast import Answer, GroupFacts, LagdJudge, judge_reference
-from lagd.evaluate.lagd_rules import NEVER, LagdParams
+from lagd.evaluate.lagd_rules import NEVER, LagdParams, Why, words
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
@@ -45,9 +45,16 @@ class PartitionVerdict:
     client_id: str
     lag_seconds: float
     lag_seconds_estimated: bool
-    reason: str
+    # Why the partition has its status: in words, or the numbers to put in words when read
+    # (see lagd_rules.Why): most verdicts never show their reasons.
+    why: str | Why
     since: int | None
     rule: str = ""
+
+    @property
+    def reason(self) -> str:
+        """Why the partition has its status, in words."""
+        return words(self.why)
 
     @property
     def start(self) -> WindowEntry | None:
