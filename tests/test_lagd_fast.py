@@ -9,15 +9,17 @@ evaluation times; every group verdict and every re-check time must be equal.
 from __future__ import annotations
 
 import dataclasses
+from array import array
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagd.evaluate import Evaluator
-from lagd.evaluate.lagd_rules import lag_points_used, lag_seconds_at
+from lagd.evaluate import Evaluator, lagd_fast
+from lagd.evaluate.lagd_rules import LagdParams, TrendFit, lag_points_used, lag_seconds_at
 from lagd.evaluate.verdicts import GroupVerdict
 from lagd.model import Commit, LogEndSample, PartitionStatus
-from lagd.state.windows import FIELDS, OFFSET, TS, LogEnd, State
+from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
 
 C, G, T = "c", "g", "t"
 T0 = 1_700_000_000_000
@@ -79,9 +81,9 @@ def _in_words(verdict: GroupVerdict) -> GroupVerdict:
     return dataclasses.replace(verdict, partitions=partitions, maxlag=maxlag)
 
 
-def run(state: State, fast: Evaluator, slow: Evaluator, history: list[Op]) -> list[PartitionStatus]:
-    """Apply the history; at each evaluation both evaluators must agree. Returns the statuses seen."""
-    now = T0
+def run(state: State, fast: Evaluator, slow: Evaluator, history: list[Op], now: int = T0) -> list[PartitionStatus]:
+    """Apply the history from `now` on; at each evaluation both evaluators must agree. Returns
+    the statuses seen."""
     head = [10_000, 10_000, 10_000]
     behind = [0, 0, 0]
     order = 0
@@ -184,3 +186,39 @@ def test_lag_points_stand_while_the_samples_they_read_are_kept(
         if le.ts[le.run_start] > used:
             break
         assert lag_points_used(arr, le)[:2] == (xs, ys)
+
+
+def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facts kept per partition (packed, found by partition among partitions with and
+    without kept facts) spare the trend fit while the window and samples stand: an evaluation
+    where only time moved fits nothing; a new commit on one partition refits that one alone.
+    Every answer still matches the reference."""
+    state = State(intervals=10, lag_samples=200)
+    fast, slow = pair(state)
+    history: list[Op] = []
+    for t in range(0, 240, 2):
+        for partition in range(3):
+            history.append(("sample", partition, 800, 0))
+        if t % 10 == 0:
+            # partitions 0 and 2 fall further behind each commit; 1 keeps up (no trend needed)
+            history += [("commit", 0, 300, 0), ("commit", 1, 0, 0), ("commit", 2, 300, 0)]
+        history.append(("eval", 0, 0, 2))
+    seen = run(state, fast, slow, history)
+    assert PartitionStatus.WARN in seen
+    fitted: list[int] = []
+    real_fit = lagd_fast._fit
+
+    def counted(arr: array[int], le: LogEnd, reached: bool, p: LagdParams) -> tuple[TrendFit | None, int]:
+        fitted.append(arr[OFFSET])
+        return real_fit(arr, le, reached, p)
+
+    monkeypatch.setattr(lagd_fast, "_fit", counted)
+    now = T0 + 240_000
+    run(state, fast, slow, [("eval", 0, 0, 1)], now)
+    first = len(fitted)
+    run(state, fast, slow, [("eval", 0, 0, 1), ("eval", 0, 0, 1)], now + 1000)
+    assert len(fitted) == first  # only time moved: every lagging partition's facts stood
+    committed = (state.group_windows(C, G) or {})[T][2][LAST + OFFSET]
+    state.apply(Commit(C, G, T, 2, committed + 100, 10_000, now + 3000, now + 3000))
+    run(state, fast, slow, [("eval", 0, 0, 0)], now + 3000)
+    assert len(fitted) == first + 1  # the partition with the new commit, alone

@@ -10,15 +10,19 @@ those facts per partition while the window and the samples they read stand, and 
 per evaluation only what depends on `now`. It answers exactly as `judge_lagd` and
 `recheck_at` (tests/test_lagd_fast.py compares whole group verdicts over random histories).
 
-The kept facts are plain tuples of numbers, which the garbage collector stops tracking: they
-cost nothing at its full collections, where a Trend object per partition made each take
-hundreds of ms at a million partitions.
+The kept facts are packed, 130 bytes a partition back to back in one bytes object per group
+and topic: as a tuple of 18 numbers a lagging partition's facts took about 580 B, more than
+half again its window's 750, and a Trend object per partition once made the garbage
+collector's full passes take hundreds of ms at a million partitions. Bytes are not tracked.
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from array import array
 from bisect import bisect_left
+from typing import TypeAlias
 
 from lagd.evaluate.lagd_rules import (
     FALLING_BEHIND,
@@ -61,29 +65,28 @@ STALL = PartitionStatus.STALL
 # (lag in seconds as the API shows it; meaningful when the current lag is above 0).
 Answer = tuple[PartitionStatus, str, str | Why, int, float, bool]
 
-# A partition's kept facts, one flat tuple (see `_facts`):
+# A partition's facts, one flat tuple of numbers (see `_facts`), packed as `_PACKED` when kept:
 # window stamp: first order, newest order, length; samples stamp: the LogEnd's id, its newest
-# sample time (None: no samples), the time of the oldest sample the lags read (None: a new
-# sample may change them); when the log end passed the newest commit (None: not yet: records
-# wait 0 s); when it reached the committed offset and whether that is a bound (None: it has
-# not); the rewind; the STOP limit; when the stuck run began (None: not stuck); the trend's
-# fields inline (points UNFITTED: not fitted yet; NO_TREND: too few points). Flat, so a
-# partition adds one object for the garbage collector's young passes, not three. No reason
-# is kept: the answer carries its numbers (lagd_rules.Why), put in words only when read; kept
-# words would cost a lagging partition about 220 B more than its window's 750.
+# sample time (NO_MS: no samples), the time of the oldest sample the lags read (NO_MS: a new
+# sample may change them); when the log end passed the newest commit (NOT_YET: not yet: records
+# wait 0 s); when it reached the committed offset (NOT_YET: it has not) and whether that is a
+# bound; the rewind; the STOP limit; when the stuck run began (NO_MS: not stuck); the trend's
+# fields inline (points UNFITTED: not fitted yet; NO_TREND: too few points). Numbers only, no
+# None, so they pack. No reason is kept: the answer carries its numbers (lagd_rules.Why), put in
+# words only when read.
 Facts = tuple[
     int,
     int,
     int,
     int,
-    int | None,
-    int | None,
-    float | None,
-    float | None,
+    int,
+    int,
+    float,
+    float,
     bool,
     bool,
     int,
-    int | None,
+    int,
     int,
     float,
     float,
@@ -91,9 +94,15 @@ Facts = tuple[
     float,
     float,
 ]
+_PACKED = struct.Struct("<6q2d2?3q5d")  # Facts, field by field (130 bytes)
+NO_MS = -(2**63)  # a Facts' time in ms that is not (no samples, not stuck, may change)
+NOT_YET = -math.inf  # a Facts' moment (ms) that has not come
 UNFITTED, NO_TREND = -1, 0  # a Facts' trend points when it has no trend (yet)
 _NO_FIT = (NO_TREND, 0.0, 0.0, 0.0, 0.0, 0.0)
-GroupFacts = dict[str, dict[int, Facts]]  # by topic, then partition
+# A topic's kept facts: its partitions (ascending) and their facts packed back to back.
+TopicFacts: TypeAlias = "tuple[array[int], bytes]"
+GroupFacts: TypeAlias = "dict[str, TopicFacts]"
+_NONE_KEPT: TopicFacts = (array("q"), b"")
 
 
 def _answer(j: Judgement, recheck: int, reached: float, estimated: bool) -> Answer:
@@ -119,14 +128,18 @@ class LagdJudge:
     bisect and a few comparisons, and keeping their facts would cost memory for little.
     """
 
-    __slots__ = ("_new", "_old", "new", "old", "p")
+    __slots__ = ("_at", "_new", "_new_ids", "_old", "_old_ids", "_run_from", "_run_to", "new", "old", "p")
 
     def __init__(self, p: LagdParams) -> None:
         self.p = p
         self.old: GroupFacts = {}
-        self.new: GroupFacts = {}
-        self._old: dict[int, Facts] = {}
-        self._new: dict[int, Facts] = {}
+        self.new: dict[str, tuple[array[int], bytearray]] = {}
+        self._old_ids, self._old = _NONE_KEPT
+        self._at = 0  # where in `_old_ids` the next partition is looked for
+        self._new_ids = array("q")
+        self._new = bytearray()
+        # The run of old records kept as they are, not yet copied to `_new` (copied at once).
+        self._run_from = self._run_to = 0
 
     def begin(self, old: GroupFacts | None) -> None:
         """Start a group's evaluation with the facts its previous one kept."""
@@ -134,14 +147,44 @@ class LagdJudge:
         self.new = {}
 
     def topic(self, topic: str) -> None:
-        """Judge the partitions of `topic` next."""
-        self._old = self.old.get(topic) or {}
-        self._new = {}
-        self.new[topic] = self._new
+        """Judge the partitions of `topic` next, in ascending order."""
+        self._copy_run()
+        self._old_ids, self._old = self.old.get(topic) or _NONE_KEPT
+        self._at = self._run_from = self._run_to = 0
+        self._new_ids = array("q")
+        self._new = bytearray()
+        self.new[topic] = (self._new_ids, self._new)
 
     def kept(self) -> GroupFacts:
         """The facts this evaluation kept, by topic (topics with none left out)."""
-        return {topic: facts for topic, facts in self.new.items() if facts}
+        self._copy_run()
+        return {topic: (ids, bytes(packed)) for topic, (ids, packed) in self.new.items() if ids}
+
+    def _copy_run(self) -> None:
+        if self._run_to > self._run_from:
+            self._new += self._old[self._run_from * _PACKED.size : self._run_to * _PACKED.size]
+        self._run_from = self._run_to
+
+    def _kept_facts(self, key: int, arr: array[int], le: LogEnd) -> Facts | None:
+        """The previous evaluation's facts of partition `key` if they still stand (and keep
+        them again), else None."""
+        ids = self._old_ids
+        i = self._at
+        if i == len(ids) or ids[i] != key:
+            i = bisect_left(ids, key, i)  # partitions come in ascending order
+            if i == len(ids) or ids[i] != key:
+                self._at = i
+                return None
+        self._at = i + 1
+        f: Facts = _PACKED.unpack_from(self._old, i * _PACKED.size)
+        if not _stands(f, arr, le):
+            return None
+        self._new_ids.append(key)
+        if i != self._run_to:
+            self._copy_run()
+            self._run_from = i
+        self._run_to = i + 1
+        return f
 
     def judge(
         self, key: int, arr: array[int], le: LogEnd, current_lag: int, at_ms: int, prior: PartitionStatus | None
@@ -154,14 +197,10 @@ class LagdJudge:
             if current_lag:
                 return _answer(J_CAUGHT_UP, NEVER, *reached_in(le, arr[LAST + OFFSET]))
             return _answer(J_CAUGHT_UP, NEVER, 0.0, False)
-        f = self._old.get(key)
-        if f is None or not _stands(f, arr, le):
-            f = _facts(arr, le, current_lag, p)
-        else:
-            self._new[key] = f
+        f = self._kept_facts(key, arr, le) or _facts(arr, le, current_lag, p)
         passed, reached, estimated, rewind, limit, stuck_since, points = f[6:13]
-        waited = max(0.0, (at_ms - passed) / 1000.0) if passed is not None else 0.0
-        shown = reached if reached is not None else 0.0
+        waited = max(0.0, (at_ms - passed) / 1000.0) if passed != NOT_YET else 0.0
+        shown = reached if reached != NOT_YET else 0.0
         if rewind:
             return _answer(J_REWIND, NEVER, shown, estimated)
         # STOP: silent for several commit intervals while records wait at least as long.
@@ -173,7 +212,7 @@ class LagdJudge:
         # With the lag within allowed-lag (a WARN being held) nothing is time-driven.
         timed = current_lag > p.allowed_lag
         # STALL: still committing, the same offset for stall-after, while records wait.
-        if stuck_since is not None:
+        if stuck_since != NO_MS:
             stuck_ms = at_ms - stuck_since
             if stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
                 why: Why = (STALLED, arr[LAST + OFFSET], stuck_ms, 0.0, 0.0, waited)
@@ -185,11 +224,14 @@ class LagdJudge:
             fit = None
             if last_ts - arr[TS] >= p.min_history_ms:
                 if points == UNFITTED:  # fit it now, and keep the facts for next time
-                    f = self._new[key] = _with_trend(f, *_fit(arr, le, reached is not None, p))
+                    f = _with_trend(f, *_fit(arr, le, reached != NOT_YET, p))
+                    self._copy_run()
+                    self._new_ids.append(key)
+                    self._new += _PACKED.pack(*f)
                 points, slope, z, rise, noise, last = f[12:]
                 if points != NO_TREND and points >= p.min_points:
                     fit = (points, slope, z, rise, noise, last)
-            status, rule, reason, what = _judge_trend(arr, le, fit, was_behind, stuck_since is not None, waited, p)
+            status, rule, reason, what = _judge_trend(arr, le, fit, was_behind, stuck_since != NO_MS, waited, p)
             if what is None:
                 pass
             elif fit is None:
@@ -209,15 +251,15 @@ def _stands(f: Facts, arr: array[int], le: LogEnd) -> bool:
     if first != arr[ORDER] or last != arr[LAST + ORDER] or length != len(arr) or le_id != id(le):
         return False
     ts = le.ts
-    newest = ts[-1] if ts else None
+    newest = ts[-1] if ts else NO_MS
     if newest == kept_newest:
         return True
-    return used is not None and newest is not None and ts[le.run_start] <= used
+    return used != NO_MS and newest != NO_MS and ts[le.run_start] <= used
 
 
-def _with_trend(f: Facts, trend: TrendFit | None, used: int | None) -> Facts:
+def _with_trend(f: Facts, trend: TrendFit | None, used: int) -> Facts:
     """The facts with the trend fitted and the time of the oldest sample it read."""
-    first, last, length, le_id, newest, _, passed, reached, estimated, rewind, limit, stuck_since, *_ = f
+    first, last, length, le_id, newest, _, passed, reached, estimated, rewind, limit, stuck_since = f[:12]
     return (first, last, length, le_id, newest, used, passed, reached, estimated, rewind, limit, stuck_since) + (
         trend or _NO_FIT
     )
@@ -229,22 +271,22 @@ def _facts(arr: array[int], le: LogEnd, current_lag: int, p: LagdParams) -> Fact
     committed = arr[LAST + OFFSET]
     offsets, ts, lo = le.offsets, le.ts, le.run_start
     k = len(offsets)
-    passed: float | None = None  # lag_seconds_at(committed, ...) reads 0 s while this is None
+    passed = NOT_YET  # lag_seconds_at(committed, ...) reads 0 s while it has not come
     if k > lo and committed + 1 <= offsets[k - 1]:
         passed, _ = reached_in(le, committed + 1)
-    reached: float | None = None
+    reached = NOT_YET
     estimated = False
     if current_lag:
         reached, estimated = reached_in(le, committed)
     same = first_same(arr, n, committed)
-    stuck_since = arr[same * FIELDS + TS] if same < n - 1 else None
+    stuck_since = arr[same * FIELDS + TS] if same < n - 1 else NO_MS
     return (
         arr[ORDER],
         arr[LAST + ORDER],
         len(arr),
         id(le),
-        ts[-1] if ts else None,
-        None,  # set by `_fit`, which reads every commit's lag
+        ts[-1] if ts else NO_MS,
+        NO_MS,  # set by `_fit`, which reads every commit's lag
         passed,
         reached,
         estimated,
@@ -260,10 +302,10 @@ def _facts(arr: array[int], le: LogEnd, current_lag: int, p: LagdParams) -> Fact
     )
 
 
-def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams) -> tuple[TrendFit | None, int | None]:
+def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams) -> tuple[TrendFit | None, int]:
     """The window's trend, and the time of the oldest log-end sample that it, the newest
-    commit's wait and (`reached`: the current lag is above 0) the committed offset's passing
-    read, when appending samples cannot change them (else None)."""
+    commit's wait and (`reached`: the current lag is above 0) the committed
+    offset's passing read, when appending samples cannot change them (else NO_MS)."""
     xs, ys, used = lag_points_used(arr, le)
     if used is not None and reached:
         offsets, lo = le.offsets, le.run_start
@@ -273,7 +315,7 @@ def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams) -> tuple[Tre
             used = min(used, le.ts[i - 1])
         else:
             used = None  # read from the oldest sample or the coarse tier
-    return fit_trend(xs, ys, p.tie_s), used
+    return fit_trend(xs, ys, p.tie_s), NO_MS if used is None else used
 
 
 # Fixed judgements as `_judge_trend` answers them: (status, rule, reason, None).
@@ -331,14 +373,14 @@ def _recheck(
     waited: float,
     last_ts: int,
     limit: int,
-    stuck_since: int | None,
+    stuck_since: int,
     p: LagdParams,
 ) -> int:
     """`recheck_at` for a partition whose current lag is above allowed-lag and whose status is
     neither STOP nor REWIND, from its facts."""
     passed = at_ms - int(waited * 1000)  # when the oldest unconsumed record arrived
     due = max(last_ts, passed) + limit + 1
-    if status is not STALL and stuck_since is not None:
+    if status is not STALL and stuck_since != NO_MS:
         due = min(due, max(stuck_since, passed) + p.stall_after_ms)
     if waited < p.allowed_lag_seconds:
         due = min(due, passed + int(p.allowed_lag_seconds * 1000) + 1)
