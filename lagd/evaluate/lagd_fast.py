@@ -177,8 +177,18 @@ class LagdJudge:
                 return None
         self._at = i + 1
         f: Facts = _PACKED.unpack_from(self._old, i * _PACKED.size)
-        if not _stands(f, arr, le):
+        # Do they still describe this window and these samples? The window must be the same
+        # (its first and newest orders and its length: entries never change in place); the
+        # samples the same, or only grown at the end while still holding the oldest sample
+        # the lags read (its time at or after the start of the newest run of samples).
+        if f[:4] != (arr[ORDER], arr[LAST + ORDER], len(arr), id(le)):
             return None
+        ts = le.ts
+        newest = ts[-1] if ts else NO_MS
+        if newest != f[4]:
+            used = f[5]
+            if used == NO_MS or newest == NO_MS or ts[le.run_start] > used:
+                return None
         self._new_ids.append(key)
         if i != self._run_to:
             self._copy_run()
@@ -228,33 +238,19 @@ class LagdJudge:
                     self._copy_run()
                     self._new_ids.append(key)
                     self._new += _PACKED.pack(*f)
-                points, slope, z, rise, noise, last = f[12:]
+                points = f[12]
                 if points != NO_TREND and points >= p.min_points:
-                    fit = (points, slope, z, rise, noise, last)
+                    fit = f[12:]
             status, rule, reason, what = _judge_trend(arr, le, fit, was_behind, stuck_since != NO_MS, waited, p)
             if what is None:
                 pass
             elif fit is None:
                 reason = (STILL_BEHIND_UNFITTED, 0.0, 0.0, 0.0, 0.0, waited)
             else:
+                points, slope, z, rise, _, _ = fit
                 reason = (what, slope, z, rise, points, waited)
         due = _recheck(status, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER
         return status, rule, reason, due, shown, estimated
-
-
-def _stands(f: Facts, arr: array[int], le: LogEnd) -> bool:
-    """Do kept facts still describe this window and these samples? The window must be the
-    same (its first and newest orders and its length: entries never change in place); the
-    samples the same, or only grown at the end while still holding the oldest sample the
-    lags read (its time at or after the start of the newest run of samples)."""
-    first, last, length, le_id, kept_newest, used = f[:6]
-    if first != arr[ORDER] or last != arr[LAST + ORDER] or length != len(arr) or le_id != id(le):
-        return False
-    ts = le.ts
-    newest = ts[-1] if ts else NO_MS
-    if newest == kept_newest:
-        return True
-    return used != NO_MS and newest != NO_MS and ts[le.run_start] <= used
 
 
 def _with_trend(f: Facts, trend: TrendFit | None, used: int) -> Facts:
