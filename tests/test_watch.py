@@ -371,12 +371,13 @@ def held_warn() -> tuple[VerdictWatch, GroupChange]:
     return owner, last
 
 
-def successor(owner: VerdictWatch) -> VerdictWatch:
+def successor(owner: VerdictWatch, partitions: range = range(1)) -> VerdictWatch:
     """A new watch over the owner's windows and samples, restored as from Postgres (a worker
     taking the group over, or lagd restarted)."""
     new, _ = watch_of(healthy_progress(HELD_AT), Clock(HELD_AT))
-    new.state.restore_window((C, "g", T, 0), owner.state.window(C, "g", T, 0))
-    new.state.restore_log_end((C, T, 0), *owner.state.log_end_samples(C, T, 0))
+    for partition in partitions:
+        new.state.restore_window((C, "g", T, partition), owner.state.window(C, "g", T, partition))
+        new.state.restore_log_end((C, T, partition), *owner.state.log_end_samples(C, T, partition))
     return new
 
 
@@ -392,3 +393,47 @@ def test_a_group_taken_over_keeps_its_warn_held_by_hysteresis() -> None:
     assert taker.scan(HELD_AT) == 0  # judged WARN, as published: no change, no alert cleared
     assert taker.statuses[(C, "g")] is GroupStatus.WARN
     assert taker.evaluator.group(C, "g", HELD_AT).partitions[0].rule == "still-behind"
+
+
+def test_a_partition_turning_warn_in_a_warn_group_is_offered_and_kept_at_takeover() -> None:
+    """Partition 0 falls behind for good (the group turns WARN); later partition 1 falls behind
+    too, then keeps pace, still behind (WARN held by hysteresis). The group's status never
+    changes after the first WARN, yet the watch offers the change of its partitions, so what a
+    successor starts from (the published verdict) holds partition 1's WARN."""
+    rate = 400
+
+    def position(partition: int, t: int) -> int:
+        base = 1_000_000 - rate // 2  # half a second behind
+        if partition == 0:
+            return base + rate * t - (int(0.15 * rate * (t - 100)) if t > 100 else 0)  # falls behind from 100 s
+        if t < 400:
+            return base + rate * t
+        if t < 700:
+            return base + rate * 400 + int(0.85 * rate * (t - 400))  # falls behind
+        return base + rate * 400 + int(0.85 * rate * 300) + rate * (t - 700)  # keeps pace, still behind
+
+    owner, feed = watch_of(healthy_progress(HELD_AT), Clock(HELD_AT))
+    changes: list[GroupChange] = []
+    for t in range(0, 901):
+        ms = T0 + t * 1000
+        for partition in range(2):
+            if t % 10 == 0:
+                owner.state.apply(LogEndSample(C, T, partition, 1_000_000 + rate * t, ms))
+            if t % 5 == 0:
+                owner.state.apply(Commit(C, "g", T, partition, position(partition, t), 2 * t + partition + 1, ms, ms))
+        owner.progress[C].mark_fresh(ms)
+        owner.scan(ms)
+        changes += drain(feed)
+    # new (OK), partition 0 falling behind (WARN), then partition 1 too: the same status
+    assert [change.status for change in changes] == [GroupStatus.OK, GroupStatus.WARN, GroupStatus.WARN]
+    last = changes[-1]
+    assert [(p, s) for _, p, s, _ in last.partitions] == [(0, PartitionStatus.WARN), (1, PartitionStatus.WARN)]
+    held = owner.evaluator.group(C, "g", HELD_AT).partitions[1]
+    assert (held.status, held.rule) == (PartitionStatus.WARN, "still-behind")
+
+    afresh = successor(owner, range(2))
+    assert afresh.evaluator.group(C, "g", HELD_AT).partitions[1].status is PartitionStatus.OK  # without the prior
+    taker = successor(owner, range(2))
+    taker.take_over(C, {"g": last})
+    assert taker.scan(HELD_AT) == 0
+    assert taker.evaluator.group(C, "g", HELD_AT).partitions[1].rule == "still-behind"

@@ -1,7 +1,10 @@
 """The verdict watch: turns group verdicts into status changes, and lagd's sight into one incident.
 
-Each pass judges every group that may have changed (Evaluator.due), records a changed group status
-in the history the trends job rolls up, and offers it to the notifier as a GroupChange. It
+Each pass judges every group that may have changed (Evaluator.changed), records a changed group
+status in the history the trends job rolls up, and offers it to the notifier as a GroupChange;
+a change of the partitions that are not OK under the same status is offered too (not recorded):
+the notifier's state, the retained status message and the verdict published for a worker taking
+the group over then name them. It
 also judges whether lagd sees each cluster (lagd.evaluate.sight): while blind, the
 evaluator holds time-driven verdicts as of the moment lagd last saw the cluster, and the
 cluster itself becomes one incident member (`cluster:<name>`, ERR while unreachable).
@@ -46,6 +49,16 @@ def cluster_member(cluster: str) -> str:
     return f"cluster:{cluster}"
 
 
+def _not_ok_hash(verdict: GroupVerdict) -> int:
+    """A hash of the (topic, partition, status) of the verdict's partitions that are not OK, 0
+    when all are (a group judged OK has none)."""
+    if verdict.status is GroupStatus.OK:
+        return 0
+    ok = PartitionStatus.OK
+    bad = tuple((p.topic, p.partition, p.status) for p in verdict.partitions if p.status is not ok)
+    return hash(bad) if bad else 0
+
+
 def group_change(verdict: GroupVerdict, at: int) -> GroupChange:
     """The notifier's view of a group verdict: its status and its non-OK partitions."""
     bad = [p for p in verdict.partitions if p.status is not PartitionStatus.OK]
@@ -81,6 +94,11 @@ class VerdictWatch:
     # the evaluator's stamp of the verdict each status came from: a group is judged again once
     # anything it depends on changed since then, whoever else judged it in between
     stamps: dict[tuple[str, str], Stamp | None] = field(default_factory=dict)
+    # a hash of the (topic, partition, status) of each not-OK group's partitions that are not
+    # OK, as last offered: a partition turning WARN in a group already WARN changes no status,
+    # but the notifier's state and the published verdict (what a worker taking the group over,
+    # or lagd restarted, keeps as the rules' prior) must know it. One int per not-OK group.
+    not_ok: dict[tuple[str, str], int] = field(default_factory=dict)
     sights: dict[str, ClusterSight] = field(default_factory=dict)
     judged_at: dict[str, int] = field(default_factory=dict)  # cluster -> when its groups were last judged
     pass_seconds: float = 0.0  # time the last pass held the loop (its slices, not the waits between)
@@ -153,6 +171,7 @@ class VerdictWatch:
         """Drop what the watch keeps of a group: its status, stamp and snapshot."""
         self.statuses.pop(key, None)
         self.stamps.pop(key, None)
+        self.not_ok.pop(key, None)
         if self.snapshots is not None:
             self.snapshots.drop(*key)
 
@@ -162,6 +181,8 @@ class VerdictWatch:
         partitions that were not OK keep their status as the rules' prior (hysteresis)."""
         for group, change in published.items():
             self.statuses.setdefault((cluster, group), change.status)
+            if change.partitions:
+                self.not_ok.setdefault((cluster, group), hash(tuple((t, p, s) for t, p, s, _ in change.partitions)))
             self.evaluator.take_over(cluster, group, ((t, p, s) for t, p, s, _ in change.partitions), change.at)
 
     def scan(self, now: int) -> int:
@@ -207,6 +228,8 @@ class VerdictWatch:
                     self._on_change(verdict, now)
                     yield 1
                 else:
+                    if self.changes is not None and self._not_ok_changed(key, verdict):
+                        self.changes.put_nowait(group_change(verdict, now))  # the same status, other partitions
                     yield 0
         for key in [k for k in self.statuses if k not in seen and k[0] not in skipped]:
             self._forget(key)
@@ -215,9 +238,22 @@ class VerdictWatch:
         if self.changes is not None and not skipped:
             self.changes.mark_complete("groups")
 
+    def _not_ok_changed(self, key: tuple[str, str], verdict: GroupVerdict) -> bool:
+        """Did the group's partitions that are not OK change since the change last offered?
+        (Keeps the new ones.)"""
+        now_not_ok = _not_ok_hash(verdict)
+        if now_not_ok == self.not_ok.get(key, 0):
+            return False
+        if now_not_ok:
+            self.not_ok[key] = now_not_ok
+        else:
+            self.not_ok.pop(key, None)
+        return True
+
     def _on_change(self, verdict: GroupVerdict, now: int) -> None:
         self.state.record_status(verdict.cluster, verdict.group, verdict.status.value, now)
         if self.changes is not None:
+            self._not_ok_changed((verdict.cluster, verdict.group), verdict)
             # coalesced per group: bounded by the number of groups, never dropped
             self.changes.put_nowait(group_change(verdict, now))
 
