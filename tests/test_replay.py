@@ -89,6 +89,9 @@ def stopping_trace(tmp_path: Path) -> Path:
 GOOD = [json.dumps(log_end(T0, 100)), "", "# a comment", json.dumps(commit(T0 + 1, 100))]
 MALFORMED = [
     ("not json at all", "not JSON"),
+    ('{"type": "commit", "ts": 1', "not JSON (Expecting ',' delimiter at column 27)"),
+    (json.dumps(commit(T0 + 2, 100)) + " {}", "not JSON (Extra data at column"),
+    ('{"type": "commit"} ]', "not JSON (Extra data at column 20)"),
     ("[1, 2]", "a JSON list, not an object"),
     (json.dumps({k: v for k, v in commit(T0 + 2, 100).items() if k != "type"}), "missing field 'type'"),
     (json.dumps({**commit(T0 + 2, 100), "type": "offsets"}), "field 'type' is \"offsets\""),
