@@ -22,6 +22,7 @@ import math
 import struct
 from array import array
 from bisect import bisect_left
+from collections.abc import Sequence
 from typing import TypeAlias
 
 from lagd.evaluate.lagd_rules import (
@@ -102,7 +103,6 @@ _NO_FIT = (NO_TREND, 0.0, 0.0, 0.0, 0.0, 0.0)
 # A topic's kept facts: its partitions (ascending) and their facts packed back to back.
 TopicFacts: TypeAlias = "tuple[array[int], bytes]"
 GroupFacts: TypeAlias = "dict[str, TopicFacts]"
-_NONE_KEPT: TopicFacts = (array("q"), b"")
 
 
 def _answer(j: Judgement, recheck: int, reached: float, estimated: bool) -> Answer:
@@ -134,7 +134,8 @@ class LagdJudge:
         self.p = p
         self.old: GroupFacts = {}
         self.new: dict[str, tuple[array[int], bytearray]] = {}
-        self._old_ids, self._old = _NONE_KEPT
+        self._old_ids: Sequence[int] = ()
+        self._old = b""
         self._at = 0  # where in `_old_ids` the next partition is looked for
         self._new_ids = array("q")
         self._new = bytearray()
@@ -149,7 +150,7 @@ class LagdJudge:
     def topic(self, topic: str) -> None:
         """Judge the partitions of `topic` next, in ascending order."""
         self._copy_run()
-        self._old_ids, self._old = self.old.get(topic) or _NONE_KEPT
+        self._old_ids, self._old = self.old.get(topic) or ((), b"")
         self._at = self._run_from = self._run_to = 0
         self._new_ids = array("q")
         self._new = bytearray()
