@@ -140,7 +140,8 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lagd",
-        description="Kafka consumer-lag evaluator: judges every consumer group by Burrow's window rules.",
+        description="Kafka consumer-lag evaluator: judges every consumer group over a sliding window of its "
+        "commits (lagd's rules by default, or Burrow's exactly), behind Burrow's HTTP API.",
     )
     parser.add_argument("--version", "-V", action="version", version=f"lagd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -13,12 +13,13 @@ comma-separated. An override may also create a cluster that the file does not na
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hmac
 import os
 import re
 import tomllib
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -377,6 +378,22 @@ _REMOVED_KEYS: dict[tuple[type, str], str] = {
 }
 
 
+def _unknown_hint(cls: type, key: str, known: Iterable[str]) -> str:
+    """What an unknown key was likely meant to be: a known key spelt alike, or the same key of
+    another section ("; did you mean ...?"), else ""."""
+    plain = key.replace("-", "").replace("_", "")
+    close = [n for n in known if n.replace("-", "") == plain] or difflib.get_close_matches(key, list(known), 1, 0.8)
+    if close:
+        return f"; did you mean '{close[0]}'?"
+    sections = {**_SECTIONS, **{f"{section}.NAME": other for section, other in _NAMED.items()}}
+    elsewhere = [
+        f"[{section}]"
+        for section, other in sections.items()
+        if other is not cls and any(_key(f.name) == key for f in dataclasses.fields(other) if f.name != "name")
+    ]
+    return f"; '{key}' is a setting of {' and '.join(elsewhere)}" if elsewhere else ""
+
+
 def _build(cls: type, raw: Mapping[str, Any], where: str, extra: Mapping[str, Any] | None = None) -> Any:
     hints = typing.get_type_hints(cls)
     known = {_key(f.name): f for f in dataclasses.fields(cls) if f.name != "name"}
@@ -387,11 +404,9 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, extra: Mapping[str, An
         if (cls, k) in _REMOVED_KEYS:
             raise ConfigError(full, f"no longer a setting: {_REMOVED_KEYS[(cls, k)]}")
         if f is None:
-            hint = ""
-            close = [n for n in known if n.replace("-", "") == k.replace("-", "").replace("_", "")]
-            if close:
-                hint = f"; did you mean '{close[0]}'?"
-            raise ConfigError(full, f"unknown key{hint} (see config/lagd.example.toml for every key)")
+            raise ConfigError(
+                full, f"unknown key{_unknown_hint(cls, k, known)} (see config/lagd.example.toml for every key)"
+            )
         kwargs[f.name] = _convert(full, v, hints[f.name])
     return cls(**kwargs)
 

@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
+import aiomqtt
+
 from lagd import logs
 from lagd.config import ConfigError, Settings, parse
 from lagd.embedded import (
@@ -111,6 +114,8 @@ class Services:
     # this run's own database on a shared server (dropped at exit); "" with an embedded server
     database: str = ""
     server_url: str = ""
+    # the demo's retained MQTT messages on a shared broker (an MQTT filter, cleared at exit); "" with amqtt
+    retained: str = ""
     notes: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
@@ -118,6 +123,10 @@ class Services:
             with contextlib.suppress(Exception):
                 asyncio.run(_drop_database(self.server_url, self.database))
             self.database = ""
+        if self.retained and self.mqtt is None:
+            with contextlib.suppress(Exception):
+                asyncio.run(clear_retained(*self.mqtt_address, self.retained))
+            self.retained = ""
         for name in ("mqtt", "kafka"):
             proc = getattr(self, name)
             if proc is not None:
@@ -128,6 +137,31 @@ class Services:
             with contextlib.suppress(Exception):
                 self.postgres.stop()
             self.postgres = None
+
+
+async def retained_topics(host: str, port: int, topics: str, settle_s: float = 0.5) -> set[str]:
+    """The topics under `topics` (an MQTT filter) holding a retained message: the broker sends
+    them right after the subscription."""
+    found: set[str] = set()
+    async with aiomqtt.Client(host, port, timeout=5) as client:
+        await client.subscribe(topics)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(settle_s):
+                async for message in client.messages:
+                    if message.retain and message.payload:
+                        found.add(str(message.topic))
+    return found
+
+
+async def clear_retained(host: str, port: int, topics: str) -> int:
+    """Clear the retained messages under `topics` on a shared broker: the demo's group statuses
+    would outlive the database it drops. (A second demo running at once with the same prefix
+    loses its retained statuses too, until each group's next change.)"""
+    found = await retained_topics(host, port, topics)
+    async with aiomqtt.Client(host, port, timeout=5) as client:
+        for topic in sorted(found):
+            await client.publish(topic, b"", qos=1, retain=True)
+    return len(found)
 
 
 def _admin_url(server_url: str) -> tuple[str, Any]:
@@ -232,6 +266,7 @@ def demo_settings(path: Path, services: Services) -> Settings:
     lhost, _, lport = listen.rpartition(":")
     if port_open(lhost or "127.0.0.1", int(lport)):
         http["listen"] = f"{lhost or '127.0.0.1'}:{free_port()}"
+        services.notes.append(f"HTTP: port {lport} is taken, so lagd listens on {http['listen']}")
     return parse(raw, env={})
 
 
@@ -246,7 +281,7 @@ def urls(settings: Settings, services: Services) -> list[str]:
     base = base_url(settings)
     host, port = services.mqtt_address
     prefix = settings.notify.topic_prefix
-    sub = f"mosquitto_sub -h {host} -p {port} -t '{prefix}/#' -v"
+    sub = f"mosquitto_sub -h {host} -p {port} -t '{prefix}/{CLUSTER}/#' -v"
     return [
         f"lagd: {base}/",
         f"  status page      {base}/",
@@ -308,7 +343,10 @@ async def read_rows(session: Any, base: str, groups: list[str]) -> list[Row]:
             row.lag = st.get("totallag")
             bad = sorted({str(p.get("status")) for p in st.get("partitions", []) if p.get("status") != "OK"})
             row.detail = ",".join(bad)
-        except Exception as exc:  # lagd not answering yet: say so in the row
+        except aiohttp.ClientConnectionError:  # lagd's HTTP server not up yet
+            row.status = "-"
+            row.detail = "starting"
+        except Exception as exc:  # an answer the table cannot read: say which
             row.status = "-"
             row.detail = exc.__class__.__name__
         row.seconds = seconds.get(g)
@@ -351,8 +389,6 @@ async def show(
     header: list[str] | None = None,
 ) -> None:
     """Redraw the table every REFRESH_S (or, without a table, print each status change)."""
-    import aiohttp
-
     tty = table and out.isatty()
     seen: dict[str, str] = {}
     timeout = aiohttp.ClientTimeout(total=REFRESH_S)
@@ -480,6 +516,8 @@ def main(args: Any) -> int:
     try:
         services = start_services(out)
         settings = demo_settings(path, services)
+        if services.mqtt is None:  # the local broker: clear what the demo leaves retained there
+            services.retained = f"{settings.notify.topic_prefix}/{CLUSTER}/#"
         return asyncio.run(
             run_demo(
                 settings, services, float(getattr(args, "duration", 0.0) or 0.0), getattr(args, "table", True), out
@@ -495,5 +533,7 @@ def main(args: Any) -> int:
         return 130
     finally:
         with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
-            print("stopping: broker, database and MQTT the demo started ...", file=out, flush=True)
+            print(
+                "stopping: what the demo started, its database and its retained MQTT messages ...", file=out, flush=True
+            )
         services.stop()

@@ -96,6 +96,31 @@ def test_bad_environment_override_names_the_key() -> None:
     assert info.value.key == "LAGD_NOPE_X"
 
 
+@pytest.mark.parametrize(
+    ("raw", "key", "hint"),
+    [
+        ({"storage": {"flush_interval": 1.0}}, "storage.flush_interval", "did you mean 'flush-interval'?"),
+        (
+            {"clusters": {"a": {"bootstrap-server": ["h:1"]}}},
+            "clusters.a.bootstrap-server",
+            "did you mean 'bootstrap-servers'?",
+        ),
+        ({"evaluator": {"intervals": 10}}, "evaluator.intervals", "'intervals' is a setting of [storage]"),
+        (
+            {"storage": {"client-id": "x"}},
+            "storage.client-id",
+            "'client-id' is a setting of [notify] and [clusters.NAME]",
+        ),
+        ({"storage": {"nothing-like-it": 1}}, "storage.nothing-like-it", "unknown key (see"),
+    ],
+)
+def test_an_unknown_key_says_what_was_likely_meant(raw: dict[str, Any], key: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse({**MINIMAL, **raw} if "clusters" not in raw else raw, env={})
+    assert info.value.key == key
+    assert hint in str(info.value)
+
+
 def test_secrets_never_show() -> None:
     s = parse({**MINIMAL, "notify": {"password": "s3cret"}}, env={"LAGD_CLUSTERS_PROD_SASL_PASSWORD": "hunter2"})
     text = repr(s) + str(public_view(s))

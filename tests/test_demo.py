@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
+import aiomqtt
 import pytest
 
 from lagd import demo
@@ -73,6 +76,45 @@ def test_settings_take_the_started_services_addresses(tmp_path: Path) -> None:
     assert settings.notify.mqtt_url == "mqtt://127.0.0.1:31883"
     assert re.fullmatch(r"127\.0\.0\.1:\d+", settings.http.listen)
     assert demo.base_url(settings) == "http://" + settings.http.listen
+
+
+def test_a_taken_port_is_said_and_another_one_used(tmp_path: Path) -> None:
+    class FakeProcess:  # only the address is read
+        address = "127.0.0.1:39092"
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "demo.toml"
+        text = (ROOT / "config" / "demo.toml").read_text()
+        config.write_text(re.sub(r'(?m)^listen = "[^"]*"', f'listen = "127.0.0.1:{port}"', text))
+        assert f"127.0.0.1:{port}" in config.read_text()
+        services = demo.Services(kafka=FakeProcess())  # type: ignore[arg-type]
+        services.database_url = "postgresql+asyncpg://postgres@127.0.0.1:5432/lagd_demo"
+        settings = demo.demo_settings(config, services)
+    assert settings.http.listen != f"127.0.0.1:{port}"
+    assert services.notes == [f"HTTP: port {port} is taken, so lagd listens on {settings.http.listen}"]
+
+
+async def test_the_table_says_starting_until_lagd_answers() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with aiohttp.ClientSession() as session:
+        rows = await demo.read_rows(session, f"http://127.0.0.1:{port}", ["billing"])
+    assert [(r.group, r.status, r.detail) for r in rows] == [("billing", "-", "starting")]
+
+
+async def test_clearing_retained_messages_clears_those_under_the_filter_only(mqtt_broker: tuple[str, int]) -> None:
+    host, port = mqtt_broker
+    prefix = f"lagd-test-{uuid.uuid4().hex[:8]}"
+    async with aiomqtt.Client(host, port) as client:
+        for topic in (f"{prefix}/demo/groups/a/status", f"{prefix}/demo/status", f"{prefix}/other/status"):
+            await client.publish(topic, b'{"status": "OK"}', qos=1, retain=True)
+    assert await demo.clear_retained(host, port, f"{prefix}/demo/#") == 2
+    assert await demo.retained_topics(host, port, f"{prefix}/#", 1.0) == {f"{prefix}/other/status"}
+    await demo.clear_retained(host, port, f"{prefix}/#")
 
 
 # --- end to end -------------------------------------------------------------------------
@@ -193,6 +235,11 @@ def test_demo_shows_every_state_and_leaves_nothing_behind() -> None:
         pg = system_postgres()
         assert pg is not None
         assert own.group(1) not in _databases(demo._admin_url(pg.url)[0])
+    # on a shared MQTT broker, no retained message of the demo outlives it
+    if "MQTT: the local broker on 127.0.0.1:1883" in output:
+        import asyncio
+
+        assert not asyncio.run(demo.retained_topics("127.0.0.1", 1883, "lagd/demo/#", 1.0))
 
 
 def _read(proc: subprocess.Popen[str], lines: list[str], base: list[str]) -> None:

@@ -304,6 +304,9 @@ async def test_group_page(api: aiohttp.ClientSession) -> None:
     assert html.count('<tr class="partition">') >= 1 and "UTC" in html
     async with api.get(f"/group/{CLUSTER}/nobody") as resp:
         assert resp.status == 404 and "does not know this group" in await resp.text()
+    async with api.get("/group/elsewhere/nobody") as resp:
+        assert resp.status == 404
+        assert f"lagd watches no cluster named elsewhere (it watches: {CLUSTER})" in await resp.text()
 
 
 def test_sparkline_history_sums_partition_lags_per_window_slot() -> None:

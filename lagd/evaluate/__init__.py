@@ -1,4 +1,4 @@
-"""Evaluation: Burrow's window rules, lag in time, and cached group verdicts."""
+"""Evaluation: lagd's and Burrow's window rules, lag in time, and cached group verdicts."""
 
 from lagd.evaluate.lagtime import LagTime, lag_seconds
 from lagd.evaluate.rules import GroupSummary, Judgement, group_status, judge, partition_status

@@ -98,7 +98,8 @@ def _ctx(request: web.Request) -> HttpContext:
     return request.app[CTX]
 
 
-def _known_cluster(ctx: HttpContext, cluster: str) -> bool:
+def known_cluster(ctx: HttpContext, cluster: str) -> bool:
+    """Does lagd watch the cluster, or hold groups of it?"""
     return cluster in ctx.settings.clusters or cluster in ctx.state.clusters()
 
 
@@ -142,7 +143,7 @@ async def cluster_detail(request: web.Request) -> web.Response:
 async def topics(request: web.Request) -> web.Response:
     ctx = _ctx(request)
     cluster = request.match_info["cluster"]
-    if not _known_cluster(ctx, cluster):
+    if not known_cluster(ctx, cluster):
         return _not_found(request, "cluster not found")
     return _ok(request, "topic list returned", topics=ctx.state.topics(cluster))
 
@@ -168,7 +169,7 @@ async def topic_consumers(request: web.Request) -> web.Response:
 async def consumers(request: web.Request) -> web.Response:
     ctx = _ctx(request)
     cluster = request.match_info["cluster"]
-    if not _known_cluster(ctx, cluster):
+    if not known_cluster(ctx, cluster):
         return _not_found(request, "cluster not found")
     return _ok(request, "consumer list returned", consumers=ctx.state.groups(cluster))
 

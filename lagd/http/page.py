@@ -23,6 +23,7 @@ from lagd.db import schema
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
 from lagd.evaluate.snapshot import GroupSnapshot
 from lagd.http.app import CTX, HttpContext
+from lagd.http.burrow_v3 import known_cluster
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
 from lagd.http.metrics import each_snapshot
 from lagd.http.routing import peer_groups
@@ -451,7 +452,10 @@ async def group_page(request: web.Request) -> web.Response:
                 + chart(secs, start, now, "lag in seconds (worst partition)", "seconds", "#6a1b9a", "chart-lag-seconds")
                 + "</div>"
             )
-    if v.status is GroupStatus.NOTFOUND:
+    if v.status is GroupStatus.NOTFOUND and not known_cluster(ctx, cluster):
+        watched = ", ".join(escape(name) for name in sorted(ctx.settings.clusters)) or "none"
+        parts = f"<p>lagd watches no cluster named {escape(cluster)} (it watches: {watched}).</p>"
+    elif v.status is GroupStatus.NOTFOUND:
         parts = "<p>lagd does not know this group now (never seen, deleted or expired).</p>"
     else:
         prow = []
