@@ -437,3 +437,34 @@ def test_a_partition_turning_warn_in_a_warn_group_is_offered_and_kept_at_takeove
     taker.take_over(C, {"g": last})
     assert taker.scan(HELD_AT) == 0
     assert taker.evaluator.group(C, "g", HELD_AT).partitions[1].rule == "still-behind"
+
+
+def test_a_change_of_partitions_alone_is_offered_at_most_every_partitions_every_ms() -> None:
+    """Records arrive on two partitions; partition 0's consumer stops committing at 300 s,
+    partition 1's at 310 s. Partition 0 goes STOP (the group ERR: a status change,
+    offered at once), partition 1 goes STOP some seconds later: the same status, offered only
+    PARTITIONS_EVERY_MS after the first, at the first pass it may be."""
+    owner, feed = watch_of(healthy_progress(T0), Clock(T0))
+    offered: list[tuple[int, GroupStatus, list[PartitionStatus]]] = []
+    partition_1_stopped = None
+    for t in range(0, 480):
+        ms = T0 + t * 1000
+        for partition in range(2):
+            if t % 10 == 3:  # (not at PARTITIONS_EVERY_MS after the first STOP: see below)
+                owner.state.apply(LogEndSample(C, T, partition, 1000 * t, ms))
+            if t < 300 + 10 * partition:
+                owner.state.apply(Commit(C, "g", T, partition, 1000 * t, 2 * t + partition + 1, ms, ms))
+        owner.progress[C].mark_fresh(ms)
+        owner.scan(ms)
+        offered += [(t, c.status, [s for _, _, s, _ in c.partitions]) for c in drain(feed)]
+        if (
+            partition_1_stopped is None
+            and owner.evaluator.group(C, "g", ms).partitions[1].status is PartitionStatus.STOP
+        ):
+            partition_1_stopped = t
+    stopped = [(t, statuses) for t, status, statuses in offered if status is GroupStatus.ERR]
+    assert [statuses for _, statuses in stopped] == [[PartitionStatus.STOP], [PartitionStatus.STOP] * 2]
+    first, second = stopped[0][0], stopped[1][0]
+    every_s = watch_module.PARTITIONS_EVERY_MS // 1000
+    assert partition_1_stopped is not None and first < partition_1_stopped < first + every_s  # came early...
+    assert second == first + every_s  # ...offered once it may be, not at the next sample (3 s later)

@@ -2,9 +2,9 @@
 
 Each pass judges every group that may have changed (Evaluator.changed), records a changed group
 status in the history the trends job rolls up, and offers it to the notifier as a GroupChange;
-a change of the partitions that are not OK under the same status is offered too (not recorded):
-the notifier's state, the retained status message and the verdict published for a worker taking
-the group over then name them. It
+a change of the partitions that are not OK under the same status is offered too (not recorded),
+at most every 30 s a group: the notifier's state, the retained status message and the verdict
+published for a worker taking the group over then name them. It
 also judges whether lagd sees each cluster (lagd.evaluate.sight): while blind, the
 evaluator holds time-driven verdicts as of the moment lagd last saw the cluster, and the
 cluster itself becomes one incident member (`cluster:<name>`, ERR while unreachable).
@@ -41,6 +41,7 @@ SCAN_EVERY_S = 2.0
 CATCHING_UP_EVERY_MS = 30_000
 SLICE_S = 0.005  # the longest the verdict scan keeps the event loop at once
 DUTY = 0.25  # the most of the event loop's time the watch takes when passes grow long and others wait
+PARTITIONS_EVERY_MS = 30_000  # a group's change of not-OK partitions alone is offered at most this often
 OTHERS_RAN_S = 0.0005  # a turn of the loop this long between two slices ran others' work
 
 
@@ -95,10 +96,11 @@ class VerdictWatch:
     # anything it depends on changed since then, whoever else judged it in between
     stamps: dict[tuple[str, str], Stamp | None] = field(default_factory=dict)
     # a hash of the (topic, partition, status) of each not-OK group's partitions that are not
-    # OK, as last offered: a partition turning WARN in a group already WARN changes no status,
-    # but the notifier's state and the published verdict (what a worker taking the group over,
-    # or lagd restarted, keeps as the rules' prior) must know it. One int per not-OK group.
-    not_ok: dict[tuple[str, str], int] = field(default_factory=dict)
+    # OK, as last offered, and when: a partition turning WARN in a group already WARN changes
+    # no status, but the notifier's state and the published verdict (what a worker taking the
+    # group over, or lagd restarted, keeps as the rules' prior) must know it. Offered at most
+    # every PARTITIONS_EVERY_MS a group, so partitions flapping in a bad group stay quiet.
+    not_ok: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     sights: dict[str, ClusterSight] = field(default_factory=dict)
     judged_at: dict[str, int] = field(default_factory=dict)  # cluster -> when its groups were last judged
     pass_seconds: float = 0.0  # time the last pass held the loop (its slices, not the waits between)
@@ -182,7 +184,8 @@ class VerdictWatch:
         for group, change in published.items():
             self.statuses.setdefault((cluster, group), change.status)
             if change.partitions:
-                self.not_ok.setdefault((cluster, group), hash(tuple((t, p, s) for t, p, s, _ in change.partitions)))
+                not_ok = hash(tuple((t, p, s) for t, p, s, _ in change.partitions))
+                self.not_ok.setdefault((cluster, group), (not_ok, change.at))
             self.evaluator.take_over(cluster, group, ((t, p, s) for t, p, s, _ in change.partitions), change.at)
 
     def scan(self, now: int) -> int:
@@ -228,7 +231,7 @@ class VerdictWatch:
                     self._on_change(verdict, now)
                     yield 1
                 else:
-                    if self.changes is not None and self._not_ok_changed(key, verdict):
+                    if self.changes is not None and self._partitions_due(key, verdict, now):
                         self.changes.put_nowait(group_change(verdict, now))  # the same status, other partitions
                     yield 0
         for key in [k for k in self.statuses if k not in seen and k[0] not in skipped]:
@@ -238,22 +241,30 @@ class VerdictWatch:
         if self.changes is not None and not skipped:
             self.changes.mark_complete("groups")
 
-    def _not_ok_changed(self, key: tuple[str, str], verdict: GroupVerdict) -> bool:
-        """Did the group's partitions that are not OK change since the change last offered?
-        (Keeps the new ones.)"""
-        now_not_ok = _not_ok_hash(verdict)
-        if now_not_ok == self.not_ok.get(key, 0):
+    def _partitions_due(self, key: tuple[str, str], verdict: GroupVerdict, now: int) -> bool:
+        """Is a change of the partitions that are not OK, under the same group status, to be
+        offered now? At most once every PARTITIONS_EVERY_MS a group (noted as offered); until
+        then the group is judged again at every pass, so the change is offered once it may be."""
+        not_ok = _not_ok_hash(verdict)
+        kept = self.not_ok.get(key)
+        if not_ok == (kept[0] if kept is not None else 0):
             return False
-        if now_not_ok:
-            self.not_ok[key] = now_not_ok
+        if kept is not None and now - kept[1] < PARTITIONS_EVERY_MS:
+            self.stamps[key] = None
+            return False
+        self._offered(key, not_ok, now)
+        return True
+
+    def _offered(self, key: tuple[str, str], not_ok: int, now: int) -> None:
+        if not_ok:
+            self.not_ok[key] = (not_ok, now)
         else:
             self.not_ok.pop(key, None)
-        return True
 
     def _on_change(self, verdict: GroupVerdict, now: int) -> None:
         self.state.record_status(verdict.cluster, verdict.group, verdict.status.value, now)
         if self.changes is not None:
-            self._not_ok_changed((verdict.cluster, verdict.group), verdict)
+            self._offered((verdict.cluster, verdict.group), _not_ok_hash(verdict), now)
             # coalesced per group: bounded by the number of groups, never dropped
             self.changes.put_nowait(group_change(verdict, now))
 
