@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lagd.evaluate import Evaluator, lagd_fast
-from lagd.evaluate.lagd_rules import LagdParams, TrendFit, lag_points_used, lag_seconds_at
+from lagd.evaluate.lagd_rules import LagdParams, TrendFit, lag_points_used, lag_seconds_at, words
 from lagd.evaluate.verdicts import GroupVerdict
 from lagd.model import Commit, LogEndSample, PartitionStatus
 from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
@@ -222,3 +222,26 @@ def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch)
     state.apply(Commit(C, G, T, 2, committed + 100, 10_000, now + 3000, now + 3000))
     run(state, fast, slow, [("eval", 0, 0, 0)], now + 3000)
     assert len(fitted) == first + 1  # the partition with the new commit, alone
+
+
+def test_facts_that_do_not_pack_are_not_kept_and_the_partition_is_judged_afresh() -> None:
+    """Commit times millennia apart (valid int64) make the STOP limit, 3 commit intervals, pass
+    int64, which the packed facts cannot hold: the partition is judged as the reference judges
+    it, and again next time, its facts not kept."""
+    big = 2**62
+    times = [-big + k * 1000 for k in range(8)] + [0, big]
+    arr = array("q")
+    for k, ts in enumerate(times):
+        arr.extend((1000 * k, k + 1, ts, ts, 0))
+    le = LogEnd(array("q", [100_000 * k for k in range(1, 20)]), array("q", [big + 1000 * k for k in range(1, 20)]))
+    params = LagdParams()
+    judge = lagd_fast.LagdJudge(params)
+    at = big + 60_000
+    want = lagd_fast.judge_reference(arr, le, le.offsets[-1] - arr[-5], at, None, params)
+    for _ in range(2):
+        judge.begin(judge.kept())
+        judge.topic("t")
+        got = judge.judge(0, arr, le, le.offsets[-1] - arr[-5], at, None)
+        # (the times of rechecks differ by float rounding at such magnitudes, both past int64)
+        assert (got[0], got[1], words(got[2])) == want[:3]
+    assert judge.kept() == {}

@@ -166,6 +166,17 @@ class LagdJudge:
             self._new += self._old[self._run_from * _PACKED.size : self._run_to * _PACKED.size]
         self._run_from = self._run_to
 
+    def _keep(self, key: int, f: Facts) -> None:
+        """Keep partition `key`'s new facts. Facts that do not pack (a STOP limit past int64,
+        from commit times decades apart) are not kept: that partition is judged afresh."""
+        try:
+            packed = _PACKED.pack(*f)
+        except struct.error:
+            return
+        self._copy_run()
+        self._new_ids.append(key)
+        self._new += packed
+
     def _kept_facts(self, key: int, arr: array[int], le: LogEnd) -> Facts | None:
         """The previous evaluation's facts of partition `key` if they still stand (and keep
         them again), else None."""
@@ -236,9 +247,7 @@ class LagdJudge:
             if last_ts - arr[TS] >= p.min_history_ms:
                 if points == UNFITTED:  # fit it now, and keep the facts for next time
                     f = _with_trend(f, *_fit(arr, le, reached != NOT_YET, p))
-                    self._copy_run()
-                    self._new_ids.append(key)
-                    self._new += _PACKED.pack(*f)
+                    self._keep(key, f)
                 points = f[12]
                 if points != NO_TREND and points >= p.min_points:
                     fit = f[12:]
