@@ -123,7 +123,7 @@ class Services:
             with contextlib.suppress(Exception):
                 asyncio.run(_drop_database(self.server_url, self.database))
             self.database = ""
-        if self.retained and self.mqtt is None:
+        if self.retained:
             with contextlib.suppress(Exception):
                 asyncio.run(clear_retained(*self.mqtt_address, self.retained))
             self.retained = ""

@@ -66,13 +66,13 @@ class TraceError(ValueError):
 # --- input: JSON lines -------------------------------------------------------------------
 
 _COMMIT_FIELDS = "ts, cluster, group, topic, partition and offset"
+_LOG_END_FIELDS = "ts, cluster, topic, partition and offset"
 # What a trace line costs, read: json.loads runs this scanner under three layers of Python
 # (about 1 us a line of 2.4), and a frozen dataclass's __init__ sets each field through
 # object.__setattr__ (about 1.5 us an event); a trace has tens of thousands of lines a group.
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _new_commit = fast_constructor(Commit)
 _new_log_end = fast_constructor(LogEndSample)  # every field positional: relayed last
-_LOG_END_FIELDS = "ts, cluster, topic, partition and offset"
 
 
 def _text(record: dict[str, Any], name: str, needs: str) -> str:

@@ -341,6 +341,36 @@ def test_blind_hint_names_postgres_when_ingest_waits_for_the_store() -> None:
 HELD_AT = T0 + 900_000
 
 
+def drive(
+    watch: VerdictWatch,
+    feed: VerdictFeed,
+    seconds: range,
+    partitions: int,
+    log_end: Callable[[int, int], int | None],
+    committed: Callable[[int, int], int | None],
+    each_second: Callable[[int], None] | None = None,
+) -> list[tuple[int, GroupChange]]:
+    """Group "g" on topic T, second by second: each partition's log-end sample and commit of
+    second t (None: none that second), then the reader marked fresh and a watch pass. Returns
+    the changes offered, with the second of each."""
+    offered: list[tuple[int, GroupChange]] = []
+    for t in seconds:
+        ms = T0 + t * 1000
+        for partition in range(partitions):
+            end = log_end(partition, t)
+            if end is not None:
+                watch.state.apply(LogEndSample(C, T, partition, end, ms))
+            offset = committed(partition, t)
+            if offset is not None:
+                watch.state.apply(Commit(C, "g", T, partition, offset, partitions * t + partition + 1, ms, ms))
+        watch.progress[C].mark_fresh(ms)
+        watch.scan(ms)
+        offered += [(t, change) for change in drain(feed)]
+        if each_second is not None:
+            each_second(t)
+    return offered
+
+
 def held_warn() -> tuple[VerdictWatch, GroupChange]:
     """A watch over a consumer that fell behind and now keeps pace, still behind: WARN is held
     (still-behind), though a first judgement of the same windows finds no trend and says OK.
@@ -356,15 +386,15 @@ def held_warn() -> tuple[VerdictWatch, GroupChange]:
         return base + rate * 300 + int(0.85 * rate * 400) + rate * (t - 700)  # keeps pace, still behind
 
     owner, feed = watch_of(healthy_progress(HELD_AT), Clock(HELD_AT))
-    for t in range(0, 901):
-        ms = T0 + t * 1000
-        if t % 10 == 0:
-            owner.state.apply(LogEndSample(C, T, 0, 1_000_000 + rate * t, ms))
-        if t % 5 == 0:
-            owner.state.apply(Commit(C, "g", T, 0, position(t), t + 1, ms, ms))
-        owner.progress[C].mark_fresh(ms)
-        owner.scan(ms)
-    last = drain(feed)[-1]
+    offered = drive(
+        owner,
+        feed,
+        range(0, 901),
+        1,
+        lambda _, t: 1_000_000 + rate * t if t % 10 == 0 else None,
+        lambda _, t: position(t) if t % 5 == 0 else None,
+    )
+    last = offered[-1][1]
     assert last.status is GroupStatus.WARN
     held = owner.evaluator.group(C, "g", HELD_AT).partitions[0]
     assert (held.status, held.rule) == (PartitionStatus.WARN, "still-behind")
@@ -413,17 +443,15 @@ def test_a_partition_turning_warn_in_a_warn_group_is_offered_and_kept_at_takeove
         return base + rate * 400 + int(0.85 * rate * 300) + rate * (t - 700)  # keeps pace, still behind
 
     owner, feed = watch_of(healthy_progress(HELD_AT), Clock(HELD_AT))
-    changes: list[GroupChange] = []
-    for t in range(0, 901):
-        ms = T0 + t * 1000
-        for partition in range(2):
-            if t % 10 == 0:
-                owner.state.apply(LogEndSample(C, T, partition, 1_000_000 + rate * t, ms))
-            if t % 5 == 0:
-                owner.state.apply(Commit(C, "g", T, partition, position(partition, t), 2 * t + partition + 1, ms, ms))
-        owner.progress[C].mark_fresh(ms)
-        owner.scan(ms)
-        changes += drain(feed)
+    offered = drive(
+        owner,
+        feed,
+        range(0, 901),
+        2,
+        lambda _, t: 1_000_000 + rate * t if t % 10 == 0 else None,
+        lambda partition, t: position(partition, t) if t % 5 == 0 else None,
+    )
+    changes = [change for _, change in offered]
     # new (OK), partition 0 falling behind (WARN), then partition 1 too: the same status
     assert [change.status for change in changes] == [GroupStatus.OK, GroupStatus.WARN, GroupStatus.WARN]
     last = changes[-1]
@@ -445,24 +473,26 @@ def test_a_change_of_partitions_alone_is_offered_at_most_every_partitions_every_
     offered at once), partition 1 goes STOP some seconds later: the same status, offered only
     PARTITIONS_EVERY_MS after the first, at the first pass it may be."""
     owner, feed = watch_of(healthy_progress(T0), Clock(T0))
-    offered: list[tuple[int, GroupStatus, list[PartitionStatus]]] = []
-    partition_1_stopped = None
-    for t in range(0, 480):
-        ms = T0 + t * 1000
-        for partition in range(2):
-            if t % 10 == 3:  # (not at PARTITIONS_EVERY_MS after the first STOP: see below)
-                owner.state.apply(LogEndSample(C, T, partition, 1000 * t, ms))
-            if t < 300 + 10 * partition:
-                owner.state.apply(Commit(C, "g", T, partition, 1000 * t, 2 * t + partition + 1, ms, ms))
-        owner.progress[C].mark_fresh(ms)
-        owner.scan(ms)
-        offered += [(t, c.status, [s for _, _, s, _ in c.partitions]) for c in drain(feed)]
-        if (
-            partition_1_stopped is None
-            and owner.evaluator.group(C, "g", ms).partitions[1].status is PartitionStatus.STOP
-        ):
-            partition_1_stopped = t
-    stopped = [(t, statuses) for t, status, statuses in offered if status is GroupStatus.ERR]
+    partition_1_stops: list[int] = []
+
+    def note_stop(t: int) -> None:
+        if owner.evaluator.group(C, "g", T0 + t * 1000).partitions[1].status is PartitionStatus.STOP:
+            partition_1_stops.append(t)
+
+    offered = drive(
+        owner,
+        feed,
+        range(0, 480),
+        2,
+        # (not sampled PARTITIONS_EVERY_MS after the first STOP: see the last assertion)
+        lambda _, t: 1000 * t if t % 10 == 3 else None,
+        lambda partition, t: 1000 * t if t < 300 + 10 * partition else None,
+        note_stop,
+    )
+    partition_1_stopped = partition_1_stops[0] if partition_1_stops else None
+    stopped = [
+        (t, [s for _, _, s, _ in change.partitions]) for t, change in offered if change.status is GroupStatus.ERR
+    ]
     assert [statuses for _, statuses in stopped] == [[PartitionStatus.STOP], [PartitionStatus.STOP] * 2]
     first, second = stopped[0][0], stopped[1][0]
     every_s = watch_module.PARTITIONS_EVERY_MS // 1000

@@ -61,9 +61,10 @@ WARN = PartitionStatus.WARN
 STOP = PartitionStatus.STOP
 STALL = PartitionStatus.STALL
 
-# A partition's answer: status, rule, reason (in words or not yet: lagd_rules.words), when a time-driven rule could next change it
-# (ms), and when the log end reached the committed offset (ms) with whether that is only a bound
-# (lag in seconds as the API shows it; meaningful when the current lag is above 0).
+# A partition's answer: status, rule, reason (in words, or its numbers: lagd_rules.words), when a
+# time-driven rule could next change it (ms), and when the log end reached the committed offset
+# (ms) with whether that is only a bound (lag in seconds as the API shows it; meaningful when the
+# current lag is above 0).
 Answer = tuple[PartitionStatus, str, str | Why, int, float, bool]
 
 # A partition's facts, one flat tuple of numbers (see `_facts`), packed as `_PACKED` when kept:
@@ -167,8 +168,9 @@ class LagdJudge:
         self._run_from = self._run_to
 
     def _keep(self, key: int, f: Facts) -> None:
-        """Keep partition `key`'s new facts. Facts that do not pack (a STOP limit past int64,
-        from commit times decades apart) are not kept: that partition is judged afresh."""
+        """Keep partition `key`'s new facts. Facts that do not pack (a STOP limit past int64:
+        three commit intervals, of commit times that far apart) are not kept: that partition is
+        judged afresh."""
         try:
             packed = _PACKED.pack(*f)
         except struct.error:
@@ -310,8 +312,8 @@ def _facts(arr: array[int], le: LogEnd, current_lag: int, p: LagdParams) -> Fact
 
 def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams) -> tuple[TrendFit | None, int]:
     """The window's trend, and the time of the oldest log-end sample that it, the newest
-    commit's wait and (`reached`: the current lag is above 0) the committed
-    offset's passing read, when appending samples cannot change them (else NO_MS)."""
+    commit's wait and (`reached`: the current lag is above 0) the committed offset's passing
+    read, when appending samples cannot change them (else NO_MS)."""
     xs, ys, used = lag_points_used(arr, le)
     if used is not None and reached:
         offsets, lo = le.offsets, le.run_start
