@@ -115,9 +115,18 @@ def run(state: State, fast: Evaluator, slow: Evaluator, history: list[Op], now: 
     st.sampled_from([4, 40]),
     st.sampled_from([0.0, 1.0, 5.0]),
     st.sampled_from([0, 20]),
+    # stop-after (stall-after is half of it) far above allowed-lag-seconds (the defaults' case, in
+    # which a partition a few records behind is judged without its trend's facts), stall-after just
+    # above and at 5 s, and both below 5 s and 1 s
+    st.sampled_from([40_000, 10_002, 10_000, 4_000, 1_500]),
 )
 def test_fast_path_gives_the_reference_verdicts(
-    history: list[Op], window_step_ms: int, lag_samples: int, allowed_lag_seconds: float, allowed_lag: int
+    history: list[Op],
+    window_step_ms: int,
+    lag_samples: int,
+    allowed_lag_seconds: float,
+    allowed_lag: int,
+    stop_after_ms: int,
 ) -> None:
     state = State(intervals=6, lag_samples=lag_samples, window_step_ms=window_step_ms)
     fast, slow = pair(
@@ -125,7 +134,7 @@ def test_fast_path_gives_the_reference_verdicts(
         allowed_lag=allowed_lag,
         allowed_lag_seconds=allowed_lag_seconds,
         min_history_ms=20_000,
-        stop_after_ms=40_000,
+        stop_after_ms=stop_after_ms,
     )
     run(state, fast, slow, history)
 

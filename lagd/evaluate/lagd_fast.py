@@ -129,10 +129,35 @@ class LagdJudge:
     bisect and a few comparisons, and keeping their facts would cost memory for little.
     """
 
-    __slots__ = ("_at", "_new", "_new_ids", "_old", "_old_ids", "_run_from", "_run_to", "new", "old", "p")
+    __slots__ = (
+        "_allowed_ms",
+        "_at",
+        "_new",
+        "_new_ids",
+        "_old",
+        "_old_ids",
+        "_run_from",
+        "_run_to",
+        "_within_first",
+        "new",
+        "old",
+        "p",
+    )
 
     def __init__(self, p: LagdParams) -> None:
         self.p = p
+        # A consumer a few records behind (the common case of a healthy estate) is judged by
+        # `_within_seconds` without the facts a trend needs, when the settings guarantee that
+        # neither STOP nor STALL can hold while records wait less than allowed-lag-seconds, and
+        # that the re-check due then is the moment they would have waited that long.
+        self._allowed_ms = int(p.allowed_lag_seconds * 1000)
+        allowed = p.allowed_lag_seconds * 1000.0
+        self._within_first = (
+            allowed <= p.stop_after_ms
+            and allowed < p.stall_after_ms
+            and self._allowed_ms <= p.stop_after_ms
+            and self._allowed_ms + 1 <= p.stall_after_ms
+        )
         self.old: GroupFacts = {}
         self.new: dict[str, tuple[array[int], bytearray]] = {}
         self._old_ids: Sequence[int] = ()
@@ -221,7 +246,13 @@ class LagdJudge:
             if current_lag:
                 return _answer(J_CAUGHT_UP, NEVER, *reached_in(le, arr[LAST + OFFSET]))
             return _answer(J_CAUGHT_UP, NEVER, 0.0, False)
-        f = self._kept_facts(key, arr, le) or _facts(arr, le, current_lag, p)
+        f = self._kept_facts(key, arr, le)
+        if f is None:
+            if not was_behind and self._within_first:
+                within = self._within_seconds(arr, le, current_lag, at_ms)
+                if within is not None:
+                    return within
+            f = _facts(arr, le, current_lag, p)
         passed, reached, estimated, rewind, limit, stuck_since, points = f[6:13]
         waited = max(0.0, (at_ms - passed) / 1000.0) if passed != NOT_YET else 0.0
         shown = reached if reached != NOT_YET else 0.0
@@ -263,6 +294,43 @@ class LagdJudge:
                 reason = (what, slope, z, rise, points, waited)
         due = _recheck(status, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER
         return status, rule, reason, due, shown, estimated
+
+    def _within_seconds(self, arr: array[int], le: LogEnd, current_lag: int, at_ms: int) -> Answer | None:
+        """The answer of a partition that is behind (its current lag above allowed-lag, not held
+        WARN) while its oldest unconsumed record has waited less than allowed-lag-seconds and its
+        window did not rewind, else None. Under `_within_first` settings that is what `judge`
+        answers from the full facts: STOP and STALL need records to wait at least stop-after and
+        stall-after, both longer, so the rest of the facts is not derived."""
+        committed = arr[LAST + OFFSET]
+        offsets, lo = le.offsets, le.run_start
+        k = len(offsets)
+        if current_lag and committed > offsets[lo]:
+            # both moments within the newest run of samples: lagtime.reached_at, inlined, for the
+            # committed offset and the one after it (usually between the same two samples)
+            ts = le.ts
+            i = bisect_left(offsets, committed, lo, k)
+            o0, t0 = offsets[i - 1], ts[i - 1]
+            reached: float = t0 + (ts[i] - t0) * (committed - o0) / (offsets[i] - o0)
+            estimated = False
+            if offsets[i] == committed:
+                i = bisect_left(offsets, committed + 1, i, k)
+            if i < k:
+                o0, t0 = offsets[i - 1], ts[i - 1]
+                passed = t0 + (ts[i] - t0) * (committed + 1 - o0) / (offsets[i] - o0)
+                waited = max(0.0, (at_ms - passed) / 1000.0)
+            else:
+                waited = 0.0
+        else:
+            if k > lo and committed + 1 <= offsets[k - 1]:
+                passed, _ = reached_in(le, committed + 1)
+                waited = max(0.0, (at_ms - passed) / 1000.0)
+            else:
+                waited = 0.0
+            reached, estimated = reached_in(le, committed) if current_lag else (0.0, False)
+        if waited >= self.p.allowed_lag_seconds or (len(arr) > FIELDS and rewound(arr)):
+            return None
+        due = at_ms - int(waited * 1000) + self._allowed_ms + 1  # `_recheck`'s least term here
+        return _WITHIN_SECONDS[0], _WITHIN_SECONDS[1], _WITHIN_SECONDS[2], due, reached, estimated
 
 
 def _with_trend(f: Facts, trend: TrendFit | None, used: int) -> Facts:
