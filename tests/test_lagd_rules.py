@@ -13,10 +13,10 @@ from collections.abc import Callable
 from lagd.config import EvaluatorSettings, Settings
 from lagd.core import build_core
 from lagd.evaluate import Evaluator
-from lagd.evaluate.lagd_rules import lag_seconds_at, lag_trend
+from lagd.evaluate.lagd_rules import lag_seconds_at, lag_trend, rewound
 from lagd.evaluate.sight import judge_sight
 from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
-from lagd.state.windows import COARSE_MAX, LogEnd, State
+from lagd.state.windows import COARSE_MAX, FIELDS, OFFSET, LogEnd, State
 
 C, G, T = "c", "g", "t"
 T0 = 1_700_000_000_000
@@ -276,3 +276,32 @@ def test_trend_is_robust_to_one_outlier() -> None:
     arr = state.group_windows(C, G)[T][0]  # type: ignore[index]
     trend = lag_trend(arr, state.topic_log_ends(C, T)[0])
     assert trend is not None and abs(trend.slope) < 0.02 and trend.points >= 5
+
+
+def test_a_window_rewound_only_when_its_first_step_back_is_never_recovered() -> None:
+    """Burrow's REWIND on committed offsets, oldest first: steady, equal, a step back made up
+    later (not a rewind), a step back never made up, a first step back that is and a second that
+    is not (only the first counts), and random windows against the definition itself."""
+
+    def window(offsets: list[int]) -> array[int]:
+        arr = array("q", bytes(8 * FIELDS * len(offsets)))
+        for i, offset in enumerate(offsets):
+            arr[i * FIELDS + OFFSET] = offset
+        return arr
+
+    def by_definition(offsets: list[int]) -> bool:
+        for i in range(1, len(offsets)):
+            if offsets[i] < offsets[i - 1]:
+                return max(offsets[i:]) < offsets[i - 1]
+        return False
+
+    assert not rewound(window([100, 200, 300]))
+    assert not rewound(window([100, 100, 100]))
+    assert not rewound(window([100, 300, 200, 300]))
+    assert rewound(window([100, 300, 200, 250]))
+    assert rewound(window([300, 200]))
+    assert not rewound(window([300, 200, 300, 100]))
+    rnd = random.Random(7)
+    for _ in range(2000):
+        offsets = [rnd.randrange(5) for _ in range(rnd.randrange(1, 11))]
+        assert rewound(window(offsets)) == by_definition(offsets), offsets

@@ -324,6 +324,9 @@ def recheck_at(
 def rewound(arr: array[int]) -> bool:
     """Burrow's REWIND: the window's first backward step is never recovered (no later offset
     reaches the one before the step)."""
+    offsets = arr[OFFSET::FIELDS].tolist()
+    if sorted(offsets) == offsets:  # no backward step: the usual case, found in C
+        return False
     prev = arr[OFFSET]
     for b in range(FIELDS, len(arr), FIELDS):
         cur = arr[b + OFFSET]
