@@ -248,11 +248,12 @@ class LagdJudge:
             return _answer(J_CAUGHT_UP, NEVER, 0.0, False)
         f = self._kept_facts(key, arr, le)
         if f is None:
+            moments = _moments(arr, le, current_lag)
             if not was_behind and self._within_first:
-                within = self._within_seconds(arr, le, current_lag, at_ms)
+                within = self._within_seconds(arr, moments, at_ms)
                 if within is not None:
                     return within
-            f = _facts(arr, le, current_lag, p)
+            f = _facts(arr, le, moments, p)
         passed, reached, estimated, rewind, limit, stuck_since, points = f[6:13]
         waited = max(0.0, (at_ms - passed) / 1000.0) if passed != NOT_YET else 0.0
         shown = reached if reached != NOT_YET else 0.0
@@ -295,42 +296,19 @@ class LagdJudge:
         due = _recheck(status, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER
         return status, rule, reason, due, shown, estimated
 
-    def _within_seconds(self, arr: array[int], le: LogEnd, current_lag: int, at_ms: int) -> Answer | None:
+    def _within_seconds(self, arr: array[int], moments: Moments, at_ms: int) -> Answer | None:
         """The answer of a partition that is behind (its current lag above allowed-lag, not held
         WARN) while its oldest unconsumed record has waited less than allowed-lag-seconds and its
         window did not rewind, else None. Under `_within_first` settings that is what `judge`
         answers from the full facts: STOP and STALL need records to wait at least stop-after and
         stall-after, both longer, so the rest of the facts is not derived."""
-        committed = arr[LAST + OFFSET]
-        offsets, lo = le.offsets, le.run_start
-        k = len(offsets)
-        if current_lag and committed > offsets[lo]:
-            # both moments within the newest run of samples: lagtime.reached_at, inlined, for the
-            # committed offset and the one after it (usually between the same two samples)
-            ts = le.ts
-            i = bisect_left(offsets, committed, lo, k)
-            o0, t0 = offsets[i - 1], ts[i - 1]
-            reached: float = t0 + (ts[i] - t0) * (committed - o0) / (offsets[i] - o0)
-            estimated = False
-            if offsets[i] == committed:
-                i = bisect_left(offsets, committed + 1, i, k)
-            if i < k:
-                o0, t0 = offsets[i - 1], ts[i - 1]
-                passed = t0 + (ts[i] - t0) * (committed + 1 - o0) / (offsets[i] - o0)
-                waited = max(0.0, (at_ms - passed) / 1000.0)
-            else:
-                waited = 0.0
-        else:
-            if k > lo and committed + 1 <= offsets[k - 1]:
-                passed, _ = reached_in(le, committed + 1)
-                waited = max(0.0, (at_ms - passed) / 1000.0)
-            else:
-                waited = 0.0
-            reached, estimated = reached_in(le, committed) if current_lag else (0.0, False)
+        passed, reached, estimated = moments
+        waited = max(0.0, (at_ms - passed) / 1000.0) if passed != NOT_YET else 0.0
         if waited >= self.p.allowed_lag_seconds or (len(arr) > FIELDS and rewound(arr)):
             return None
+        shown = reached if reached != NOT_YET else 0.0
         due = at_ms - int(waited * 1000) + self._allowed_ms + 1  # `_recheck`'s least term here
-        return _WITHIN_SECONDS[0], _WITHIN_SECONDS[1], _WITHIN_SECONDS[2], due, reached, estimated
+        return _WITHIN_SECONDS[0], _WITHIN_SECONDS[1], _WITHIN_SECONDS[2], due, shown, estimated
 
 
 def _with_trend(f: Facts, trend: TrendFit | None, used: int) -> Facts:
@@ -341,19 +319,44 @@ def _with_trend(f: Facts, trend: TrendFit | None, used: int) -> Facts:
     )
 
 
-def _facts(arr: array[int], le: LogEnd, current_lag: int, p: LagdParams) -> Facts:
-    """What the window and samples say, the trend left to fit (UNFITTED) until it is needed."""
-    n = len(arr) // FIELDS
+# When the log end passed the newest commit, when it reached the committed offset and whether that
+# is a bound, as Facts hold them (NOT_YET: not yet; no current lag: not looked up).
+Moments = tuple[float, float, bool]
+
+
+def _moments(arr: array[int], le: LogEnd, current_lag: int) -> Moments:
+    """When the log end passed the newest commit and reached the committed offset (with whether
+    that is a bound): what a partition behind needs first."""
     committed = arr[LAST + OFFSET]
-    offsets, ts, lo = le.offsets, le.ts, le.run_start
+    offsets, lo = le.offsets, le.run_start
     k = len(offsets)
+    if current_lag and committed > offsets[lo]:
+        # both within the newest run of samples: lagtime.reached_at, inlined, for the committed
+        # offset and the one after it (usually between the same two samples)
+        ts = le.ts
+        i = bisect_left(offsets, committed, lo, k)
+        o0, t0 = offsets[i - 1], ts[i - 1]
+        reached = t0 + (ts[i] - t0) * (committed - o0) / (offsets[i] - o0)
+        if offsets[i] == committed:
+            i = bisect_left(offsets, committed + 1, i, k)
+        if i == k:
+            return NOT_YET, reached, False
+        o0, t0 = offsets[i - 1], ts[i - 1]
+        return t0 + (ts[i] - t0) * (committed + 1 - o0) / (offsets[i] - o0), reached, False
     passed = NOT_YET  # lag_seconds_at(committed, ...) reads 0 s while it has not come
     if k > lo and committed + 1 <= offsets[k - 1]:
         passed, _ = reached_in(le, committed + 1)
-    reached = NOT_YET
-    estimated = False
     if current_lag:
-        reached, estimated = reached_in(le, committed)
+        return (passed, *reached_in(le, committed))
+    return passed, NOT_YET, False
+
+
+def _facts(arr: array[int], le: LogEnd, moments: Moments, p: LagdParams) -> Facts:
+    """What the window and samples say, the trend left to fit (UNFITTED) until it is needed."""
+    n = len(arr) // FIELDS
+    committed = arr[LAST + OFFSET]
+    ts = le.ts
+    passed, reached, estimated = moments
     same = first_same(arr, n, committed)
     stuck_since = arr[same * FIELDS + TS] if same < n - 1 else NO_MS
     return (
