@@ -200,11 +200,16 @@ async def test_label_values_are_escaped() -> None:
     from lagd.model import Commit
 
     ctx.state.apply(Commit("prod", 'we"ird\\g\nroup', "orders", 0, 300, 999, 30_000, 30_000))
+    ctx.state.apply(Commit("prod", "plain", 'ord"ers\\', 3, 300, 1000, 30_000, 30_000))
     async with serve(ctx) as base, aiohttp.ClientSession(base) as s, s.get("/metrics") as resp:
         samples, _ = parse(await resp.text())
     assert (
         series(samples, "burrow_kafka_consumer_status")[lab(cluster="prod", consumer_group='we\\"ird\\\\g\\nroup')] == 1
     )
+    # per-partition lines are built apart from the group ones: a topic's label is escaped there too
+    partition = lab(cluster="prod", consumer_group="plain", topic='ord\\"ers\\\\', partition="3")
+    for family in ("burrow_kafka_consumer_partition_lag", "burrow_kafka_topic_partition_status"):
+        assert partition in series(samples, family)
 
 
 async def test_each_snapshot_hands_the_loop_back_between_slices(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,7 +73,13 @@ def test_a_snapshot_holds_what_the_list_pages_show_of_the_verdict() -> None:
             )
             for p in v.partitions
         ]
+        values = [
+            (snap.topics[t], p, lag, off if off >= 0 else None, st, s)
+            for t, p, lag, off, st, s in snap.partition_values()
+        ]
+        assert values == rows
         assert list(snapshot_of(v, partitions=False).partitions()) == []
+        assert list(snapshot_of(v, partitions=False).partition_values()) == []
     assert {snapshot_of(ctx.evaluator.group(CLUSTER, g, NOW)).status for g in GROUPS} >= {
         GroupStatus.OK,
         GroupStatus.WARN,

@@ -76,6 +76,19 @@ class GroupSnapshot:
                 seconds[i],
             )
 
+    def partition_values(self) -> Iterator[tuple[int, int, int, int, PartitionStatus, float]]:
+        """Its partitions as plain tuples, for `/metrics`' hundreds of thousands of lines: the
+        index of the topic in `topics`, partition, current lag, newest offset (-1: the window
+        is not full), status, lag in seconds (`partitions` builds a PartitionRow for each)."""
+        rows, seconds = self.rows, self.seconds
+        if rows is None or seconds is None:
+            return
+        statuses = _STATUSES
+        b = 0
+        for lag_s in seconds:
+            yield rows[b], rows[b + 1], rows[b + 2], rows[b + 3], statuses[rows[b + 4]], lag_s
+            b += ROW
+
 
 def snapshot_of(verdict: GroupVerdict, partitions: bool = True) -> GroupSnapshot:
     """The snapshot of a verdict; `partitions=False` keeps the group's figures only."""

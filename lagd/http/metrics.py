@@ -137,13 +137,20 @@ def render_steps(
         seconds_f.add(lab, v.lag_seconds)
         bound_f.add(lab, v.lag_seconds_bound)
         if per_partition:
-            for p in v.partitions():
-                plab = f'{lab},topic="{_esc(p.topic)}",partition="{p.partition}"'
-                lag_f.add(plab, p.current_lag)
-                if p.offset is not None:
-                    offset_f.add(plab, p.offset)
-                pstatus_f.add(plab, STATUS_INDEX[p.status.value])
-                pseconds_f.add(plab, p.lag_seconds)
+            # 4 lines a partition, 400k for 100k group-partitions: the lines are built here, not
+            # through _Family.add, and the labels up to the partition number once per topic
+            heads = [f'{lab},topic="{_esc(topic)}",partition="' for topic in v.topics]
+            lag_out, offset_out, pstatus_out, pseconds_out = lag_f.out, offset_f.out, pstatus_f.out, pseconds_f.out
+            lag_n, offset_n, pstatus_n, pseconds_n = lag_f.name, offset_f.name, pstatus_f.name, pseconds_f.name
+            for t, partition, current_lag, offset, status, lag_s in v.partition_values():
+                plab = f'{heads[t]}{partition}"}} '
+                lag_out.append(f"{lag_n}{{{plab}{current_lag}\n")
+                if offset >= 0:
+                    offset_out.append(f"{offset_n}{{{plab}{offset}\n")
+                pstatus_out.append(f"{pstatus_n}{{{plab}{STATUS_INDEX[status.value]}\n")
+                pseconds_out.append(
+                    f"{pseconds_n}{{{plab}{lag_s!r}\n" if lag_s - lag_s == 0 else f"{pseconds_n}{{{plab}{_num(lag_s)}\n"
+                )
         yield
     health.evaluation_seconds_last = time.process_time() - started
     if per_partition:
