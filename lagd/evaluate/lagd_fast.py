@@ -150,14 +150,10 @@ class LagdJudge:
         # `_within_seconds` without the facts a trend needs, when the settings guarantee that
         # neither STOP nor STALL can hold while records wait less than allowed-lag-seconds, and
         # that the re-check due then is the moment they would have waited that long.
+        # (`_recheck` rounds allowed-lag-seconds down to whole ms, which then stays within both.)
         self._allowed_ms = int(p.allowed_lag_seconds * 1000)
         allowed = p.allowed_lag_seconds * 1000.0
-        self._within_first = (
-            allowed <= p.stop_after_ms
-            and allowed < p.stall_after_ms
-            and self._allowed_ms <= p.stop_after_ms
-            and self._allowed_ms + 1 <= p.stall_after_ms
-        )
+        self._within_first = 0.0 <= allowed <= p.stop_after_ms and allowed < p.stall_after_ms
         self.old: GroupFacts = {}
         self.new: dict[str, tuple[array[int], bytearray]] = {}
         self._old_ids: Sequence[int] = ()
