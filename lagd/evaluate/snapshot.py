@@ -60,26 +60,14 @@ class GroupSnapshot:
 
     def partitions(self) -> Iterator[PartitionRow]:
         """Its partitions, in the verdict's order (empty when kept without them)."""
-        rows, seconds = self.rows, self.seconds
-        if rows is None or seconds is None:
-            return
         topics = self.topics
-        for i in range(len(seconds)):
-            b = i * ROW
-            offset = rows[b + 3]
-            yield PartitionRow(
-                topics[rows[b]],
-                rows[b + 1],
-                rows[b + 2],
-                offset if offset >= 0 else None,
-                _STATUSES[rows[b + 4]],
-                seconds[i],
-            )
+        for t, partition, current_lag, offset, status, lag_s in self.partition_values():
+            yield PartitionRow(topics[t], partition, current_lag, offset if offset >= 0 else None, status, lag_s)
 
     def partition_values(self) -> Iterator[tuple[int, int, int, int, PartitionStatus, float]]:
         """Its partitions as plain tuples, for `/metrics`' hundreds of thousands of lines: the
         index of the topic in `topics`, partition, current lag, newest offset (-1: the window
-        is not full), status, lag in seconds (`partitions` builds a PartitionRow for each)."""
+        is not full), status, lag in seconds (`partitions` builds a PartitionRow of each)."""
         rows, seconds = self.rows, self.seconds
         if rows is None or seconds is None:
             return

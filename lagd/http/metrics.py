@@ -148,6 +148,7 @@ def render_steps(
                 if offset >= 0:
                     offset_out.append(f"{offset_n}{{{plab}{offset}\n")
                 pstatus_out.append(f"{pstatus_n}{{{plab}{STATUS_INDEX[status.value]}\n")
+                # a finite float as _num writes it (repr); NaN and infinities through _num
                 pseconds_out.append(
                     f"{pseconds_n}{{{plab}{lag_s!r}\n" if lag_s - lag_s == 0 else f"{pseconds_n}{{{plab}{_num(lag_s)}\n"
                 )
