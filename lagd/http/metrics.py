@@ -148,10 +148,8 @@ def render_steps(
                 if offset >= 0:
                     offset_out.append(f"{offset_n}{{{plab}{offset}\n")
                 pstatus_out.append(f"{pstatus_n}{{{plab}{STATUS_INDEX[status.value]}\n")
-                # a finite float as _num writes it (repr); NaN and infinities through _num
-                pseconds_out.append(
-                    f"{pseconds_n}{{{plab}{lag_s!r}\n" if lag_s - lag_s == 0 else f"{pseconds_n}{{{plab}{_num(lag_s)}\n"
-                )
+                seconds = repr(lag_s) if math.isfinite(lag_s) else _num(lag_s)  # as _num writes a float
+                pseconds_out.append(f"{pseconds_n}{{{plab}{seconds}\n")
         yield
     health.evaluation_seconds_last = time.process_time() - started
     if per_partition:
