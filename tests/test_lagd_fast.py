@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lagd.evaluate import Evaluator, lagd_fast
-from lagd.evaluate.lagd_rules import LagdParams, TrendFit, lag_points_used, lag_seconds_at, words
+from lagd.evaluate.lagd_rules import J_CATCHING_UP, LagdParams, TrendFit, lag_points_used, lag_seconds_at, words
+from lagd.evaluate.rules import J_CAUGHT_UP
 from lagd.evaluate.verdicts import GroupVerdict
 from lagd.model import Commit, LogEndSample, PartitionStatus
 from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
@@ -217,9 +218,11 @@ def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch)
     fitted: list[int] = []
     real_fit = lagd_fast._fit
 
-    def counted(arr: array[int], le: LogEnd, reached: bool, p: LagdParams) -> tuple[TrendFit | None, int]:
+    def counted(
+        arr: array[int], le: LogEnd, reached: bool, p: LagdParams, was_behind: bool
+    ) -> tuple[TrendFit | None, int]:
         fitted.append(arr[OFFSET])
-        return real_fit(arr, le, reached, p)
+        return real_fit(arr, le, reached, p, was_behind)
 
     monkeypatch.setattr(lagd_fast, "_fit", counted)
     now = T0 + 240_000
@@ -231,6 +234,42 @@ def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch)
     state.apply(Commit(C, G, T, 2, committed + 100, 10_000, now + 3000, now + 3000))
     run(state, fast, slow, [("eval", 0, 0, 0)], now + 3000)
     assert len(fitted) == first + 1  # the partition with the new commit, alone
+
+
+def test_a_trend_kept_without_its_slope_is_fitted_whole_once_the_slope_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition held WARN whose newest lag is under half allowed-lag-seconds, its trend not
+    rising, has caught up: decided by the trend's z alone, its slope is not fitted. Judged again
+    (only time moved), it is no longer held WARN, and its lag falling surely (z <= -z_leave)
+    makes it catching up only if the slope is below 0: the kept trend is fitted whole then.
+    Both answers match the reference."""
+    state = State(intervals=10, lag_samples=400)
+    fast, slow = pair(state)
+    rate = 100  # records a second, sampled every second for 200 s
+    for second in range(200):
+        state.apply(LogEndSample(C, T, 0, 10_000 + rate * second, T0 + 1000 * second))
+    for k in range(10):  # a commit every 10 s from 100 s on, its lag falling from 46 s to 1 s
+        at = 100 + 10 * k
+        offset = 10_000 + rate * (at - max(1, 46 - 5 * k))
+        state.apply(Commit(C, G, T, 0, offset, k + 1, T0 + 1000 * at, T0 + 1000 * at))
+    for evaluator in (fast, slow):
+        evaluator.take_over(C, G, [(T, 0, PartitionStatus.WARN)], T0)
+    fitted: list[bool] = []
+    real_fit = lagd_fast._fit
+
+    def counted(
+        arr: array[int], le: LogEnd, reached: bool, p: LagdParams, was_behind: bool
+    ) -> tuple[TrendFit | None, int]:
+        fitted.append(was_behind)
+        return real_fit(arr, le, reached, p, was_behind)
+
+    monkeypatch.setattr(lagd_fast, "_fit", counted)
+    rules = []
+    for at in (T0 + 199_500, T0 + 200_500):
+        got, want = fast.group(C, G, at), slow.group(C, G, at)
+        assert _in_words(got) == want
+        rules.append(got.partitions[0].rule)
+    assert rules == [J_CAUGHT_UP.rule, J_CATCHING_UP.rule]
+    assert fitted == [True, False]  # the second judgement fitted the slope the first left out
 
 
 def test_facts_that_do_not_pack_are_not_kept_and_the_partition_is_judged_afresh() -> None:

@@ -45,11 +45,13 @@ from lagd.evaluate.lagd_rules import (
     Why,
     _draining,
     first_same,
-    fit_trend,
     judge_lagd,
     lag_points_used,
+    mann_kendall_z,
     recheck_at,
     rewound,
+    slope_fit,
+    spans_time,
     stop_limit,
 )
 from lagd.evaluate.lagtime import reached_in
@@ -275,8 +277,9 @@ class LagdJudge:
         else:
             fit = None
             if last_ts - arr[TS] >= p.min_history_ms:
-                if points == UNFITTED:  # fit it now, and keep the facts for next time
-                    f = _with_trend(f, *_fit(arr, le, reached != NOT_YET, p))
+                if points == UNFITTED or (f[13] != f[13] and _needs_slope(f[12], f[14], f[17], was_behind, p)):
+                    # fit it now (or the slope it skipped, now needed), and keep the facts for next time
+                    f = _with_trend(f, *_fit(arr, le, reached != NOT_YET, p, was_behind))
                     self._keep(key, f)
                 points = f[12]
                 if points != NO_TREND and points >= p.min_points:
@@ -377,10 +380,14 @@ def _facts(arr: array[int], le: LogEnd, moments: Moments, p: LagdParams) -> Fact
     )
 
 
-def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams) -> tuple[TrendFit | None, int]:
+def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams, was_behind: bool) -> tuple[TrendFit | None, int]:
     """The window's trend, and the time of the oldest log-end sample that it, the newest
     commit's wait and (`reached`: the current lag is above 0) the committed offset's passing
-    read, when appending samples cannot change them (else NO_MS)."""
+    read, when appending samples cannot change them (else NO_MS).
+
+    The trend's slope, rise and noise are left out (NaN) when its z and newest lag alone decide
+    `_judge_trend` (`_needs_slope`): most partitions of a healthy estate keep up, and the slope
+    is most of a fit's cost. A later judgement that needs them fits again."""
     xs, ys, used = lag_points_used(arr, le)
     if used is not None and reached:
         offsets, lo = le.offsets, le.run_start
@@ -390,7 +397,29 @@ def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams) -> tuple[Tre
             used = min(used, le.ts[i - 1])
         else:
             used = None  # read from the oldest sample or the coarse tier
-    return fit_trend(xs, ys, p.tie_s), NO_MS if used is None else used
+    n = len(xs)
+    if n < 3 or not spans_time(xs):
+        trend = None  # fit_trend's None
+    else:
+        z = mann_kendall_z(ys, p.tie_s)
+        last = ys[-1]
+        decided = not _needs_slope(n, z, last, was_behind, p)
+        trend = (n, _NAN, z, _NAN, _NAN, last) if decided else slope_fit(xs, ys, z)
+    return trend, NO_MS if used is None else used
+
+
+_NAN = math.nan  # a trend's slope, rise and noise not fitted (`_fit`)
+
+
+def _needs_slope(n: int, z: float, last: float, was_behind: bool, p: LagdParams) -> bool:
+    """Does `_judge_trend` read a trend's slope, rise or noise, given its points, z and newest
+    lag? Not for too few points (no trend), nor for a partition held WARN that has caught up,
+    nor for one not behind before whose z rules out both falling behind and catching up."""
+    if n < p.min_points:
+        return False
+    if was_behind:
+        return not (last < p.allowed_lag_seconds / 2 and z < p.z_leave)
+    return (z >= p.z_enter and last >= p.allowed_lag_seconds) or z <= -p.z_leave
 
 
 # Fixed judgements as `_judge_trend` answers them: (status, rule, reason, None).

@@ -163,27 +163,52 @@ def fit_trend(xs: list[float], ys: list[float], tie_s: float) -> TrendFit | None
     """Theil-Sen slope and Mann-Kendall z of points (xs ascending in time, mostly): the fields of
     `Trend`, or None with fewer than 3 points or no two at different times."""
     n = len(xs)
-    if n < 3:
+    if n < 3 or not spans_time(xs):
         return None
-    slopes: list[float] = []
-    add = slopes.append
+    return slope_fit(xs, ys, mann_kendall_z(ys, tie_s))
+
+
+def spans_time(xs: list[float]) -> bool:
+    """Are two of the points at different times, the earlier first (a slope to take)?"""
+    low = xs[0]
+    for x in xs:
+        if x > low:
+            return True
+        low = x
+    return False
+
+
+def mann_kendall_z(ys: list[float], tie_s: float) -> float:
+    """The Mann-Kendall z of the points (at least 3), in their order: whether the lag goes up
+    or down over the window, and how surely. Lags within `tie_s` of each other count as ties.
+    A tenth of a whole fit's cost, so a trend that cannot matter stops here (lagd_fast)."""
+    n = len(ys)
     s = 0
     for i in range(n - 1):
-        xi, yi = xs[i], ys[i]
+        yi = ys[i]
         for j in range(i + 1, n):
             dy = ys[j] - yi
             if dy > tie_s:
                 s += 1
             elif dy < -tie_s:
                 s -= 1
+    sd = _MK_SD[n] if n < len(_MK_SD) else math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    return (s - 1) / sd if s > 0 else (s + 1) / sd if s < 0 else 0.0
+
+
+def slope_fit(xs: list[float], ys: list[float], z: float) -> TrendFit:
+    """The rest of `fit_trend` once `spans_time(xs)` and z are known: the Theil-Sen slope (the
+    median of the slopes between every two points at different times) and the noise around it."""
+    n = len(xs)
+    slopes: list[float] = []
+    add = slopes.append
+    for i in range(n - 1):
+        xi, yi = xs[i], ys[i]
+        for j in range(i + 1, n):
             dx = xs[j] - xi
             if dx > 0:
-                add(dy / dx)
-    if not slopes:
-        return None
+                add((ys[j] - yi) / dx)
     slope = _median(slopes)
-    sd = _MK_SD[n] if n < len(_MK_SD) else math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
-    z = (s - 1) / sd if s > 0 else (s + 1) / sd if s < 0 else 0.0
     fitted = [y - slope * x for x, y in zip(xs, ys, strict=True)]
     middle = _median(fitted)
     noise = 1.4826 * _median([abs(f - middle) for f in fitted])
