@@ -153,11 +153,34 @@ def test_an_unreachable_cluster_is_one_member_err_then_ok_and_holds_verdicts() -
 
 
 def test_long_passes_are_spaced_so_the_watch_takes_at_most_its_duty() -> None:
-    assert pause_after(2.0, 0.1, 0.05, DUTY) == pytest.approx(1.9)  # short pass: every 2 s
-    assert pause_after(2.0, 2.5, 0.1, DUTY) == 0.0  # a pass longer than the period: at once
+    duty = 0.25
+    assert pause_after(2.0, 0.1, 0.05, duty) == pytest.approx(1.9)  # short pass: every 2 s
+    assert pause_after(2.0, 2.5, 0.1, duty) == 0.0  # a pass longer than the period: at once
     # a pass that held the loop 1.2 s in 1.5 s: the cycle lasts 1.2 / 0.25 = 4.8 s
-    assert pause_after(2.0, 1.5, 1.2, DUTY) == pytest.approx(3.3)
+    assert pause_after(2.0, 1.5, 1.2, duty) == pytest.approx(3.3)
     assert 1.2 / (1.5 + pause_after(2.0, 1.5, 1.2, DUTY)) == pytest.approx(DUTY)
+
+
+async def test_the_time_between_two_passes_is_kept_as_the_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cycle_seconds` (lagd_verdict_cycle_seconds) is the time from one pass's start to the
+    next's: the pass and the pause after it, so how late a status change can be noticed."""
+    watch, _ = watch_of(healthy_progress(T0 + 59_000), Clock(T0 + 59_000))
+    feed_commits(watch, "g", range(0, 60))
+    pauses: list[float] = []
+    second = asyncio.Event()
+
+    def paced(every_s: float, elapsed_s: float, busy_s: float, duty: float) -> float:
+        pauses.append(elapsed_s)
+        if len(pauses) == 2:
+            second.set()
+        return 0.05
+
+    monkeypatch.setattr(watch_module, "pause_after", paced)
+    assert watch.cycle_seconds == 0.0
+    task = asyncio.create_task(watch.run())
+    await second.wait()
+    task.cancel()
+    assert 0.05 + pauses[0] <= watch.cycle_seconds < 5.0
 
 
 @pytest.mark.parametrize("others", [False, True])

@@ -282,6 +282,12 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
             "gauge",
             "Time the last verdict pass over the changed groups held the event loop",
         ).add("", float(health.watch.pass_seconds))
+        _Family(
+            out,
+            "lagd_verdict_cycle_seconds",
+            "gauge",
+            "Time between the starts of the last two verdict passes: how late a status change can be noticed",
+        ).add("", float(health.watch.cycle_seconds))
     _sinks(out, health, now_ms)
     _Family(
         out, "lagd_evaluation_seconds", "gauge", "CPU time to judge and render every group for the last scrape"

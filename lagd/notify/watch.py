@@ -40,7 +40,12 @@ SCAN_EVERY_S = 2.0
 # groups are judged this often until the reader stands at the end (then every pass again).
 CATCHING_UP_EVERY_MS = 30_000
 SLICE_S = 0.005  # the longest the verdict scan keeps the event loop at once
-DUTY = 0.25  # the most of the event loop's time the watch takes when passes grow long and others wait
+# The most of the event loop's time the watch takes when passes grow long and others wait: the
+# API is interactive, alerts are not (Alertmanager itself waits 30 s to group them). In
+# bench_http (every group changing all the time), 0.25 answered /lag with the response cache off
+# at p99 92 ms, a pass every 3.9 s; 0.10 at 57 ms, a pass every 10.5 s
+# (lagd_verdict_cycle_seconds): status changes wait that long under such load, 2 s when idle.
+DUTY = 0.10
 PARTITIONS_EVERY_MS = 30_000  # a group's change of not-OK partitions alone is offered at most this often
 OTHERS_RAN_S = 0.0005  # a turn of the loop this long between two slices ran others' work
 
@@ -104,6 +109,8 @@ class VerdictWatch:
     sights: dict[str, ClusterSight] = field(default_factory=dict)
     judged_at: dict[str, int] = field(default_factory=dict)  # cluster -> when its groups were last judged
     pass_seconds: float = 0.0  # time the last pass held the loop (its slices, not the waits between)
+    # time between the starts of the last two passes: how late a status change can be noticed
+    cycle_seconds: float = 0.0
     # True while ingest waits for Postgres (lagd.state.persister.backlog_full): then a reader
     # that falls behind is held up by the store, not by the brokers, and the hint says so
     store_behind: Callable[[], bool] | None = None
@@ -276,8 +283,12 @@ class VerdictWatch:
         changes arrive a few seconds later. A slice after which nothing else ran kept nobody
         waiting and does not count: on an idle loop (after a start, at night) passes start every
         `every_s` (at once after a longer one) instead of four times their length apart."""
+        previous = None
         while True:
             started = mark = time.perf_counter()
+            if previous is not None:
+                self.cycle_seconds = started - previous
+            previous = started
             busy = contended = 0.0  # the pass's slices; those that others waited behind
             for _ in self._pass(self.clock()):
                 now = time.perf_counter()
