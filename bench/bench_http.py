@@ -28,7 +28,9 @@ A process of its own scrapes /metrics as a Prometheus would, every 15 s from the
 the measured duration (per-partition series: 400,000 of them, about 45 MB), timed apart.
 Meanwhile a task in the daemon's loop sleeps 5 ms in a loop and
 records how late it wakes: the longest overshoot during the measured duration is the
-longest event-loop stall. After the clients stop, the time until the feeder's last commit
+longest event-loop stall; it also reads the verdict watch's `cycle_seconds` (the time between
+two passes' starts, lagd_verdict_cycle_seconds), which says how late a status change is
+noticed under this load: the price of the watch's duty (lagd.notify.watch.DUTY). After the clients stop, the time until the feeder's last commit
 shows in /v3/kafka/bench/consumer/<group> says whether ingest kept up.
 
 Two phases, each with its own daemon, database and offsets topic: the response cache on
@@ -72,6 +74,7 @@ from bench import target
 from bench.bench_catchup import drop_database, free_port, fresh_database, say
 from lagd import collector, daemon, embedded, logs
 from lagd.config import load
+from lagd.notify.watch import VerdictWatch
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
 
 CLUSTER = "bench"
@@ -289,6 +292,10 @@ class Probe:
 
     window: list[float] = field(default_factory=list)
     measuring: bool = False
+    # the daemon's verdict watch, once it runs, and the time between its passes' starts as seen
+    # at each probe while measuring (lagd_verdict_cycle_seconds: how late a status change shows)
+    watch: Any = None
+    cycles: list[float] = field(default_factory=list)
     stacks: collections.Counter[str] | None = None
     beat: float = field(default_factory=time.perf_counter)
 
@@ -312,6 +319,9 @@ class Probe:
             late = time.perf_counter() - t0 - PROBE_S
             if self.measuring:
                 self.window.append(late * 1000)
+                cycle = getattr(self.watch, "cycle_seconds", 0.0)
+                if cycle and (not self.cycles or self.cycles[-1] != cycle):
+                    self.cycles.append(cycle)
 
     def _sample(self, loop_thread: int) -> None:
         assert self.stacks is not None
@@ -400,6 +410,13 @@ client-id = "lagd-bench-{tag}"
     probe = Probe(stacks=collections.Counter() if a.stall_stacks else None)
     probe_task = asyncio.create_task(probe.run())
     started = time.perf_counter()
+    watch_run = VerdictWatch.run
+
+    async def watched(watch: VerdictWatch, *args: Any, **kwargs: Any) -> None:
+        probe.watch = watch  # a reference to read its cycle: the watch runs as it always does
+        await watch_run(watch, *args, **kwargs)
+
+    VerdictWatch.run = watched  # type: ignore[method-assign]
     lagd = asyncio.create_task(daemon.run(settings, migrate=False, stop=stop))
     ctx = mp.get_context("spawn")
     try:
@@ -435,6 +452,7 @@ client-id = "lagd-bench-{tag}"
         stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(lagd, 15)
+        VerdictWatch.run = watch_run  # type: ignore[method-assign]
         probe_task.cancel()
         drop_database(admin_url, dbname)
     n = len(latencies)
@@ -461,6 +479,7 @@ client-id = "lagd-bench-{tag}"
         "commits": sent / feed_s,
         "visible": visible,
         "scrape_ms": max(ms for ms, _ in scrapes),
+        "cycle_max": max(probe.cycles, default=0.0),
     }
     label = f"cache {name}"
     print(
@@ -470,6 +489,12 @@ client-id = "lagd-bench-{tag}"
     print(
         f"{label}: longest event-loop stall {r['stall']:.1f} ms; {r['stalls_50']} stalls above 50 ms "
         f"({len(stalls):,} probes of {PROBE_S * 1000:.0f} ms)"
+    )
+    cycles = sorted(probe.cycles)
+    print(
+        f"{label}: verdict watch: {len(cycles)} passes began while measuring, one every "
+        f"{pct(cycles, 0.5) if cycles else 0:.1f} s (median), longest {r['cycle_max']:.1f} s: how late a "
+        "status change is noticed (the watch takes at most a tenth of a busy loop: lagd.notify.watch.DUTY)"
     )
     print(
         f"{label}: GET /metrics (a Prometheus every {SCRAPE_EVERY_S:.0f} s): "
