@@ -219,6 +219,14 @@ def burrow_binary() -> str | None:
 # --- measuring a daemon -----------------------------------------------------------
 
 
+def machine_busy_seconds() -> float:
+    """CPU-seconds every core of the machine has spent busy since boot (/proc/stat: all but
+    idle and iowait), whatever the process: lagd, the broker, Postgres, the shim, this bench."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)

@@ -20,7 +20,10 @@ costs the workers that second of CPU inside the measured time, in every run alik
 cost of the join and the speed of reading show apart; the target is end to end. Each run
 has a consumer group of its own. Figures per run: records/s (500,010 / time), CPU-s summed over the
 supervisor and every worker (utime + stime from /proc at completion), CPU-s and peak RSS per
-worker. The baseline is one plain lagd process (no [scale]) on the same input in the same run.
+worker, and how busy the whole machine was (/proc/stat, every process: lagd, Tansu, Postgres,
+the shim, this bench) over the run and over its read phase, in cores: the ceiling the 2 cores
+put on what more workers can give (one worker's read phase keeping 1.22 cores busy leaves at
+most 2 / 1.22 = 1.64x for two, before their own overhead). The baseline is one plain lagd process (no [scale]) on the same input in the same run.
 
 Failover (after the 2-worker run completes): worker 1 gets SIGKILL; the time from the kill to
 the first poll (every 0.25 s) at which the workers' own /metrics pages together list every one
@@ -65,6 +68,7 @@ from bench.bench_catchup import (
     free_port,
     fresh_database,
     lagd_config,
+    machine_busy_seconds,
     peak_rss_mb,
     records_read,
     say,
@@ -86,6 +90,8 @@ class WorkersRun:
     failover_s: float | None = None
     completed: bool = False
     reading_s: float | None = None  # the last poll at which the workers' /metrics counted no record read
+    machine_busy_s: float = 0.0  # CPU-s the whole machine was busy from the spawn to completion
+    reading_busy_s: float | None = None  # ... and from `reading_s` on
 
 
 def tree(pid: int) -> list[int]:
@@ -149,6 +155,7 @@ async def run_one(
     log = (workdir / f"{label}.log").open("wb")
     argv = [sys.executable, "-m", "lagd", "run", "--config", str(config), "--no-migrate"]
     started = time.perf_counter()
+    busy0 = busy_none = reading_busy0 = machine_busy_seconds()
     none_read = 0.0  # the last poll at which no worker had read a record
     proc = spawn(argv, log, ROOT)
     try:
@@ -158,10 +165,11 @@ async def run_one(
                 if proc.poll() is not None:
                     raise RuntimeError(f"{label} exited with {proc.returncode} (log {workdir / label}.log)")
                 if run.reading_s is None:
-                    asked = time.perf_counter() - started
+                    asked, busy_asked = time.perf_counter() - started, machine_busy_seconds()
                     if await workers_read(session, bases) > 0:
                         run.reading_s = none_read  # reading began after the last poll that saw none
-                    none_read = asked
+                        reading_busy0 = busy_none
+                    none_read, busy_none = asked, busy_asked
                 async with aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as api:
                     ok, note = await _complete(api, info)
                 now = time.perf_counter()
@@ -170,6 +178,10 @@ async def run_one(
                     pids = tree(proc.pid)
                     run.cpu_s = sum(cpu_seconds(p) for p in pids)
                     run.per_worker = [(p, cpu_seconds(p), peak_rss_mb(p)) for p in pids]
+                    busy = machine_busy_seconds()
+                    run.machine_busy_s = busy - busy0
+                    if run.reading_s is not None:
+                        run.reading_busy_s = busy - reading_busy0
                     run.completed = True
                     break
                 if now - note_at >= 5:
@@ -207,12 +219,18 @@ def report(r: WorkersRun, records: int) -> None:
     )
     if r.reading_s is not None and r.seconds > r.reading_s:
         read_s = r.seconds - r.reading_s
+        busy = f", the machine {r.reading_busy_s / read_s:.2f} cores busy" if r.reading_busy_s is not None else ""
         print(
             f"{r.label}: no record read yet {r.reading_s:.2f} s after start (start-up, and for workers the group join); "
-            f"from there {read_s:.2f} s: {records / read_s:,.0f} records/s"
+            f"from there {read_s:.2f} s: {records / read_s:,.0f} records/s{busy}"
         )
     for pid, cpu, rss in r.per_worker:
         print(f"{r.label}:   process {pid}: {cpu:.2f} CPU-s, peak RSS {rss:,.0f} MB")
+    cores = os.cpu_count() or 1
+    print(
+        f"{r.label}: the machine was busy {r.machine_busy_s:.2f} CPU-s of the {cores * r.seconds:.2f} its {cores} "
+        f"cores had ({r.machine_busy_s / r.seconds:.2f} cores on average): lagd, Tansu, Postgres, the shim and this bench"
+    )
     if r.failover_s is not None:
         print(f"{r.label}: after SIGKILL of one worker, the other judged all groups {r.failover_s:.1f} s later")
 
