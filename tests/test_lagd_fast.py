@@ -198,6 +198,28 @@ def test_lag_points_stand_while_the_samples_they_read_are_kept(
         assert lag_points_used(arr, le)[:2] == (xs, ys)
 
 
+def test_a_commit_passed_before_the_fine_samples_gets_its_point_from_the_coarse_tier() -> None:
+    """A commit whose offset the log end passed before the oldest fine sample is placed by the
+    coarse tier: its lag in seconds is exact, a point of the trend. One the log end passed
+    before every kept sample (as after a fresh start) is only a bound: no point."""
+    state = State(intervals=10, lag_samples=8)
+    for t in range(0, 1800, 10):  # 30 minutes, 100 records a second: 8 fine samples, the rest coarse
+        state.apply(LogEndSample(C, T, 0, 1000 + 100 * t, T0 + 1000 * t))
+    le: LogEnd = state.topic_log_ends(C, T)[0]
+    assert le.coarse_ts and le.offsets[le.run_start] > 1000 + 100 * 600
+    for order, (offset, at) in enumerate([(500, 1700), (1000 + 100 * 600, 1710), (1000 + 100 * 1780, 1790)], 1):
+        state.apply(Commit(C, G, T, 0, offset, order, T0 + 1000 * at, T0 + 1000 * at))
+    arr = state.group_windows(C, G)[T][0]  # type: ignore[index]
+    xs, ys, used = lag_points_used(arr, le)
+    assert used is None  # read from the coarse tier, which thins
+    assert xs == [1710.0 + T0 / 1000, 1790.0 + T0 / 1000]
+    assert ys == [
+        lag_seconds_at(offset, at, le)[0]
+        for offset, at in ((1000 + 100 * 600, T0 + 1_710_000), (1000 + 100 * 1780, T0 + 1_790_000))
+    ]
+    assert 1000 < ys[0] < 1200 and ys[1] < 20
+
+
 def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch) -> None:
     """The facts kept per partition (packed, found by partition among partitions with and
     without kept facts) spare the trend fit while the window and samples stand: an evaluation

@@ -120,6 +120,7 @@ def lag_points_used(arr: array[int], le: LogEnd) -> tuple[list[float], list[floa
     if n <= lo:
         return xs, ys, None
     newest, newest_ts, oldest = offsets[n - 1], ts[n - 1], offsets[lo]
+    no_coarse = lo > 0 or not le.coarse_ts  # where reached_in answers a target <= oldest with a bound
     used: int | None = newest_ts
     for b in range(0, len(arr), FIELDS):
         at = arr[b + TS]
@@ -132,6 +133,8 @@ def lag_points_used(arr: array[int], le: LogEnd) -> tuple[list[float], list[floa
             continue
         if target <= oldest:
             used = None  # read from the oldest sample or the coarse tier, which drop and thin
+            if no_coarse:
+                continue  # before every kept sample: only a bound, no point (commits older than lagd's samples)
             passed, bound = reached_in(le, target)
             if bound:
                 continue
