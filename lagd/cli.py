@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -44,8 +45,15 @@ def _runtime_error(exc: OSError, settings: Settings, config: str) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
-    from lagd import collector, logs
-    from lagd.daemon import run
+    # Loading the daemon's libraries (SQLAlchemy, aiohttp, aiokafka, structlog) allocates a few
+    # hundred thousand objects that live as long as the process: the collector's passes over
+    # them found nothing and took a tenth of the start-up (about 60 ms), before the first record.
+    gc.disable()
+    try:
+        from lagd import collector, logs
+        from lagd.daemon import run
+    finally:
+        gc.enable()
 
     logs.configure(settings.log.level, settings.log.format)
     collector.tune()
