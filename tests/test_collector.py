@@ -15,15 +15,56 @@ import pytest
 from lagd import collector
 
 
-def test_tune_makes_young_collections_rarer_and_keeps_the_older_cadence() -> None:
+def test_tune_makes_young_collections_rarer_and_leaves_full_ones_to_the_pacer() -> None:
     before = gc.get_threshold()
     try:
         gc.set_threshold(700, 10, 10)
         collector.tune()
-        assert gc.get_threshold() == (collector.YOUNG_THRESHOLD, 10, 10)
-        gc.set_threshold(700, 50, 500)  # an operator's own tuning of the older generations is kept
+        assert gc.get_threshold() == (collector.YOUNG_THRESHOLD, 10, collector.OLD_THRESHOLD)
+        gc.set_threshold(700, 50, 500)  # an operator's own tuning of the middle generation is kept
         collector.tune()
-        assert gc.get_threshold() == (collector.YOUNG_THRESHOLD, 50, 500)
+        assert gc.get_threshold() == (collector.YOUNG_THRESHOLD, 50, collector.OLD_THRESHOLD)
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_after_a_freeze_the_pacers_middle_collections_bring_no_automatic_full_one() -> None:
+    """With the heap frozen (lagd.daemon.freeze_when_caught_up) and collected whole once since
+    (the pacer's full pass: the collector then weighs survivors against the unfrozen heap
+    alone), thirty seconds of the pacer's middle collection while objects survive and others
+    come and go: Python's own thresholds start a full collection every eleven or so; tuned,
+    none (the pacer runs them, every FULL_EVERY_S)."""
+    before = gc.get_threshold()
+
+    def full_collections() -> int:
+        fulls = 0
+
+        def hook(phase: str, info: dict[str, Any]) -> None:
+            nonlocal fulls
+            fulls += phase == "start" and info["generation"] == 2
+
+        gc.callbacks.append(hook)
+        kept: list[Any] = []
+        try:
+            for _ in range(30):
+                kept.append([[j] for j in range(20_000)])  # middle-aged objects, as verdicts are
+                gc.collect(1)  # the pacer's middle collection, once a second
+                garbage = [[j] for j in range(30_000)]  # enough for automatic young collections
+                del garbage
+        finally:
+            gc.callbacks.remove(hook)
+            gc.unfreeze()
+        return fulls
+
+    try:
+        gc.set_threshold(collector.YOUNG_THRESHOLD, 10, 10)
+        gc.freeze()
+        gc.collect()
+        assert full_collections() >= 2  # Python's own old-generation threshold
+        collector.tune()
+        gc.freeze()
+        gc.collect()
+        assert full_collections() == 0
     finally:
         gc.set_threshold(*before)
 
