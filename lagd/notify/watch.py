@@ -42,9 +42,10 @@ CATCHING_UP_EVERY_MS = 30_000
 SLICE_S = 0.005  # the longest the verdict scan keeps the event loop at once
 # The most of the event loop's time the watch takes when passes grow long and others wait: the
 # API is interactive, alerts are not (Alertmanager itself waits 30 s to group them). In
-# bench_http (every group changing all the time), 0.25 answered /lag with the response cache off
-# at p99 92 ms, a pass every 3.9 s; 0.10 at 57 ms, a pass every 10.5 s
-# (lagd_verdict_cycle_seconds): status changes wait that long under such load, 2 s when idle.
+# bench_http (every group changing all the time; interleaved runs), 0.25 answered /lag with the
+# response cache off at p50 29-33 ms and p99 89-102 ms, a pass starting every 2.2-3.8 s; 0.10 at
+# p50 6-10 ms and p99 64-82 ms, a pass every 3.5-9.5 s (lagd_verdict_cycle_seconds): status
+# changes wait that long under such load, 2 s when idle.
 DUTY = 0.10
 PARTITIONS_EVERY_MS = 30_000  # a group's change of not-OK partitions alone is offered at most this often
 OTHERS_RAN_S = 0.0005  # a turn of the loop this long between two slices ran others' work
@@ -282,7 +283,7 @@ class VerdictWatch:
         watch takes at most `duty` of the loop: ingest and the API come first, and status
         changes arrive a few seconds later. A slice after which nothing else ran kept nobody
         waiting and does not count: on an idle loop (after a start, at night) passes start every
-        `every_s` (at once after a longer one) instead of four times their length apart."""
+        `every_s` (at once after a longer one) instead of ten times their length apart."""
         previous = None
         while True:
             started = mark = time.perf_counter()
