@@ -277,8 +277,9 @@ class LagdJudge:
         else:
             fit = None
             if last_ts - arr[TS] >= p.min_history_ms:
-                if points == UNFITTED or (f[13] != f[13] and _needs_slope(f[12], f[14], f[17], was_behind, p)):
-                    # fit it now (or the slope it skipped, now needed), and keep the facts for next time
+                slope_left_out = f[13] != f[13]  # NaN: `_fit` kept the trend without its slope
+                if points == UNFITTED or (slope_left_out and _needs_slope(points, f[14], f[17], was_behind, p)):
+                    # fit it now (or the slope it left out, now needed), and keep the facts for next time
                     f = _with_trend(f, *_fit(arr, le, reached != NOT_YET, p, was_behind))
                     self._keep(key, f)
                 points = f[12]
