@@ -7,8 +7,9 @@ created and freed all the time: the young generation then grows to 100k+ objects
 collections, and each one holds the loop 30-110 ms (measured in bench_http at 20,000
 commits/s). `pace` collects on a clock instead: the young generation every YOUNG_EVERY_S, the
 middle one every MIDDLE_EVERY_S, everything every FULL_EVERY_S, so each pause covers only what
-a fraction of a second allocated. The automatic collector stays on as a backstop (its threshold
-is set by `tune`) for stretches where the loop does not turn.
+a fraction of a second allocated. The automatic collector stays on as a backstop for young and
+middle collections (its thresholds are set by `tune`) for stretches where the loop does not
+turn; full collections are `pace`'s alone (OLD_THRESHOLD).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ YOUNG_THRESHOLD = 10_000
 # Full collections run on `pace`'s clock alone (FULL_EVERY_S). The automatic collector starts
 # one once ten middle collections have passed since the last (`pace` runs one a second) and
 # their survivors reach a quarter of the heap the collector sees, which after `gc.freeze` holds
-# at once: a full pass every ~11 s, each holding the loop 15-55 ms in bench_http. This
+# at once: a full pass every ~11 s, each holding the loop 14-50 ms in bench_http. This
 # threshold (middle collections between two automatic full ones) puts that off for good.
 OLD_THRESHOLD = 1_000_000
 
