@@ -74,7 +74,7 @@ from bench import target
 from bench.bench_catchup import drop_database, free_port, fresh_database, say
 from lagd import collector, daemon, embedded, logs
 from lagd.config import load
-from lagd.notify.watch import VerdictWatch
+from lagd.notify.watch import DUTY, VerdictWatch
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
 
 CLUSTER = "bench"
@@ -494,7 +494,7 @@ client-id = "lagd-bench-{tag}"
     print(
         f"{label}: verdict watch: {len(cycles)} passes began while measuring, one every "
         f"{pct(cycles, 0.5) if cycles else 0:.1f} s (median), longest {r['cycle_max']:.1f} s: how late a "
-        "status change is noticed (the watch takes at most a tenth of a busy loop: lagd.notify.watch.DUTY)"
+        f"status change is noticed (the watch takes at most {DUTY:.0%} of a busy loop: lagd.notify.watch.DUTY)"
     )
     print(
         f"{label}: GET /metrics (a Prometheus every {SCRAPE_EVERY_S:.0f} s): "
