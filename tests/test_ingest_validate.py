@@ -87,6 +87,28 @@ def test_hostile_fields_are_rejected_by_reason(record: tuple[bytes | None, bytes
     assert reason in REASONS
 
 
+@pytest.mark.parametrize(
+    ("record", "reason"),
+    [
+        (commit(group="g" * 9000), "group_name_too_long"),
+        (commit(group="é" * 513), "group_name_too_long"),
+        (commit(group="g\x00"), "group_name_invalid"),
+        (commit(partition=4), "partition_beyond_topic"),
+        (commit(partition=-1), "partition_out_of_range"),
+    ],
+)
+def test_a_topic_already_seen_valid_does_not_let_a_hostile_commit_through(
+    record: tuple[bytes, bytes], reason: str
+) -> None:
+    """The checks keep a short way for the usual commit (a topic already found valid): it must
+    still refuse the group names and partitions the long way refuses."""
+    counters = IngestCounters()
+    lim = limits()
+    assert [type(e) for e in events(commit(), lim, counters)] == [Commit]
+    assert events(record, lim, counters) == []
+    assert counters.rejected == {reason: 1}
+
+
 def test_2gb_lengths_are_rejected_without_allocating() -> None:
     counters = IngestCounters()
     key = b"\x00\x02" + struct.pack(">h", 1) + b"g"

@@ -120,6 +120,17 @@ class EdgeLimits:
             return "commit_time_too_old"
         if timestamp > now_ms + self.max_commit_ahead_ms:
             return "commit_time_in_future"
+        # The usual commit, answered without three calls (ingest asks this of every record): a
+        # partition of a known topic already found valid, a group name short enough and no NUL.
+        count = self.partition_counts.get(topic)
+        if (
+            count is not None
+            and 0 <= partition < count
+            and topic in self._topics_ok
+            and len(group) * 4 <= self.max_group_bytes
+            and "\x00" not in group
+        ):
+            return None
         return self.group_problem(group) or self.topic_problem(topic) or self.partition_problem(topic, partition)
 
     def tombstone_problem(self, group: str, topic: str, partition: int) -> str | None:
