@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class PartitionStatus(StrEnum):
@@ -50,9 +51,12 @@ class WindowEntry:
 # --- events: what ingest emits and state applies -------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """A consumer group committed `offset` for one partition."""
+class Commit(NamedTuple):
+    """A consumer group committed `offset` for one partition.
+
+    A named tuple, where the other events are frozen dataclasses: ingest builds one for every
+    record it reads, and a tuple is built in about a third of the time.
+    """
 
     cluster: str
     group: str

@@ -71,7 +71,6 @@ _LOG_END_FIELDS = "ts, cluster, topic, partition and offset"
 # (about 1 us a line of 2.4), and a frozen dataclass's __init__ sets each field through
 # object.__setattr__ (about 1.5 us an event); a trace has tens of thousands of lines a group.
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-_new_commit = fast_constructor(Commit)
 _new_log_end = fast_constructor(LogEndSample)  # every field positional: relayed last
 
 
@@ -120,7 +119,7 @@ def parse_line(raw: bytes | str, order: int) -> TraceEvent | None:
     kind = record.get("type")
     if kind == "commit":
         ts = _count(record, "ts", _COMMIT_FIELDS)
-        return _new_commit(
+        return Commit(
             _text(record, "cluster", _COMMIT_FIELDS),
             _text(record, "group", _COMMIT_FIELDS),
             _text(record, "topic", _COMMIT_FIELDS),

@@ -72,6 +72,8 @@ def build_batch(
     records `limits` refuses are counted and skipped, and the position still moves past them.
     """
     last: int | None = None
+    allows = groups.allows
+    append = out.append
     for rec in records:
         last = int(rec.offset)
         events = events_from_record(
@@ -79,10 +81,10 @@ def build_batch(
         )
         for ev in events:
             group = getattr(ev, "group", None)
-            if group is not None and not groups.allows(group):
+            if group is not None and not allows(group):
                 counters.filtered_groups += 1
                 continue
-            out.append(ev)
+            append(ev)
     if last is None:
         return None
     out.append(ReaderPosition(cluster, partition, last + 1))

@@ -68,8 +68,8 @@ _KINDS = {
 
 
 _COMMIT_TYPES = (b"\x00\x01", b"\x00\x00")
+_tuple_new = tuple.__new__  # a Commit (a named tuple) from its fields, without the per-call checks
 # Events are built by the million: skip the frozen dataclasses' per-field __setattr__.
-_new_commit_event = fast_constructor(Commit)
 _new_owner = fast_constructor(PartitionOwner)
 
 
@@ -260,7 +260,7 @@ def events_from_record(
                     return []
             if kip848 is not None and f[10] is not None:
                 kip848.learn_topic(f[10], f[1])
-            return [_new_commit_event(cluster, f[0], f[1], f[2], f[3], order, f[6], observed)]
+            return [_tuple_new(Commit, (cluster, f[0], f[1], f[2], f[3], order, f[6], observed))]
         rec = decode(key, value)
     except DecodeError as exc:
         counters.count_error(exc.reason)

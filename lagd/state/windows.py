@@ -302,45 +302,43 @@ class State:
         return self._seq
 
     def _commit(self, ev: Commit) -> None:
-        if not (0 <= ev.offset <= _MAX_Q and _MIN_Q <= ev.order <= _MAX_Q):
+        cluster, group, topic, partition, offset, order, timestamp, observed = ev  # locals: read once
+        if not (0 <= offset <= _MAX_Q and _MIN_Q <= order <= _MAX_Q):
             # checked before anything changes: the flat window holds int64 only
-            raise ValueError(f"commit offset {ev.offset} or order {ev.order} outside int64 (offsets are >= 0)")
-        if not (_MIN_Q <= ev.timestamp <= _MAX_Q and _MIN_Q <= ev.observed <= _MAX_Q):
-            raise ValueError(f"commit times {ev.timestamp}, {ev.observed} outside int64")
-        cs = self._clusters.get(ev.cluster) or self._cluster(ev.cluster)
-        group = ev.group
+            raise ValueError(f"commit offset {offset} or order {order} outside int64 (offsets are >= 0)")
+        if not (_MIN_Q <= timestamp <= _MAX_Q and _MIN_Q <= observed <= _MAX_Q):
+            raise ValueError(f"commit times {timestamp}, {observed} outside int64")
+        cs = self._clusters.get(cluster) or self._cluster(cluster)
         tomb = cs.tombstones.get(group)
-        if tomb is not None and ev.order < tomb:
+        if tomb is not None and order < tomb:
             return  # a replayed commit from before the group was deleted
         gs = cs.groups.get(group)
         ptomb = None
         if gs is None:
             gs = cs.groups[group] = _Group()
         elif gs.deleted is not None:
-            ptomb = gs.deleted.get((ev.topic, ev.partition))
-            if ptomb is not None and ev.order <= ptomb:
+            ptomb = gs.deleted.get((topic, partition))
+            if ptomb is not None and order <= ptomb:
                 return  # a replayed commit from before the partition's offset was deleted
-        parts = gs.windows.get(ev.topic)
+        parts = gs.windows.get(topic)
         if parts is None:
-            parts = gs.windows[ev.topic] = {}
-            cs.consumers.setdefault(ev.topic, set()).add(group)
-        arr = parts.get(ev.partition)
+            parts = gs.windows[topic] = {}
+            cs.consumers.setdefault(topic, set()).add(group)
+        arr = parts.get(partition)
         if arr is None:
-            arr = parts[ev.partition] = array("q")
+            arr = parts[partition] = array("q")
             self._tracked += 1
         n = len(arr) // FIELDS
-        offset = ev.offset
-        order = ev.order
         if n == 0 or order > arr[LAST + ORDER]:
             lag = NO_LAG
-            topic_ends = cs.log_end.get(ev.topic)
+            topic_ends = cs.log_end.get(topic)
             if topic_ends is not None:
-                le = topic_ends.get(ev.partition)
+                le = topic_ends.get(partition)
                 if le is not None and le.offsets:
                     lag = le.offsets[-1] - offset
                     if lag < 0:
                         lag = 0
-            if n and 0 <= ev.timestamp - arr[LAST + TS] < self.min_distance_ms:
+            if n and 0 <= timestamp - arr[LAST + TS] < self.min_distance_ms:
                 # min-distance: the newest entry takes the new offset, order and lag, keeps its time
                 arr[LAST + OFFSET] = offset
                 arr[LAST + ORDER] = order
@@ -353,7 +351,7 @@ class State:
                     n -= 1
                 if n >= self.intervals:
                     del arr[: (n - self.intervals + 1) * FIELDS]
-                arr.extend((offset, order, ev.timestamp, ev.observed, lag))
+                arr.extend((offset, order, timestamp, observed, lag))
         elif self.window_step_ms:
             return  # lagd's thinned windows keep no commit older than the newest: replays and late ones go
         else:
@@ -371,28 +369,26 @@ class State:
                 # A newer entry that started less than min-distance before this commit absorbed it
                 # (or would have, had it come in order): this is a replay, or merged away. Entries
                 # keep their first timestamp and only gain orders, so the test holds for good.
-                ts = ev.timestamp
+                ts = timestamp
                 md = self.min_distance_ms
                 for t in arr[b + TS :: FIELDS]:
                     if 0 <= ts - t < md:
                         return
-            arr[b:b] = array("q", (offset, order, ev.timestamp, ev.observed, NO_LAG))
+            arr[b:b] = array("q", (offset, order, timestamp, observed, NO_LAG))
             if n + 1 > self.intervals:
                 del arr[: (n + 1 - self.intervals) * FIELDS]
         if ptomb is not None and len(arr) >= self.intervals * FIELDS and arr[ORDER] > ptomb:
-            self._forget_offset_tombstone(gs, ev.topic, ev.partition)  # the full window refuses older ones now
-        if ev.timestamp > gs.last_commit:
-            gs.last_commit = ev.timestamp
-            if cs.newest_commit is None or ev.timestamp > cs.newest_commit:
-                cs.newest_commit = ev.timestamp
+            self._forget_offset_tombstone(gs, topic, partition)  # the full window refuses older ones now
+        if timestamp > gs.last_commit:
+            gs.last_commit = timestamp
+            if cs.newest_commit is None or timestamp > cs.newest_commit:
+                cs.newest_commit = timestamp
         self._seq += 1
         gs.seq = self._seq
-        self._dirty_windows.add((ev.cluster, group, ev.topic, ev.partition))
+        self._dirty_windows.add((cluster, group, topic, partition))
         if self.record_history:
             lag_now = arr[LAST + LAG] if arr[LAST + ORDER] == order else NO_LAG
-            self._changes.commit_history.add(
-                ev.timestamp, ev.cluster, group, ev.topic, ev.partition, offset, lag_now, ev.observed
-            )
+            self._changes.commit_history.add(timestamp, cluster, group, topic, partition, offset, lag_now, observed)
 
     def _offset_deleted(self, ev: OffsetDeleted) -> None:
         cs = self._clusters.get(ev.cluster)
