@@ -222,6 +222,41 @@ async def test_the_duty_counts_only_slices_that_kept_other_work_waiting(
         assert asked[0] < watch.pass_seconds / 2  # (a preempted turn may count: the box is shared)
 
 
+async def test_while_others_wait_a_long_pass_holds_the_loop_at_most_its_duty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first pass after a catch-up judges every group: with requests waiting, the watch
+    leaves them the loop after each slice (share_wait) instead of holding it slice after slice
+    and spacing only the next pass."""
+    watch, _ = watch_of(healthy_progress(T0 + 59_000), Clock(T0 + 59_000))
+    for g in range(400):
+        feed_commits(watch, f"g{g}", range(0, 60))
+    elapsed: list[float] = []
+    done = asyncio.Event()
+
+    def recorded(every_s: float, elapsed_s: float, busy_s: float, duty: float) -> float:
+        elapsed.append(elapsed_s)
+        done.set()
+        return 3600.0
+
+    monkeypatch.setattr(watch_module, "pause_after", recorded)
+
+    async def requests() -> None:
+        while True:
+            until = time.perf_counter() + 0.0006  # a short request: the loop is held 0.6 ms
+            while time.perf_counter() < until:
+                pass
+            await asyncio.sleep(0)
+
+    busy = asyncio.create_task(requests())
+    duty = 0.1
+    task = asyncio.create_task(watch.run(slice_s=0.0005, duty=duty))  # a pass of many slices
+    await done.wait()
+    task.cancel()
+    busy.cancel()
+    assert len(watch.statuses) == 400
+    # slice after slice, the watch would take 0.5 ms of every 1.1 and more (0.3 measured)
+    assert watch.pass_seconds / elapsed[0] <= 2 * duty
+
+
 async def test_run_hands_the_loop_back_during_a_pass() -> None:
     clock = Clock(T0 + 59_000)
     watch, _ = watch_of(healthy_progress(T0 + 59_000), clock)

@@ -80,6 +80,12 @@ def group_change(verdict: GroupVerdict, at: int) -> GroupChange:
     )
 
 
+def share_wait(held_s: float, duty: float) -> float:
+    """How long to leave the loop to others after a slice of `held_s` they waited behind, so
+    that the slice and the wait together give the watch `duty` of the loop."""
+    return held_s * (1.0 / duty - 1.0)
+
+
 def pause_after(every_s: float, elapsed_s: float, busy_s: float, duty: float) -> float:
     """How long to wait after a pass that took `elapsed_s`, `busy_s` of it holding the loop while
     other work waited: the next pass starts `every_s` after this one began, and the whole cycle
@@ -278,12 +284,12 @@ class VerdictWatch:
 
     async def run(self, every_s: float = SCAN_EVERY_S, slice_s: float = SLICE_S, duty: float = DUTY) -> None:
         """A pass every `every_s`, handing the loop back every `slice_s` of work, so HTTP and
-        ingest go on while thousands of groups are judged. When passes grow long (every group
-        changing all the time) while other work waits for the loop, the next waits so that the
-        watch takes at most `duty` of the loop: ingest and the API come first, and status
-        changes arrive a few seconds later. A slice after which nothing else ran kept nobody
-        waiting and does not count: on an idle loop (after a start, at night) passes start every
-        `every_s` (at once after a longer one) instead of ten times their length apart."""
+        ingest go on while thousands of groups are judged. While other work waits for the loop,
+        each slice it waited behind is followed by a wait (`share_wait`), so the watch takes at
+        most `duty` of the loop during a pass as well as over the cycle: ingest and the API
+        come first, and status changes arrive a few seconds later. A slice after which nothing
+        else ran kept nobody waiting and does not count: on an idle loop (after a start, at
+        night) passes start every `every_s` (at once after a longer one) and run unpaused."""
         previous = None
         while True:
             started = mark = time.perf_counter()
@@ -294,11 +300,18 @@ class VerdictWatch:
             for _ in self._pass(self.clock()):
                 now = time.perf_counter()
                 if now - mark >= slice_s:
-                    busy += now - mark
+                    held = now - mark
+                    busy += held
                     await asyncio.sleep(0)
                     turned = time.perf_counter()
                     if turned - now >= OTHERS_RAN_S:
-                        contended += now - mark
+                        contended += held
+                        # others waited behind this slice: leave them the loop for the rest of
+                        # the duty cycle now, not only after the pass, so that a long pass (the
+                        # first after a catch-up judges every group) never holds the loop back
+                        # to back while requests wait
+                        await asyncio.sleep(share_wait(held, duty))
+                        turned = time.perf_counter()
                     mark = turned
             busy += time.perf_counter() - mark
             self.pass_seconds = busy
