@@ -59,9 +59,9 @@ from lagd.state.windows import State
 log = logs.get("lagd.daemon")
 
 EVENT_QUEUE_BATCHES = (
-    10  # backpressure: readers wait when apply falls this far behind (a batch is one fetch: <= 1,000 records)
+    10  # backpressure: readers wait when apply falls this far behind (a batch is one fetch: <= 500 records)
 )
-APPLY_SLICE = 1_000  # events applied between two turns of the event loop (about 3 ms)
+APPLY_SLICE = 500  # events applied between two turns of the event loop (about 1.5 ms)
 STOP_BUDGET_S = 4.0  # everything must be down within 5 s of SIGTERM
 
 
