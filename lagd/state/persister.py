@@ -49,7 +49,7 @@ class PersisterStatus:
 # while Postgres took a 300k-change write (6.0-8.6 s in all); at 50 it never waits (4.6-4.7 s);
 # at 5 catch-up waited for Postgres a fifth of its time.
 BACKLOG_FLUSHES = 50
-DRAIN_SLICE = 2_000  # changed windows copied per turn of the loop (2-4 ms)
+DRAIN_SLICE = 1_000  # changed windows copied per turn of the loop (1-2 ms)
 
 
 @dataclass

@@ -34,7 +34,7 @@ from lagd.state.windows import State, entries_of, group_hash, offsets_partition,
 log = logs.get(__name__)
 
 DAY_MS = 86_400_000
-COPY_CHUNK = 2_000  # rows per COPY call; the loop gets a turn between them (a flush never stalls it long)
+COPY_CHUNK = 1_000  # rows per COPY call; the loop gets a turn between them (a flush never stalls it long)
 LOG_END_CHUNK = 200  # log-end rows per COPY call: each holds a partition's samples (hundreds of numbers)
 FETCH_CHUNK = 5_000  # rows per server-side cursor round trip on restore
 PARTITIONED = ("commit_history", "log_end_history")
