@@ -183,6 +183,38 @@ async def test_the_time_between_two_passes_is_kept_as_the_cycle(monkeypatch: pyt
     assert 0.05 + pauses[0] <= watch.cycle_seconds < 5.0
 
 
+async def first_pass(
+    watch: VerdictWatch, monkeypatch: pytest.MonkeyPatch, others_hold_s: float | None, **run: float
+) -> tuple[float, float]:
+    """Run the watch (`run` its arguments) until its first pass ends, while another task holds
+    the loop `others_hold_s` at each of its turns (None: no other task, an idle loop); returns
+    the pass's elapsed time and the time of the slices others waited behind (pause_after's)."""
+    asked: list[tuple[float, float]] = []
+    done = asyncio.Event()
+
+    def recorded(every_s: float, elapsed_s: float, busy_s: float, duty: float) -> float:
+        asked.append((elapsed_s, busy_s))
+        done.set()
+        return 3600.0
+
+    monkeypatch.setattr(watch_module, "pause_after", recorded)
+
+    async def requests(hold_s: float) -> None:
+        while True:
+            until = time.perf_counter() + hold_s  # a request being answered holds the loop
+            while time.perf_counter() < until:
+                pass
+            await asyncio.sleep(0)
+
+    busy = asyncio.create_task(requests(others_hold_s)) if others_hold_s is not None else None
+    task = asyncio.create_task(watch.run(**run))
+    await done.wait()
+    task.cancel()
+    if busy is not None:
+        busy.cancel()
+    return asked[0]
+
+
 @pytest.mark.parametrize("others", [False, True])
 async def test_the_duty_counts_only_slices_that_kept_other_work_waiting(
     others: bool, monkeypatch: pytest.MonkeyPatch
@@ -192,34 +224,13 @@ async def test_the_duty_counts_only_slices_that_kept_other_work_waiting(
     watch, _ = watch_of(healthy_progress(T0 + 59_000), Clock(T0 + 59_000))
     for g in range(50):
         feed_commits(watch, f"g{g}", range(0, 60))
-    asked: list[float] = []
-    done = asyncio.Event()
-
-    def recorded(every_s: float, elapsed_s: float, busy_s: float, duty: float) -> float:
-        asked.append(busy_s)
-        done.set()
-        return 3600.0
-
-    monkeypatch.setattr(watch_module, "pause_after", recorded)
-
-    async def other_work() -> None:
-        while True:
-            until = time.perf_counter() + 0.002  # a request being answered: the loop is held 2 ms
-            while time.perf_counter() < until:
-                pass
-            await asyncio.sleep(0)
-
-    busy = asyncio.create_task(other_work()) if others else None
-    task = asyncio.create_task(watch.run(slice_s=0.0))  # a turn after every group
-    await done.wait()
-    task.cancel()
-    if busy is not None:
-        busy.cancel()
+    # requests of 2 ms; a turn after every group
+    _, contended = await first_pass(watch, monkeypatch, 0.002 if others else None, slice_s=0.0)
     assert len(watch.statuses) == 50 and watch.pass_seconds > 0
     if others:
-        assert asked[0] >= watch.pass_seconds / 2  # most slices kept the other work waiting
+        assert contended >= watch.pass_seconds / 2  # most slices kept the other work waiting
     else:
-        assert asked[0] < watch.pass_seconds / 2  # (a preempted turn may count: the box is shared)
+        assert contended < watch.pass_seconds / 2  # (a preempted turn may count: the box is shared)
 
 
 async def test_while_others_wait_a_long_pass_holds_the_loop_at_most_its_duty(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,32 +240,12 @@ async def test_while_others_wait_a_long_pass_holds_the_loop_at_most_its_duty(mon
     watch, _ = watch_of(healthy_progress(T0 + 59_000), Clock(T0 + 59_000))
     for g in range(400):
         feed_commits(watch, f"g{g}", range(0, 60))
-    elapsed: list[float] = []
-    done = asyncio.Event()
-
-    def recorded(every_s: float, elapsed_s: float, busy_s: float, duty: float) -> float:
-        elapsed.append(elapsed_s)
-        done.set()
-        return 3600.0
-
-    monkeypatch.setattr(watch_module, "pause_after", recorded)
-
-    async def requests() -> None:
-        while True:
-            until = time.perf_counter() + 0.0006  # a short request: the loop is held 0.6 ms
-            while time.perf_counter() < until:
-                pass
-            await asyncio.sleep(0)
-
-    busy = asyncio.create_task(requests())
     duty = 0.1
-    task = asyncio.create_task(watch.run(slice_s=0.0005, duty=duty))  # a pass of many slices
-    await done.wait()
-    task.cancel()
-    busy.cancel()
+    # requests of 0.6 ms; a pass of many slices of 0.5 ms
+    elapsed, _ = await first_pass(watch, monkeypatch, 0.0006, slice_s=0.0005, duty=duty)
     assert len(watch.statuses) == 400
     # slice after slice, the watch would take 0.5 ms of every 1.1 and more (0.3 measured)
-    assert watch.pass_seconds / elapsed[0] <= 2 * duty
+    assert watch.pass_seconds / elapsed <= 2 * duty
 
 
 async def test_run_hands_the_loop_back_during_a_pass() -> None:
