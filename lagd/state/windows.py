@@ -369,10 +369,9 @@ class State:
                 # A newer entry that started less than min-distance before this commit absorbed it
                 # (or would have, had it come in order): this is a replay, or merged away. Entries
                 # keep their first timestamp and only gain orders, so the test holds for good.
-                ts = timestamp
                 md = self.min_distance_ms
                 for t in arr[b + TS :: FIELDS]:
-                    if 0 <= ts - t < md:
+                    if 0 <= timestamp - t < md:
                         return
             arr[b:b] = array("q", (offset, order, timestamp, observed, NO_LAG))
             if n + 1 > self.intervals:
