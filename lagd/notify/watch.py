@@ -86,11 +86,11 @@ def share_wait(held_s: float, duty: float) -> float:
     return held_s * (1.0 / duty - 1.0)
 
 
-def pause_after(every_s: float, elapsed_s: float, busy_s: float, duty: float) -> float:
-    """How long to wait after a pass that took `elapsed_s`, `busy_s` of it holding the loop while
-    other work waited: the next pass starts `every_s` after this one began, and the whole cycle
-    lasts at least busy_s / duty, so the watch never takes more than `duty` of a busy loop."""
-    return max(every_s - elapsed_s, busy_s / duty - elapsed_s, 0.0)
+def pause_after(every_s: float, elapsed_s: float) -> float:
+    """How long to wait after a pass that took `elapsed_s`: the next starts `every_s` after this
+    one began, at once after a longer one. (The duty needs no pause here: each slice others
+    waited behind was followed by its `share_wait` within the pass.)"""
+    return max(every_s - elapsed_s, 0.0)
 
 
 @dataclass
@@ -296,7 +296,7 @@ class VerdictWatch:
             if previous is not None:
                 self.cycle_seconds = started - previous
             previous = started
-            busy = contended = 0.0  # the pass's slices; those that others waited behind
+            busy = 0.0  # the pass's slices
             for _ in self._pass(self.clock()):
                 now = time.perf_counter()
                 if now - mark >= slice_s:
@@ -305,7 +305,6 @@ class VerdictWatch:
                     await asyncio.sleep(0)
                     turned = time.perf_counter()
                     if turned - now >= OTHERS_RAN_S:
-                        contended += held
                         # others waited behind this slice: leave them the loop for the rest of
                         # the duty cycle now, not only after the pass, so that a long pass (the
                         # first after a catch-up judges every group) never holds the loop back
@@ -315,4 +314,4 @@ class VerdictWatch:
                     mark = turned
             busy += time.perf_counter() - mark
             self.pass_seconds = busy
-            await asyncio.sleep(pause_after(every_s, time.perf_counter() - started, contended, duty))
+            await asyncio.sleep(pause_after(every_s, time.perf_counter() - started))
