@@ -173,18 +173,19 @@ def fit_trend(xs: list[float], ys: list[float], tie_s: float) -> TrendFit | None
 
 def spans_time(xs: list[float]) -> bool:
     """Are two of the points at different times, the earlier first (a slope to take)?"""
-    low = xs[0]
+    previous = xs[0]
     for x in xs:
-        if x > low:
+        if x > previous:  # some pair is in order exactly when some neighbours are
             return True
-        low = x
+        previous = x
     return False
 
 
 def mann_kendall_z(ys: list[float], tie_s: float) -> float:
     """The Mann-Kendall z of the points (at least 3), in their order: whether the lag goes up
     or down over the window, and how surely. Lags within `tie_s` of each other count as ties.
-    A tenth of a whole fit's cost, so a trend that cannot matter stops here (lagd_fast)."""
+    A fifth to a third of a whole fit's cost (5 to 10 points, timeit), so a trend that cannot
+    matter stops here (lagd_fast)."""
     n = len(ys)
     s = 0
     for i in range(n - 1):
