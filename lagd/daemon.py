@@ -55,6 +55,7 @@ from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.persister import WriteBehind
 from lagd.state.store import Store
 from lagd.state.windows import State
+from lagd.turns import Turns
 
 log = logs.get("lagd.daemon")
 
@@ -83,6 +84,8 @@ class Runtime:
     persist_wake: asyncio.Event = field(default_factory=asyncio.Event)
     assignments: dict[str, Assignment] = field(default_factory=dict)  # workers: cluster -> owned offsets partitions
     clock: Clock = wall_ms  # the one clock every part reads "now" from (lagd.clock)
+    # HTTP requests first: the background loops leave their turns to requests waiting (lagd.turns)
+    turns: Turns = field(default_factory=Turns)
 
     def ready(self) -> bool:
         return self.restored.is_set() and all(getattr(p, "caught_up", False) for p in self.progress.values())
@@ -115,7 +118,7 @@ async def apply_events(rt: Runtime, wb: WriteBehind | None = None) -> None:
         batch = await rt.events.get()
         for i in range(0, len(batch), APPLY_SLICE):
             if i:
-                await asyncio.sleep(0)  # a big batch is applied in slices: HTTP is answered between them
+                await rt.turns.turn()  # a big batch is applied in slices: HTTP is answered between them
             apply_guarded(rt.state, batch[i : i + APPLY_SLICE], rt.counters, poison)
         rt.events.task_done()  # a worker's handover waits for the queue to be applied (events.join)
         applied += len(batch)
@@ -329,6 +332,7 @@ def _start_readers(
             members=members,
             known_topics=topics_of,
             clock=rt.clock,
+            turn=rt.turns.turn,
         )
         spawn(reader, f"offsets-{name}")
         wanted = functools.partial(consumed_topics, rt, name)
@@ -370,6 +374,7 @@ def _start_workers(
             counters,
             rt.stop,
             clock=rt.clock,
+            turn=rt.turns.turn,
         )
         spawn(reader, f"offsets-{name}")
         sampler = sample_log_ends(
@@ -451,9 +456,9 @@ async def run(
 async def _run(rt: Runtime, migrate: bool) -> None:
     settings = rt.settings
     log.info("lagd starting", clusters=list(settings.clusters), listen=settings.http.listen)
-    store = Store.from_url(settings.storage.database_url)
+    store = Store.from_url(settings.storage.database_url, turn=rt.turns.turn)
     clock = rt.clock
-    wb = WriteBehind.from_settings(store, rt.state, rt.persist_wake, settings.storage, clock=clock)
+    wb = WriteBehind.from_settings(store, rt.state, rt.persist_wake, settings.storage, clock=clock, turn=rt.turns.turn)
     publisher = PublisherStatus()
     loop_lag = LoopLag()
     health = Health(
@@ -476,6 +481,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         engine=store.engine,
         on_delete=forget,
         snapshots=snapshots,
+        turns=rt.turns,
     )
     ingest: list[asyncio.Task[None]] = []
     others: list[asyncio.Task[None]] = []
@@ -549,6 +555,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 _start_sinks(rt, store, health, spawn)
             watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, clock)
             watch.snapshots = snapshots
+            watch.turn = rt.turns.turn
             if handover is None and settings.notify.enabled:
                 await resume_open_incidents(store.engine, watch)
             watch.store_behind = functools.partial(persister.backlog_full, wb)

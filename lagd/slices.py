@@ -2,26 +2,29 @@
 
 A pass over every group of a large estate (a /metrics scrape, a page listing every group, the
 notifier's reconcile) would hold the loop for as long as it takes; calling `Slices.turn` after
-each step hands the loop back once `slice_s` of work has run since the last turn.
+each step hands the loop back once `slice_s` of work has run since the last turn. With a
+`Turns`' turn (lagd.turns), requests waiting for their first turn go before the next slice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
+
+from lagd.turns import Turn, plain_turn
 
 
 class Slices:
     """Turns for the loop, one per `slice_s` of work (see the module doc)."""
 
-    __slots__ = ("_until", "slice_s")
+    __slots__ = ("_turn", "_until", "slice_s")
 
-    def __init__(self, slice_s: float) -> None:
+    def __init__(self, slice_s: float, turn: Turn = plain_turn) -> None:
         self.slice_s = slice_s
+        self._turn = turn
         self._until = time.perf_counter() + slice_s
 
     async def turn(self) -> None:
         """Hand the loop back if this slice's time is up; otherwise return at once."""
         if time.perf_counter() >= self._until:
-            await asyncio.sleep(0)
+            await self._turn()
             self._until = time.perf_counter() + self.slice_s

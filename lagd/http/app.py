@@ -27,6 +27,7 @@ from lagd.evaluate.snapshot import Snapshots
 from lagd.model import IngestCounters
 from lagd.scale.ownership import OwnerMap
 from lagd.state.windows import State
+from lagd.turns import Turns
 
 log = logs.get(__name__)
 
@@ -93,6 +94,9 @@ class HttpContext:
     # the verdict watch's snapshot of every group it judged, read by the pages that list every
     # group; None (no watch): those pages judge every group themselves
     snapshots: Snapshots | None = None
+    # requests first (lagd.turns): the server reports each request; background work, and the
+    # long answers rendered in slices, wait for those waiting
+    turns: Turns = field(default_factory=Turns)
 
 
 CTX: web.AppKey[HttpContext] = web.AppKey("lagd_ctx", HttpContext)
@@ -243,6 +247,7 @@ async def start_http(ctx: HttpContext) -> web.AppRunner:
     # it opened or after its last answer: idle keep-alive and slowly sent headers alike.
     runner = web.AppRunner(build_app(ctx), access_log=None, handle_signals=False, keepalive_timeout=http.idle_timeout)
     await runner.setup()
+    report_requests(runner, ctx.turns)
     host, port = _listen(http.listen)
     tls = _ssl_context(http.tls_cert_file, http.tls_key_file) if http.tls_cert_file else None
     site = web.TCPSite(runner, host, port, ssl_context=tls, reuse_address=True)
@@ -253,6 +258,26 @@ async def start_http(ctx: HttpContext) -> web.AppRunner:
         raise OSError(exc.errno, f"cannot listen on {http.listen} ({exc.strerror}): change http.listen") from exc
     log.info("http listening", listen=http.listen, tls=tls is not None)
     return runner
+
+
+def report_requests(runner: web.AppRunner, turns: Turns) -> None:
+    """Tell `turns` of every request the server builds and of its handler starting (lagd.turns),
+    through the server's public request factory and handler, before it accepts connections."""
+    server = runner.server
+    if server is None:
+        raise RuntimeError("the HTTP runner is not set up: call runner.setup() first")
+    build, handle = server.request_factory, server.request_handler
+
+    def built(*args: Any) -> web.BaseRequest:
+        turns.arrived()
+        return build(*args)
+
+    async def handled(request: web.BaseRequest) -> web.StreamResponse:
+        turns.started()
+        return await handle(request)
+
+    server.request_factory = built
+    server.request_handler = handled
 
 
 def bound_port(runner: web.AppRunner) -> int:

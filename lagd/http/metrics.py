@@ -10,7 +10,6 @@ per-partition series, which dominate cardinality.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -25,6 +24,7 @@ from lagd.ingest.validate import REASONS as REJECT_REASONS
 from lagd.model import GroupStatus
 from lagd.slices import Slices
 from lagd.state.windows import State
+from lagd.turns import Turn
 
 # Burrow's status index: NOTFOUND, OK, WARN, ERR, STOP, STALL, REWIND.
 STATUS_INDEX: dict[str, int] = {
@@ -85,7 +85,7 @@ def group_snapshots(
 async def each_snapshot(ctx: HttpContext, now_ms: int, cluster: str | None = None) -> AsyncIterator[GroupSnapshot]:
     """`group_snapshots`, handing the loop back every SLICE_S (a group not judged yet costs an
     evaluation: many of them while lagd catches up)."""
-    slices = Slices(SLICE_S)
+    slices = Slices(SLICE_S, ctx.turns.turn)
     for snap in group_snapshots(ctx.state, ctx.evaluator, ctx.snapshots, now_ms, cluster):
         yield snap
         await slices.turn()
@@ -328,18 +328,18 @@ async def metrics(request: web.Request) -> web.Response:
     and encoded at once, they alone held the loop about 80 ms)."""
     ctx = request.app[CTX]
     out: list[str] = []
-    slices = Slices(SLICE_S)
+    slices = Slices(SLICE_S, ctx.turns.turn)
     detail = ctx.settings.http.metrics_detail
     for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), detail, out, ctx.snapshots):
         await slices.turn()
-    return web.Response(body=_chunks(out), headers={"Content-Type": CONTENT_TYPE})
+    return web.Response(body=_chunks(out, ctx.turns.turn), headers={"Content-Type": CONTENT_TYPE})
 
 
-async def _chunks(pieces: list[str]) -> AsyncIterator[bytes]:
+async def _chunks(pieces: list[str], turn: Turn) -> AsyncIterator[bytes]:
     """The page, CHUNK_PIECES pieces at a time, encoded as it is sent (chunked transfer)."""
     for start in range(0, len(pieces), CHUNK_PIECES):
         yield "".join(pieces[start : start + CHUNK_PIECES]).encode()
-        await asyncio.sleep(0)
+        await turn()
 
 
 def add_routes(app: web.Application) -> None:

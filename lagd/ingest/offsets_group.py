@@ -48,6 +48,7 @@ from lagd.ingest.records import ConsumerGroupOwners
 from lagd.ingest.validate import EdgeLimits
 from lagd.model import Event, GroupMembers, IngestCounters, OffsetsPartitionReset
 from lagd.state.windows import offsets_partition
+from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -194,9 +195,11 @@ async def read_offsets_as_worker(
     fetch_timeout_ms: int = 500,
     max_records: int = FETCH_MAX_RECORDS,
     clock: Clock = wall_ms,
+    turn: Turn = plain_turn,
 ) -> None:
     """Read this worker's share of the offsets topic until `stop`; survive broker outages with
-    backoff (a session that fails hands every partition back first, then joins again)."""
+    backoff (a session that fails hands every partition back first, then joins again). `turn`
+    is awaited before each slice of a fetch is decoded (lagd.turns)."""
     put = _emitter(emit)
     applied = emit.join if isinstance(emit, asyncio.Queue) else None  # apply marks each batch done
     groups = GroupFilter.for_cluster(cluster)
@@ -218,6 +221,7 @@ async def read_offsets_as_worker(
             fetch_timeout_ms,
             max_records,
             clock,
+            turn,
         ),
         stop,
         counters,
@@ -243,6 +247,7 @@ async def _session(
     fetch_timeout_ms: int,
     max_records: int,
     clock: Clock,
+    turn: Turn,
 ) -> None:
     cluster = sh.cluster
     topic = cluster.offsets_topic
@@ -299,6 +304,7 @@ async def _session(
                         sh.kip848,
                         limits,
                         clock=clock,
+                        turn=turn,
                     )
                 if not sh.progress.caught_up and sh.assignment.owned and (short or loop.time() >= positions_at):
                     positions_at = loop.time() + POSITIONS_EVERY_S  # see there

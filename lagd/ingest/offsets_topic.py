@@ -27,6 +27,7 @@ from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
 from lagd.ingest.validate import EdgeLimits
 from lagd.model import Event, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
+from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -107,6 +108,7 @@ async def read_offsets_topic(
     max_records: int = FETCH_MAX_RECORDS,
     members: Iterable[GroupMembers] | None = None,
     clock: Clock = wall_ms,
+    turn: Turn = plain_turn,
 ) -> None:
     """Read the offsets topic until `stop` is set; survive broker outages with backoff.
 
@@ -116,7 +118,7 @@ async def read_offsets_topic(
     folded from one record per member, so a resumed reader starts that fold from them (see
     `lagd.ingest.records`); resumed without them, it leaves those owners as stored. `clock`
     (lagd.clock) gives each fetch its observed time and the reader's freshness while the topic
-    has no partitions.
+    has no partitions. `turn` is awaited before each slice of a fetch is decoded (lagd.turns).
     """
     put = _emitter(emit)
     groups = groups or GroupFilter.for_cluster(cluster)
@@ -142,6 +144,7 @@ async def read_offsets_topic(
             warned,
             limits,
             clock=clock,
+            turn=turn,
         ),
         stop,
         counters,
@@ -167,6 +170,7 @@ async def _session(
     limits: EdgeLimits | None = None,
     *,
     clock: Clock = wall_ms,
+    turn: Turn = plain_turn,
 ) -> None:
     topic = cluster.offsets_topic
     warned = set() if warned is None else warned
@@ -213,7 +217,17 @@ async def _session(
                 _note_fresh(consumer, progress)
             if fetched:
                 await _apply_batch(
-                    cluster.name, fetched, put, next_offsets, progress, groups, counters, kip848, limits, clock=clock
+                    cluster.name,
+                    fetched,
+                    put,
+                    next_offsets,
+                    progress,
+                    groups,
+                    counters,
+                    kip848,
+                    limits,
+                    clock=clock,
+                    turn=turn,
                 )
             if not progress.caught_up and (short or loop.time() >= positions_at):
                 # read_committed positions also pass control records (transaction markers),
@@ -247,6 +261,7 @@ async def _apply_batch(
     limits: EdgeLimits | None = None,
     *,
     clock: Clock = wall_ms,
+    turn: Turn = plain_turn,
 ) -> None:
     """Emit one fetch's events (with positions), then move the reader's own positions on."""
     observed = clock()
@@ -255,8 +270,8 @@ async def _apply_batch(
     for tp, records in fetched.items():
         for i in range(0, len(records), DECODE_SLICE):
             # A fetch is decoded in slices, the loop getting a turn before each (the first comes
-            # after aiokafka built the fetch's records, itself a few ms).
-            await asyncio.sleep(0)
+            # after aiokafka built the fetch's records, itself a few ms), requests first.
+            await turn()
             part = records[i : i + DECODE_SLICE]
             pos = build_batch(cluster, tp.partition, part, observed, groups, counters, out, kip848, limits)
             if pos is not None:

@@ -25,6 +25,7 @@ from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, 
 from lagd.ingest.offsets_topic import Emit, read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import Event, GroupMembers, IngestCounters
+from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -129,8 +130,10 @@ async def read_offsets(
     members: Iterable[GroupMembers] | None = None,
     known_topics: Callable[[str], Iterable[str]] | None = None,
     clock: Clock = wall_ms,
+    turn: Turn = plain_turn,
 ) -> None:
-    """Run the cluster's offsets reader (choosing it first when offsets-source is "auto")."""
+    """Run the cluster's offsets reader (choosing it first when offsets-source is "auto");
+    the topic reader awaits `turn` between slices of its work (lagd.turns)."""
     source: Source | None
     if cluster.offsets_source == "auto":
         source = await choose_source(cluster, stop, counters)
@@ -140,6 +143,8 @@ async def read_offsets(
         source = cluster.offsets_source
     progress.source = source
     if source == "topic":
-        await read_offsets_topic(cluster, positions, emit, progress, counters, stop, members=members, clock=clock)
+        await read_offsets_topic(
+            cluster, positions, emit, progress, counters, stop, members=members, clock=clock, turn=turn
+        )
     else:
         await poll_admin(cluster, emit, progress, counters, stop, known_topics=known_topics, clock=clock)

@@ -30,6 +30,7 @@ from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.state.windows import State
+from lagd.turns import Turn, plain_turn
 
 log = logs.get("lagd.watch")
 
@@ -123,6 +124,7 @@ class VerdictWatch:
     store_behind: Callable[[], bool] | None = None
     # what the list pages (/metrics, /lagd/v1/groups, the status page) read of each verdict judged
     snapshots: Snapshots | None = None
+    turn: Turn = plain_turn  # awaited between the slices of a pass (lagd.turns: requests first)
 
     def __post_init__(self) -> None:
         self.evaluator.blind_since = self.blind_since
@@ -302,7 +304,7 @@ class VerdictWatch:
                 if now - mark >= slice_s:
                     held = now - mark
                     busy += held
-                    await asyncio.sleep(0)
+                    await self.turn()
                     turned = time.perf_counter()
                     if turned - now >= OTHERS_RAN_S:
                         # others waited behind this slice: leave them the loop for the rest of

@@ -22,6 +22,7 @@ from lagd.config import StorageSettings
 from lagd.state.changes import Changes
 from lagd.state.store import Store, is_poison
 from lagd.state.windows import State
+from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -71,6 +72,7 @@ class WriteBehind:
     backoff_max: float = 30.0
     write_timeout: float = 120.0
     clock: Clock = wall_ms  # stamps writes, history and retention (lagd.clock)
+    turn: Turn = plain_turn  # awaited between drain slices (lagd.turns)
     pending: Changes = field(default_factory=Changes)
     status: PersisterStatus = field(default_factory=PersisterStatus)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -81,7 +83,14 @@ class WriteBehind:
 
     @classmethod
     def from_settings(
-        cls, store: Store, state: State, wake: asyncio.Event, st: StorageSettings, *, clock: Clock = wall_ms
+        cls,
+        store: Store,
+        state: State,
+        wake: asyncio.Event,
+        st: StorageSettings,
+        *,
+        clock: Clock = wall_ms,
+        turn: Turn = plain_turn,
     ) -> WriteBehind:
         return cls(
             store=store,
@@ -95,6 +104,7 @@ class WriteBehind:
             ),
             retention_days=st.history_retention_days,
             clock=clock,
+            turn=turn,
         )
 
 
@@ -150,7 +160,7 @@ async def collect(wb: WriteBehind) -> None:
     try:
         while len(drain) > DRAIN_SLICE:
             drain.step(DRAIN_SLICE)
-            await asyncio.sleep(0)  # the loop's turn between slices
+            await wb.turn()  # the loop's turn between slices, requests first
     finally:
         drain.step(len(drain))
         if drain.changes:

@@ -9,7 +9,6 @@ table): that is an order of magnitude faster than row-by-row statements.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import functools
@@ -30,6 +29,7 @@ from lagd.model import GroupMembers, PartitionOwner
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
 from lagd.state.history import CommitRows, as_commit_rows
 from lagd.state.windows import State, entries_of, group_hash, offsets_partition, window_from_bytes
+from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -136,14 +136,15 @@ def _window_rows(
 class Store:
     """Reads and writes lagd's live state and history in Postgres (one engine, many calls)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, turn: Turn = plain_turn) -> None:
         self.engine = engine
+        self.turn = turn  # awaited between the chunks a write copies (lagd.turns)
         self._known_partitions: set[str] = set()
         self.skipped_history = 0  # history rows with timestamps no calendar day holds
 
     @classmethod
-    def from_url(cls, url: str | Secret) -> Store:
-        return cls(create_engine(url))
+    def from_url(cls, url: str | Secret, *, turn: Turn = plain_turn) -> Store:
+        return cls(create_engine(url), turn=turn)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -184,14 +185,14 @@ class Store:
                             records=commit_rows.rows(i, i + COPY_CHUNK),  # tuples a chunk at a time
                             columns=["ts", "cluster", "group_name", "topic", "partition", "offset", "lag", "observed"],
                         )
-                        await asyncio.sleep(0)
+                        await self.turn()
                     for i in range(0, len(log_end_rows), COPY_CHUNK):
                         await apg.copy_records_to_table(
                             "log_end_history",
                             records=log_end_rows[i : i + COPY_CHUNK],
                             columns=["ts", "cluster", "topic", "partition", "offset"],
                         )
-                        await asyncio.sleep(0)
+                        await self.turn()
                     if changes.status_history:
                         await apg.copy_records_to_table(
                             "status_history",
@@ -322,7 +323,7 @@ class Store:
                 await self._stage(apg, table)
                 staged = True
             await apg.copy_records_to_table(f"_stage_{table}", records=chunk, columns=list(_KEYED[table][0]))
-            await asyncio.sleep(0)
+            await self.turn()
         if staged:
             await apg.execute(_upsert_sql(table))
 

@@ -1,0 +1,82 @@
+"""Requests first: background work leaves its turn of the loop to HTTP requests waiting for theirs.
+
+asyncio runs the ready callbacks in the order they became ready. A request takes three turns
+of the loop (its bytes read, its Request built, its handler run), and under load every busy
+background task (the offsets readers, apply, the persister, the verdict watch, the notifier)
+runs a slice of a few ms between two of them: a request waited behind two rounds of slices.
+`Turns` counts the requests built but not yet handled; a background task's `turn` hands the
+loop back and then, while requests wait, waits for them, so their handlers run next. It waits
+at most `max_wait_s` after the first of them was built: background work (ingest most of all)
+still gets its turns under any load, and a request that never reaches its handler (its
+connection lost) cannot hold the rest back for longer.
+
+Measured in bench_http (1,000 groups x 100 partitions, 20,000 commits/s, /lag at 200/s with the
+response cache off): /lag p50 15-19 ms against 24-27 ms, p99 50-130 ms against 80-95 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+Turn = Callable[[], Awaitable[None]]  # what a background loop awaits between two slices of its work
+
+MAX_WAIT_S = 0.02  # the longest background work waits for requests before its next slice
+
+
+async def plain_turn() -> None:
+    """The loop's turn, with no one going first: for callers without a `Turns` (tests, tools)."""
+    await asyncio.sleep(0)
+
+
+class Turns:
+    """Requests waiting for their handler, and the turn background work takes after them (see the
+    module doc). One per daemon: the HTTP server reports its requests (`arrived`, `started`),
+    the background loops await `turn` between slices."""
+
+    __slots__ = ("_clear", "_clock", "_since", "_waiting", "max_wait_s")
+
+    def __init__(self, max_wait_s: float = MAX_WAIT_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_wait_s = max_wait_s
+        self._clock = clock
+        self._waiting = 0
+        self._since = 0.0  # when the oldest waiting request arrived
+        self._clear = asyncio.Event()  # set while no request waits
+        self._clear.set()
+
+    @property
+    def waiting(self) -> int:
+        """Requests built whose handler has not started yet."""
+        return self._waiting
+
+    def arrived(self) -> None:
+        """A request was read and built; its handler runs at a later turn of the loop."""
+        if not self._waiting:
+            self._since = self._clock()
+            self._clear.clear()
+        self._waiting += 1
+
+    def started(self) -> None:
+        """A request's handler started: it holds the loop now, nobody needs to wait for it."""
+        if self._waiting:
+            self._waiting -= 1
+            if not self._waiting:
+                self._clear.set()
+
+    async def turn(self) -> None:
+        """Hand the loop back; then, while requests wait, wait for their handlers to start (at
+        most `max_wait_s` after the oldest of them arrived)."""
+        await asyncio.sleep(0)
+        while self._waiting:
+            left = self._since + self.max_wait_s - self._clock()
+            if left <= 0:
+                # They waited long enough, or one never reaches its handler (its connection was
+                # lost): count them as gone, so background work goes on at its own pace.
+                self._waiting = 0
+                self._clear.set()
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._clear.wait()

@@ -1,0 +1,115 @@
+"""Requests first (lagd.turns): background slices wait while a request waits for its handler."""
+
+from __future__ import annotations
+
+import asyncio
+
+from lagd.slices import Slices
+from lagd.turns import Turns
+from tests.http_state import build_context, serve
+from tests.test_http_bounds import pipelined_gets, port_of
+
+
+class Recorded(Turns):
+    """Turns that also writes what the server reports into a shared log."""
+
+    def __init__(self, log: list[str], max_wait_s: float) -> None:
+        super().__init__(max_wait_s)
+        self.log = log
+
+    def arrived(self) -> None:
+        self.log.append("arrived")
+        super().arrived()
+
+    def started(self) -> None:
+        self.log.append("started")
+        super().started()
+
+
+async def loop_turns(n: int) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_a_background_loop_waits_until_the_waiting_request_started() -> None:
+    turns = Turns(max_wait_s=60.0)
+    slices: list[int] = []
+
+    async def background() -> None:
+        for i in range(1_000):
+            slices.append(i)
+            await turns.turn()
+
+    turns.arrived()
+    task = asyncio.create_task(background())
+    await loop_turns(50)
+    assert slices == [0] and turns.waiting == 1  # its first slice, then it waits for the request
+    turns.arrived()
+    turns.started()
+    await loop_turns(50)
+    assert slices == [0]  # one request still waits
+    turns.started()
+    await loop_turns(50)
+    assert len(slices) > 10 and turns.waiting == 0
+    task.cancel()
+
+
+async def test_requests_that_never_start_hold_background_work_back_at_most_max_wait() -> None:
+    now = [0.0]
+    turns = Turns(max_wait_s=0.02, clock=lambda: now[0])
+    turns.arrived()  # its connection is lost before its handler runs: `started` never comes
+    now[0] = 0.021
+    await asyncio.wait_for(turns.turn(), 5.0)  # past max_wait: at once, without the request
+    assert turns.waiting == 0
+    # on the real clock: the wait ends by itself
+    real = Turns(max_wait_s=0.05)
+    real.arrived()
+    started = asyncio.get_running_loop().time()
+    await asyncio.wait_for(real.turn(), 5.0)
+    assert asyncio.get_running_loop().time() - started >= 0.04 and real.waiting == 0
+
+
+async def test_slices_take_their_turns_through_the_given_turn() -> None:
+    turns = Turns(max_wait_s=60.0)
+    slices = Slices(0.0, turns.turn)  # every call is a turn
+    turns.arrived()
+    waiting = asyncio.create_task(slices.turn())
+    await loop_turns(20)
+    assert not waiting.done()
+    turns.started()
+    await asyncio.wait_for(waiting, 5.0)
+
+
+async def test_the_server_reports_each_request_and_background_slices_run_only_between_them() -> None:
+    """A real server (start_http) answering 300 pipelined requests while a background loop takes
+    its turns through the context's Turns: no slice runs between a request's arrival and its
+    handler's start, and slices do run between requests."""
+    log: list[str] = []
+    ctx = build_context(turns=Recorded(log, max_wait_s=60.0))
+    done = asyncio.Event()
+
+    async def background() -> None:
+        while not done.is_set():
+            log.append("slice")
+            await ctx.turns.turn()
+
+    async with serve(ctx) as base:
+        task = asyncio.create_task(background())
+        statuses = await pipelined_gets(port_of(base), ["/burrow/admin"] * 300, depth=30)
+        done.set()
+        await asyncio.wait_for(task, 5.0)
+    assert statuses == {200: 300}
+    assert log.count("arrived") == log.count("started") == 300 and ctx.turns.waiting == 0
+    events = [e for e in log if e != "slice"]
+    assert events == ["arrived", "started"] * 300  # pipelined requests are handled one at a time
+    inside = False
+    slices_between = 0
+    for e in log:
+        if e == "arrived":
+            inside = True
+        elif e == "started":
+            inside = False
+        else:
+            assert not inside, "a background slice ran while a request waited for its handler"
+            slices_between += 1
+    assert slices_between > 300  # the background loop kept running between requests
