@@ -544,7 +544,12 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             if settings.notify.enabled and changes is not None and notifier_input is not None:
                 if settings.mirrors:
                     spawn(watch_mirrors(store.engine, settings.mirrors, changes, clock=clock), "mirrors")
-                spawn(run_notifier(store.engine, settings.notify, notifier_input, rt.stop, clock=clock), "notifier")
+                spawn(
+                    run_notifier(
+                        store.engine, settings.notify, notifier_input, rt.stop, clock=clock, turn=rt.turns.turn
+                    ),
+                    "notifier",
+                )
                 # every instance runs one; only the holder of the publish lease drains the outbox
                 spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher, clock=clock), "mqtt")
                 # <prefix>/<cluster>/status: online while running, offline (last will) after

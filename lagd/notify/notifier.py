@@ -44,6 +44,7 @@ from lagd.notify import outbox
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from lagd.notify.leader import Lease
 from lagd.slices import Slices
+from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -95,11 +96,13 @@ async def run_notifier(
     lease_retry: float = LEASE_RETRY,
     *,
     clock: Clock = wall_ms,
+    turn: Turn = plain_turn,
 ) -> None:
     """Run until `stop` is set; releases every lease on the way out.
 
     `clock` (lagd.clock) is "now" for the engine's ticks, for groups found gone on a takeover
     and for the outbox rows recorded; the tick and lease intervals run on the loop's clock.
+    A reconcile over every group awaits `turn` between its slices (lagd.turns).
     """
     rules = Rules.from_settings(settings)
     prefix = settings.topic_prefix
@@ -161,7 +164,7 @@ async def run_notifier(
         pend = hold(cluster)
         before = len(pend.events)
         seen: set[str] = set()
-        slices = Slices(SLICE_S)  # thousands of groups: the loop gets its turns
+        slices = Slices(SLICE_S, turn)  # thousands of groups: the loop gets its turns
         for ch in snap:
             seen.add(ch.group)
             pend.events.extend(incidents.apply(ch))
