@@ -118,7 +118,9 @@ async def apply_events(rt: Runtime, wb: WriteBehind | None = None) -> None:
         batch = await rt.events.get()
         for i in range(0, len(batch), APPLY_SLICE):
             if i:
-                await rt.turns.turn()  # a big batch is applied in slices: HTTP is answered between them
+                # a big batch is applied in slices, HTTP answered between them; requests waiting
+                # go first while apply keeps up, not once batches queue up behind this one
+                await (rt.turns.turn() if rt.events.qsize() < 2 else asyncio.sleep(0))
             apply_guarded(rt.state, batch[i : i + APPLY_SLICE], rt.counters, poison)
         rt.events.task_done()  # a worker's handover waits for the queue to be applied (events.join)
         applied += len(batch)
@@ -456,7 +458,7 @@ async def run(
 async def _run(rt: Runtime, migrate: bool) -> None:
     settings = rt.settings
     log.info("lagd starting", clusters=list(settings.clusters), listen=settings.http.listen)
-    store = Store.from_url(settings.storage.database_url, turn=rt.turns.turn)
+    store = Store.from_url(settings.storage.database_url)
     clock = rt.clock
     wb = WriteBehind.from_settings(store, rt.state, rt.persist_wake, settings.storage, clock=clock, turn=rt.turns.turn)
     publisher = PublisherStatus()

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
+from lagd import daemon
+from lagd.config import Settings
+from lagd.model import Commit
 from lagd.slices import Slices
+from lagd.state import persister
+from lagd.state.persister import WriteBehind
+from lagd.state.store import Store
+from lagd.state.windows import State
 from lagd.turns import Turns
 from tests.http_state import build_context, serve
 from tests.test_http_bounds import pipelined_gets, port_of
+
+NOV22 = 1_795_305_600_000
 
 
 class Recorded(Turns):
@@ -113,3 +123,58 @@ async def test_the_server_reports_each_request_and_background_slices_run_only_be
             assert not inside, "a background slice ran while a request waited for its handler"
             slices_between += 1
     assert slices_between > 300  # the background loop kept running between requests
+
+
+async def collect_while_a_request_waits(flush_max_changes: int) -> tuple[bool, int]:
+    """Collect a State of 2,005 changed windows (three drain slices) while a request waits for
+    its handler and never starts: did the collect finish without waiting for it, and how many
+    windows did it take meanwhile?"""
+    state = State()
+    partitions = persister.DRAIN_SLICE * 2 + 5
+    state.apply_many([Commit("c", "g", "t", p, 7, p + 1, NOV22, NOV22) for p in range(partitions)])
+    turns = Turns(max_wait_s=60.0)
+    store = Store.from_url("postgresql://postgres@127.0.0.1:1/nowhere")  # a collect does not write
+    wb = WriteBehind(store=store, state=state, flush_max_changes=flush_max_changes, turn=turns.turn)
+    turns.arrived()
+    task = asyncio.create_task(persister.collect(wb))
+    await loop_turns(50)
+    finished = task.done()
+    turns.started()
+    await asyncio.wait_for(task, 5.0)
+    await store.close()
+    return finished, len(wb.pending.windows)
+
+
+async def test_the_persister_waits_for_requests_while_it_keeps_up_and_not_once_it_is_behind() -> None:
+    # keeping up: the changes are within two flushes' worth, so its slices wait for the request
+    finished, taken = await collect_while_a_request_waits(flush_max_changes=20_000)
+    assert not finished and taken == persister.DRAIN_SLICE * 2 + 5
+    # behind: more than two flushes' worth waits, so it takes its turns at once
+    finished, taken = await collect_while_a_request_waits(flush_max_changes=500)
+    assert finished and taken == persister.DRAIN_SLICE * 2 + 5
+
+
+async def apply_while_a_request_waits(batches: int) -> int:
+    """Queue `batches` batches of two apply slices each, then let apply run while a request waits
+    for its handler and never starts: how many events has it applied after 50 turns of the loop?"""
+    rt = daemon.build_runtime(Settings(), asyncio.Event())
+    per = daemon.APPLY_SLICE * 2
+    for b in range(batches):
+        rt.events.put_nowait([Commit("c", "g", "t", b * per + i, 7, i + 1, NOV22, NOV22) for i in range(per)])
+    rt.turns = Turns(max_wait_s=60.0)
+    rt.turns.arrived()
+    task = asyncio.create_task(daemon.apply_events(rt))
+    await loop_turns(50)
+    applied = rt.state.partitions_tracked()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return applied
+
+
+async def test_apply_waits_for_requests_while_it_keeps_up_and_not_with_batches_queued_behind() -> None:
+    # one batch: its first slice, then the request goes first
+    assert await apply_while_a_request_waits(1) == daemon.APPLY_SLICE
+    # two or more batches queued behind the one applied: apply has fallen behind and takes its
+    # turns at once (the first two of four whole); with one behind it, the request goes first again
+    assert await apply_while_a_request_waits(4) == 2 * 2 * daemon.APPLY_SLICE + daemon.APPLY_SLICE

@@ -304,7 +304,7 @@ async def _session(
                         sh.kip848,
                         limits,
                         clock=clock,
-                        turn=turn,
+                        turn=turn if short else plain_turn,  # requests first unless the topic holds more
                     )
                 if not sh.progress.caught_up and sh.assignment.owned and (short or loop.time() >= positions_at):
                     positions_at = loop.time() + POSITIONS_EVERY_S  # see there

@@ -227,7 +227,7 @@ async def _session(
                     kip848,
                     limits,
                     clock=clock,
-                    turn=turn,
+                    turn=turn if short else plain_turn,  # requests first unless the topic holds more
                 )
             if not progress.caught_up and (short or loop.time() >= positions_at):
                 # read_committed positions also pass control records (transaction markers),

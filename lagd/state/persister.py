@@ -149,6 +149,13 @@ def drop_oldest_history(pending: Changes, limit: int) -> int:
     return dropped
 
 
+def keeping_up(wb: WriteBehind, draining: int = 0) -> bool:
+    """Do the writes keep up (at most two flushes' worth of changes waiting)? Then requests
+    waiting for the loop go before the persister's next slice (lagd.turns); once it falls
+    behind, it takes its turns at once, so ingest never waits on a persister the API starved."""
+    return wb.pending.size() + draining <= 2 * wb.flush_max_changes
+
+
 async def collect(wb: WriteBehind) -> None:
     """Drain State into the pending batch and enforce the buffer bound.
 
@@ -157,10 +164,11 @@ async def collect(wb: WriteBehind) -> None:
     Cancelled midway, the drain is finished before it ends, so nothing drained is lost.
     """
     drain = wb.state.start_drain()
+    turn = wb.turn if keeping_up(wb, len(drain)) else plain_turn
     try:
         while len(drain) > DRAIN_SLICE:
             drain.step(DRAIN_SLICE)
-            await wb.turn()  # the loop's turn between slices, requests first
+            await turn()  # the loop's turn between slices
     finally:
         drain.step(len(drain))
         if drain.changes:
@@ -218,7 +226,7 @@ async def _write(wb: WriteBehind) -> None:
     batch is split instead, the refused rows go to the quarantine table and the rest is written.
     """
     try:
-        await wb.store.write(wb.pending)
+        await wb.store.write(wb.pending, turn=wb.turn if keeping_up(wb) else plain_turn)
     except Exception as exc:
         if not is_poison(exc):
             raise

@@ -136,15 +136,14 @@ def _window_rows(
 class Store:
     """Reads and writes lagd's live state and history in Postgres (one engine, many calls)."""
 
-    def __init__(self, engine: AsyncEngine, *, turn: Turn = plain_turn) -> None:
+    def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self.turn = turn  # awaited between the chunks a write copies (lagd.turns)
         self._known_partitions: set[str] = set()
         self.skipped_history = 0  # history rows with timestamps no calendar day holds
 
     @classmethod
-    def from_url(cls, url: str | Secret, *, turn: Turn = plain_turn) -> Store:
-        return cls(create_engine(url), turn=turn)
+    def from_url(cls, url: str | Secret) -> Store:
+        return cls(create_engine(url))
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -161,8 +160,9 @@ class Store:
                 raise
 
     # --- writes -------------------------------------------------------------------------
-    async def write(self, changes: Changes) -> None:
-        """Write everything in `changes` in one transaction (idempotent: a retry is harmless)."""
+    async def write(self, changes: Changes, *, turn: Turn = plain_turn) -> None:
+        """Write everything in `changes` in one transaction (idempotent: a retry is harmless),
+        awaiting `turn` between the chunks it copies (lagd.turns)."""
         if not changes:
             return
         commit_rows = self._placeable_commits(as_commit_rows(changes.commit_history))
@@ -178,21 +178,21 @@ class Store:
                     # again (only their history rows would be missing). Incidents and the
                     # outbox are written elsewhere, synchronously.
                     await apg.execute("SET LOCAL synchronous_commit = off")
-                    await self._write_keyed(apg, changes)
+                    await self._write_keyed(apg, changes, turn)
                     for i in range(0, len(commit_rows), COPY_CHUNK):
                         await apg.copy_records_to_table(
                             "commit_history",
                             records=commit_rows.rows(i, i + COPY_CHUNK),  # tuples a chunk at a time
                             columns=["ts", "cluster", "group_name", "topic", "partition", "offset", "lag", "observed"],
                         )
-                        await self.turn()
+                        await turn()
                     for i in range(0, len(log_end_rows), COPY_CHUNK):
                         await apg.copy_records_to_table(
                             "log_end_history",
                             records=log_end_rows[i : i + COPY_CHUNK],
                             columns=["ts", "cluster", "topic", "partition", "offset"],
                         )
-                        await self.turn()
+                        await turn()
                     if changes.status_history:
                         await apg.copy_records_to_table(
                             "status_history",
@@ -286,7 +286,7 @@ class Store:
         log.warning("history rows with impossible timestamps skipped", count=skipped)
         return kept
 
-    async def _write_keyed(self, apg: Any, ch: Changes) -> None:
+    async def _write_keyed(self, apg: Any, ch: Changes, turn: Turn) -> None:
         hashed = functools.cache(group_hash)  # each group this write names, hashed once
         # rows built as they are copied (an owners list is JSON per group: thousands of groups)
         members = (
@@ -300,7 +300,7 @@ class Store:
         gone_log_end = [k for k, v in ch.log_end.items() if v is None]
         positions = [(c, p, o) for (c, p), o in ch.positions.items()]
         gone_windows: list[WindowKey] = []
-        await self._upsert(apg, "windows", _window_rows(ch.windows, hashed, gone_windows))
+        await self._upsert(apg, "windows", _window_rows(ch.windows, hashed, gone_windows), turn)
         for table, gone in (("windows", gone_windows), ("group_members", gone_members), ("log_end", gone_log_end)):
             if gone:
                 await apg.execute(_delete_sql(table), *_columns(gone, len(_KEYED[table][1])))
@@ -310,9 +310,9 @@ class Store:
             ("log_end", log_end),
             ("reader_positions", positions),
         ):
-            await self._upsert(apg, table, rows)
+            await self._upsert(apg, table, rows, turn)
 
-    async def _upsert(self, apg: Any, table: str, rows: Iterable[tuple[Any, ...]]) -> None:
+    async def _upsert(self, apg: Any, table: str, rows: Iterable[tuple[Any, ...]], turn: Turn) -> None:
         """Upsert `rows` (none: nothing), built and copied a chunk at a time; a log-end row
         carries a partition's samples, so its chunks are smaller."""
         size = LOG_END_CHUNK if table == "log_end" else COPY_CHUNK
@@ -323,7 +323,7 @@ class Store:
                 await self._stage(apg, table)
                 staged = True
             await apg.copy_records_to_table(f"_stage_{table}", records=chunk, columns=list(_KEYED[table][0]))
-            await self.turn()
+            await turn()
         if staged:
             await apg.execute(_upsert_sql(table))
 
