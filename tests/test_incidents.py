@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
+from collections import Counter
+from typing import Any
 
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
@@ -363,3 +366,41 @@ def test_a_resolve_carries_the_peak_severity_and_how_long_the_incident_lasted() 
     assert body["peak_severity"] == "ERR" and body["duration_ms"] == 120_000
     assert "peaked at ERR" in body["summary"]
     assert events[0].payload()["duration_ms"] is None
+
+
+def counted(inc: Any) -> tuple[dict[str, int], dict[str, int], dict[str, int], int]:
+    """An incident's members by status, topic and host, and how many are bad, counted afresh."""
+    statuses: Counter[str] = Counter(m.status for m in inc.members.values())
+    topics: Counter[str] = Counter(t for m in inc.members.values() for t in m.topics)
+    hosts: Counter[str] = Counter(h for m in inc.members.values() for h in m.hosts)
+    return dict(statuses), dict(topics), dict(hosts), sum(1 for m in inc.members.values() if m.ok_since is None)
+
+
+def test_an_incidents_counts_follow_its_members_through_every_change_and_a_reload() -> None:
+    """The counts an incident keeps so that a change costs the same however many groups it
+    holds (correlation by topic and host, its severity, whether all recovered) always equal
+    a count over its members: through joins, status changes, recoveries, resolves, reopens,
+    and a dump and reload of the engine's state."""
+    rnd = random.Random(11)
+    engine = IncidentEngine(Rules(correlation_window=20_000, hold_time=30_000, update_interval=5_000))
+    statuses = [GroupStatus.WARN, GroupStatus.ERR, GroupStatus.OK, GroupStatus.OK]
+    checked = 0
+    kinds: Counter[str] = Counter()
+    for step in range(4_000):
+        at = T0 + step * 1_000
+        g = rnd.randrange(40)
+        topics = tuple(sorted({f"t{rnd.randrange(8)}" for _ in range(rnd.randrange(1, 3))}))
+        hosts = tuple(sorted({f"h{rnd.randrange(5)}" for _ in range(rnd.randrange(0, 2))}))
+        events = engine.apply(GroupChange("c", f"g{g}", rnd.choice(statuses), at, (), topics, hosts))
+        if step % 7 == 0:
+            events += engine.tick(at)
+        kinds.update(e.event for e in events)
+        if step % 500 == 499:
+            reloaded = IncidentEngine(engine.rules)
+            reloaded.load_cluster("c", json.loads(json.dumps(engine.dump_cluster("c"))))
+            engine = reloaded
+        cl = engine._clusters["c"]
+        for inc in [*cl.open.values(), *cl.closed.values()]:
+            assert (inc.statuses, inc.topics, inc.hosts, inc.bad) == counted(inc)
+            checked += 1
+    assert checked > 1_000 and kinds["opened"] > 5 and kinds["resolved"] > 5 and kinds["updated"] > 50

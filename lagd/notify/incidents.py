@@ -153,6 +153,39 @@ class _Incident:
     reasons: dict[str, int] = field(default_factory=dict)
     closed_at: int | None = None  # when it resolved (tick time), while it may still reopen
     peak: str = ""  # the worst severity it reached ("": not tracked yet, as in state saved before)
+    # Derived from `members` and kept as they change (`put`), not stored: members by status, by
+    # topic and by host, and how many are not healthy. A change then costs the same however
+    # many groups the incident holds (a broker outage puts every group of a cluster in one),
+    # where counting over the members made a reconcile of N groups take N^2 steps.
+    statuses: dict[str, int] = field(default_factory=dict)
+    topics: dict[str, int] = field(default_factory=dict)
+    hosts: dict[str, int] = field(default_factory=dict)
+    bad: int = 0
+
+    def put(self, group: str, member: _Member) -> None:
+        """Make `member` the group's entry (a new member, or its new state)."""
+        old = self.members.get(group)
+        if old is not None:
+            self._count(old, -1)
+        self.members[group] = member
+        self._count(member, 1)
+
+    def _count(self, m: _Member, step: int) -> None:
+        _bump(self.statuses, m.status, step)
+        for topic in m.topics:
+            _bump(self.topics, topic, step)
+        for host in m.hosts:
+            _bump(self.hosts, host, step)
+        if m.ok_since is None:
+            self.bad += step
+
+
+def _bump(counts: dict[str, int], key: str, step: int) -> None:
+    n = counts.get(key, 0) + step
+    if n:
+        counts[key] = n
+    else:
+        del counts[key]
 
 
 @dataclass(slots=True)
@@ -203,7 +236,7 @@ class IncidentEngine:
             old = current.members[change.group]
             if member.ok_since is not None and old.ok_since is not None:
                 member.ok_since = old.ok_since  # still healthy: keep when it recovered
-            current.members[change.group] = member
+            current.put(change.group, member)
             if old.status == status:
                 return []  # the status it already had: no news
             self._restate(current)
@@ -228,10 +261,10 @@ class IncidentEngine:
                 severity=status,
                 first_reason=first,
             )
-            inc.members[change.group] = member
+            inc.put(change.group, member)
             cl.open[inc.id] = inc
             return [self._emit(inc, "opened", change.at)]
-        target.members[change.group] = member
+        target.put(change.group, member)
         target.last_join = change.at
         key = reason + (f", {recurrence}" if recurrence else "")
         target.reasons[key] = target.reasons.get(key, 0) + 1
@@ -250,9 +283,8 @@ class IncidentEngine:
             if clusters is not None and name not in clusters:
                 continue
             for inc in sorted(cl.open.values(), key=lambda i: (i.opened_at, i.id)):
-                recovered = [m.ok_since for m in inc.members.values()]
-                if all(r is not None for r in recovered):
-                    last = max(int(r) for r in recovered if r is not None)
+                if not inc.bad:  # every member healthy again: since when?
+                    last = max(int(m.ok_since or 0) for m in inc.members.values())
                     if now - last >= self.rules.hold_time:
                         out.append(self._emit(inc, "resolved", now, resolved_at=last))
                         del cl.open[inc.id]
@@ -351,7 +383,7 @@ class IncidentEngine:
             if inc_id == inc.id:
                 del cl.recent[g]
         inc.closed_at = None
-        inc.members[group] = member
+        inc.put(group, member)
         inc.last_join = at
         self._restate(inc)
         cl.open[inc.id] = inc
@@ -364,8 +396,8 @@ class IncidentEngine:
             return None, ""
 
         def shared(inc: _Incident, attr: str) -> list[str]:
-            mine = set(getattr(member, attr))
-            return sorted({x for m in inc.members.values() for x in getattr(m, attr)} & mine)
+            counts: dict[str, int] = getattr(inc, attr)  # the incident's members by topic / host
+            return sorted(counts.keys() & set(getattr(member, attr)))
 
         for attr, label in (("topics", "topic"), ("hosts", "host")):
             hits = [(i, shared(i, attr)) for i in fresh]
@@ -377,7 +409,7 @@ class IncidentEngine:
         return inc, "same cluster"
 
     def _restate(self, inc: _Incident) -> None:
-        worst = _worst([m.status for m in inc.members.values()])
+        worst = _worst(list(inc.statuses))
         if worst is not None and worst != inc.severity:
             inc.severity = worst
             inc.dirty = True
@@ -402,7 +434,7 @@ class IncidentEngine:
             for p in inc.members[g].partitions
         )
         reason = self._reason(inc)
-        bad = sum(1 for m in inc.members.values() if m.ok_since is None)
+        bad = inc.bad
         what = _members_noun({m.kind for m in inc.members.values()})
         if what == "view(s) of lagd":
             if kind == "resolved":
@@ -555,12 +587,15 @@ def _load_incident(raw: dict[str, Any]) -> _Incident:
         peak=str(raw.get("peak", "")),
     )
     for g, m in raw["members"].items():
-        inc.members[g] = _Member(
-            status=m["status"],
-            ok_since=None if m["ok_since"] is None else int(m["ok_since"]),
-            partitions=[list(p) for p in m["partitions"]],
-            topics=list(m["topics"]),
-            hosts=list(m["hosts"]),
-            kind=str(m.get("kind", "group")),
+        inc.put(
+            g,
+            _Member(
+                status=m["status"],
+                ok_since=None if m["ok_since"] is None else int(m["ok_since"]),
+                partitions=[list(p) for p in m["partitions"]],
+                topics=list(m["topics"]),
+                hosts=list(m["hosts"]),
+                kind=str(m.get("kind", "group")),
+            ),
         )
     return inc
