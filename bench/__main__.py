@@ -72,6 +72,11 @@ BENCHES = (
         full_args=("--sizes", "1000000,3000000,10000000"),
         timeout=7200.0,
     ),
+    Bench(
+        "incidents",
+        "the notifier's incident engine with one cluster-wide incident of 1,000 to 10,000 groups: time per change "
+        "flat as the groups grow (context, issue 13: work that grows with the groups is incremental)",
+    ),
     Bench("replay", "replay of a 1-hour 8-partition trace: well under 1 s per group (issue 11)"),
     Bench(
         "quality",
