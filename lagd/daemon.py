@@ -55,7 +55,7 @@ from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.persister import WriteBehind
 from lagd.state.store import Store
 from lagd.state.windows import State
-from lagd.turns import Turns
+from lagd.turns import Turns, plain_turn
 
 log = logs.get("lagd.daemon")
 
@@ -120,7 +120,7 @@ async def apply_events(rt: Runtime, wb: WriteBehind | None = None) -> None:
             if i:
                 # a big batch is applied in slices, HTTP answered between them; requests waiting
                 # go first while apply keeps up, not once batches queue up behind this one
-                await (rt.turns.turn() if rt.events.qsize() < 2 else asyncio.sleep(0))
+                await (rt.turns.turn() if rt.events.qsize() < 2 else plain_turn())
             apply_guarded(rt.state, batch[i : i + APPLY_SLICE], rt.counters, poison)
         rt.events.task_done()  # a worker's handover waits for the queue to be applied (events.join)
         applied += len(batch)

@@ -157,10 +157,10 @@ class _Incident:
     # topic and by host, and how many are not healthy. A change then costs the same however
     # many groups the incident holds (a broker outage puts every group of a cluster in one),
     # where counting over the members made a reconcile of N groups take N^2 steps.
-    statuses: dict[str, int] = field(default_factory=dict)
-    topics: dict[str, int] = field(default_factory=dict)
-    hosts: dict[str, int] = field(default_factory=dict)
-    bad: int = 0
+    statuses: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    topics: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    hosts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    bad: int = field(default=0, init=False, repr=False)
 
     def put(self, group: str, member: _Member) -> None:
         """Make `member` the group's entry (a new member, or its new state)."""
