@@ -22,7 +22,7 @@ from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
 from lagd.http.app import CTX, Health, HttpContext
 from lagd.ingest.validate import REASONS as REJECT_REASONS
 from lagd.model import GroupStatus
-from lagd.slices import Slices
+from lagd.slices import SLICE_S, Slices
 from lagd.state.windows import State
 from lagd.turns import Turn
 
@@ -32,7 +32,6 @@ STATUS_INDEX: dict[str, int] = {
 }
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-SLICE_S = 0.01  # the longest a scrape keeps the event loop at once
 CHUNK_PIECES = 5_000  # pieces (about one line each) joined, encoded and written at a time: ~600 KB
 
 

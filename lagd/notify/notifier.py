@@ -43,14 +43,13 @@ from lagd.model import GroupStatus
 from lagd.notify import outbox
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from lagd.notify.leader import Lease
-from lagd.slices import Slices
+from lagd.slices import SLICE_S, Slices
 from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
 LEASE_RETRY = 5.0
 TICK = 1.0
-SLICE_S = 0.01  # the longest a reconcile over every group of a cluster keeps the loop at once
 
 
 class VerdictSource(Protocol):

@@ -29,6 +29,7 @@ from lagd.evaluate.verdicts import Stamp
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
+from lagd.slices import SLICE_S
 from lagd.state.windows import State
 from lagd.turns import Turn, plain_turn
 
@@ -40,7 +41,6 @@ SCAN_EVERY_S = 2.0
 # pass costs as much as the reading itself and reports nothing an operator can act on. Its
 # groups are judged this often until the reader stands at the end (then every pass again).
 CATCHING_UP_EVERY_MS = 30_000
-SLICE_S = 0.005  # the longest the verdict scan keeps the event loop at once
 # The most of the event loop's time the watch takes when passes grow long and others wait: the
 # API is interactive, alerts are not (Alertmanager itself waits 30 s to group them). In
 # bench_http (every group changing all the time; interleaved runs), 0.25 answered /lag with the
