@@ -6,14 +6,16 @@ Pure: State and Evaluator driven by hand-made commits and log-end samples, time 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
+import statistics
 from array import array
 from collections.abc import Callable
 
 from lagd.config import EvaluatorSettings, Settings
 from lagd.core import build_core
 from lagd.evaluate import Evaluator
-from lagd.evaluate.lagd_rules import lag_seconds_at, lag_trend, rewound
+from lagd.evaluate.lagd_rules import fit_trend, lag_seconds_at, lag_trend, rewound
 from lagd.evaluate.sight import judge_sight
 from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.state.windows import COARSE_MAX, FIELDS, OFFSET, LogEnd, State
@@ -276,6 +278,33 @@ def test_trend_is_robust_to_one_outlier() -> None:
     arr = state.group_windows(C, G)[T][0]  # type: ignore[index]
     trend = lag_trend(arr, state.topic_log_ends(C, T)[0])
     assert trend is not None and abs(trend.slope) < 0.02 and trend.points >= 5
+
+
+def test_the_trend_fit_is_theil_sen_and_mann_kendall_by_their_definitions() -> None:
+    """`fit_trend` against the textbook statistics, written out plainly: the median of the slopes
+    between every two points at different times, the Mann-Kendall S over every pair with ties
+    within tie_s, z with the continuity correction; equal times and ties included, and windows
+    of up to 20 commits (intervals is a setting)."""
+    rng = random.Random(11)
+    tie_s = 0.25
+    for _ in range(400):
+        n = rng.randrange(3, 21)
+        xs = sorted(rng.choice([rng.uniform(0, 600), 60.0 * rng.randrange(10)]) for _ in range(n))
+        ys = [rng.choice([rng.uniform(0, 30), float(rng.randrange(3))]) for _ in range(n)]
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i, j in pairs if xs[j] > xs[i]]
+        fit = fit_trend(xs, ys, tie_s)
+        if not slopes:
+            assert fit is None
+            continue
+        s = sum((ys[j] - ys[i] > tie_s) - (ys[j] - ys[i] < -tie_s) for i, j in pairs)
+        sd = math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+        z = (s - math.copysign(1, s)) / sd if s else 0.0
+        slope = statistics.median(slopes)
+        fitted = [y - slope * x for x, y in zip(xs, ys, strict=True)]
+        middle = statistics.median(fitted)
+        noise = 1.4826 * statistics.median([abs(f - middle) for f in fitted])
+        assert fit == (n, slope, z, slope * (xs[-1] - xs[0]), noise, ys[-1])
 
 
 def test_a_window_rewound_only_when_its_first_step_back_is_never_recovered() -> None:
