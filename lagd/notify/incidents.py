@@ -41,7 +41,8 @@ The engine state serialises to JSON per cluster (`dump_cluster`/`load_cluster`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+import json
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -161,6 +162,11 @@ class _Incident:
     topics: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     hosts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     bad: int = field(default=0, init=False, repr=False)
+    # Each member's stored form as JSON text ("group": {...}), encoded once per change (`put`
+    # drops it): the state
+    # is written at every flush, and encoding every member of a cluster-wide incident each time
+    # held the loop 0.3-1.1 s at 10,000 groups (IncidentEngine.dump_cluster_json).
+    encoded: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     def put(self, group: str, member: _Member) -> None:
         """Make `member` the group's entry (a new member, or its new state)."""
@@ -168,7 +174,19 @@ class _Incident:
         if old is not None:
             self._count(old, -1)
         self.members[group] = member
+        self.encoded.pop(group, None)
         self._count(member, 1)
+
+    def members_json(self) -> str:
+        """The members as `_dump_incident` stores them, as JSON text (see `encoded`)."""
+        encoded = self.encoded
+        parts = []
+        for group, member in self.members.items():
+            text = encoded.get(group)
+            if text is None:
+                text = encoded[group] = f"{json.dumps(group)}: {json.dumps(_dump_member(member))}"
+            parts.append(text)
+        return "{" + ", ".join(parts) + "}"
 
     def _count(self, m: _Member, step: int) -> None:
         _bump(self.statuses, m.status, step)
@@ -324,6 +342,20 @@ class IncidentEngine:
         self._clusters.pop(cluster, None)
 
     # --- persistence ------------------------------------------------------------------
+
+    def dump_cluster_json(self, cluster: str, extra: Mapping[str, str]) -> str:
+        """`dump_cluster` with `extra`'s keys added, as JSON text: what the notifier stores at each
+        flush. Each member is encoded once per change, not once per flush (`_Incident.encoded`)."""
+        cl = self._clusters.get(cluster, _Cluster())
+
+        def incident(i: _Incident) -> str:
+            head = _dump_incident(i, members=False)
+            return json.dumps(head)[:-1] + f', "members": {i.members_json()}}}'
+
+        opened = ", ".join(incident(i) for i in cl.open.values())
+        closed = ", ".join(incident(i) for i in cl.closed.values())
+        rest = json.dumps({"recent": {g: list(v) for g, v in cl.recent.items()}, **extra})
+        return f'{{"version": 1, "open": [{opened}], "closed": [{closed}], {rest[1:]}'
 
     def dump_cluster(self, cluster: str) -> dict[str, Any]:
         """The cluster's state as JSON-ready data (stored in incident_engine_state)."""
@@ -526,7 +558,9 @@ def _dump_member(m: _Member) -> dict[str, Any]:
     return out
 
 
-def _dump_incident(i: _Incident) -> dict[str, Any]:
+def _dump_incident(i: _Incident, members: bool = True) -> dict[str, Any]:
+    """The incident as stored; without its members (`members=False`) for `dump_cluster_json`,
+    which adds them as text."""
     out: dict[str, Any] = {
         "id": i.id,
         "cluster": i.cluster,
@@ -538,8 +572,9 @@ def _dump_incident(i: _Incident) -> dict[str, Any]:
         "last_event_at": i.last_event_at,
         "dirty": i.dirty,
         "reasons": dict(i.reasons),
-        "members": {g: _dump_member(m) for g, m in i.members.items()},
     }
+    if members:
+        out["members"] = {g: _dump_member(m) for g, m in i.members.items()}
     if i.closed_at is not None:
         out["closed_at"] = i.closed_at
     if i.peak:

@@ -203,7 +203,7 @@ async def run_notifier(
         if lease is None or not lease.is_leader or pend is None or not pend.any():
             return
         token = uuid.uuid4().hex
-        state = {**incidents.dump_cluster(cluster), outbox.SAVED_BY: token}
+        state = incidents.dump_cluster_json(cluster, {outbox.SAVED_BY: token})
         fence = stored.get(cluster, outbox.Fence(False))
         try:
             await outbox.record(engine, cluster, pend.events, state, pend.retained, prefix, fence=fence, clock=clock)

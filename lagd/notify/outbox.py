@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import delete, func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Text, cast, delete, func, literal, select, update
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from lagd.clock import Clock, wall_ms
@@ -116,7 +116,7 @@ async def record(
     engine: AsyncEngine,
     cluster: str,
     events: Sequence[IncidentEvent],
-    engine_state_json: dict[str, Any],
+    engine_state_json: dict[str, Any] | str,
     retained: Sequence[tuple[str, dict[str, Any]]] = (),
     prefix: str = "lagd",
     fence: Fence | None = None,
@@ -125,6 +125,7 @@ async def record(
 ) -> None:
     """Store incident rows, outbox rows and the engine state in one transaction.
 
+    The engine state is JSON-ready data or JSON text (IncidentEngine.dump_cluster_json).
     With a `fence`, nothing is stored (StateConflict) unless the stored state matches it.
     Outbox rows are stamped `created_at` with the time `clock` (lagd.clock) reads.
     """
@@ -133,8 +134,9 @@ async def record(
     for ev in events:  # one upsert per incident: a statement may touch a row only once
         latest[ev.incident_id] = ev
     async with engine.begin() as conn:
+        state = _state_value(engine_state_json)
         if fence is not None:
-            await _swap_state(conn, cluster, engine_state_json, fence)
+            await _swap_state(conn, cluster, state, fence)
         if latest:
             stmt = insert(incidents)
             cols = ("cluster", "severity", "state", "reason", "opened_at", "updated_at", "resolved_at", "body")
@@ -183,7 +185,7 @@ async def record(
         if rows:  # multi-row VALUES: ids follow the order given
             await conn.execute(insert(outbox).on_conflict_do_nothing(index_elements=[outbox.c.event_id]), rows)
         if fence is None:
-            st = insert(incident_engine_state).values(cluster=cluster, state=engine_state_json)
+            st = insert(incident_engine_state).values(cluster=cluster, state=state)
             await conn.execute(
                 st.on_conflict_do_update(
                     index_elements=[incident_engine_state.c.cluster], set_={"state": st.excluded.state}
@@ -191,7 +193,12 @@ async def record(
             )
 
 
-async def _swap_state(conn: AsyncConnection, cluster: str, state: dict[str, Any], fence: Fence) -> None:
+def _state_value(state: dict[str, Any] | str) -> Any:
+    """The engine state as the value to store: JSON text is cast by Postgres, not encoded again."""
+    return cast(literal(state, Text), JSONB) if isinstance(state, str) else state
+
+
+async def _swap_state(conn: AsyncConnection, cluster: str, state: Any, fence: Fence) -> None:
     """Replace the stored state only if it is the fenced one (the row lock orders racing writers)."""
     table = incident_engine_state
     if not fence.exists:
