@@ -9,8 +9,11 @@ import random
 from collections import Counter
 from typing import Any
 
+import jsonschema
+
 from lagd.model import GroupStatus, PartitionStatus
-from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
+from lagd.notify import schemas
+from lagd.notify.incidents import MAX_EVENT_PARTITIONS, GroupChange, IncidentEngine, IncidentEvent, Rules
 
 T0 = 1_700_000_000_000
 RULES = Rules(severity="WARN", correlation_window=120_000, hold_time=300_000, update_interval=30_000)
@@ -408,3 +411,25 @@ def test_an_incidents_counts_follow_its_members_through_every_change_and_a_reloa
             extra = {"saved_by": f"t{step}"}
             assert json.loads(engine.dump_cluster_json("c", extra)) == {**engine.dump_cluster("c"), **extra}
     assert checked > 1_000 and kinds["opened"] > 5 and kinds["resolved"] > 5 and kinds["updated"] > 50
+
+
+def test_an_event_lists_at_most_a_thousand_partitions_and_counts_them_all() -> None:
+    """A broker outage puts every group of a cluster in one incident: its events list the first
+    MAX_EVENT_PARTITIONS partitions (the first groups' by name) and count them all, so an event
+    stays small however many partitions are not OK; the payload matches the shipped schema."""
+    engine = IncidentEngine(Rules())
+    events: list[IncidentEvent] = []
+    for g in reversed(range(30)):  # joined in the reverse of their names' order
+        parts = tuple((f"t{g % 3}", p, PartitionStatus.WARN, f"h{p % 2}") for p in range(50))
+        events += engine.apply(GroupChange("c", f"g{g:02d}", GroupStatus.WARN, T0 + g, parts, (f"t{g % 3}",)))
+    events += engine.tick(T0 + 10 * 60_000)
+    last = events[-1].payload()
+    assert MAX_EVENT_PARTITIONS == 1_000 and last["partitions_total"] == 30 * 50
+    assert len(last["partitions"]) == MAX_EVENT_PARTITIONS
+    assert [p["group"] for p in last["partitions"]][::50] == [f"g{g:02d}" for g in range(20)]
+    assert len(last["groups"]) == 30  # every member is still named
+    schema = schemas.load("incident-event")
+    assert schema is not None
+    jsonschema.Draft202012Validator(schema).validate(last)
+    small = events[0].payload()  # the opening event: one group, all of its partitions
+    assert small["partitions_total"] == len(small["partitions"]) == 50

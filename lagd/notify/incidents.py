@@ -70,6 +70,12 @@ class GroupChange:
     kind: MemberKind = "group"  # "mirror": a mirrored topic's verdict; "cluster": lagd cannot read the cluster
 
 
+# The partitions an incident event lists (the first groups' by name; `partitions_total` counts
+# them all). A broker outage puts every group of a cluster in one incident: at a million
+# group-partitions, listing each made one event about 100 MB.
+MAX_EVENT_PARTITIONS = 1_000
+
+
 @dataclass(frozen=True, slots=True)
 class IncidentEvent:
     """One message about an incident; `event_id` is unique and stable across replays."""
@@ -83,7 +89,8 @@ class IncidentEvent:
     resolved_at: int | None
     at: int
     groups: dict[str, str]
-    partitions: tuple[dict[str, Any], ...]
+    partitions: tuple[dict[str, Any], ...]  # at most MAX_EVENT_PARTITIONS of them
+    partitions_total: int  # how many partitions are not OK in all, listed or not
     reason: str
     summary: str
     peak_severity: str = ""  # the worst severity the incident reached so far ("" : that of `severity`)
@@ -101,6 +108,7 @@ class IncidentEvent:
             "at": self.at,
             "groups": dict(self.groups),
             "partitions": [dict(p) for p in self.partitions],
+            "partitions_total": self.partitions_total,
             "reason": self.reason,
             "summary": self.summary,
             "peak_severity": self.peak_severity or self.severity,
@@ -459,12 +467,18 @@ class IncidentEngine:
         inc.peak = _peak(inc.peak, inc.severity)
         inc.last_event_at = at
         inc.dirty = False
-        groups = {g: inc.members[g].status for g in sorted(inc.members)}
-        partitions = tuple(
-            {"group": g, "topic": p[0], "partition": p[1], "status": p[2], "owner": p[3]}
-            for g in sorted(inc.members)
-            for p in inc.members[g].partitions
-        )
+        names = sorted(inc.members)
+        groups = {g: inc.members[g].status for g in names}
+        listed: list[dict[str, Any]] = []
+        total = 0
+        for g in names:
+            parts = inc.members[g].partitions
+            total += len(parts)
+            room = MAX_EVENT_PARTITIONS - len(listed)
+            if room > 0:
+                listed.extend(
+                    {"group": g, "topic": p[0], "partition": p[1], "status": p[2], "owner": p[3]} for p in parts[:room]
+                )
         reason = self._reason(inc)
         bad = inc.bad
         what = _members_noun({m.kind for m in inc.members.values()})
@@ -494,7 +508,8 @@ class IncidentEngine:
             resolved_at=resolved_at,
             at=at,
             groups=groups,
-            partitions=partitions,
+            partitions=tuple(listed),
+            partitions_total=total,
             reason=reason,
             summary=summary,
             peak_severity=inc.peak,
