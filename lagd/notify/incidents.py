@@ -171,9 +171,9 @@ class _Incident:
     hosts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     bad: int = field(default=0, init=False, repr=False)
     # Each member's stored form as JSON text ("group": {...}), encoded once per change (`put`
-    # drops it): the state
-    # is written at every flush, and encoding every member of a cluster-wide incident each time
-    # held the loop 0.3-1.1 s at 10,000 groups (IncidentEngine.dump_cluster_json).
+    # drops it): the state is written at every flush, and encoding every member of a
+    # cluster-wide incident each time held the loop 0.3-1.1 s at 10,000 groups
+    # (IncidentEngine.dump_cluster_json). It costs about as much memory as the members.
     encoded: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     def put(self, group: str, member: _Member) -> None:
