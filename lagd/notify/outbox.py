@@ -295,7 +295,6 @@ async def list_incidents(engine: AsyncEngine, state: str | None = None, limit: i
                 "resolved_at": r.resolved_at,
                 "groups": r.body.get("groups", {}),
                 "partitions": r.body.get("partitions", []),
-                "partitions_total": r.body.get("partitions_total", len(r.body.get("partitions", []))),
                 "summary": r.body.get("summary", ""),
             }
             for r in result
