@@ -173,7 +173,12 @@ class HttpSettings:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     cors_origin: str = ""
-    metrics_detail: Literal["partition", "group"] = "partition"
+    # /metrics' per-partition series: "partition" always, "group" never, "auto" while the state
+    # holds at most metrics-partition-limit group-partitions (4 series each: past 100,000 a scrape
+    # is over 400,000 series and 45 MB, and at a million 4M series, 440 MB, longer to serve than
+    # Prometheus' default 10 s scrape timeout)
+    metrics_detail: Literal["auto", "partition", "group"] = "auto"
+    metrics_partition_limit: int = 100_000
     # Bounds against slow or hostile clients (aiohttp's own defaults wait an hour).
     idle_timeout: float = 15.0  # seconds without a complete request head: idle keep-alive or slow headers
     request_timeout: float = 30.0  # seconds to read a request's body and answer it
@@ -562,6 +567,12 @@ def _validate(s: Settings) -> None:
     positive("http.idle-timeout", s.http.idle_timeout)
     positive("http.request-timeout", s.http.request_timeout)
     positive("http.max-request-bytes", s.http.max_request_bytes)
+    if s.http.metrics_partition_limit < 0:
+        raise ConfigError(
+            "http.metrics-partition-limit",
+            f"got {s.http.metrics_partition_limit}, expected 0 or more group-partitions "
+            '(or set metrics-detail = "partition" to keep every partition\'s series)',
+        )
     if s.http.status_cache_bytes < 0:
         raise ConfigError("http.status-cache-bytes", f"got {s.http.status_cache_bytes}, expected 0 (no cache) or more")
     if s.http.auth_reads and not s.http.auth_token:

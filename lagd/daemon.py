@@ -467,7 +467,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         counters=rt.counters, progress=rt.progress, persister=wb.status, publisher=publisher, loop_lag=loop_lag
     )
     # every group's last verdict, kept by the verdict watch for the pages that list every group
-    snapshots = Snapshots(partitions=settings.http.metrics_detail == "partition")
+    snapshots = Snapshots(partitions=settings.http.metrics_detail != "group")
 
     def forget(cluster: str, group: str) -> None:  # a group deleted through the API
         rt.evaluator.forget(cluster, group)

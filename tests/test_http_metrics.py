@@ -8,10 +8,14 @@ import asyncio
 import re
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import pytest
+from structlog.testing import capture_logs
 
+from lagd.config import ConfigError
+from lagd.config import parse as parse_settings
 from lagd.http import metrics
 from lagd.http.app import HttpContext
 from lagd.ingest.progress import ReaderProgress
@@ -19,7 +23,7 @@ from lagd.loop_lag import LoopLag
 from lagd.model import IngestCounters
 from lagd.notify.mqtt import PublisherStatus
 from lagd.state.persister import PersisterStatus
-from tests.http_state import CLUSTER, NOW, build_context, build_settings, serve
+from tests.http_state import CLUSTER, NOW, build_context, build_settings, build_state, serve
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[a-zA-Z_]+="(?:[^"\\]|\\.)*",?)*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"')
@@ -61,8 +65,8 @@ def lab(**kw: str) -> frozenset[tuple[str, str]]:
     return frozenset(kw.items())
 
 
-def health_context(detail: str = "partition") -> HttpContext:
-    ctx = build_context(build_settings(metrics_detail=detail))
+def health_context(detail: str = "partition", **http: Any) -> HttpContext:
+    ctx = build_context(build_settings(metrics_detail=detail, **http))
     counters = IngestCounters()
     for kind in ("offset_commit", "offset_commit", "group_metadata"):
         counters.count_record(kind)
@@ -193,6 +197,61 @@ async def test_group_detail_drops_partition_series() -> None:
     # four series per committed group-partition (six), three per partition without commits
     # (four: no current offset), topic offsets (four)
     assert len(full) - len(grouped) == 6 * 4 + 4 * 3 + 4
+
+
+async def test_auto_detail_drops_partition_series_past_the_limit_and_says_so() -> None:
+    """The default: per-partition series while the state holds at most metrics-partition-limit
+    group-partitions; past it the page is the "group" one, the log says once what to set, and
+    lagd_metrics_partitions_omitted counts what was left out."""
+    full, _, _ = await scrape("partition")
+    grouped, _, _ = await scrape("group")
+    tracked = build_state().partitions_tracked()
+    ctx = health_context("auto", metrics_partition_limit=tracked)
+    omitted = ("lagd_metrics_partitions_omitted", frozenset())
+
+    async def page() -> dict[Key, float]:
+        async with serve(ctx) as base, aiohttp.ClientSession(base) as s, s.get("/metrics") as resp:
+            assert resp.status == 200
+            return parse(await resp.text())[0]
+
+    def without(samples: dict[Key, float], *names: str) -> set[Key]:
+        return {k for k in samples if k[0] not in names}
+
+    with capture_logs() as logged:
+        at_limit = await page()
+        assert at_limit[omitted] == 0
+        assert without(at_limit, "lagd_evaluation_seconds") == without(full, "lagd_evaluation_seconds")
+        from lagd.model import Commit
+
+        ctx.state.apply(Commit("prod", "g-ok", "orders", 99, 5, 6, 30_000, 30_000))  # one more: past the limit
+        for _ in range(2):
+            past = await page()
+            assert past[omitted] == tracked + 1
+            assert without(past, "lagd_evaluation_seconds") == without(grouped, "lagd_evaluation_seconds")
+        assert ctx.state.remove_group("prod", "g-ok")
+        again = await page()
+        assert again[omitted] == 0
+        assert (
+            "burrow_kafka_consumer_partition_lag",
+            lab(cluster="prod", consumer_group="g-warn", topic="orders", partition="0"),
+        ) in again
+    said = [(e["log_level"], e["event"]) for e in logged if "/metrics" in e["event"]]
+    assert said == [
+        (
+            "warning",
+            "/metrics leaves out per-partition series: more group-partitions than http.metrics-partition-limit",
+        ),
+        ("info", "/metrics has per-partition series again"),
+    ]
+    warning = next(e for e in logged if e["log_level"] == "warning")
+    assert warning["group_partitions"] == tracked + 1 and "metrics-detail" in warning["hint"]
+
+
+def test_partition_limit_must_not_be_negative() -> None:
+    toml = {"clusters": {"prod": {"bootstrap-servers": ["k:9092"]}}, "http": {"metrics-partition-limit": -1}}
+    with pytest.raises(ConfigError, match=r"http\.metrics-partition-limit"):
+        parse_settings(toml, env={})
+    assert parse_settings({**toml, "http": {}}, env={}).http.metrics_detail == "auto"
 
 
 async def test_label_values_are_escaped() -> None:

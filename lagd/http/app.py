@@ -69,6 +69,7 @@ class Health:
     persister: Any = None
     publisher: Any = None
     evaluation_seconds_last: float = 0.0
+    metrics_partitions_omitted: int = 0  # group-partitions the last /metrics page left out (detail auto)
     sights: Mapping[str, Any] = field(default_factory=dict)  # cluster -> ClusterSight (degraded when blind)
     sinks: Mapping[str, Any] = field(default_factory=dict)  # sink name -> lagd.notify.delivery.SinkStatus
     loop_lag: Any = None  # lagd.loop_lag.LoopLag of the daemon's event loop

@@ -4,8 +4,10 @@ Burrow's metric names and labels (core/internal/httpserver/prometheus.go) keep e
 alerts working; lagd's own series follow. No global registry: every scrape renders the
 groups the state holds, so removed groups vanish at once, each from the verdict watch's
 snapshot of its last verdict (lagd.evaluate.snapshot): a scrape judges no group the watch
-has judged. `http.metrics-detail = "group"` drops the
-per-partition series, which dominate cardinality.
+has judged. The per-partition series dominate cardinality (4 a group-partition):
+`http.metrics-detail = "group"` drops them, and the default "auto" drops them while the state
+holds more than `http.metrics-partition-limit` group-partitions, saying so in the log and in
+`lagd_metrics_partitions_omitted`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from lagd import logs
 from lagd.evaluate import Evaluator
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
 from lagd.http.app import CTX, Health, HttpContext
@@ -25,6 +28,8 @@ from lagd.model import GroupStatus
 from lagd.slices import SLICE_S, Slices
 from lagd.state.windows import State
 from lagd.turns import Turn
+
+log = logs.get(__name__)
 
 # Burrow's status index: NOTFOUND, OK, WARN, ERR, STOP, STALL, REWIND.
 STATUS_INDEX: dict[str, int] = {
@@ -291,6 +296,12 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
     _Family(
         out, "lagd_evaluation_seconds", "gauge", "CPU time to judge and render every group for the last scrape"
     ).add("", health.evaluation_seconds_last)
+    _Family(
+        out,
+        "lagd_metrics_partitions_omitted",
+        "gauge",
+        "Group-partitions whose series this page leaves out (metrics-detail auto, past metrics-partition-limit)",
+    ).add("", health.metrics_partitions_omitted)
 
 
 def _sinks(out: list[str], health: Health, now_ms: int) -> None:
@@ -321,6 +332,31 @@ def _sinks(out: list[str], health: Health, now_ms: int) -> None:
         f.add(f'sink="{_esc(sink)}",kind="{_esc(str(getattr(st, "kind", "")))}"', value)
 
 
+def page_detail(detail: str, limit: int, tracked: int) -> str:
+    """The detail a page is rendered at: "auto" is "partition" while `tracked` group-partitions
+    are at most `limit`, else "group"."""
+    if detail != "auto":
+        return detail
+    return "partition" if tracked <= limit else "group"
+
+
+def _note_detail(health: Health, detail: str, limit: int, tracked: int) -> None:
+    """Keep (and log when it changes) how many group-partitions this page leaves out."""
+    omitted = tracked if detail == "group" else 0
+    was = health.metrics_partitions_omitted
+    health.metrics_partitions_omitted = omitted
+    if omitted and not was:
+        log.warning(
+            "/metrics leaves out per-partition series: more group-partitions than http.metrics-partition-limit",
+            group_partitions=tracked,
+            limit=limit,
+            hint='raise http.metrics-partition-limit, or set http.metrics-detail = "partition" to keep them '
+            '(4 series a group-partition), or "group" to silence this',
+        )
+    elif was and not omitted:
+        log.info("/metrics has per-partition series again", group_partitions=tracked, limit=limit)
+
+
 async def metrics(request: web.Request) -> web.Response:
     """Rendered in slices of at most SLICE_S and sent a chunk at a time, so a scrape of a large
     estate never stalls the loop (100k group-partitions are 400k series, about 45 MB: joined
@@ -328,7 +364,11 @@ async def metrics(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     out: list[str] = []
     slices = Slices(SLICE_S, ctx.turns.turn)
-    detail = ctx.settings.http.metrics_detail
+    http = ctx.settings.http
+    tracked = ctx.state.partitions_tracked()
+    detail = page_detail(http.metrics_detail, http.metrics_partition_limit, tracked)
+    if http.metrics_detail == "auto":
+        _note_detail(ctx.health, detail, http.metrics_partition_limit, tracked)
     for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), detail, out, ctx.snapshots):
         await slices.turn()
     return web.Response(body=_chunks(out, ctx.turns.turn), headers={"Content-Type": CONTENT_TYPE})
