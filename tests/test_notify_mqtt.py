@@ -21,11 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from lagd import embedded
 from lagd.config import NotifySettings, async_database_url
+from lagd.db.schema import incident_members
 from lagd.db.schema import outbox as outbox_table
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify import outbox
 from lagd.notify.feed import VerdictFeed
-from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
+from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules, StateRows
 from lagd.notify.leader import Lease, leadership
 from lagd.notify.mqtt import PublisherStatus, client_options, publish_outbox
 from lagd.notify.notifier import run_notifier
@@ -613,10 +614,8 @@ async def test_a_database_outage_neither_drops_nor_reuses_event_ids(
 async def test_a_writer_continuing_a_stale_state_cannot_record_over_a_newer_one(engine: AsyncEngine) -> None:
     a = IncidentEngine(RULES)
     opened = a.apply(GroupChange("prod", "g1", GroupStatus.WARN, T0))
-    # the state as JSON text (what the notifier stores) and as data (below) alike
-    await outbox.record(
-        engine, "prod", opened, a.dump_cluster_json("prod", {outbox.SAVED_BY: "t1"}), fence=Fence(False)
-    )
+    # the state as the notifier stores it (a header and member rows) and as data (below) alike
+    await outbox.record(engine, "prod", opened, a.save_rows("prod", {outbox.SAVED_BY: "t1"}), fence=Fence(False))
     stored = await outbox.load_engine_state(engine, "prod")
     fence = Fence.of(stored)
     assert fence == Fence(True, "t1")
@@ -625,13 +624,68 @@ async def test_a_writer_continuing_a_stale_state_cannot_record_over_a_newer_one(
     ea = a.apply(GroupChange("prod", "g2", GroupStatus.ERR, T0 + 60_000))
     eb = b.apply(GroupChange("prod", "g3", GroupStatus.ERR, T0 + 60_000))
     assert [e.event_id for e in ea] == [e.event_id for e in eb]  # same id, different events
-    await outbox.record(engine, "prod", ea, a.dump_cluster_json("prod", {outbox.SAVED_BY: "t2"}), fence=fence)
+    await outbox.record(engine, "prod", ea, a.save_rows("prod", {outbox.SAVED_BY: "t2"}), fence=fence)
     with pytest.raises(outbox.StateConflict):
         await outbox.record(engine, "prod", eb, {**b.dump_cluster("prod"), outbox.SAVED_BY: "t3"}, fence=fence)
     with pytest.raises(outbox.StateConflict):  # "no state yet" is stale too once one exists
         await outbox.record(engine, "prod", eb, {**b.dump_cluster("prod"), outbox.SAVED_BY: "t4"}, fence=Fence(False))
     assert await outbox.load_engine_state(engine, "prod") == {**a.dump_cluster("prod"), outbox.SAVED_BY: "t2"}
     assert [set(p["groups"]) for p in await incident_payloads(engine)] == [{"g1"}, {"g1", "g2"}]
+
+
+async def test_the_stored_state_reads_back_through_member_rows_written_as_they_change(engine: AsyncEngine) -> None:
+    """The notifier stores each incident member as a row, written when it changes; what
+    load_engine_state reads back is the engine's state through full saves, saves of a few
+    changed members, an incident forgotten (its rows deleted), a failed save (the next writes
+    every member again) and a state stored before member rows (members inline)."""
+    rules = Rules(correlation_window=60_000, hold_time=60_000, update_interval=1_000)
+    a = IncidentEngine(rules)
+    token = iter(range(1_000))
+
+    async def save(at: int) -> StateRows:
+        stored = await outbox.load_engine_state(engine, "prod")
+        rows = a.save_rows("prod", {outbox.SAVED_BY: f"t{next(token)}"})
+        await outbox.record(engine, "prod", [], rows, fence=Fence.of(stored), clock=lambda: at)
+        assert await outbox.load_engine_state(engine, "prod") == {
+            **a.dump_cluster("prod"),
+            outbox.SAVED_BY: json.loads(rows.header)[outbox.SAVED_BY],
+        }
+        return rows
+
+    async def member_rows() -> set[tuple[str, str]]:
+        async with engine.connect() as conn:
+            result = await conn.execute(select(incident_members.c.incident_id, incident_members.c.member))
+            return {(r.incident_id, r.member) for r in result}
+
+    at = T0
+    for g in range(30):
+        a.apply(GroupChange("prod", f"g{g}", GroupStatus.WARN, at, (("orders", g, PartitionStatus.WARN, ""),)))
+    first = await save(at)
+    assert first.full and len(first.members) == 30
+    a.apply(GroupChange("prod", "g3", GroupStatus.ERR, at + 1_000))
+    a.apply(GroupChange("prod", "g7", GroupStatus.OK, at + 1_000))
+    some = await save(at + 1_000)
+    assert not some.full and sorted(m for _, m, _ in some.members) == ["g3", "g7"]
+    (incident,) = a.open_incidents("prod")
+    for g in range(30):  # all recover; the incident resolves after the hold time, then is forgotten
+        a.apply(GroupChange("prod", f"g{g}", GroupStatus.OK, at + 2_000))
+    await save(at + 2_000)
+    assert a.tick(at + 70_000)[0].event == "resolved"
+    await save(at + 70_000)
+    assert len(await member_rows()) == 30  # a resolved incident can still reopen: kept
+    a.tick(at + 200_000)
+    gone = await save(at + 200_000)
+    assert gone.gone == [incident] and await member_rows() == set()
+    a.apply(GroupChange("prod", "g1", GroupStatus.WARN, at + 300_000))
+    a.save_rows("prod", {outbox.SAVED_BY: "lost"})  # never stored
+    a.save_failed("prod")
+    a.apply(GroupChange("prod", "g2", GroupStatus.WARN, at + 301_000))
+    again = await save(at + 301_000)
+    assert again.full and {m for _, m, _ in again.members} == {"g1", "g2"}
+    # a state stored with its members inline (before member rows) replaces the rows, and reads back
+    await outbox.record(engine, "prod", [], {**a.dump_cluster("prod"), outbox.SAVED_BY: "inline"})
+    assert await member_rows() == set()
+    assert await outbox.load_engine_state(engine, "prod") == {**a.dump_cluster("prod"), outbox.SAVED_BY: "inline"}
 
 
 async def test_recording_resolving_and_delivery_read_the_injected_clock(

@@ -10,6 +10,7 @@ import pytest
 from alembic import command
 
 from lagd.db.migrate import alembic_config, upgrade
+from lagd.db.schema import metadata
 from lagd.model import (
     Commit,
     GroupDeleted,
@@ -248,6 +249,7 @@ def test_migration_up_and_down(empty_database_url: str) -> None:
     up = [r[0] for r in query(empty_database_url, tables)]
     for name in ("windows", "group_members", "group_tombstones", "log_end", "reader_positions", "commit_history"):
         assert name in up
+    assert set(up) - {"alembic_version"} == set(metadata.tables)  # the migrations make what lagd.db.schema says
     upgrade(empty_database_url)  # at head: nothing to do
     command.downgrade(alembic_config(empty_database_url), "base")
     assert [r[0] for r in query(empty_database_url, tables)] == ["alembic_version"]

@@ -242,12 +242,23 @@ dead_letters = Table(
     UniqueConstraint("sink", "event_id", name="uq_dead_letters_sink_event_id"),
 )
 
-# Small persistent state of the incident engine (one row per cluster, JSON).
+# Persistent state of the incident engine: one row per cluster (JSON: its incidents without
+# their members, the fence token), and each incident member's state in a row of its own,
+# written only when it changes (a cluster-wide incident holds every group of the cluster).
 incident_engine_state = Table(
     "incident_engine_state",
     metadata,
     Column("cluster", Text, primary_key=True),
     Column("state", JSONB, nullable=False),
+)
+
+incident_members = Table(
+    "incident_members",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("incident_id", Text, primary_key=True),
+    Column("member", Text, primary_key=True),
+    Column("body", JSONB, nullable=False),
 )
 
 # --- Spark job output -----------------------------------------------------------------

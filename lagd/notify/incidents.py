@@ -35,14 +35,15 @@ are the same for both, only the summary words differ. With `kind="cluster"` the 
 own view of a cluster (`cluster:<name>`): ERR while lagd cannot read it, so a broker outage is
 one "cluster unreachable" incident while the groups' verdicts are held.
 
-The engine state serialises to JSON per cluster (`dump_cluster`/`load_cluster`).
+The engine state serialises to JSON per cluster (`dump_cluster`/`load_cluster`); the notifier
+stores it as a header and a row per incident member, written when it changes (`save_rows`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -170,11 +171,13 @@ class _Incident:
     topics: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     hosts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     bad: int = field(default=0, init=False, repr=False)
-    # Each member's stored form as JSON text ("group": {...}), encoded once per change (`put`
-    # drops it): the state is written at every flush, and encoding every member of a
-    # cluster-wide incident each time held the loop 0.3-1.1 s at 10,000 groups
-    # (IncidentEngine.dump_cluster_json). It costs about as much memory as the members.
+    # Each member's stored form as JSON text, encoded once per change (`put` drops it), and the
+    # members changed since the state was last saved: each member is its own row, written when
+    # it changes (IncidentEngine.save_rows). A broker outage puts every group of a cluster in one
+    # incident; writing every member at each flush was 37 MB at 10,000 groups of 100 bad
+    # partitions, and encoding them all each time held the loop 0.3-1.1 s.
     encoded: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    unsaved: set[str] = field(default_factory=set, init=False, repr=False)
 
     def put(self, group: str, member: _Member) -> None:
         """Make `member` the group's entry (a new member, or its new state)."""
@@ -183,18 +186,15 @@ class _Incident:
             self._count(old, -1)
         self.members[group] = member
         self.encoded.pop(group, None)
+        self.unsaved.add(group)
         self._count(member, 1)
 
-    def members_json(self) -> str:
-        """The members as `_dump_incident` stores them, as JSON text (see `encoded`)."""
-        encoded = self.encoded
-        parts = []
-        for group, member in self.members.items():
-            text = encoded.get(group)
-            if text is None:
-                text = encoded[group] = f"{json.dumps(group)}: {json.dumps(_dump_member(member))}"
-            parts.append(text)
-        return "{" + ", ".join(parts) + "}"
+    def member_json(self, group: str) -> str:
+        """The member as `_dump_member` stores it, as JSON text (see `encoded`)."""
+        text = self.encoded.get(group)
+        if text is None:
+            text = self.encoded[group] = json.dumps(_dump_member(self.members[group]))
+        return text
 
     def _count(self, m: _Member, step: int) -> None:
         _bump(self.statuses, m.status, step)
@@ -221,6 +221,39 @@ class _Cluster:
     closed: dict[str, _Incident] = field(default_factory=dict)
     # group -> [incident id, time of the resolve] for groups whose incident resolved within hold_time
     recent: dict[str, list[Any]] = field(default_factory=dict)
+    # Saving (`save_rows`): the incidents forgotten since the last save, whose member rows go,
+    # and whether the next save writes every member (a new or loaded state, a failed save).
+    gone: set[str] = field(default_factory=set)
+    full: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StateRows:
+    """A cluster's state as the notifier stores it: `header`, JSON text of `dump_cluster` with
+    every incident's members left out, and member rows (incident id, member, JSON text of its
+    stored form). With `full`, `members` is every member and replaces all the cluster's rows;
+    else it is the members changed since the last save, and `gone` the incidents whose rows go."""
+
+    header: str
+    members: list[tuple[str, str, str]]
+    gone: list[str]
+    full: bool
+
+
+def with_members(header: dict[str, Any], rows: Iterable[tuple[str, str, Any]]) -> dict[str, Any]:
+    """The state as `dump_cluster` has it, from a `StateRows` header and its member rows
+    (incident id, member, stored form) as read back; incidents stored with their members
+    inline (state saved before member rows) keep those."""
+    by_incident: dict[str, dict[str, Any]] = {}
+    for incident_id, member, body in rows:
+        by_incident.setdefault(incident_id, {})[member] = body
+    out = dict(header)
+    for key in ("open", "closed"):
+        if key in out:
+            out[key] = [
+                raw if "members" in raw else {**raw, "members": by_incident.get(raw["id"], {})} for raw in out[key]
+            ]
+    return out
 
 
 def _bad(status: str, rules: Rules) -> bool:
@@ -326,6 +359,7 @@ class IncidentEngine:
             for inc_id, inc in list(cl.closed.items()):
                 if inc.closed_at is None or now - inc.closed_at > self.rules.hold_time:
                     del cl.closed[inc_id]
+                    cl.gone.add(inc_id)
         return out
 
     # --- views ------------------------------------------------------------------------
@@ -351,19 +385,34 @@ class IncidentEngine:
 
     # --- persistence ------------------------------------------------------------------
 
-    def dump_cluster_json(self, cluster: str, extra: Mapping[str, str]) -> str:
-        """`dump_cluster` with `extra`'s keys added, as JSON text: what the notifier stores at each
-        flush. Each member is encoded once per change, not once per flush (`_Incident.encoded`)."""
+    def save_rows(self, cluster: str, extra: Mapping[str, str]) -> StateRows:
+        """The cluster's state to store now, `extra`'s keys added to the header: every member
+        the first time (and after `save_failed`), later only those changed since. The engine
+        takes it as saved: call `save_failed` if storing it fails."""
         cl = self._clusters.get(cluster, _Cluster())
+        incidents = [*cl.open.values(), *cl.closed.values()]
+        members = [
+            (i.id, group, i.member_json(group)) for i in incidents for group in (i.members if cl.full else i.unsaved)
+        ]
+        for i in incidents:
+            i.unsaved = set()
+        header = {
+            "version": 1,
+            "open": [_dump_incident(i, members=False) for i in cl.open.values()],
+            "closed": [_dump_incident(i, members=False) for i in cl.closed.values()],
+            "recent": {g: list(v) for g, v in cl.recent.items()},
+            **extra,
+        }
+        rows = StateRows(json.dumps(header), members, sorted(cl.gone), cl.full)
+        cl.gone = set()
+        cl.full = False
+        return rows
 
-        def incident(i: _Incident) -> str:
-            head = _dump_incident(i, members=False)
-            return json.dumps(head)[:-1] + f', "members": {i.members_json()}}}'
-
-        opened = ", ".join(incident(i) for i in cl.open.values())
-        closed = ", ".join(incident(i) for i in cl.closed.values())
-        rest = json.dumps({"recent": {g: list(v) for g, v in cl.recent.items()}, **extra})
-        return f'{{"version": 1, "open": [{opened}], "closed": [{closed}], {rest[1:]}'
+    def save_failed(self, cluster: str) -> None:
+        """The last `save_rows` was not stored: the next one writes every member again."""
+        cl = self._clusters.get(cluster)
+        if cl is not None:
+            cl.full = True
 
     def dump_cluster(self, cluster: str) -> dict[str, Any]:
         """The cluster's state as JSON-ready data (stored in incident_engine_state)."""
@@ -574,8 +623,8 @@ def _dump_member(m: _Member) -> dict[str, Any]:
 
 
 def _dump_incident(i: _Incident, members: bool = True) -> dict[str, Any]:
-    """The incident as stored; without its members (`members=False`) for `dump_cluster_json`,
-    which adds them as text."""
+    """The incident as stored; without its members (`members=False`) for `save_rows`, which
+    stores them as rows of their own."""
     out: dict[str, Any] = {
         "id": i.id,
         "cluster": i.cluster,

@@ -203,15 +203,17 @@ async def run_notifier(
         if lease is None or not lease.is_leader or pend is None or not pend.any():
             return
         token = uuid.uuid4().hex
-        state = incidents.dump_cluster_json(cluster, {outbox.SAVED_BY: token})
+        state = incidents.save_rows(cluster, {outbox.SAVED_BY: token})
         fence = stored.get(cluster, outbox.Fence(False))
         try:
             await outbox.record(engine, cluster, pend.events, state, pend.retained, prefix, fence=fence, clock=clock)
         except outbox.StateConflict as exc:
             log.warning("another instance writes this cluster's incidents; leaving it the lease", error=str(exc))
+            incidents.save_failed(cluster)
             await lease.release()  # taken over again later, from the state then stored
             return
         except (SQLAlchemyError, OSError) as exc:
+            incidents.save_failed(cluster)
             attempts.setdefault(cluster, []).append(_Attempt(token, len(pend.events), len(pend.retained)))
             log.warning("recording incident events failed; retrying on the next tick", cluster=cluster, error=str(exc))
             return

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Text, cast, delete, func, literal, select, update
+from sqlalchemy import Text, bindparam, cast, delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from lagd.clock import Clock, wall_ms
-from lagd.db.schema import incident_engine_state, incidents, outbox
+from lagd.db.schema import incident_engine_state, incident_members, incidents, outbox
 from lagd.model import GroupStatus
-from lagd.notify.incidents import GroupChange, IncidentEvent
+from lagd.notify.incidents import GroupChange, IncidentEvent, StateRows, with_members
 
 SAVED_BY = "saved_by"  # key of the writer's token inside the stored engine state
 
@@ -116,7 +116,7 @@ async def record(
     engine: AsyncEngine,
     cluster: str,
     events: Sequence[IncidentEvent],
-    engine_state_json: dict[str, Any] | str,
+    engine_state: dict[str, Any] | StateRows,
     retained: Sequence[tuple[str, dict[str, Any]]] = (),
     prefix: str = "lagd",
     fence: Fence | None = None,
@@ -125,7 +125,8 @@ async def record(
 ) -> None:
     """Store incident rows, outbox rows and the engine state in one transaction.
 
-    The engine state is JSON-ready data or JSON text (IncidentEngine.dump_cluster_json).
+    The engine state is JSON-ready data with every member inline (`dump_cluster`), or its header
+    and the member rows to write (`IncidentEngine.save_rows`), whose JSON text Postgres casts.
     With a `fence`, nothing is stored (StateConflict) unless the stored state matches it.
     Outbox rows are stamped `created_at` with the time `clock` (lagd.clock) reads.
     """
@@ -134,9 +135,10 @@ async def record(
     for ev in events:  # one upsert per incident: a statement may touch a row only once
         latest[ev.incident_id] = ev
     async with engine.begin() as conn:
-        state = _state_value(engine_state_json)
+        state = _state_value(engine_state)
         if fence is not None:
             await _swap_state(conn, cluster, state, fence)
+        await _write_members(conn, cluster, engine_state)
         if latest:
             stmt = insert(incidents)
             cols = ("cluster", "severity", "state", "reason", "opened_at", "updated_at", "resolved_at", "body")
@@ -193,9 +195,40 @@ async def record(
             )
 
 
-def _state_value(state: dict[str, Any] | str) -> Any:
-    """The engine state as the value to store: JSON text is cast by Postgres, not encoded again."""
-    return cast(literal(state, Text), JSONB) if isinstance(state, str) else state
+def _state_value(state: dict[str, Any] | StateRows) -> Any:
+    """The engine state's row as the value to store: JSON text is cast by Postgres, not encoded again."""
+    return cast(literal(state.header, Text), JSONB) if isinstance(state, StateRows) else state
+
+
+# A member row, its stored form as JSON text cast by Postgres (executemany: one statement).
+_MEMBER_ROW = insert(incident_members).values(
+    cluster=bindparam("cluster"),
+    incident_id=bindparam("incident_id"),
+    member=bindparam("member"),
+    body=cast(bindparam("body", type_=Text), JSONB),
+)
+
+
+async def _write_members(conn: AsyncConnection, cluster: str, state: dict[str, Any] | StateRows) -> None:
+    """The member rows of a save: all of them replaced (a full save, or a state with its members
+    inline, which leaves none), or the changed ones upserted and a forgotten incident's deleted."""
+    table = incident_members
+    if not isinstance(state, StateRows) or state.full:
+        await conn.execute(delete(table).where(table.c.cluster == cluster))
+    elif state.gone:
+        await conn.execute(delete(table).where(table.c.cluster == cluster, table.c.incident_id.in_(state.gone)))
+    if not isinstance(state, StateRows) or not state.members:
+        return
+    stmt = _MEMBER_ROW
+    if not state.full:
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[table.c.cluster, table.c.incident_id, table.c.member],
+            set_={"body": stmt.excluded.body},
+        )
+    await conn.execute(
+        stmt,
+        [{"cluster": cluster, "incident_id": i, "member": m, "body": body} for i, m, body in state.members],
+    )
 
 
 async def _swap_state(conn: AsyncConnection, cluster: str, state: Any, fence: Fence) -> None:
@@ -261,11 +294,21 @@ async def purge_delivered(engine: AsyncEngine, older_than: int) -> int:
 
 
 async def load_engine_state(engine: AsyncEngine, cluster: str) -> dict[str, Any] | None:
+    """The cluster's stored state as `IncidentEngine.dump_cluster` has it (None: none stored),
+    its header and member rows read as of one moment."""
     async with engine.connect() as conn:
-        state = await conn.scalar(
-            select(incident_engine_state.c.state).where(incident_engine_state.c.cluster == cluster)
-        )
-        return None if state is None else dict(state)
+        await conn.execution_options(isolation_level="REPEATABLE READ")
+        async with conn.begin():
+            state = await conn.scalar(
+                select(incident_engine_state.c.state).where(incident_engine_state.c.cluster == cluster)
+            )
+            if state is None:
+                return None
+            table = incident_members
+            rows = await conn.execute(
+                select(table.c.incident_id, table.c.member, table.c.body).where(table.c.cluster == cluster)
+            )
+            return with_members(dict(state), ((r.incident_id, r.member, r.body) for r in rows))
 
 
 async def engine_state_clusters(engine: AsyncEngine) -> list[str]:
