@@ -629,7 +629,11 @@ async def test_a_writer_continuing_a_stale_state_cannot_record_over_a_newer_one(
         await outbox.record(engine, "prod", eb, {**b.dump_cluster("prod"), outbox.SAVED_BY: "t3"}, fence=fence)
     with pytest.raises(outbox.StateConflict):  # "no state yet" is stale too once one exists
         await outbox.record(engine, "prod", eb, {**b.dump_cluster("prod"), outbox.SAVED_BY: "t4"}, fence=Fence(False))
-    assert await outbox.load_engine_state(engine, "prod") == {**a.dump_cluster("prod"), outbox.SAVED_BY: "t2"}
+    assert await outbox.load_engine_state(engine, "prod") == {
+        **a.dump_cluster("prod"),
+        "members": "rows",
+        outbox.SAVED_BY: "t2",
+    }
     assert [set(p["groups"]) for p in await incident_payloads(engine)] == [{"g1"}, {"g1", "g2"}]
 
 
@@ -648,6 +652,7 @@ async def test_the_stored_state_reads_back_through_member_rows_written_as_they_c
         await outbox.record(engine, "prod", [], rows, fence=Fence.of(stored), clock=lambda: at)
         assert await outbox.load_engine_state(engine, "prod") == {
             **a.dump_cluster("prod"),
+            "members": "rows",
             outbox.SAVED_BY: json.loads(rows.header)[outbox.SAVED_BY],
         }
         return rows
@@ -666,6 +671,12 @@ async def test_the_stored_state_reads_back_through_member_rows_written_as_they_c
     a.apply(GroupChange("prod", "g7", GroupStatus.OK, at + 1_000))
     some = await save(at + 1_000)
     assert not some.full and sorted(m for _, m, _ in some.members) == ["g3", "g7"]
+    # taken over (a restart): the state as stored is loaded, and the next save writes what changed
+    loaded = await outbox.load_engine_state(engine, "prod")
+    assert loaded is not None
+    a = IncidentEngine.load(rules, {"prod": loaded})
+    a.apply(GroupChange("prod", "g4", GroupStatus.ERR, at + 1_500))
+    assert sorted(m for _, m, _ in (await save(at + 1_500)).members) == ["g4"]
     (incident,) = a.open_incidents("prod")
     for g in range(30):  # all recover; the incident resolves after the hold time, then is forgotten
         a.apply(GroupChange("prod", f"g{g}", GroupStatus.OK, at + 2_000))

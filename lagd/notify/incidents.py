@@ -398,6 +398,7 @@ class IncidentEngine:
             i.unsaved = set()
         header = {
             "version": 1,
+            "members": "rows",  # the members are rows of their own (`with_members` puts them back)
             "open": [_dump_incident(i, members=False) for i in cl.open.values()],
             "closed": [_dump_incident(i, members=False) for i in cl.closed.values()],
             "recent": {g: list(v) for g, v in cl.recent.items()},
@@ -439,6 +440,10 @@ class IncidentEngine:
             inc = _load_incident(raw)
             cl.closed[inc.id] = inc
         cl.recent = {str(g): list(v) for g, v in data["recent"].items()}
+        if data.get("members") == "rows":  # a save_rows header with its member rows: as stored, none unsaved
+            cl.full = False
+            for inc in [*cl.open.values(), *cl.closed.values()]:
+                inc.unsaved = set()
         self._clusters[cluster] = cl
 
     def dump(self) -> dict[str, Any]:
