@@ -125,7 +125,7 @@ async def feed(
         while pending and pending[0].at <= now:
             ch = pending.pop(0)
             events = incidents.apply(ch)
-            retained = [outbox.group_status_message(prefix, ch)]
+            retained = [outbox.status_row(prefix, ch)]
             await outbox.record(eng, ch.cluster, events, incidents.dump_cluster(ch.cluster), retained, prefix)
             all_events += events
         ticked = incidents.tick(now)
@@ -760,13 +760,13 @@ async def test_a_takeover_reconciles_every_group_in_slices(
 
     monkeypatch.setattr(notifier, "SLICE_S", 0.0)  # a slice per group
     events: list[str] = []
-    message = outbox.group_status_message
+    message = outbox.status_row
 
     def noted(prefix: str, change: GroupChange) -> Any:
         events.append(change.group)
         return message(prefix, change)
 
-    monkeypatch.setattr(outbox, "group_status_message", noted)
+    monkeypatch.setattr(outbox, "status_row", noted)
     cluster = f"big-{os.getpid()}-{time.monotonic_ns()}"
     feed, stop = VerdictFeed(), asyncio.Event()
     for i in range(40):

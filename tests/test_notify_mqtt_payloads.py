@@ -101,7 +101,7 @@ async def test_published_payloads_match_their_schemas_and_a_deleted_group_is_cle
             while pending and pending[0].at <= now:
                 ch = pending.pop(0)
                 events = incidents.apply(ch)
-                status = [outbox.group_status_message(prefix, ch)]
+                status = [outbox.status_row(prefix, ch)]
                 await outbox.record(engine, "prod", events, incidents.dump_cluster("prod"), status, prefix)
             ticked = incidents.tick(now)
             if ticked:
@@ -177,3 +177,23 @@ async def test_availability_is_online_while_running_and_offline_by_last_will(
         await settle(lambda: late.messages, what="the retained state")
     assert late.messages[0][1:] == (b"offline", True)
     await path.close()
+
+
+def test_a_status_row_is_the_message_with_its_id_encoded_once() -> None:
+    """The retained status row the notifier prepares when it takes a change: its payload is the
+    message with its event id, and the id is the hash of topic and sorted compact body that
+    lagd has always given it, so a status stored before this encoding and again after is still
+    one row (the outbox's dedup)."""
+    import hashlib
+
+    change = GroupChange(
+        "prod", 'g"1', GroupStatus.WARN, 1_700_000_000_000, (("orders", 3, PartitionStatus.STOP, "h1"),)
+    )
+    topic, message = outbox.group_status_message("lagd", change)
+    row = outbox.status_row("lagd", change)
+    body = json.dumps(message, sort_keys=True, separators=(",", ":"))
+    assert row.event_id == "status:" + hashlib.sha256(f"{topic}\n{body}".encode()).hexdigest()[:32]
+    assert row.topic == topic and json.loads(row.payload) == {**message, "event_id": row.event_id}
+    assert json.loads(outbox.retained_row("t", {}).payload) == {"event_id": outbox.retained_row("t", {}).event_id}
+    gone = outbox.status_row("lagd", replace(change, status=GroupStatus.NOTFOUND, partitions=()))
+    assert json.loads(gone.payload)[outbox.CLEAR] is True and gone.event_id != row.event_id

@@ -228,7 +228,7 @@ async def record(eng: AsyncEngine, incidents: IncidentEngine, changes: list[Grou
         while pending and pending[0].at <= now:
             ch = pending.pop(0)
             events: list[IncidentEvent] = incidents.apply(ch)
-            status = [outbox.group_status_message("lagd", ch)]
+            status = [outbox.status_row("lagd", ch)]
             await outbox.record(eng, ch.cluster, events, incidents.dump_cluster(ch.cluster), status)
             ids += [e.event_id for e in events]
         ticked = incidents.tick(now)

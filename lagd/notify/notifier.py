@@ -31,7 +31,7 @@ import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -71,7 +71,7 @@ class VerdictSource(Protocol):
 @dataclass(slots=True)
 class _Unrecorded:
     events: list[IncidentEvent] = field(default_factory=list)
-    retained: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    retained: list[outbox.Retained] = field(default_factory=list)
     dirty: bool = False
 
     def any(self) -> bool:
@@ -167,14 +167,14 @@ async def run_notifier(
         for ch in snap:
             seen.add(ch.group)
             pend.events.extend(incidents.apply(ch))
-            pend.retained.append(outbox.group_status_message(prefix, ch))
+            pend.retained.append(outbox.status_row(prefix, ch))
             await slices.turn()
         now = clock()
         for group in sorted(incidents.members(cluster)):
             if group not in seen:  # in an open incident, but gone
                 gone = GroupChange(cluster, group, GroupStatus.NOTFOUND, now)
                 pend.events.extend(incidents.apply(gone))
-                pend.retained.append(outbox.group_status_message(prefix, gone))
+                pend.retained.append(outbox.status_row(prefix, gone))
         pend.dirty = True
         log.info(
             "incident state caught up with current verdicts",
@@ -235,7 +235,7 @@ async def run_notifier(
                 if await ensure_lease(change.cluster, retry=False):
                     pend = hold(change.cluster)
                     pend.events.extend(incidents.apply(change))
-                    pend.retained.append(outbox.group_status_message(prefix, change))
+                    pend.retained.append(outbox.status_row(prefix, change))
                     pend.dirty = True
                     if pend.events:
                         await flush(change.cluster)

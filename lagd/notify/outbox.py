@@ -107,9 +107,43 @@ def group_status_message(prefix: str, change: GroupChange) -> tuple[str, dict[st
     return topic, body
 
 
-def _retained_event_id(topic: str, payload: dict[str, Any]) -> str:
+@dataclass(frozen=True, slots=True)
+class Retained:
+    """A retained message as the outbox stores it: its id (a hash of topic and body, so the same
+    status twice is one row) and its payload as JSON text, `event_id` included."""
+
+    event_id: str
+    topic: str
+    payload: str
+
+
+def retained_row(topic: str, payload: dict[str, Any]) -> Retained:
+    """The row of a retained message, encoded once, when its change is taken: a burst of changes
+    (every group of a cluster going bad at once) encoded together at a flush held the loop
+    50-80 ms per 300 statuses of 100 partitions."""
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return "status:" + hashlib.sha256(f"{topic}\n{body}".encode()).hexdigest()[:32]
+    event_id = "status:" + hashlib.sha256(f"{topic}\n{body}".encode()).hexdigest()[:32]
+    tail = f'"event_id":{json.dumps(event_id)}}}'
+    return Retained(event_id, topic, f"{body[:-1]},{tail}" if payload else "{" + tail)
+
+
+def status_row(prefix: str, change: GroupChange) -> Retained:
+    """`group_status_message` as the row the outbox stores."""
+    return retained_row(*group_status_message(prefix, change))
+
+
+# An outbox row, its payload JSON text cast by Postgres (executemany: one statement, rows in order).
+_OUTBOX_ROW = (
+    insert(outbox)
+    .values(
+        event_id=bindparam("event_id"),
+        topic=bindparam("topic"),
+        payload=cast(bindparam("payload", type_=Text), JSONB),
+        retain=bindparam("retain"),
+        created_at=bindparam("created_at"),
+    )
+    .on_conflict_do_nothing(index_elements=[outbox.c.event_id])
+)
 
 
 async def record(
@@ -117,7 +151,7 @@ async def record(
     cluster: str,
     events: Sequence[IncidentEvent],
     engine_state: dict[str, Any] | StateRows,
-    retained: Sequence[tuple[str, dict[str, Any]]] = (),
+    retained: Sequence[Retained] = (),
     prefix: str = "lagd",
     fence: Fence | None = None,
     *,
@@ -167,25 +201,18 @@ async def record(
             {
                 "event_id": ev.event_id,
                 "topic": incident_topic(prefix, ev.cluster, ev.incident_id),
-                "payload": ev.payload(),
+                "payload": json.dumps(ev.payload()),
                 "retain": False,
                 "created_at": now,
             }
             for ev in events
         ]
-        for topic, payload in retained:
-            event_id = _retained_event_id(topic, payload)
-            rows.append(
-                {
-                    "event_id": event_id,
-                    "topic": topic,
-                    "payload": {**payload, "event_id": event_id},
-                    "retain": True,
-                    "created_at": now,
-                }
-            )
-        if rows:  # multi-row VALUES: ids follow the order given
-            await conn.execute(insert(outbox).on_conflict_do_nothing(index_elements=[outbox.c.event_id]), rows)
+        rows += (
+            {"event_id": r.event_id, "topic": r.topic, "payload": r.payload, "retain": True, "created_at": now}
+            for r in retained
+        )
+        if rows:
+            await conn.execute(_OUTBOX_ROW, rows)
         if fence is None:
             st = insert(incident_engine_state).values(cluster=cluster, state=state)
             await conn.execute(
