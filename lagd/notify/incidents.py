@@ -171,12 +171,10 @@ class _Incident:
     topics: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     hosts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     bad: int = field(default=0, init=False, repr=False)
-    # Each member's stored form as JSON text, encoded once per change (`put` drops it), and the
-    # members changed since the state was last saved: each member is its own row, written when
-    # it changes (IncidentEngine.save_rows). A broker outage puts every group of a cluster in one
-    # incident; writing every member at each flush was 37 MB at 10,000 groups of 100 bad
+    # The members changed since the state was last saved: each member is its own row, written
+    # when it changes (IncidentEngine.save_rows). A broker outage puts every group of a cluster
+    # in one incident; storing every member at each flush was 37 MB at 10,000 groups of 100 bad
     # partitions, and encoding them all each time held the loop 0.3-1.1 s.
-    encoded: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     unsaved: set[str] = field(default_factory=set, init=False, repr=False)
 
     def put(self, group: str, member: _Member) -> None:
@@ -185,16 +183,8 @@ class _Incident:
         if old is not None:
             self._count(old, -1)
         self.members[group] = member
-        self.encoded.pop(group, None)
         self.unsaved.add(group)
         self._count(member, 1)
-
-    def member_json(self, group: str) -> str:
-        """The member as `_dump_member` stores it, as JSON text (see `encoded`)."""
-        text = self.encoded.get(group)
-        if text is None:
-            text = self.encoded[group] = json.dumps(_dump_member(self.members[group]))
-        return text
 
     def _count(self, m: _Member, step: int) -> None:
         _bump(self.statuses, m.status, step)
@@ -222,7 +212,8 @@ class _Cluster:
     # group -> [incident id, time of the resolve] for groups whose incident resolved within hold_time
     recent: dict[str, list[Any]] = field(default_factory=dict)
     # Saving (`save_rows`): the incidents forgotten since the last save, whose member rows go,
-    # and whether the next save writes every member (a new or loaded state, a failed save).
+    # and whether the next save writes every member (a new state, one loaded with its members
+    # inline, a failed save).
     gone: set[str] = field(default_factory=set)
     full: bool = True
 
@@ -392,7 +383,9 @@ class IncidentEngine:
         cl = self._clusters.get(cluster, _Cluster())
         incidents = [*cl.open.values(), *cl.closed.values()]
         members = [
-            (i.id, group, i.member_json(group)) for i in incidents for group in (i.members if cl.full else i.unsaved)
+            (i.id, group, json.dumps(_dump_member(i.members[group])))
+            for i in incidents
+            for group in (i.members if cl.full else i.unsaved)
         ]
         for i in incidents:
             i.unsaved = set()
