@@ -217,6 +217,10 @@ class _Cluster:
     gone: set[str] = field(default_factory=set)
     full: bool = True
 
+    def incidents(self) -> list[_Incident]:
+        """Every incident the state holds: the open ones, then the recently resolved."""
+        return [*self.open.values(), *self.closed.values()]
+
 
 @dataclass(frozen=True, slots=True)
 class StateRows:
@@ -381,7 +385,7 @@ class IncidentEngine:
         the first time (and after `save_failed`), later only those changed since. The engine
         takes it as saved: call `save_failed` if storing it fails."""
         cl = self._clusters.get(cluster, _Cluster())
-        incidents = [*cl.open.values(), *cl.closed.values()]
+        incidents = cl.incidents()
         members = [
             (i.id, group, json.dumps(_dump_member(i.members[group])))
             for i in incidents
@@ -435,7 +439,7 @@ class IncidentEngine:
         cl.recent = {str(g): list(v) for g, v in data["recent"].items()}
         if data.get("members") == "rows":  # a save_rows header with its member rows: as stored, none unsaved
             cl.full = False
-            for inc in [*cl.open.values(), *cl.closed.values()]:
+            for inc in cl.incidents():
                 inc.unsaved = set()
         self._clusters[cluster] = cl
 
