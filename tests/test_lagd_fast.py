@@ -211,13 +211,16 @@ def test_a_commit_passed_before_the_fine_samples_gets_its_point_from_the_coarse_
         state.apply(Commit(C, G, T, 0, offset, order, T0 + 1000 * at, T0 + 1000 * at))
     arr = state.group_windows(C, G)[T][0]  # type: ignore[index]
     xs, ys, used = lag_points_used(arr, le)
-    assert used is None  # read from the coarse tier, which thins
+    # read from the coarse tier, which changes only when the oldest fine sample leaves
+    assert used == le.ts[0]
     assert xs == [1710.0 + T0 / 1000, 1790.0 + T0 / 1000]
     assert ys == [
         lag_seconds_at(offset, at, le)[0]
         for offset, at in ((1000 + 100 * 600, T0 + 1_710_000), (1000 + 100 * 1780, T0 + 1_790_000))
     ]
     assert 1000 < ys[0] < 1200 and ys[1] < 20
+    state.apply(LogEndSample(C, T, 0, 1000 + 100 * 1800, T0 + 1_800_000))
+    assert le.ts[le.run_start] > used  # the sample read left: the points no longer stand
 
 
 def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -240,11 +243,9 @@ def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch)
     fitted: list[int] = []
     real_fit = lagd_fast._fit
 
-    def counted(
-        arr: array[int], le: LogEnd, reached: bool, p: LagdParams, was_behind: bool
-    ) -> tuple[TrendFit | None, int]:
+    def counted(arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool) -> tuple[TrendFit | None, int]:
         fitted.append(arr[OFFSET])
-        return real_fit(arr, le, reached, p, was_behind)
+        return real_fit(arr, le, used, p, was_behind)
 
     monkeypatch.setattr(lagd_fast, "_fit", counted)
     now = T0 + 240_000
@@ -258,12 +259,51 @@ def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch)
     assert len(fitted) == first + 1  # the partition with the new commit, alone
 
 
+def test_facts_read_before_every_sample_stand_until_the_oldest_sample_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a fresh start every commit predates lagd's samples: their waits are bounds read
+    from the oldest sample. A partition silent since then is STOP, judged from its facts alone;
+    new samples only add to the end, so its facts stand (no judgement derives them again) until
+    the oldest sample is retired into the coarse tier. Every answer matches the reference."""
+    state = State(intervals=10, lag_samples=120)
+    fast, slow = pair(state)
+    derived: list[int] = []
+    real_facts = lagd_fast._facts
+
+    def counted(arr: array[int], le: LogEnd, moments: lagd_fast.Moments, p: LagdParams) -> lagd_fast.Facts:
+        derived.append(arr[LAST + OFFSET])
+        return real_facts(arr, le, moments, p)
+
+    monkeypatch.setattr(lagd_fast, "_facts", counted)
+    for partition in range(3):
+        state.apply(Commit(C, G, T, partition, 10_000, partition + 1, T0, T0))  # before any sample
+
+    def sampled(second: int) -> list[PartitionStatus]:
+        """Every partition's log end 100 records on at `second`, then both judgements."""
+        for partition in range(3):
+            state.apply(LogEndSample(C, T, partition, 10_100 + 100 * second, T0 + 1000 * second))
+        return run(state, fast, slow, [("eval", 0, 0, 0)], T0 + 1000 * second + 500)
+
+    assert sampled(0) == [PartitionStatus.OK] * 3  # waiting 0.5 s (at least: a bound)
+    assert len(derived) == 0
+    for second in range(1, 100):
+        sampled(second)
+    assert sampled(100) == [PartitionStatus.STOP] * 3  # silent, its records waiting 100 s or more
+    first = len(derived)
+    for second in range(101, 120):  # samples 102 to 120 of 120: the oldest stays
+        assert sampled(second) == [PartitionStatus.STOP] * 3
+    assert len(derived) == first
+    sampled(120)  # the 121st: the oldest is retired into the coarse tier
+    assert len(derived) == first + 3
+    sampled(121)
+    assert len(derived) == first + 6  # read from the coarse tier, which the next retirement changes
+
+
 def test_a_trend_kept_without_its_slope_is_fitted_whole_once_the_slope_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     """A partition held WARN whose newest lag is under half allowed-lag-seconds, its trend not
     rising, has caught up: decided by the trend's z alone, its slope is not fitted. Judged again
     (only time moved), it is no longer held WARN, and its lag falling surely (z <= -z_leave)
     makes it catching up only if the slope is below 0: the kept trend is fitted whole then.
-    Both answers match the reference."""
+    Judged a third time, it reads the whole trend kept. Every answer matches the reference."""
     state = State(intervals=10, lag_samples=400)
     fast, slow = pair(state)
     rate = 100  # records a second, sampled every second for 200 s
@@ -278,20 +318,20 @@ def test_a_trend_kept_without_its_slope_is_fitted_whole_once_the_slope_decides(m
     fitted: list[bool] = []
     real_fit = lagd_fast._fit
 
-    def counted(
-        arr: array[int], le: LogEnd, reached: bool, p: LagdParams, was_behind: bool
-    ) -> tuple[TrendFit | None, int]:
+    def counted(arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool) -> tuple[TrendFit | None, int]:
         fitted.append(was_behind)
-        return real_fit(arr, le, reached, p, was_behind)
+        return real_fit(arr, le, used, p, was_behind)
 
     monkeypatch.setattr(lagd_fast, "_fit", counted)
     rules = []
-    for at in (T0 + 199_500, T0 + 200_500):
+    for at in (T0 + 199_500, T0 + 200_500, T0 + 201_500):
         got, want = fast.group(C, G, at), slow.group(C, G, at)
         assert _in_words(got) == want
         rules.append(got.partitions[0].rule)
-    assert rules == [J_CAUGHT_UP.rule, J_CATCHING_UP.rule]
-    assert fitted == [True, False]  # the second judgement fitted the slope the first left out
+    assert rules == [J_CAUGHT_UP.rule, J_CATCHING_UP.rule, J_CATCHING_UP.rule]
+    # the second judgement fitted the slope the first left out, and kept it in place of the
+    # trend without it: the third fits nothing
+    assert fitted == [True, False]
 
 
 def test_facts_that_do_not_pack_are_not_kept_and_the_partition_is_judged_afresh() -> None:

@@ -5,9 +5,10 @@ evaluation: each commit's lag in seconds (a bisect and an interpolation per comm
 Theil-Sen/Mann-Kendall trend (45 pairs for 10 commits), the rewind, the STOP limit, the stuck
 run. Between most evaluations of a group only `now` moves (a TTL expired, a STOP deadline
 came, a reader asked), and a new log-end sample only adds to the end of the history, which
-leaves the lag of every commit the log end had already passed unchanged. `LagdJudge` keeps
-those facts per partition while the window and the samples they read stand, and computes
-per evaluation only what depends on `now`. It answers exactly as `judge_lagd` and
+leaves the lag of every commit the log end had already passed unchanged, and so does it for
+commits older than every kept sample (read as bounds from the oldest, as after a fresh start)
+until that sample leaves. `LagdJudge` keeps those facts per partition while the window and the
+samples they read stand, and computes per evaluation only what depends on `now`. It answers exactly as `judge_lagd` and
 `recheck_at` (tests/test_lagd_fast.py compares whole group verdicts over random histories).
 
 The kept facts are packed, 130 bytes a partition back to back in one bytes object per group
@@ -127,7 +128,8 @@ class LagdJudge:
     by topic and partition (`old`: its previous evaluation's, `new`: this one's) while they
     stand. Call `begin` per group, then `topic` before judging each topic's partitions.
 
-    Facts are kept only for partitions whose trend was needed: the others are judged from a
+    Facts are kept only for partitions judged past the quick checks (behind and waiting longer
+    than allowed-lag-seconds, or held WARN): those caught up or waiting less are judged from a
     bisect and a few comparisons, and keeping their facts would cost memory for little.
     """
 
@@ -198,8 +200,15 @@ class LagdJudge:
             packed = _PACKED.pack(*f)
         except struct.error:
             return
+        ids = self._new_ids
+        if ids and ids[-1] == key:  # kept already in this judgement (found standing, or fresh): replace
+            ids.pop()
+            if self._run_to > self._run_from:  # the last of the run of old facts not yet copied
+                self._run_to -= 1
+            else:
+                del self._new[-_PACKED.size :]
         self._copy_run()
-        self._new_ids.append(key)
+        ids.append(key)
         self._new += packed
 
     def _kept_facts(self, key: int, arr: array[int], le: LogEnd) -> Facts | None:
@@ -252,6 +261,7 @@ class LagdJudge:
                 if within is not None:
                     return within
             f = _facts(arr, le, moments, p)
+            self._keep(key, f)  # a STOP or REWIND is judged from these alone, again and again
         passed, reached, estimated, rewind, limit, stuck_since, points = f[6:13]
         waited = max(0.0, (at_ms - passed) / 1000.0) if passed != NOT_YET else 0.0
         shown = reached if reached != NOT_YET else 0.0
@@ -280,7 +290,7 @@ class LagdJudge:
                 slope_left_out = f[13] != f[13]  # NaN: `_fit` kept the trend without its slope
                 if points == UNFITTED or (slope_left_out and _needs_slope(points, f[14], f[17], was_behind, p)):
                     # fit it now (or the slope it left out, now needed), and keep the facts for next time
-                    f = _with_trend(f, *_fit(arr, le, reached != NOT_YET, p, was_behind))
+                    f = _with_trend(f, *_fit(arr, le, f[5], p, was_behind))
                     self._keep(key, f)
                 points = f[12]
                 if points != NO_TREND and points >= p.min_points:
@@ -302,7 +312,7 @@ class LagdJudge:
         window did not rewind, else None. Under `_within_first` settings that is what `judge`
         answers from the full facts: STOP and STALL need records to wait at least stop-after and
         stall-after, both longer, so the rest of the facts is not derived."""
-        passed, reached, estimated = moments
+        passed, reached, estimated, _ = moments
         waited = max(0.0, (at_ms - passed) / 1000.0) if passed != NOT_YET else 0.0
         if waited >= self.p.allowed_lag_seconds or (len(arr) > FIELDS and rewound(arr)):
             return None
@@ -320,8 +330,9 @@ def _with_trend(f: Facts, trend: TrendFit | None, used: int) -> Facts:
 
 
 # When the log end passed the newest commit, when it reached the committed offset and whether that
-# is a bound, as Facts hold them (NOT_YET: not yet; no current lag: not looked up).
-Moments = tuple[float, float, bool]
+# is a bound, as Facts hold them (NOT_YET: not yet; no current lag: not looked up), and the time of
+# the oldest sample those read (NO_MS: a new sample may change them).
+Moments = tuple[float, float, bool, int]
 
 
 def _moments(arr: array[int], le: LogEnd, current_lag: int) -> Moments:
@@ -337,18 +348,33 @@ def _moments(arr: array[int], le: LogEnd, current_lag: int) -> Moments:
         i = bisect_left(offsets, committed, lo, k)
         o0, t0 = offsets[i - 1], ts[i - 1]
         reached = t0 + (ts[i] - t0) * (committed - o0) / (offsets[i] - o0)
+        used = t0
         if offsets[i] == committed:
             i = bisect_left(offsets, committed + 1, i, k)
         if i == k:
-            return NOT_YET, reached, False
+            return NOT_YET, reached, False, NO_MS
         o0, t0 = offsets[i - 1], ts[i - 1]
-        return t0 + (ts[i] - t0) * (committed + 1 - o0) / (offsets[i] - o0), reached, False
+        return t0 + (ts[i] - t0) * (committed + 1 - o0) / (offsets[i] - o0), reached, False, used
     passed = NOT_YET  # lag_seconds_at(committed, ...) reads 0 s while it has not come
+    used = NO_MS
     if k > lo and committed + 1 <= offsets[k - 1]:
         passed, _ = reached_in(le, committed + 1)
+        used = read_from(le, committed + 1)
     if current_lag:
-        return (passed, *reached_in(le, committed))
-    return passed, NOT_YET, False
+        reached, estimated = reached_in(le, committed)
+        return passed, reached, estimated, min(used, read_from(le, committed))
+    return passed, NOT_YET, False, used
+
+
+def read_from(le: LogEnd, target: int) -> int:
+    """The time of the oldest sample `reached_in(le, target)` reads. At or below the oldest
+    sample of the newest run it reads that sample, or the coarse tier before it, which only
+    changes when that sample leaves the fine tier (retired) or the run restarts (truncation):
+    either way the run's first sample is then a newer one."""
+    offsets, lo = le.offsets, le.run_start
+    if target > offsets[lo]:
+        return le.ts[bisect_left(offsets, target, lo, len(offsets)) - 1]
+    return le.ts[lo]
 
 
 def _facts(arr: array[int], le: LogEnd, moments: Moments, p: LagdParams) -> Facts:
@@ -356,7 +382,7 @@ def _facts(arr: array[int], le: LogEnd, moments: Moments, p: LagdParams) -> Fact
     n = len(arr) // FIELDS
     committed = arr[LAST + OFFSET]
     ts = le.ts
-    passed, reached, estimated = moments
+    passed, reached, estimated, used = moments
     same = first_same(arr, n, committed)
     stuck_since = arr[same * FIELDS + TS] if same < n - 1 else NO_MS
     return (
@@ -365,7 +391,7 @@ def _facts(arr: array[int], le: LogEnd, moments: Moments, p: LagdParams) -> Fact
         len(arr),
         id(le),
         ts[-1] if ts else NO_MS,
-        NO_MS,  # set by `_fit`, which reads every commit's lag
+        used,  # `_fit` lowers it to the oldest sample every commit's lag reads
         passed,
         reached,
         estimated,
@@ -381,23 +407,15 @@ def _facts(arr: array[int], le: LogEnd, moments: Moments, p: LagdParams) -> Fact
     )
 
 
-def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams, was_behind: bool) -> tuple[TrendFit | None, int]:
-    """The window's trend, and the time of the oldest log-end sample that it, the newest
-    commit's wait and (`reached`: the current lag is above 0) the committed offset's passing
-    read, when appending samples cannot change them (else NO_MS).
+def _fit(arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool) -> tuple[TrendFit | None, int]:
+    """The window's trend, and the time of the oldest log-end sample that it and the facts'
+    moments (read from `used` on) read, when appending samples cannot change them (else NO_MS).
 
     The trend's slope, rise and noise are left out (NaN) when its z and newest lag alone decide
     `_judge_trend` (`_needs_slope`): most partitions of a healthy estate keep up, and the slope
     is most of a fit's cost. A later judgement that needs them fits again."""
-    xs, ys, used = lag_points_used(arr, le)
-    if used is not None and reached:
-        offsets, lo = le.offsets, le.run_start
-        committed = arr[LAST + OFFSET]
-        if committed > offsets[lo]:
-            i = bisect_left(offsets, committed, lo, len(offsets))
-            used = min(used, le.ts[i - 1])
-        else:
-            used = None  # read from the oldest sample or the coarse tier
+    xs, ys, points_used = lag_points_used(arr, le)
+    used = NO_MS if points_used is None else min(used, points_used)
     n = len(xs)
     if n < 3 or not spans_time(xs):
         trend = None  # fit_trend's None
@@ -406,7 +424,7 @@ def _fit(arr: array[int], le: LogEnd, reached: bool, p: LagdParams, was_behind: 
         last = ys[-1]
         decided = not _needs_slope(n, z, last, was_behind, p)
         trend = (n, _NAN, z, _NAN, _NAN, last) if decided else slope_fit(xs, ys, z)
-    return trend, NO_MS if used is None else used
+    return trend, used
 
 
 _NAN = math.nan  # a trend's slope, rise and noise not fitted (`_fit`)

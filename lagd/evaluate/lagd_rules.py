@@ -109,10 +109,11 @@ def lag_points(arr: array[int], le: LogEnd) -> tuple[list[float], list[float]]:
 
 def lag_points_used(arr: array[int], le: LogEnd) -> tuple[list[float], list[float], int | None]:
     """`lag_points`, and the time of the oldest log-end sample they read when appending newer
-    samples cannot change them (every commit's offset passed strictly between two kept fine
-    samples), else None. While that sample is still in the newest run of samples, the points
-    stand: a new sample only adds to the end. `lag_seconds_at` for every entry, inlined (this
-    runs per partition)."""
+    samples cannot change them (every commit's offset passed by the newest sample), else None.
+    While that sample is still the newest run's or after its start, the points stand: a new
+    sample only adds to the end. An offset at or below the run's oldest sample reads that one
+    (a bound) or the coarse tier before it, which change only when it leaves.
+    `lag_seconds_at` for every entry, inlined (this runs per partition)."""
     xs: list[float] = []
     ys: list[float] = []
     offsets, ts, lo = le.offsets, le.ts, le.run_start
@@ -132,7 +133,8 @@ def lag_points_used(arr: array[int], le: LogEnd) -> tuple[list[float], list[floa
                 ys.append(0.0)
             continue
         if target <= oldest:
-            used = None  # read from the oldest sample or the coarse tier, which drop and thin
+            if used is not None and ts[lo] < used:
+                used = ts[lo]  # read from the oldest sample or the coarse tier, which change when it leaves
             if no_coarse:
                 continue  # before every kept sample: only a bound, no point (commits older than lagd's samples)
             passed, bound = reached_in(le, target)
