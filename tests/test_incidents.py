@@ -425,6 +425,11 @@ def test_an_incidents_counts_follow_its_members_through_every_change_and_a_reloa
         if step % 10 == 0:  # what the notifier stores
             extra = {"saved_by": f"t{step}"}
             save = engine.save_rows("c", extra)
+            encoded = 0
+            while save.encode(rnd.randint(1, 3)):  # a few at a time, as the notifier does
+                assert len(save.members) > encoded
+                encoded = len(save.members)
+            assert not save.unencoded
             if step % 170 == 0:  # not stored (the database away): the next save writes every member
                 engine.save_failed("c")
                 continue

@@ -222,17 +222,33 @@ class _Cluster:
         return [*self.open.values(), *self.closed.values()]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StateRows:
     """A cluster's state as the notifier stores it: `header`, JSON text of `dump_cluster` with
     every incident's members left out, and member rows (incident id, member, JSON text of its
     stored form). With `full`, `members` is every member and replaces all the cluster's rows;
-    else it is the members changed since the last save, and `gone` the incidents whose rows go."""
+    else it is the members changed since the last save, and `gone` the incidents whose rows go.
+
+    The member rows are encoded by `encode`, a few at a time: a full save of a cluster-wide
+    incident (after a failed one) is thousands of groups of many partitions each, hundreds of
+    ms of encoding that the caller hands the loop back between. Until then `members` holds
+    only those encoded so far; the engine must not change in between (the notifier's one task
+    owns it)."""
 
     header: str
     members: list[tuple[str, str, str]]
     gone: list[str]
     full: bool
+    unencoded: list[tuple[str, str, _Member]] = field(default_factory=list)
+
+    def encode(self, limit: int | None = None) -> bool:
+        """Encode up to `limit` more member rows (all: None); True while some remain."""
+        todo = self.unencoded
+        n = len(todo) if limit is None else min(limit, len(todo))
+        dumps = json.dumps
+        self.members += [(i, group, dumps(_dump_member(m))) for i, group, m in todo[:n]]
+        del todo[:n]
+        return bool(todo)
 
 
 def with_members(header: dict[str, Any], rows: Iterable[tuple[str, str, Any]]) -> dict[str, Any]:
@@ -382,14 +398,13 @@ class IncidentEngine:
 
     def save_rows(self, cluster: str, extra: Mapping[str, str]) -> StateRows:
         """The cluster's state to store now, `extra`'s keys added to the header: every member
-        the first time (and after `save_failed`), later only those changed since. The engine
-        takes it as saved: call `save_failed` if storing it fails."""
+        the first time (and after `save_failed`), later only those changed since, to encode
+        (`StateRows.encode`) before the engine changes again. The engine takes it as saved: call
+        `save_failed` if storing it fails."""
         cl = self._clusters.get(cluster, _Cluster())
         incidents = cl.incidents()
-        members = [
-            (i.id, group, json.dumps(_dump_member(i.members[group])))
-            for i in incidents
-            for group in (i.members if cl.full else i.unsaved)
+        unencoded = [
+            (i.id, group, i.members[group]) for i in incidents for group in (i.members if cl.full else i.unsaved)
         ]
         for i in incidents:
             i.unsaved = set()
@@ -401,7 +416,7 @@ class IncidentEngine:
             "recent": {g: list(v) for g, v in cl.recent.items()},
             **extra,
         }
-        rows = StateRows(json.dumps(header), members, sorted(cl.gone), cl.full)
+        rows = StateRows(json.dumps(header), [], sorted(cl.gone), cl.full, unencoded)
         cl.gone = set()
         cl.full = False
         return rows

@@ -50,6 +50,9 @@ log = logs.get(__name__)
 
 LEASE_RETRY = 5.0
 TICK = 1.0
+# Incident members JSON-encoded between two looks at the clock when the state is saved: a
+# member of 100 bad partitions takes about 75 us, so a step stays well inside a slice (SLICE_S).
+MEMBERS_PER_STEP = 8
 
 
 class VerdictSource(Protocol):
@@ -204,6 +207,9 @@ async def run_notifier(
             return
         token = uuid.uuid4().hex
         state = incidents.save_rows(cluster, {outbox.SAVED_BY: token})
+        slices = Slices(SLICE_S, turn)  # a full save of a cluster-wide incident: seconds of encoding
+        while state.encode(MEMBERS_PER_STEP):
+            await slices.turn()
         fence = stored.get(cluster, outbox.Fence(False))
         try:
             await outbox.record(engine, cluster, pend.events, state, pend.retained, prefix, fence=fence, clock=clock)

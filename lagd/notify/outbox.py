@@ -168,6 +168,8 @@ async def record(
     latest: dict[str, IncidentEvent] = {}
     for ev in events:  # one upsert per incident: a statement may touch a row only once
         latest[ev.incident_id] = ev
+    if isinstance(engine_state, StateRows):
+        engine_state.encode()  # what the caller left unencoded (the notifier encodes in slices)
     async with engine.begin() as conn:
         state = _state_value(engine_state)
         if fence is not None:
