@@ -8,8 +8,9 @@ came, a reader asked), and a new log-end sample only adds to the end of the hist
 leaves the lag of every commit the log end had already passed unchanged, and so does it for
 commits older than every kept sample (read as bounds from the oldest, as after a fresh start)
 until that sample leaves. `LagdJudge` keeps those facts per partition while the window and the
-samples they read stand, and computes per evaluation only what depends on `now`. It answers exactly as `judge_lagd` and
-`recheck_at` (tests/test_lagd_fast.py compares whole group verdicts over random histories).
+samples they read stand, and computes per evaluation only what depends on `now`. It answers
+exactly as `judge_lagd` and `recheck_at` (tests/test_lagd_fast.py compares whole group verdicts
+over random histories).
 
 The kept facts are packed, 130 bytes a partition back to back in one bytes object per group
 and topic: as a tuple of 18 numbers a lagging partition's facts took about 580 B, more than

@@ -240,15 +240,20 @@ class StateRows:
     gone: list[str]
     full: bool
     unencoded: list[tuple[str, str, _Member]] = field(default_factory=list)
+    _next: int = 0  # where in `unencoded` the next step starts (emptied once all are encoded)
 
     def encode(self, limit: int | None = None) -> bool:
         """Encode up to `limit` more member rows (all: None); True while some remain."""
-        todo = self.unencoded
-        n = len(todo) if limit is None else min(limit, len(todo))
+        todo, start = self.unencoded, self._next
+        end = len(todo) if limit is None else min(start + limit, len(todo))
         dumps = json.dumps
-        self.members += [(i, group, dumps(_dump_member(m))) for i, group, m in todo[:n]]
-        del todo[:n]
-        return bool(todo)
+        self.members += [(i, group, dumps(_dump_member(m))) for i, group, m in todo[start:end]]
+        if end == len(todo):
+            todo.clear()
+            self._next = 0
+            return False
+        self._next = end
+        return True
 
 
 def with_members(header: dict[str, Any], rows: Iterable[tuple[str, str, Any]]) -> dict[str, Any]:
