@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 
 from lagd.config import ConfigError
 from lagd.config import parse as parse_settings
+from lagd.evaluate.sight import ClusterSight
 from lagd.http import metrics
 from lagd.http.app import HttpContext
 from lagd.ingest.progress import ReaderProgress
@@ -80,6 +81,11 @@ def health_context(detail: str = "partition", **http: Any) -> HttpContext:
     ctx.health.publisher = PublisherStatus(connected=True, leader=True, pending=4, published_total=17)
     ctx.health.loop_lag = LoopLag()
     ctx.health.watch = SimpleNamespace(pass_seconds=0.125, cycle_seconds=2.5)
+    at = ctx.now_ms()
+    ctx.health.sights = {
+        "prod": ClusterSight("prod", at - 45_000, False, "offsets reader is 45 s behind", behind=True),
+        "dr": ClusterSight("dr", at - 100_000, True, "no log-end sample for 100 s"),
+    }
     now = time.monotonic()
     ctx.health.loop_lag.note(now - 120, 0.9)  # older than a minute: no longer the worst
     ctx.health.loop_lag.note(now - 1, 0.07)
@@ -165,6 +171,10 @@ async def test_lagd_health_series_exact() -> None:
     assert types["lagd_ingest_records_total"] == "counter"
     assert series(samples, "lagd_reader_caught_up") == {lab(cluster="prod"): 0}
     assert series(samples, "lagd_reader_progress_ratio") == {lab(cluster="prod"): 0.25}
+    # a reader behind holds verdicts but is not the cluster's fault; an unreachable one is
+    assert series(samples, "lagd_cluster_degraded") == {lab(cluster="dr"): 1, lab(cluster="prod"): 0}
+    behind = series(samples, "lagd_offsets_reader_behind_seconds")
+    assert behind == {lab(cluster="dr"): 0, lab(cluster="prod"): pytest.approx(45, abs=5)}  # 45 s, as of the scrape
     flat = {name: series(samples, name).get(frozenset()) for name in types}
     assert {k: flat[k] for k in (
         "lagd_store_pending_changes", "lagd_store_write_seconds", "lagd_store_healthy",

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
+from lagd.clock import wall_ms
 from lagd.config import ClusterSettings
+from lagd.evaluate.sight import judge_sight
 from lagd.ingest.admin_poll import (
     PollMemory,
     groups_gone,
@@ -53,7 +55,7 @@ from lagd.model import (
     TopicDeleted,
 )
 from lagd.sim.driver import Driver
-from lagd.sim.encode import encode_assignment, encode_subscription
+from lagd.sim.encode import encode_assignment, encode_offset_commit, encode_subscription
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec, log_end, standard
 from tests.clocks import ManualClock
 
@@ -228,6 +230,114 @@ async def test_reader_killed_and_restarted_loses_nothing_and_repeats_nothing(
     written = sorted((g, t, p, off) for (g, t, p), places in driver.orders.items() for _, off in places)
     assert sorted(seen) == written  # nothing lost
     assert fold(both) == driver.last_commits
+
+
+def test_reader_progress_is_as_current_as_its_least_current_partition() -> None:
+    """fresh_at is the oldest partition's "read through" time and moving_at the oldest
+    partition's last move: one partition that stops holds the view back, however busy the
+    rest. A record's time past when it was read (a producer's clock ahead) counts as then;
+    nothing moves backwards; a partition let go (a worker's revoked share) stops counting."""
+    progress = ReaderProgress()
+    progress.read_records({0: 5_000, 1: 90_000}, 10_000)  # partition 1's record claims the future
+    assert progress.read_through == {0: 5_000, 1: 10_000}
+    assert (progress.fresh_at_ms, progress.moving_at_ms) == (5_000, 10_000)
+    progress.read_records({0: 4_000}, 12_000)  # an older record time: read through stays
+    assert (progress.fresh_at_ms, progress.moving_at_ms) == (5_000, 10_000)
+    progress.reached_end({1: 20_000})
+    progress.reached_end({0: 15_000})
+    assert (progress.fresh_at_ms, progress.moving_at_ms) == (15_000, 15_000)
+    progress.reached_end({0: 30_000})  # partition 1 went quiet: its last answer holds both back
+    assert (progress.fresh_at_ms, progress.moving_at_ms) == (20_000, 20_000)
+    progress.forget({1})
+    assert (progress.fresh_at_ms, progress.moving_at_ms) == (30_000, 30_000)
+
+
+@dataclass
+class GatedStore:
+    """Stands in for the daemon's state: takes `open_for` batches, then holds the reader in
+    emit (a slow consumer of its events) until `gate` is set."""
+
+    open_for: int
+    events: list[Event] = field(default_factory=list)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    waiting: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, batch: list[Event]) -> None:
+        if self.open_for <= 0:
+            self.waiting.set()
+            await self.gate.wait()
+        self.open_for -= 1
+        self.events.extend(batch)
+
+
+async def test_a_reader_working_through_a_backlog_is_behind_not_cut_off(
+    kafka: str, unique: str, settle: Settle
+) -> None:
+    """A reader whose fetches come back full (the topic holds more than it has read) still says
+    how current its view is (the time of the newest records it read) and that it moves: the
+    cluster's sight is "behind", its verdicts held as of those records, not "unreachable" (which
+    pages on-call for a cluster that is fine). Only a reader that stops moving is cut off; one
+    that reaches the end again sees the cluster."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    topic = f"__consumer_offsets_{unique}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 2, 1)])
+    finally:
+        await admin.close()
+    # A backlog of commits made ten minutes ago (and their records' time with them), 15 a partition.
+    made = wall_ms() - 600_000
+    producer = AIOKafkaProducer(bootstrap_servers=kafka)
+    await producer.start()
+    try:
+        for i in range(30):  # one record per batch (Tansu quirk)
+            key, value = encode_offset_commit(f"g-{unique}", "t", i, 1, made + i)
+            await producer.send_and_wait(topic, value, key=key, partition=i % 2, timestamp_ms=made + i)
+    finally:
+        await producer.stop()
+
+    store, progress = GatedStore(open_for=2), ReaderProgress()
+    started = wall_ms()
+    settings = cluster(kafka, offsets_topic=topic, groups_deny="")
+    async with running(
+        read_offsets_topic(settings, {}, store, progress, IngestCounters(), asyncio.Event(), max_records=5)
+    ):
+        await settle(lambda: store.waiting.is_set(), what="reader held in emit after two full fetches")
+        held = wall_ms()
+        fresh, moving = progress.fresh_at_ms, progress.moving_at_ms
+        assert fresh is not None and moving is not None
+        assert made <= fresh < made + 30  # as current as the records it read, ten minutes old
+        assert started <= moving <= held  # and it was reading just now
+
+        def sight(now: int) -> tuple[int | None, bool, bool]:
+            s = judge_sight(
+                "sim",
+                now,
+                caught_up=True,
+                reader_fresh_at=progress.fresh_at_ms,
+                reader_moving_at=progress.moving_at_ms,
+                newest_commit=now,
+                newest_sample=now,
+                offset_refresh_ms=10_000,
+            )
+            return s.blind_since, s.unreachable, s.behind
+
+        assert sight(held) == (fresh, False, True)  # behind: verdicts held as of its records, no page
+        assert sight(moving + 41_000) == (fresh, True, False)  # not moving for longer than the limit: cut off
+
+        store.gate.set()
+        released = wall_ms()
+        await settle(
+            lambda: (progress.fresh_at_ms or 0) >= released,
+            what="reader read to the end: fresh as of the broker's answer",
+        )
+        assert progress.caught_up
+        now = wall_ms()
+        assert sight(now) == (None, False, False)
+    commits = [e for e in store.events if isinstance(e, Commit)]
+    assert sorted(c.partition for c in commits) == list(range(30))  # every record once
 
 
 # --- admin-polling path -----------------------------------------------------------------

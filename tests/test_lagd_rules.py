@@ -268,6 +268,29 @@ def test_sight_tells_unreachable_from_catching_up() -> None:
         offset_refresh_ms=10_000,
     )
     assert sampler.unreachable and sampler.blind_since == now - 50_000
+    behind = judge_sight(
+        C,
+        now,
+        caught_up=True,
+        reader_fresh_at=now - 45_000,
+        newest_commit=now,
+        newest_sample=now,
+        offset_refresh_ms=10_000,
+        reader_moving_at=now - 40_000,  # it read records (or stood at an end) within the limit
+    )
+    assert (behind.blind_since, behind.unreachable, behind.behind) == (now - 45_000, False, True)
+    assert behind.reason == "offsets reader is 45 s behind the offsets topic: it reads slower than commits arrive"
+    stopped = judge_sight(
+        C,
+        now,
+        caught_up=True,
+        reader_fresh_at=now - 45_000,
+        newest_commit=now,
+        newest_sample=now,
+        offset_refresh_ms=10_000,
+        reader_moving_at=now - 40_001,
+    )
+    assert (stopped.unreachable, stopped.behind) == (True, False)
     assert "log-end" in sampler.reason
 
 

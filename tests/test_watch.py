@@ -152,6 +152,43 @@ def test_an_unreachable_cluster_is_one_member_err_then_ok_and_holds_verdicts() -
     assert watch.evaluator.group(C, "g", later + 2000).status is GroupStatus.ERR  # judged now: STOP
 
 
+def test_a_reader_behind_but_reading_holds_verdicts_without_paging(caplog: pytest.LogCaptureFixture) -> None:
+    """A reader that reads but runs minutes behind the offsets topic (lagd short of CPU under a
+    flood of commits) holds the verdicts as of the records it reached, like a blind one, but the
+    cluster is not reported unreachable: no ERR member, not degraded, one warning that says it
+    is lagd's own load; and it is unreachable once it stops moving."""
+    progress = healthy_progress(T0 + 59_000)
+    watch, feed = watch_of(progress, Clock(T0))
+    feed_commits(watch, "g", range(0, 60), behind=500)
+    watch.scan(T0 + 59_000)
+    assert [c.status for c in drain(feed)] == [GroupStatus.OK]
+    later = T0 + 3_600_000
+    watch.state.apply(LogEndSample(C, T, 0, 10_000_000, later))  # records are waiting
+    # the reader has read every partition through T0 + 59 s, and read records a moment ago
+    progress.read_records({0: T0 + 59_000, 1: T0 + 59_000}, later - 1000)
+    progress.reached_end({1: later - 1000})  # partition 1 it read to the end; 0 holds the view back
+    assert (progress.fresh_at_ms, progress.moving_at_ms) == (T0 + 59_000, later - 1000)
+    watch.scan(later)
+    assert drain(feed) == []  # nobody paged
+    sight = watch.sights[C]
+    assert (sight.behind, sight.unreachable, sight.blind_since) == (True, False, T0 + 59_000)
+    assert "behind the offsets topic" in sight.reason
+    assert watch.evaluator.group(C, "g", later).status is GroupStatus.OK  # held as of its records, not STOP
+    # it stops moving (while the sampler goes on): cut off, paged once
+    watch.state.apply(LogEndSample(C, T, 0, 10_000_000, later + 60_000))
+    watch.scan(later + 60_000)
+    assert [(c.group, c.status) for c in drain(feed)] == [(cluster_member(C), GroupStatus.ERR)]
+    assert watch.sights[C].unreachable and not watch.sights[C].behind
+    # it reads again and reaches the end of both partitions: sees the cluster, judged now
+    progress.reached_end({0: later + 61_000, 1: later + 61_000})
+    watch.state.apply(LogEndSample(C, T, 0, 10_000_000, later + 61_000))  # and the sampler goes on
+    watch.scan(later + 61_000)
+    assert sorted((c.group, c.status) for c in drain(feed)) == [
+        (cluster_member(C), GroupStatus.OK),
+        ("g", GroupStatus.ERR),
+    ]
+
+
 def test_long_passes_are_spaced_so_the_watch_takes_at_most_its_duty() -> None:
     assert pause_after(2.0, 0.1) == pytest.approx(1.9)  # short pass: every 2 s
     assert pause_after(2.0, 2.5) == 0.0  # a pass longer than the period: at once

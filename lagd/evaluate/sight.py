@@ -20,12 +20,15 @@ STALE_SLACK_MS = 10_000
 @dataclass(frozen=True, slots=True)
 class ClusterSight:
     """`blind_since` is None when lagd sees the cluster; `unreachable` when it cannot read it
-    (as opposed to still catching up after a start); `reason` says why, for operators."""
+    (as opposed to still catching up after a start); `behind` when its offsets reader reads but
+    runs further behind the topic than the limit (lagd's own load, not the cluster's); `reason`
+    says why, for operators."""
 
     cluster: str
     blind_since: int | None
     unreachable: bool
     reason: str
+    behind: bool = False
 
 
 def judge_sight(
@@ -37,10 +40,14 @@ def judge_sight(
     newest_commit: int | None,
     newest_sample: int | None,
     offset_refresh_ms: int,
+    reader_moving_at: int | None = None,
 ) -> ClusterSight:
     """Blind while the reader has not caught up since start (judged as of the newest data
-    restored or read so far), while it has not stood at the end of the offsets topic for a while, or
-    while no log-end sample came for several offset-refreshes."""
+    restored or read so far), while what it has read is older than a while (`reader_fresh_at`:
+    it read every record there was before then), or while no log-end sample came for several
+    offset-refreshes. A reader still moving (`reader_moving_at`: it read records, or stood at
+    the end, of every partition that recently) is behind, not cut off: the verdicts are held
+    all the same, but the cluster is not reported unreachable."""
     if not caught_up:
         # Complete up to the newest data restored or read so far (the samples go on until a
         # stop, so after a restart that is about when the last run stopped judging).
@@ -49,6 +56,15 @@ def judge_sight(
         return ClusterSight(cluster, min(since, now_ms), False, "offsets reader still catching up")
     limit = STALE_FACTOR * offset_refresh_ms + STALE_SLACK_MS
     if reader_fresh_at is not None and now_ms - reader_fresh_at > limit:
+        if reader_moving_at is not None and now_ms - reader_moving_at <= limit:
+            return ClusterSight(
+                cluster,
+                reader_fresh_at,
+                False,
+                f"offsets reader is {(now_ms - reader_fresh_at) // 1000} s behind the offsets topic: "
+                "it reads slower than commits arrive",
+                behind=True,
+            )
         return ClusterSight(
             cluster,
             reader_fresh_at,

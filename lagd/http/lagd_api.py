@@ -591,6 +591,7 @@ async def clusters(request: web.Request) -> web.Response:
             {
                 "cluster": name,
                 "degraded": bool(getattr(sight, "unreachable", False)),
+                "reader_behind": bool(getattr(sight, "behind", False)),
                 "blind_since": getattr(sight, "blind_since", None),
                 "reason": getattr(sight, "reason", ""),
                 "reader_caught_up": bool(getattr(progress, "caught_up", False)),

@@ -242,6 +242,17 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
     )
     for cluster, sight in sorted(health.sights.items()):
         f.add(f'cluster="{_esc(cluster)}"', bool(getattr(sight, "unreachable", False)))
+    f = _Family(
+        out,
+        "lagd_offsets_reader_behind_seconds",
+        "gauge",
+        "How far the offsets reader runs behind the offsets topic while that holds verdicts back (0 otherwise): "
+        "lagd reads slower than commits arrive",
+    )
+    for cluster, sight in sorted(health.sights.items()):
+        since = getattr(sight, "blind_since", None)
+        behind = since is not None and bool(getattr(sight, "behind", False))
+        f.add(f'cluster="{_esc(cluster)}"', max(0.0, (now_ms - since) / 1000) if since is not None and behind else 0.0)
     st = health.persister
     if st is not None:
         _Family(out, "lagd_store_pending_changes", "gauge", "Changes waiting to be written to Postgres").add(

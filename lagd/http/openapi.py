@@ -704,6 +704,8 @@ def document() -> dict[str, Any]:
                                     {
                                         "cluster": STR,
                                         "degraded": {"type": "boolean"},
+                                        # the reader reads but runs behind: verdicts held, not degraded
+                                        "reader_behind": {"type": "boolean"},
                                         "blind_since": {"type": ["integer", "null"]},
                                         "reason": STR,
                                         "reader_caught_up": {"type": "boolean"},

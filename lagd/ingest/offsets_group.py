@@ -39,6 +39,7 @@ from lagd.ingest.offsets_topic import (
     _apply_batch,
     _emitter,
     _note_fresh,
+    _note_reading,
     consumer_positions,
     partition_counts,
     reread_outside,
@@ -290,7 +291,7 @@ async def _session(
                 mine = {tp: recs for tp, recs in fetched.items() if tp.partition in sh.assignment.owned}
                 short = sum(len(r) for r in fetched.values()) < max_records
                 if short and sh.assignment.owned:
-                    _note_fresh(consumer, sh.progress)
+                    _note_fresh(consumer, sh.progress, sh.assignment.owned)
                 catching_up = not sh.progress.caught_up
                 if mine:
                     await _apply_batch(
@@ -306,6 +307,8 @@ async def _session(
                         clock=clock,
                         turn=turn if short else plain_turn,  # requests first unless the topic holds more
                     )
+                    if not short:
+                        _note_reading(consumer, mine, sh.next_offsets, sh.progress, clock(), sh.assignment.owned)
                 if not sh.progress.caught_up and sh.assignment.owned and (short or loop.time() >= positions_at):
                     positions_at = loop.time() + POSITIONS_EVERY_S  # see there
                     for p, pos in (

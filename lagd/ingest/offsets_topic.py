@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any
 
 from aiokafka.structs import TopicPartition
@@ -229,6 +229,8 @@ async def _session(
                     clock=clock,
                     turn=turn if short else plain_turn,  # requests first unless the topic holds more
                 )
+                if not short:
+                    _note_reading(consumer, fetched, next_offsets, progress, clock())
             if not progress.caught_up and (short or loop.time() >= positions_at):
                 # read_committed positions also pass control records (transaction markers),
                 # which never reach us as records: take the consumer's own positions too.
@@ -240,13 +242,49 @@ async def _session(
         await close_quietly(metadata.close)
 
 
-def _note_fresh(consumer: Any, progress: ReaderProgress) -> None:
-    """After a short fetch the reader stands at the end of the topic as of the broker's last
-    fetch answers: the oldest of them is when lagd last saw every partition whole. (An empty
-    fetch alone proves nothing: aiokafka also returns one while the broker is unreachable.)"""
-    polled = [consumer.last_poll_timestamp(tp) for tp in consumer.assignment()]
-    if polled and all(p is not None for p in polled):
-        progress.mark_fresh(min(polled))
+def _note_fresh(consumer: Any, progress: ReaderProgress, owned: Collection[int] | None = None) -> None:
+    """After a short fetch the reader stands at the end of every partition as of the broker's
+    last fetch answer for it: the oldest of them is when lagd last saw the topic whole. (An
+    empty fetch alone proves nothing: aiokafka also returns one while the broker is
+    unreachable, and then a partition's last answer is old.) `owned`: the partitions this
+    reader answers for, when not all it is assigned (a worker's share, lagd.scale)."""
+    polled = {
+        tp.partition: consumer.last_poll_timestamp(tp)
+        for tp in consumer.assignment()
+        if owned is None or tp.partition in owned
+    }
+    if polled and all(at is not None for at in polled.values()):
+        progress.reached_end(polled)
+
+
+def _note_reading(
+    consumer: Any,
+    fetched: dict[Any, list[Any]],
+    next_offsets: dict[int, int],
+    progress: ReaderProgress,
+    observed: int,
+    owned: Collection[int] | None = None,
+) -> None:
+    """After a full fetch (the topic holds more than one fetch takes): the partitions read to
+    the end the broker last reported stand there as of that answer; the others were read
+    through their newest record's time. So a reader working through a backlog still tells how
+    current its view is, and that it moves: lagd is behind, not blind to the cluster.
+    (A partition whose end is a transaction marker looks behind here until a short fetch.)"""
+    newest = {tp.partition: int(records[-1].timestamp) for tp, records in fetched.items() if records}
+    if newest:
+        progress.read_records(newest, observed)
+    ends: dict[int, int] = {}
+    for tp in consumer.assignment():
+        if owned is not None and tp.partition not in owned:
+            continue
+        end = consumer.last_stable_offset(tp)
+        if end is None or end < 0:  # read_uncommitted, or a broker too old to say
+            end = consumer.highwater(tp)
+        polled = consumer.last_poll_timestamp(tp)
+        if end is not None and polled is not None and next_offsets.get(tp.partition, -1) >= end:
+            ends[tp.partition] = polled
+    if ends:
+        progress.reached_end(ends)
 
 
 async def _apply_batch(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -19,14 +20,48 @@ class ReaderProgress:
     position: dict[int, int] = field(default_factory=dict)
     measured: bool = False
     done: bool = False
-    # When the reader last stood at the end of what there was to read (ms): a fetch that
-    # came back short, or a finished admin round. Lets lagd tell when it is blind.
+    # How current what the reader has read is (ms): every record there was before it has been
+    # read (the reader stood at the end then: a fetch that came back short, a finished admin
+    # round; or, while it works through a backlog, the time of the records it reached). And
+    # when it last moved (read records, or stood at the end). Lets lagd tell blind from behind.
     fresh_at_ms: int | None = None
+    moving_at_ms: int | None = None
+    # The same per partition of the offsets topic (the topic reader), of which those are the
+    # oldest: a partition that stops moving holds the whole view back, however busy the rest.
+    read_through: dict[int, int] = field(default_factory=dict)
+    moved_at: dict[int, int] = field(default_factory=dict)
     # Where the reader gets committed offsets: "topic" or "admin" ("" until "auto" has chosen).
     source: str = ""
 
     def mark_fresh(self, now_ms: int) -> None:
-        self.fresh_at_ms = now_ms
+        """Everything there was to read at `now_ms` has been read (admin polling's round, a
+        reader with nothing assigned)."""
+        self.fresh_at_ms = self.moving_at_ms = now_ms
+
+    def reached_end(self, polled: Mapping[int, int]) -> None:
+        """Partitions the reader stands at the end of, as of the broker's answer at each time (ms)."""
+        for p, at in polled.items():
+            if at > self.read_through.get(p, at - 1):
+                self.read_through[p] = at
+            if at > self.moved_at.get(p, at - 1):
+                self.moved_at[p] = at
+        self._settle()
+
+    def read_records(self, newest: Mapping[int, int], observed_ms: int) -> None:
+        """Partitions records were read from at `observed_ms`, with the time of the newest record
+        read of each (ms; a record's time past `observed_ms` counts as `observed_ms`): every
+        record before it has been read, though the partition holds more."""
+        for p, at in newest.items():
+            at = min(at, observed_ms)
+            if at > self.read_through.get(p, at - 1):
+                self.read_through[p] = at
+            self.moved_at[p] = max(observed_ms, self.moved_at.get(p, observed_ms))
+        self._settle()
+
+    def _settle(self) -> None:
+        if self.read_through:
+            self.fresh_at_ms = min(self.read_through.values())
+            self.moving_at_ms = min(self.moved_at.values())
 
     def measure(self, begin: dict[int, int], end: dict[int, int]) -> None:
         """Record the start and end offsets of partitions seen for the first time."""
@@ -47,6 +82,9 @@ class ReaderProgress:
             self.begin.pop(p, None)
             self.end.pop(p, None)
             self.position.pop(p, None)
+            self.read_through.pop(p, None)
+            self.moved_at.pop(p, None)
+        self._settle()
 
     def reopen(self, *, measured: bool = False) -> None:
         """Catching up again: a worker was given partitions (lagd.scale). Not caught up until

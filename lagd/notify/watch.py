@@ -139,6 +139,7 @@ class VerdictWatch:
             now,
             caught_up=bool(getattr(progress, "caught_up", False)),
             reader_fresh_at=getattr(progress, "fresh_at_ms", None),
+            reader_moving_at=getattr(progress, "moving_at_ms", None),
             newest_commit=newest_commit,
             newest_sample=newest_sample,
             offset_refresh_ms=int((cluster.offset_refresh if cluster else 10.0) * 1000),
@@ -169,6 +170,17 @@ class VerdictWatch:
                 if self.changes is not None:
                     status = GroupStatus.ERR if sight.unreachable else GroupStatus.OK
                     self.changes.put_nowait(GroupChange(name, cluster_member(name), status, now, kind="cluster"))
+            if sight.behind != (before is not None and before.behind):
+                # lagd's own shortfall, not the cluster's: said in the log and /metrics, not paged
+                if sight.behind:
+                    log.warning(
+                        "lagd reads the offsets topic slower than commits arrive; verdicts that need fresh data are held",
+                        cluster=name,
+                        reason=sight.reason,
+                        hint=self._behind_hint(),
+                    )
+                elif sight.blind_since is None:
+                    log.info("lagd has caught up with the offsets topic again", cluster=name)
 
     def _blind_hint(self) -> str:
         if self.store_behind is not None and self.store_behind():
@@ -177,6 +189,14 @@ class VerdictWatch:
                 "bound): check Postgres' load and disk; lagd reads on as fast as it can write"
             )
         return "check that the brokers are reachable; lagd resumes judging once they answer"
+
+    def _behind_hint(self) -> str:
+        if self.store_behind is not None and self.store_behind():
+            return self._blind_hint()
+        return (
+            "lagd's CPU is the limit (lagd_event_loop_lag_seconds, process CPU near one core): give it a "
+            "faster core, narrow the group filters, or share the cluster between workers ([scale] workers)"
+        )
 
     def let_go(self, cluster: str, groups: list[str]) -> None:
         """Groups another worker owns now (lagd.scale): forget their statuses without a change,
