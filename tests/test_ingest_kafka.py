@@ -41,7 +41,7 @@ from lagd.ingest.log_end import (
     plan_requests,
     sample_log_ends,
 )
-from lagd.ingest.offsets_topic import consumer_positions, read_offsets_topic
+from lagd.ingest.offsets_topic import _ask_positions, _note_reading, consumer_positions, read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import (
     Commit,
@@ -243,6 +243,9 @@ def test_reader_progress_is_as_current_as_its_least_current_partition() -> None:
     assert (progress.fresh_at_ms, progress.moving_at_ms) == (5_000, 10_000)
     progress.read_records({0: 4_000}, 12_000)  # an older record time: read through stays
     assert (progress.fresh_at_ms, progress.moving_at_ms) == (5_000, 10_000)
+    progress.read_records({2: -1}, 12_000)  # a record without a time: moved, but read through nothing
+    assert progress.read_through == {0: 5_000, 1: 10_000} and progress.moved_at[2] == 12_000
+    progress.forget({2})
     progress.reached_end({1: 20_000})
     progress.reached_end({0: 15_000})
     assert (progress.fresh_at_ms, progress.moving_at_ms) == (15_000, 15_000)
@@ -250,6 +253,65 @@ def test_reader_progress_is_as_current_as_its_least_current_partition() -> None:
     assert (progress.fresh_at_ms, progress.moving_at_ms) == (20_000, 20_000)
     progress.forget({1})
     assert (progress.fresh_at_ms, progress.moving_at_ms) == (30_000, 30_000)
+
+
+@dataclass
+class _Ends:
+    """What `_note_reading` reads of an aiokafka consumer after a fetch. A stand-in: Tansu here
+    cannot write transactions (aiokafka's transactional produce answers UnknownError), so a
+    partition ending in a transaction marker cannot be made on the real broker."""
+
+    lso: dict[int, int | None]
+    hw: dict[int, int]
+    polled: dict[int, int]
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition("__consumer_offsets", p) for p in self.lso}
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        return self.lso[tp.partition]
+
+    def highwater(self, tp: TopicPartition) -> int:
+        return self.hw[tp.partition]
+
+    def last_poll_timestamp(self, tp: TopicPartition) -> int:
+        return self.polled[tp.partition]
+
+
+@dataclass
+class _Record:
+    offset: int
+    timestamp: int
+
+
+def test_a_full_fetch_tells_partitions_at_their_end_from_partitions_behind() -> None:
+    """Partition 0 was read to offset 9 and ends in a transaction marker at 10 (its last stable
+    offset is 11): at its end only once the consumer's own position (asked) passed the marker.
+    Partition 1 (a broker that gives no last stable offset) is at its high watermark; partition
+    2 has more to read, so it is read through its newest record's time."""
+    consumer = _Ends(lso={0: 11, 1: None, 2: 50}, hw={0: 11, 1: 7, 2: 50}, polled={0: 900, 1: 950, 2: 990})
+    fetched = {TopicPartition("__consumer_offsets", 2): [_Record(20, 400), _Record(21, 450)]}
+    next_offsets = {0: 10, 1: 7, 2: 22}
+    progress = ReaderProgress()
+    _note_reading(consumer, fetched, next_offsets, progress, 1000, asked={})
+    assert progress.read_through == {1: 950, 2: 450}  # partition 0 looks behind: no position past its marker
+    assert progress.moved_at == {1: 950, 2: 1000}
+    _note_reading(consumer, {}, next_offsets, progress, 1100, asked={0: 11, 1: 7})
+    assert progress.read_through == {0: 900, 1: 950, 2: 450}
+    assert (progress.fresh_at_ms, progress.moving_at_ms) == (450, 900)
+    # a worker answers only for the partitions it owns
+    mine = ReaderProgress()
+    _note_reading(consumer, {}, next_offsets, mine, 1100, asked={0: 11}, owned={0})
+    assert mine.read_through == {0: 900}
+
+
+def test_positions_are_asked_while_catching_up_or_while_fetches_come_back_full() -> None:
+    assert _ask_positions(short=True, caught_up=False, due=False)  # the end is near
+    assert _ask_positions(short=False, caught_up=False, due=True)
+    assert not _ask_positions(short=False, caught_up=False, due=False)
+    assert _ask_positions(short=False, caught_up=True, due=True)  # behind a marker, or behind
+    assert not _ask_positions(short=True, caught_up=True, due=True)  # a short fetch says it all
+    assert not _ask_positions(short=False, caught_up=True, due=False)
 
 
 @dataclass

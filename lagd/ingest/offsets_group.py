@@ -37,6 +37,7 @@ from lagd.ingest.offsets_topic import (
     POSITIONS_EVERY_S,
     Emit,
     _apply_batch,
+    _ask_positions,
     _emitter,
     _note_fresh,
     _note_reading,
@@ -280,6 +281,7 @@ async def _session(
         loop = asyncio.get_running_loop()
         refresh_at = loop.time() + cluster.topic_refresh
         positions_at = 0.0
+        asked: dict[int, int] = {}  # the consumer's own positions (offsets_topic._session)
         while not stop.is_set():
             if loop.time() >= refresh_at:
                 refresh_at = loop.time() + cluster.topic_refresh
@@ -308,13 +310,13 @@ async def _session(
                         turn=turn if short else plain_turn,  # requests first unless the topic holds more
                     )
                     if not short:
-                        _note_reading(consumer, mine, sh.next_offsets, sh.progress, clock(), sh.assignment.owned)
-                if not sh.progress.caught_up and sh.assignment.owned and (short or loop.time() >= positions_at):
+                        _note_reading(consumer, mine, sh.next_offsets, sh.progress, clock(), asked, sh.assignment.owned)
+                if sh.assignment.owned and _ask_positions(short, sh.progress.caught_up, loop.time() >= positions_at):
                     positions_at = loop.time() + POSITIONS_EVERY_S  # see there
-                    for p, pos in (
-                        await consumer_positions(consumer, topic, sh.assignment.owned, counters, warned)
-                    ).items():
-                        sh.progress.advance(p, pos)
+                    asked = await consumer_positions(consumer, topic, sh.assignment.owned, counters, warned)
+                    if not sh.progress.caught_up:
+                        for p, pos in asked.items():
+                            sh.progress.advance(p, pos)
                 if catching_up and sh.progress.caught_up and sh.applied is not None:
                     # read to the end, but maybe not applied yet: caught up once it is
                     sh.progress.reopen(measured=True)

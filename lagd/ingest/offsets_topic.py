@@ -194,6 +194,9 @@ async def _session(
         refresh_at = 0.0
         early_at = 0.0
         positions_at = 0.0
+        # The consumer's own positions, asked at most every POSITIONS_EVERY_S while fetches come
+        # back full: past a transaction marker at a partition's end, which no record shows.
+        asked: dict[int, int] = {}
         while not stop.is_set():
             if limits.stale_counts and loop.time() >= early_at:
                 # A commit named a partition beyond the known count: partitions may have been added.
@@ -230,16 +233,27 @@ async def _session(
                     turn=turn if short else plain_turn,  # requests first unless the topic holds more
                 )
                 if not short:
-                    _note_reading(consumer, fetched, next_offsets, progress, clock())
-            if not progress.caught_up and (short or loop.time() >= positions_at):
+                    _note_reading(consumer, fetched, next_offsets, progress, clock(), asked)
+            if _ask_positions(short, progress.caught_up, loop.time() >= positions_at):
                 # read_committed positions also pass control records (transaction markers),
                 # which never reach us as records: take the consumer's own positions too.
                 positions_at = loop.time() + POSITIONS_EVERY_S
-                for p, pos in (await consumer_positions(consumer, topic, known, counters, warned)).items():
-                    progress.advance(p, pos)
+                asked = await consumer_positions(consumer, topic, known, counters, warned)
+                if not progress.caught_up:
+                    for p, pos in asked.items():
+                        progress.advance(p, pos)
     finally:
         await close_quietly(consumer.stop)
         await close_quietly(metadata.close)
+
+
+def _ask_positions(short: bool, caught_up: bool, due: bool) -> bool:
+    """Ask the consumer's positions now? While catching up after a short fetch (the end is
+    near) or when due; once caught up, only when due while fetches come back full (a short one
+    shows every partition at its end anyway)."""
+    if caught_up:
+        return due and not short
+    return short or due
 
 
 def _note_fresh(consumer: Any, progress: ReaderProgress, owned: Collection[int] | None = None) -> None:
@@ -263,26 +277,29 @@ def _note_reading(
     next_offsets: dict[int, int],
     progress: ReaderProgress,
     observed: int,
+    asked: dict[int, int],
     owned: Collection[int] | None = None,
 ) -> None:
     """After a full fetch (the topic holds more than one fetch takes): the partitions read to
     the end the broker last reported stand there as of that answer; the others were read
     through their newest record's time. So a reader working through a backlog still tells how
     current its view is, and that it moves: lagd is behind, not blind to the cluster.
-    (A partition whose end is a transaction marker looks behind here until a short fetch.)"""
+    `asked`: the consumer's positions as last asked, which pass a transaction marker at a
+    partition's end (the positions of the records read stop before it)."""
     newest = {tp.partition: int(records[-1].timestamp) for tp, records in fetched.items() if records}
     if newest:
         progress.read_records(newest, observed)
     ends: dict[int, int] = {}
     for tp in consumer.assignment():
-        if owned is not None and tp.partition not in owned:
+        p = tp.partition
+        if owned is not None and p not in owned:
             continue
         end = consumer.last_stable_offset(tp)
         if end is None or end < 0:  # read_uncommitted, or a broker too old to say
             end = consumer.highwater(tp)
         polled = consumer.last_poll_timestamp(tp)
-        if end is not None and polled is not None and next_offsets.get(tp.partition, -1) >= end:
-            ends[tp.partition] = polled
+        if end is not None and polled is not None and max(next_offsets.get(p, -1), asked.get(p, -1)) >= end:
+            ends[p] = polled
     if ends:
         progress.reached_end(ends)
 

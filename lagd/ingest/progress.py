@@ -50,10 +50,11 @@ class ReaderProgress:
     def read_records(self, newest: Mapping[int, int], observed_ms: int) -> None:
         """Partitions records were read from at `observed_ms`, with the time of the newest record
         read of each (ms; a record's time past `observed_ms` counts as `observed_ms`): every
-        record before it has been read, though the partition holds more."""
+        record before it has been read, though the partition holds more. A partition moved
+        has its place in `moved_at` at once; in `read_through` once a record tells a time."""
         for p, at in newest.items():
             at = min(at, observed_ms)
-            if at > self.read_through.get(p, at - 1):
+            if at > self.read_through.get(p, 0):  # a record without a time (-1, message format 0) says nothing
                 self.read_through[p] = at
             self.moved_at[p] = max(observed_ms, self.moved_at.get(p, observed_ms))
         self._settle()
