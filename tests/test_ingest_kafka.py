@@ -21,6 +21,7 @@ from aiokafka.structs import TopicPartition
 from lagd.clock import wall_ms
 from lagd.config import ClusterSettings
 from lagd.evaluate.sight import judge_sight
+from lagd.ingest import offsets_topic
 from lagd.ingest.admin_poll import (
     PollMemory,
     groups_gone,
@@ -41,7 +42,7 @@ from lagd.ingest.log_end import (
     plan_requests,
     sample_log_ends,
 )
-from lagd.ingest.offsets_topic import _ask_positions, _note_reading, consumer_positions, read_offsets_topic
+from lagd.ingest.offsets_topic import _note_fetch, _positions_to_ask, consumer_positions, read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import (
     Commit,
@@ -262,8 +263,8 @@ class _Ends:
     partition ending in a transaction marker cannot be made on the real broker."""
 
     lso: dict[int, int | None]
-    hw: dict[int, int]
-    polled: dict[int, int]
+    hw: dict[int, int | None]
+    polled: dict[int, int | None]
 
     def assignment(self) -> set[TopicPartition]:
         return {TopicPartition("__consumer_offsets", p) for p in self.lso}
@@ -271,47 +272,63 @@ class _Ends:
     def last_stable_offset(self, tp: TopicPartition) -> int | None:
         return self.lso[tp.partition]
 
-    def highwater(self, tp: TopicPartition) -> int:
+    def highwater(self, tp: TopicPartition) -> int | None:
         return self.hw[tp.partition]
 
-    def last_poll_timestamp(self, tp: TopicPartition) -> int:
+    def last_poll_timestamp(self, tp: TopicPartition) -> int | None:
         return self.polled[tp.partition]
 
 
 @dataclass
 class _Record:
     offset: int
-    timestamp: int
+    timestamp: int | None
 
 
-def test_a_full_fetch_tells_partitions_at_their_end_from_partitions_behind() -> None:
-    """Partition 0 was read to offset 9 and ends in a transaction marker at 10 (its last stable
-    offset is 11): at its end only once the consumer's own position (asked) passed the marker.
-    Partition 1 (a broker that gives no last stable offset) is at its high watermark; partition
-    2 has more to read, so it is read through its newest record's time."""
-    consumer = _Ends(lso={0: 11, 1: None, 2: 50}, hw={0: 11, 1: 7, 2: 50}, polled={0: 900, 1: 950, 2: 990})
+def test_a_fetch_tells_partitions_at_their_end_from_partitions_behind() -> None:
+    """Per partition, whatever the fetch's size. Partition 0 was read to offset 9 and ends in a
+    transaction marker at 10 (its last stable offset is 11): at its end only once the consumer's
+    own position (asked) passed the marker. Partition 1 (a broker that gives no last stable
+    offset) is at its high watermark. Partition 2 has more to read, so it is read through its
+    newest record's time, even from a short fetch (a buffer's tail). Partition 3 has had no
+    answer yet: it counts from now, so a leader that never answers holds the view back."""
+    consumer = _Ends(
+        lso={0: 11, 1: None, 2: 50, 3: None},
+        hw={0: 11, 1: 7, 2: 50, 3: None},
+        polled={0: 900, 1: 950, 2: 990, 3: None},
+    )
     fetched = {TopicPartition("__consumer_offsets", 2): [_Record(20, 400), _Record(21, 450)]}
     next_offsets = {0: 10, 1: 7, 2: 22}
     progress = ReaderProgress()
-    _note_reading(consumer, fetched, next_offsets, progress, 1000, asked={})
-    assert progress.read_through == {1: 950, 2: 450}  # partition 0 looks behind: no position past its marker
-    assert progress.moved_at == {1: 950, 2: 1000}
-    _note_reading(consumer, {}, next_offsets, progress, 1100, asked={0: 11, 1: 7})
-    assert progress.read_through == {0: 900, 1: 950, 2: 450}
-    assert (progress.fresh_at_ms, progress.moving_at_ms) == (450, 900)
+    behind = _note_fetch(consumer, fetched, next_offsets, {}, progress, 1000)
+    assert behind == {0, 2}  # partition 0 looks behind: no position past its marker yet
+    assert progress.read_through == {0: 1000, 1: 950, 2: 450, 3: 1000}
+    assert progress.moved_at == {0: 1000, 1: 950, 2: 1000, 3: 1000}
+    assert _note_fetch(consumer, {}, next_offsets, {0: 11, 1: 7}, progress, 1100) == {2}
+    assert progress.read_through == {0: 1000, 1: 950, 2: 450, 3: 1000}  # 0's answer (900) is older than its count
+    consumer.polled[0] = 1050
+    _note_fetch(consumer, {}, next_offsets, {0: 11}, progress, 1100)
+    assert progress.read_through[0] == 1050
+    assert (progress.fresh_at_ms, progress.moving_at_ms) == (450, 950)
+    # a record without a time (message format 0: aiokafka gives None) moves the partition, no more
+    _note_fetch(
+        consumer, {TopicPartition("__consumer_offsets", 2): [_Record(22, None)]}, next_offsets, {}, progress, 1200
+    )
+    assert progress.read_through[2] == 450 and progress.moved_at[2] == 1200
     # a worker answers only for the partitions it owns
     mine = ReaderProgress()
-    _note_reading(consumer, {}, next_offsets, mine, 1100, asked={0: 11}, owned={0})
-    assert mine.read_through == {0: 900}
+    _note_fetch(consumer, fetched, next_offsets, {0: 11}, mine, 1100, owned={0})
+    assert mine.read_through == {0: 1050}
 
 
-def test_positions_are_asked_while_catching_up_or_while_fetches_come_back_full() -> None:
-    assert _ask_positions(short=True, caught_up=False, due=False)  # the end is near
-    assert _ask_positions(short=False, caught_up=False, due=True)
-    assert not _ask_positions(short=False, caught_up=False, due=False)
-    assert _ask_positions(short=False, caught_up=True, due=True)  # behind a marker, or behind
-    assert not _ask_positions(short=True, caught_up=True, due=True)  # a short fetch says it all
-    assert not _ask_positions(short=False, caught_up=True, due=False)
+def test_positions_are_asked_while_catching_up_or_for_partitions_that_look_behind() -> None:
+    known, behind = {0, 1, 2}, {2}
+    assert _positions_to_ask(caught_up=False, short=True, due=False, known=known, behind=behind) == known  # end near
+    assert _positions_to_ask(caught_up=False, short=False, due=True, known=known, behind=behind) == known
+    assert not _positions_to_ask(caught_up=False, short=False, due=False, known=known, behind=behind)
+    assert _positions_to_ask(caught_up=True, short=True, due=True, known=known, behind=behind) == behind
+    assert not _positions_to_ask(caught_up=True, short=False, due=False, known=known, behind=behind)
+    assert not _positions_to_ask(caught_up=True, short=False, due=True, known=known, behind=set())
 
 
 @dataclass
@@ -333,13 +350,14 @@ class GatedStore:
 
 
 async def test_a_reader_working_through_a_backlog_is_behind_not_cut_off(
-    kafka: str, unique: str, settle: Settle
+    kafka: str, unique: str, settle: Settle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A reader whose fetches come back full (the topic holds more than it has read) still says
-    how current its view is (the time of the newest records it read) and that it moves: the
+    """A reader with more to read still says how current its view is (the time of the newest
+    records it read on each partition, the least current of them) and that it moves: the
     cluster's sight is "behind", its verdicts held as of those records, not "unreachable" (which
-    pages on-call for a cluster that is fine). Only a reader that stops moving is cut off; one
-    that reaches the end again sees the cluster."""
+    pages on-call for a cluster that is fine). A fetch that comes back short at the tail of what
+    the broker answered (byte-limited answers, as under a flood) does not make it current. Only a
+    reader that stops moving is cut off; one that reaches the end again sees the cluster."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     topic = f"__consumer_offsets_{unique}"
@@ -349,28 +367,48 @@ async def test_a_reader_working_through_a_backlog_is_behind_not_cut_off(
         await admin.create_topics([NewTopic(topic, 2, 1)])
     finally:
         await admin.close()
-    # A backlog of commits made ten minutes ago (and their records' time with them), 15 a partition.
+    # A backlog of commits made ten minutes ago (and their records' time with them), 50 a partition.
     made = wall_ms() - 600_000
     producer = AIOKafkaProducer(bootstrap_servers=kafka)
     await producer.start()
     try:
-        for i in range(30):  # one record per batch (Tansu quirk)
+        for i in range(100):  # one record per batch (Tansu quirk)
             key, value = encode_offset_commit(f"g-{unique}", "t", i, 1, made + i)
             await producer.send_and_wait(topic, value, key=key, partition=i % 2, timestamp_ms=made + i)
     finally:
         await producer.stop()
+    # Byte-limited answers (512 B a partition asked; Tansu answers about 20 records), so fetches
+    # of up to 7 records come back short at the tail of each answer while the topic holds more.
+    sizes: list[int] = []
+    real_start = offsets_topic.start_consumer
 
-    store, progress = GatedStore(open_for=2), ReaderProgress()
+    async def byte_limited(settings: ClusterSettings, **extra: Any) -> Any:
+        consumer = await real_start(settings, max_partition_fetch_bytes=512, fetch_max_bytes=1024, **extra)
+        getmany = consumer.getmany
+
+        async def counted(*args: Any, **kw: Any) -> Any:
+            fetched = await getmany(*args, **kw)
+            sizes.append(sum(len(records) for records in fetched.values()))
+            return fetched
+
+        consumer.getmany = counted
+        return consumer
+
+    monkeypatch.setattr(offsets_topic, "start_consumer", byte_limited)
+
+    store, progress = GatedStore(open_for=6), ReaderProgress()
     started = wall_ms()
     settings = cluster(kafka, offsets_topic=topic, groups_deny="")
     async with running(
-        read_offsets_topic(settings, {}, store, progress, IngestCounters(), asyncio.Event(), max_records=5)
+        read_offsets_topic(settings, {}, store, progress, IngestCounters(), asyncio.Event(), max_records=7)
     ):
-        await settle(lambda: store.waiting.is_set(), what="reader held in emit after two full fetches")
+        await settle(lambda: store.waiting.is_set(), what="reader held in emit after six fetches")
         held = wall_ms()
+        read = [size for size in sizes if size]
+        assert len(read) == 7 and any(size < 7 for size in read[:6]), sizes  # a short fetch among them
         fresh, moving = progress.fresh_at_ms, progress.moving_at_ms
         assert fresh is not None and moving is not None
-        assert made <= fresh < made + 30  # as current as the records it read, ten minutes old
+        assert made <= fresh < made + 100  # as current as the records it read, ten minutes old
         assert started <= moving <= held  # and it was reading just now
 
         def sight(now: int) -> tuple[int | None, bool, bool]:
@@ -389,6 +427,7 @@ async def test_a_reader_working_through_a_backlog_is_behind_not_cut_off(
         assert sight(held) == (fresh, False, True)  # behind: verdicts held as of its records, no page
         assert sight(moving + 41_000) == (fresh, True, False)  # not moving for longer than the limit: cut off
 
+        store.open_for = 1_000
         store.gate.set()
         released = wall_ms()
         await settle(
@@ -399,7 +438,7 @@ async def test_a_reader_working_through_a_backlog_is_behind_not_cut_off(
         now = wall_ms()
         assert sight(now) == (None, False, False)
     commits = [e for e in store.events if isinstance(e, Commit)]
-    assert sorted(c.partition for c in commits) == list(range(30))  # every record once
+    assert sorted(c.partition for c in commits) == list(range(100))  # every record once
 
 
 # --- admin-polling path -----------------------------------------------------------------

@@ -291,6 +291,19 @@ def test_sight_tells_unreachable_from_catching_up() -> None:
         reader_moving_at=now - 40_001,
     )
     assert (stopped.unreachable, stopped.behind) == (True, False)
+    # behind, and the log-end sampler silent too: the sampler's silence is the cluster's, paged
+    blind_sampler = judge_sight(
+        C,
+        now,
+        caught_up=True,
+        reader_fresh_at=now - 45_000,
+        newest_commit=now,
+        newest_sample=now - 600_000,
+        offset_refresh_ms=10_000,
+        reader_moving_at=now - 1_000,
+    )
+    assert (blind_sampler.blind_since, blind_sampler.unreachable, blind_sampler.behind) == (now - 590_000, True, False)
+    assert blind_sampler.reason == "no log-end sample for 600 s"
     assert "log-end" in sampler.reason
 
 

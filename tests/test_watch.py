@@ -189,6 +189,39 @@ def test_a_reader_behind_but_reading_holds_verdicts_without_paging(caplog: pytes
     ]
 
 
+def test_while_the_reader_is_behind_a_group_is_judged_again_only_when_its_moment_comes() -> None:
+    """A reader behind moves the time verdicts are judged as of with every fetch. A group with no
+    new data is judged again only when that time reaches the moment a time-driven rule could
+    change it (here: STOP, a minute after its last commit) or goes back; not at every pass."""
+    progress = healthy_progress(T0 + 59_000)
+    watch, feed = watch_of(progress, Clock(T0))
+    feed_commits(watch, "g", range(0, 60), behind=500)
+    watch.scan(T0 + 59_000)
+    assert [c.status for c in drain(feed)] == [GroupStatus.OK]
+    evaluated = []
+    group = watch.evaluator.group
+
+    def counted(c: str, g: str, now: int, *, cache: bool = True) -> GroupVerdict:
+        evaluated.append(now)
+        return group(c, g, now, cache=cache)
+
+    watch.evaluator.group = counted  # type: ignore[method-assign]
+    later = T0 + 3_600_000
+    watch.state.apply(LogEndSample(C, T, 0, 10_000_000, later))  # records wait; the sampler is fresh
+    for k in range(20):  # each second a fetch reads 5 s further, through T0 + 60 s, 65 s, ... 155 s
+        progress.read_records({0: T0 + 60_000 + 5_000 * k}, later + 1000 * k)
+        watch.scan(later + 1000 * k)
+        assert watch.sights[C].behind
+    # judged when the sample came (its version), then when the as-of time passed the STOP
+    # moment (a minute after the newest commit, T0 + 59 s): 2 of 20 passes, not every one
+    assert len(evaluated) == 2, evaluated
+    assert [(c.group, c.status) for c in drain(feed)] == [("g", GroupStatus.ERR)]
+    # the as-of time goes back (a partition first read, with older records): judged again
+    progress.read_records({1: T0 + 70_000}, later + 20_000)
+    watch.scan(later + 20_000)
+    assert len(evaluated) == 3
+
+
 def test_long_passes_are_spaced_so_the_watch_takes_at_most_its_duty() -> None:
     assert pause_after(2.0, 0.1) == pytest.approx(1.9)  # short pass: every 2 s
     assert pause_after(2.0, 2.5) == 0.0  # a pass longer than the period: at once

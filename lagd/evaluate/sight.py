@@ -55,16 +55,9 @@ def judge_sight(
         since = max(known) if known else now_ms
         return ClusterSight(cluster, min(since, now_ms), False, "offsets reader still catching up")
     limit = STALE_FACTOR * offset_refresh_ms + STALE_SLACK_MS
-    if reader_fresh_at is not None and now_ms - reader_fresh_at > limit:
-        if reader_moving_at is not None and now_ms - reader_moving_at <= limit:
-            return ClusterSight(
-                cluster,
-                reader_fresh_at,
-                False,
-                f"offsets reader is {(now_ms - reader_fresh_at) // 1000} s behind the offsets topic: "
-                "it reads slower than commits arrive",
-                behind=True,
-            )
+    reader_stale = reader_fresh_at is not None and now_ms - reader_fresh_at > limit
+    moving = reader_moving_at is not None and now_ms - reader_moving_at <= limit
+    if reader_fresh_at is not None and reader_stale and not moving:
         return ClusterSight(
             cluster,
             reader_fresh_at,
@@ -72,10 +65,20 @@ def judge_sight(
             f"offsets reader has not reached the end of the offsets topic for {(now_ms - reader_fresh_at) // 1000} s",
         )
     if newest_sample is not None and now_ms - newest_sample > limit:
+        since = newest_sample + offset_refresh_ms
         return ClusterSight(
             cluster,
-            newest_sample + offset_refresh_ms,
+            min(since, reader_fresh_at) if reader_stale and reader_fresh_at is not None else since,
             True,
             f"no log-end sample for {(now_ms - newest_sample) // 1000} s",
+        )
+    if reader_stale and reader_fresh_at is not None:
+        return ClusterSight(
+            cluster,
+            reader_fresh_at,
+            False,
+            f"offsets reader is {(now_ms - reader_fresh_at) // 1000} s behind the offsets topic: "
+            "it reads slower than commits arrive",
+            behind=True,
         )
     return ClusterSight(cluster, None, False, "")

@@ -138,8 +138,9 @@ def _sparse(before: array[int] | dict[int, int] | None) -> defaultdict[int, int]
 
 
 # What an evaluation depended on: the group's version (windows and samples), when a time-driven
-# rule could next change it (ms), and since when lagd was blind to the cluster (None: it saw it).
-Stamp = tuple[int, int, int | None]
+# rule could next change it (ms), and the time it was judged as of (ms: now, or when lagd last saw
+# the cluster whole while it is blind to it).
+Stamp = tuple[int, int, int]
 # Group severity rank of a partition status, and the group status of a rank (rules.group_status).
 _WORST = (GroupStatus.OK, GroupStatus.WARN, GroupStatus.ERR)
 _RANK_OF = {status: _WORST.index(SEVERITY[status]) for status in PartitionStatus}
@@ -233,8 +234,8 @@ class Evaluator:
             self._due.pop(key, None)
             return not_found(cluster, group, now_ms)
         self._judge.begin(self._facts.get(key))
-        verdict, since, recheck, blind = self._evaluate(cluster, group, now_ms, self._since.get(key) or {})
-        self._due[key] = (version, recheck, blind)
+        verdict, since, recheck, judged_at = self._evaluate(cluster, group, now_ms, self._since.get(key) or {})
+        self._due[key] = (version, recheck, judged_at)
         self._cache.pop(key, None)
         if cache and self.cache_ttl_ms > 0:  # with the cache off nothing is kept, nor evicted again
             self._cache[key] = _Cached(version, now_ms, verdict)
@@ -272,15 +273,21 @@ class Evaluator:
 
     def changed(self, cluster: str, group: str, stamp: Stamp | None, now_ms: int) -> bool:
         """Could the group's status differ from the verdict judged under `stamp`? Only when its
-        windows or samples changed, a time-driven rule's moment came, or lagd's sight of the
-        cluster changed: the verdict scan skips the others (their status stands), so a pass over
-        many groups costs a lookup per unchanged group."""
+        windows or samples changed, or the time it would be judged as of (now, or when lagd last
+        saw the cluster whole) reached a time-driven rule's moment or went back: the verdict scan
+        skips the others (their status stands), so a pass over many groups costs a lookup per
+        unchanged group, also while a reader behind moves that time on with every fetch."""
         if stamp is None:
             return True
-        version, recheck, blind = stamp
-        if version != self.state.group_version(cluster, group) or now_ms >= recheck:
+        version, recheck, judged_at = stamp
+        if version != self.state.group_version(cluster, group):
             return True
-        return self.rules == "lagd" and blind != self.blind_since(cluster, now_ms)
+        at = now_ms
+        if self.rules == "lagd":
+            blind = self.blind_since(cluster, now_ms)
+            if blind is not None and blind < now_ms:
+                at = blind
+        return at >= recheck or at < judged_at
 
     def _evict(self, now_ms: int) -> None:
         """Drop verdicts past their TTL (oldest first) so the cache holds only live ones."""
@@ -305,7 +312,7 @@ class Evaluator:
         group: str,
         now_ms: int,
         since_before: Since,
-    ) -> tuple[GroupVerdict, Since, int, int | None]:
+    ) -> tuple[GroupVerdict, Since, int, int]:
         state = self.state
         intervals = state.intervals
         allowed = self.allowed_lag
@@ -505,4 +512,4 @@ class Evaluator:
             max_seconds,
             now_ms,
         )
-        return verdict, since, recheck, blind
+        return verdict, since, recheck, judged_at

@@ -37,10 +37,9 @@ from lagd.ingest.offsets_topic import (
     POSITIONS_EVERY_S,
     Emit,
     _apply_batch,
-    _ask_positions,
     _emitter,
-    _note_fresh,
-    _note_reading,
+    _note_fetch,
+    _positions_to_ask,
     consumer_positions,
     partition_counts,
     reread_outside,
@@ -292,8 +291,6 @@ async def _session(
             async with sh.lock:
                 mine = {tp: recs for tp, recs in fetched.items() if tp.partition in sh.assignment.owned}
                 short = sum(len(r) for r in fetched.values()) < max_records
-                if short and sh.assignment.owned:
-                    _note_fresh(consumer, sh.progress, sh.assignment.owned)
                 catching_up = not sh.progress.caught_up
                 if mine:
                     await _apply_batch(
@@ -309,14 +306,17 @@ async def _session(
                         clock=clock,
                         turn=turn if short else plain_turn,  # requests first unless the topic holds more
                     )
-                    if not short:
-                        _note_reading(consumer, mine, sh.next_offsets, sh.progress, clock(), asked, sh.assignment.owned)
-                if sh.assignment.owned and _ask_positions(short, sh.progress.caught_up, loop.time() >= positions_at):
-                    positions_at = loop.time() + POSITIONS_EVERY_S  # see there
-                    asked = await consumer_positions(consumer, topic, sh.assignment.owned, counters, warned)
-                    if not sh.progress.caught_up:
-                        for p, pos in asked.items():
-                            sh.progress.advance(p, pos)
+                owned = sh.assignment.owned
+                if owned:
+                    behind = _note_fetch(consumer, mine, sh.next_offsets, asked, sh.progress, clock(), owned)
+                    ask = _positions_to_ask(sh.progress.caught_up, short, loop.time() >= positions_at, owned, behind)
+                    if ask:
+                        positions_at = loop.time() + POSITIONS_EVERY_S  # see there
+                        positions = await consumer_positions(consumer, topic, ask, counters, warned)
+                        asked.update(positions)
+                        if not sh.progress.caught_up:
+                            for p, pos in positions.items():
+                                sh.progress.advance(p, pos)
                 if catching_up and sh.progress.caught_up and sh.applied is not None:
                     # read to the end, but maybe not applied yet: caught up once it is
                     sh.progress.reopen(measured=True)

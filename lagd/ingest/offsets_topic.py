@@ -206,6 +206,8 @@ async def _session(
             if loop.time() >= refresh_at:
                 refresh_at = loop.time() + cluster.topic_refresh
                 reread = await _discover(metadata, consumer, cluster, known, next_offsets, progress, counters, limits)
+                for p in reread:
+                    asked.pop(p, None)  # read again from its start: its last asked position is past it
                 if reread:
                     await put([OffsetsPartitionReset(cluster.name, p, len(known)) for p in sorted(reread)])
             if not known:
@@ -216,8 +218,6 @@ async def _session(
                 continue
             fetched = await consumer.getmany(timeout_ms=fetch_timeout_ms, max_records=max_records)
             short = sum(len(records) for records in fetched.values()) < max_records
-            if short:
-                _note_fresh(consumer, progress)
             if fetched:
                 await _apply_batch(
                     cluster.name,
@@ -232,76 +232,82 @@ async def _session(
                     clock=clock,
                     turn=turn if short else plain_turn,  # requests first unless the topic holds more
                 )
-                if not short:
-                    _note_reading(consumer, fetched, next_offsets, progress, clock(), asked)
-            if _ask_positions(short, progress.caught_up, loop.time() >= positions_at):
+            behind = _note_fetch(consumer, fetched, next_offsets, asked, progress, clock())
+            ask = _positions_to_ask(progress.caught_up, short, loop.time() >= positions_at, known, behind)
+            if ask:
                 # read_committed positions also pass control records (transaction markers),
                 # which never reach us as records: take the consumer's own positions too.
                 positions_at = loop.time() + POSITIONS_EVERY_S
-                asked = await consumer_positions(consumer, topic, known, counters, warned)
+                positions = await consumer_positions(consumer, topic, ask, counters, warned)
+                asked.update(positions)
                 if not progress.caught_up:
-                    for p, pos in asked.items():
+                    for p, pos in positions.items():
                         progress.advance(p, pos)
     finally:
         await close_quietly(consumer.stop)
         await close_quietly(metadata.close)
 
 
-def _ask_positions(short: bool, caught_up: bool, due: bool) -> bool:
-    """Ask the consumer's positions now? While catching up after a short fetch (the end is
-    near) or when due; once caught up, only when due while fetches come back full (a short one
-    shows every partition at its end anyway)."""
-    if caught_up:
-        return due and not short
-    return short or due
+def _positions_to_ask(
+    caught_up: bool, short: bool, due: bool, known: Collection[int], behind: Collection[int]
+) -> Collection[int]:
+    """Which partitions' consumer positions to ask now: while catching up, all of them after a
+    short fetch (the end is near) or when due; once caught up, when due, those that look behind
+    the end (past a transaction marker the records read do not show, they are at it)."""
+    if not caught_up:
+        return known if short or due else ()
+    return behind if due else ()
 
 
-def _note_fresh(consumer: Any, progress: ReaderProgress, owned: Collection[int] | None = None) -> None:
-    """After a short fetch the reader stands at the end of every partition as of the broker's
-    last fetch answer for it: the oldest of them is when lagd last saw the topic whole. (An
-    empty fetch alone proves nothing: aiokafka also returns one while the broker is
-    unreachable, and then a partition's last answer is old.) `owned`: the partitions this
-    reader answers for, when not all it is assigned (a worker's share, lagd.scale)."""
-    polled = {
-        tp.partition: consumer.last_poll_timestamp(tp)
-        for tp in consumer.assignment()
-        if owned is None or tp.partition in owned
-    }
-    if polled and all(at is not None for at in polled.values()):
-        progress.reached_end(polled)
-
-
-def _note_reading(
+def _note_fetch(
     consumer: Any,
     fetched: dict[Any, list[Any]],
     next_offsets: dict[int, int],
+    asked: dict[int, int],
     progress: ReaderProgress,
     observed: int,
-    asked: dict[int, int],
     owned: Collection[int] | None = None,
-) -> None:
-    """After a full fetch (the topic holds more than one fetch takes): the partitions read to
-    the end the broker last reported stand there as of that answer; the others were read
-    through their newest record's time. So a reader working through a backlog still tells how
-    current its view is, and that it moves: lagd is behind, not blind to the cluster.
-    `asked`: the consumer's positions as last asked, which pass a transaction marker at a
-    partition's end (the positions of the records read stop before it)."""
-    newest = {tp.partition: int(records[-1].timestamp) for tp, records in fetched.items() if records}
+) -> set[int]:
+    """After a fetch, how current the reader is, per partition: one read to the end the broker
+    last reported (its last stable offset, or high watermark) stands there as of that answer;
+    one with more to read was read through its newest record's time. So a reader working through
+    a backlog still tells how current its view is and that it moves (lagd is behind, not blind),
+    and one whose broker stopped answering does not move. Whether the fetch came back short says
+    nothing of a partition: aiokafka hands out a buffer's tail short while more waits. (An empty
+    fetch proves nothing either: aiokafka returns one while the broker is unreachable, and then
+    a partition's last answer is old.) `asked`: the consumer's positions as last asked, which
+    pass a transaction marker at a partition's end. `owned`: the partitions this reader answers
+    for, when not all it is assigned (a worker's share, lagd.scale). Returns the partitions that
+    look behind their end."""
+    newest: dict[int, int] = {}
+    for tp, records in fetched.items():
+        if records and (owned is None or tp.partition in owned):
+            at = records[-1].timestamp  # None: a record of message format 0 carries no time
+            newest[tp.partition] = at if isinstance(at, int) else -1
     if newest:
         progress.read_records(newest, observed)
     ends: dict[int, int] = {}
+    behind: set[int] = set()
+    assigned: list[int] = []
     for tp in consumer.assignment():
         p = tp.partition
         if owned is not None and p not in owned:
             continue
+        assigned.append(p)
         end = consumer.last_stable_offset(tp)
         if end is None or end < 0:  # read_uncommitted, or a broker too old to say
             end = consumer.highwater(tp)
         polled = consumer.last_poll_timestamp(tp)
-        if end is not None and polled is not None and max(next_offsets.get(p, -1), asked.get(p, -1)) >= end:
+        if end is None or polled is None:
+            continue  # no answer for it yet
+        if max(next_offsets.get(p, -1), asked.get(p, -1)) >= end:
             ends[p] = polled
+        else:
+            behind.add(p)
     if ends:
         progress.reached_end(ends)
+    progress.track(assigned, observed)
+    return behind
 
 
 async def _apply_batch(
@@ -363,11 +369,11 @@ async def consumer_positions(
             if name not in warned:
                 warned.add(name)
                 log.warning(
-                    "cannot read the consumer's position; readiness may stay 'catching up'",
+                    "cannot read the consumer's position; readiness may stay 'catching up', or the reader look behind",
                     topic=topic,
                     partition=p,
                     error=f"{name}: {exc}",
-                    hint="a partition ending in a transaction marker is then never reported caught up; "
+                    hint="a partition ending in a transaction marker is then never reported at its end; "
                     "check the aiokafka version (lagd is tested with 0.14) and report this",
                 )
     return out

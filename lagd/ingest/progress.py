@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -54,10 +54,22 @@ class ReaderProgress:
         has its place in `moved_at` at once; in `read_through` once a record tells a time."""
         for p, at in newest.items():
             at = min(at, observed_ms)
-            if at > self.read_through.get(p, 0):  # a record without a time (-1, message format 0) says nothing
+            if at > self.read_through.get(p, 0):  # a record without a time (-1) moved it, no more
                 self.read_through[p] = at
             self.moved_at[p] = max(observed_ms, self.moved_at.get(p, observed_ms))
         self._settle()
+
+    def track(self, partitions: Iterable[int], now_ms: int) -> None:
+        """Partitions the reader is assigned: one neither read nor at its end yet (no answer
+        from its leader) counts from `now_ms`, so it holds the view back once it stays silent."""
+        fresh = False
+        for p in partitions:
+            if p not in self.read_through:
+                self.read_through[p] = now_ms
+                self.moved_at.setdefault(p, now_ms)
+                fresh = True
+        if fresh:
+            self._settle()
 
     def _settle(self) -> None:
         if self.read_through:
