@@ -308,8 +308,11 @@ async def _session(
                     )
                 owned = sh.assignment.owned
                 if owned:
-                    behind = _note_fetch(consumer, mine, sh.next_offsets, asked, sh.progress, clock(), owned)
-                    ask = _positions_to_ask(sh.progress.caught_up, short, loop.time() >= positions_at, owned, behind)
+                    due = loop.time() >= positions_at
+                    behind: set[int] = set()
+                    if sh.progress.caught_up or due:  # see offsets_topic._session
+                        behind = _note_fetch(consumer, mine, sh.next_offsets, asked, sh.progress, clock(), owned)
+                    ask = _positions_to_ask(sh.progress.caught_up, short, due, owned, behind)
                     if ask:
                         positions_at = loop.time() + POSITIONS_EVERY_S  # see there
                         positions = await consumer_positions(consumer, topic, ask, counters, warned)

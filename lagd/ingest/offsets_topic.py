@@ -232,8 +232,15 @@ async def _session(
                     clock=clock,
                     turn=turn if short else plain_turn,  # requests first unless the topic holds more
                 )
-            behind = _note_fetch(consumer, fetched, next_offsets, asked, progress, clock())
-            ask = _positions_to_ask(progress.caught_up, short, loop.time() >= positions_at, known, behind)
+            due = loop.time() >= positions_at
+            # While catching up nothing reads how current the reader is (the sight says "catching
+            # up"): noted when positions are due only, not at each of thousands of fetches.
+            behind = (
+                _note_fetch(consumer, fetched, next_offsets, asked, progress, clock())
+                if progress.caught_up or due
+                else set()
+            )
+            ask = _positions_to_ask(progress.caught_up, short, due, known, behind)
             if ask:
                 # read_committed positions also pass control records (transaction markers),
                 # which never reach us as records: take the consumer's own positions too.
