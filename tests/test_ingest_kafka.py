@@ -42,7 +42,13 @@ from lagd.ingest.log_end import (
     plan_requests,
     sample_log_ends,
 )
-from lagd.ingest.offsets_topic import _note_fetch, _positions_to_ask, consumer_positions, read_offsets_topic
+from lagd.ingest.offsets_topic import (
+    _caught_up_now,
+    _note_fetch,
+    _positions_to_ask,
+    consumer_positions,
+    read_offsets_topic,
+)
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import (
     Commit,
@@ -291,7 +297,8 @@ def test_a_fetch_tells_partitions_at_their_end_from_partitions_behind() -> None:
     own position (asked) passed the marker. Partition 1 (a broker that gives no last stable
     offset) is at its high watermark. Partition 2 has more to read, so it is read through its
     newest record's time, even from a short fetch (a buffer's tail). Partition 3 has had no
-    answer yet: it counts from now, so a leader that never answers holds the view back."""
+    answer yet: it counts as moved now, so a leader that never answers stops the reader's moving
+    (how current it is stays unknown)."""
     consumer = _Ends(
         lso={0: 11, 1: None, 2: 50, 3: None},
         hw={0: 11, 1: 7, 2: 50, 3: None},
@@ -302,10 +309,10 @@ def test_a_fetch_tells_partitions_at_their_end_from_partitions_behind() -> None:
     progress = ReaderProgress()
     behind = _note_fetch(consumer, fetched, next_offsets, {}, progress, 1000)
     assert behind == {0, 2}  # partition 0 looks behind: no position past its marker yet
-    assert progress.read_through == {0: 1000, 1: 950, 2: 450, 3: 1000}
+    assert progress.read_through == {1: 950, 2: 450}
     assert progress.moved_at == {0: 1000, 1: 950, 2: 1000, 3: 1000}
     assert _note_fetch(consumer, {}, next_offsets, {0: 11, 1: 7}, progress, 1100) == {2}
-    assert progress.read_through == {0: 1000, 1: 950, 2: 450, 3: 1000}  # 0's answer (900) is older than its count
+    assert progress.read_through == {0: 900, 1: 950, 2: 450}
     consumer.polled[0] = 1050
     _note_fetch(consumer, {}, next_offsets, {0: 11}, progress, 1100)
     assert progress.read_through[0] == 1050
@@ -319,6 +326,20 @@ def test_a_fetch_tells_partitions_at_their_end_from_partitions_behind() -> None:
     mine = ReaderProgress()
     _note_fetch(consumer, fetched, next_offsets, {0: 11}, mine, 1100, owned={0})
     assert mine.read_through == {0: 1050}
+
+
+def test_a_reader_that_just_caught_up_starts_from_what_is_true_then() -> None:
+    """Catching up, the reader noted partitions now long read (their notes as old as the
+    catch-up). The moment it is caught up every partition has moved, and one whose end is a
+    transaction marker stands at its end by the position just asked: no stale note makes lagd
+    report itself cut off right after a long catch-up."""
+    consumer = _Ends(lso={0: 11, 1: 50}, hw={0: 11, 1: 50}, polled={0: 90_000, 1: 90_500})
+    progress = ReaderProgress()
+    progress.read_records({0: 1_000, 1: 2_000}, 5_000)  # noted early in a long catch-up
+    _caught_up_now(consumer, {0: 10, 1: 40}, {0: 11}, progress, 91_000)
+    assert progress.moved_at == {0: 91_000, 1: 91_000}
+    assert progress.read_through == {0: 90_000, 1: 2_000}  # 1 still has more to read: as current as its records
+    assert (progress.moving_at_ms, progress.fresh_at_ms) == (91_000, 2_000)
 
 
 def test_positions_are_asked_while_catching_up_or_for_partitions_that_look_behind() -> None:

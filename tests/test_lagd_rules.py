@@ -291,6 +291,18 @@ def test_sight_tells_unreachable_from_catching_up() -> None:
         reader_moving_at=now - 40_001,
     )
     assert (stopped.unreachable, stopped.behind) == (True, False)
+    # every partition current but one that never moved (its leader silent): cut off all the same
+    silent = judge_sight(
+        C,
+        now,
+        caught_up=True,
+        reader_fresh_at=now - 1_000,
+        newest_commit=now,
+        newest_sample=now,
+        offset_refresh_ms=10_000,
+        reader_moving_at=now - 50_000,
+    )
+    assert (silent.blind_since, silent.unreachable, silent.behind) == (now - 50_000, True, False)
     # behind, and the log-end sampler silent too: the sampler's silence is the cluster's, paged
     blind_sampler = judge_sight(
         C,

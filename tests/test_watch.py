@@ -222,6 +222,27 @@ def test_while_the_reader_is_behind_a_group_is_judged_again_only_when_its_moment
     assert len(evaluated) == 3
 
 
+def test_a_cached_verdict_is_not_served_once_lagd_judges_as_of_an_earlier_time() -> None:
+    """The response cache holds a verdict judged as of now; once lagd turns blind to the cluster
+    (verdicts judged as of when it last saw it whole), the cached one is judged again, not served."""
+    settings = Settings(
+        clusters={C: ClusterSettings(name=C, bootstrap_servers=["x:9092"], offset_refresh=10.0)},
+        evaluator=dataclasses.replace(EvaluatorSettings(), cache_ttl=5.0),
+    )
+    state, evaluator = build_core(settings)
+    for t in range(0, 60):
+        ms = T0 + t * 1000
+        if t % 10 == 0:
+            state.apply(LogEndSample(C, T, 0, 1000 * t, ms))
+        state.apply(Commit(C, "g", T, 0, 1000 * t, t + 1, ms, ms))
+    blind: list[int | None] = [None]
+    evaluator.blind_since = lambda cluster, now: blind[0]
+    first = evaluator.group(C, "g", T0 + 60_000)
+    assert evaluator.group(C, "g", T0 + 61_000) is first  # seeing: served from the cache
+    blind[0] = T0 + 30_000
+    assert evaluator.group(C, "g", T0 + 62_000) is not first  # blind as of before it was judged
+
+
 def test_long_passes_are_spaced_so_the_watch_takes_at_most_its_duty() -> None:
     assert pause_after(2.0, 0.1) == pytest.approx(1.9)  # short pass: every 2 s
     assert pause_after(2.0, 2.5) == 0.0  # a pass longer than the period: at once

@@ -47,7 +47,8 @@ def judge_sight(
     it read every record there was before then), or while no log-end sample came for several
     offset-refreshes. A reader still moving (`reader_moving_at`: it read records, or stood at
     the end, of every partition that recently) is behind, not cut off: the verdicts are held
-    all the same, but the cluster is not reported unreachable."""
+    all the same, but the cluster is not reported unreachable. One partition that stopped
+    moving cuts lagd off, however current the others are."""
     if not caught_up:
         # Complete up to the newest data restored or read so far (the samples go on until a
         # stop, so after a restart that is about when the last run stopped judging).
@@ -56,13 +57,16 @@ def judge_sight(
         return ClusterSight(cluster, min(since, now_ms), False, "offsets reader still catching up")
     limit = STALE_FACTOR * offset_refresh_ms + STALE_SLACK_MS
     reader_stale = reader_fresh_at is not None and now_ms - reader_fresh_at > limit
-    moving = reader_moving_at is not None and now_ms - reader_moving_at <= limit
-    if reader_fresh_at is not None and reader_stale and not moving:
+    # cut off: a partition stopped moving (even while the others are current), or, where the
+    # reader does not tell (admin polling), what it read is stale
+    stopped = now_ms - reader_moving_at > limit if reader_moving_at is not None else reader_stale
+    if stopped:
+        since = min(t for t in (reader_fresh_at, reader_moving_at) if t is not None)
         return ClusterSight(
             cluster,
-            reader_fresh_at,
+            since,
             True,
-            f"offsets reader has not reached the end of the offsets topic for {(now_ms - reader_fresh_at) // 1000} s",
+            f"offsets reader has not reached the end of the offsets topic for {(now_ms - since) // 1000} s",
         )
     if newest_sample is not None and now_ms - newest_sample > limit:
         since = newest_sample + offset_refresh_ms

@@ -223,7 +223,8 @@ class Evaluator:
         cached = self._cache.get(key)
         if cached is not None and cached.version == version and 0 <= now_ms - cached.at < self.cache_ttl_ms:
             due = self._due.get(key)
-            if due is None or now_ms < due[1]:  # a time-driven rule's moment ends the reuse early
+            # a time-driven rule's moment ends the reuse early, and so does lagd's sight turning blind
+            if due is None or due[2] <= self._as_of(cluster, now_ms) < due[1]:
                 return cached.verdict
         self._evict(now_ms)
         last = self.state.last_commit(cluster, group)
@@ -282,12 +283,17 @@ class Evaluator:
         version, recheck, judged_at = stamp
         if version != self.state.group_version(cluster, group):
             return True
-        at = now_ms
+        at = self._as_of(cluster, now_ms)
+        return at >= recheck or at < judged_at
+
+    def _as_of(self, cluster: str, now_ms: int) -> int:
+        """The time a group of `cluster` is judged as of now: `now_ms`, or when lagd last saw the
+        cluster whole while it is blind to it (lagd's rules)."""
         if self.rules == "lagd":
             blind = self.blind_since(cluster, now_ms)
             if blind is not None and blind < now_ms:
-                at = blind
-        return at >= recheck or at < judged_at
+                return blind
+        return now_ms
 
     def _evict(self, now_ms: int) -> None:
         """Drop verdicts past their TTL (oldest first) so the cache holds only live ones."""

@@ -37,6 +37,7 @@ from lagd.ingest.offsets_topic import (
     POSITIONS_EVERY_S,
     Emit,
     _apply_batch,
+    _caught_up_now,
     _emitter,
     _note_fetch,
     _positions_to_ask,
@@ -94,6 +95,8 @@ class _Shared:
     kip848: ConsumerGroupOwners
     assignment: Assignment
     next_offsets: dict[int, int] = field(default_factory=dict)
+    # the consumer's own positions as last asked (offsets_topic._session), of owned partitions
+    asked: dict[int, int] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # held while a fetch is handed on
     applied: Callable[[], Awaitable[None]] | None = None  # waits until what was handed on is applied
     put: Emit | None = None  # hands events on (the daemon's queue)
@@ -116,6 +119,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             sh.assignment.owned -= parts
             for p in parts:
                 sh.next_offsets.pop(p, None)
+                sh.asked.pop(p, None)
             sh.progress.forget(parts)
             if parts:
                 await sh.handover.revoked(sh.cluster.name, parts, sh.assignment.count)
@@ -280,7 +284,6 @@ async def _session(
         loop = asyncio.get_running_loop()
         refresh_at = loop.time() + cluster.topic_refresh
         positions_at = 0.0
-        asked: dict[int, int] = {}  # the consumer's own positions (offsets_topic._session)
         while not stop.is_set():
             if loop.time() >= refresh_at:
                 refresh_at = loop.time() + cluster.topic_refresh
@@ -307,11 +310,10 @@ async def _session(
                         turn=turn if short else plain_turn,  # requests first unless the topic holds more
                     )
                 owned = sh.assignment.owned
+                asked = sh.asked
                 if owned:
+                    behind = _note_fetch(consumer, mine, sh.next_offsets, asked, sh.progress, clock(), owned)
                     due = loop.time() >= positions_at
-                    behind: set[int] = set()
-                    if sh.progress.caught_up or due:  # see offsets_topic._session
-                        behind = _note_fetch(consumer, mine, sh.next_offsets, asked, sh.progress, clock(), owned)
                     ask = _positions_to_ask(sh.progress.caught_up, short, due, owned, behind)
                     if ask:
                         positions_at = loop.time() + POSITIONS_EVERY_S  # see there
@@ -325,6 +327,8 @@ async def _session(
                     sh.progress.reopen(measured=True)
                     await sh.applied()
                     sh.progress.mark_caught_up()
+                if catching_up and sh.progress.caught_up:
+                    _caught_up_now(consumer, sh.next_offsets, sh.asked, sh.progress, clock(), sh.assignment.owned)
             if not sh.assignment.owned:
                 sh.progress.mark_fresh(clock())  # nothing assigned: nothing missed
     finally:

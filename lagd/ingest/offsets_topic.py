@@ -232,15 +232,9 @@ async def _session(
                     clock=clock,
                     turn=turn if short else plain_turn,  # requests first unless the topic holds more
                 )
-            due = loop.time() >= positions_at
-            # While catching up nothing reads how current the reader is (the sight says "catching
-            # up"): noted when positions are due only, not at each of thousands of fetches.
-            behind = (
-                _note_fetch(consumer, fetched, next_offsets, asked, progress, clock())
-                if progress.caught_up or due
-                else set()
-            )
-            ask = _positions_to_ask(progress.caught_up, short, due, known, behind)
+            catching_up = not progress.caught_up
+            behind = _note_fetch(consumer, fetched, next_offsets, asked, progress, clock())
+            ask = _positions_to_ask(progress.caught_up, short, loop.time() >= positions_at, known, behind)
             if ask:
                 # read_committed positions also pass control records (transaction markers),
                 # which never reach us as records: take the consumer's own positions too.
@@ -250,6 +244,8 @@ async def _session(
                 if not progress.caught_up:
                     for p, pos in positions.items():
                         progress.advance(p, pos)
+            if catching_up and progress.caught_up:
+                _caught_up_now(consumer, next_offsets, asked, progress, clock())
     finally:
         await close_quietly(consumer.stop)
         await close_quietly(metadata.close)
@@ -264,6 +260,21 @@ def _positions_to_ask(
     if not caught_up:
         return known if short or due else ()
     return behind if due else ()
+
+
+def _caught_up_now(
+    consumer: Any,
+    next_offsets: dict[int, int],
+    asked: dict[int, int],
+    progress: ReaderProgress,
+    observed: int,
+    owned: Collection[int] | None = None,
+) -> None:
+    """The reader just caught up: every partition has moved (read to where it ended at start),
+    and those at their end by the positions just asked stand there now, so the sight starts
+    from what is true at this moment, not from the catch-up's older notes."""
+    progress.moved_all(observed)
+    _note_fetch(consumer, {}, next_offsets, asked, progress, observed, owned)
 
 
 def _note_fetch(

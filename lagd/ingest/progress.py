@@ -60,20 +60,28 @@ class ReaderProgress:
         self._settle()
 
     def track(self, partitions: Iterable[int], now_ms: int) -> None:
-        """Partitions the reader is assigned: one neither read nor at its end yet (no answer
-        from its leader) counts from `now_ms`, so it holds the view back once it stays silent."""
-        fresh = False
+        """Partitions the reader is assigned: one that has not moved yet (no answer from its
+        leader, no record) counts as moved at `now_ms`, so it stops the reader's moving once it
+        stays silent. How current it is stays unknown until it answers."""
+        new = False
         for p in partitions:
-            if p not in self.read_through:
-                self.read_through[p] = now_ms
-                self.moved_at.setdefault(p, now_ms)
-                fresh = True
-        if fresh:
+            if p not in self.moved_at:
+                self.moved_at[p] = now_ms
+                new = True
+        if new:
             self._settle()
+
+    def moved_all(self, now_ms: int) -> None:
+        """The reader has just read every partition to where it ended at start (caught up): each
+        moved now, whatever it did last."""
+        for p in self.moved_at:
+            self.moved_at[p] = max(now_ms, self.moved_at[p])
+        self._settle()
 
     def _settle(self) -> None:
         if self.read_through:
             self.fresh_at_ms = min(self.read_through.values())
+        if self.moved_at:
             self.moving_at_ms = min(self.moved_at.values())
 
     def measure(self, begin: dict[int, int], end: dict[int, int]) -> None:
