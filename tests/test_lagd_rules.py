@@ -11,12 +11,13 @@ import random
 import statistics
 from array import array
 from collections.abc import Callable
+from typing import Any
 
 from lagd.config import EvaluatorSettings, Settings
 from lagd.core import build_core
 from lagd.evaluate import Evaluator
 from lagd.evaluate.lagd_rules import fit_trend, lag_seconds_at, lag_trend, rewound
-from lagd.evaluate.sight import judge_sight
+from lagd.evaluate.sight import ClusterSight, judge_sight
 from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.state.windows import COARSE_MAX, FIELDS, OFFSET, LogEnd, State
 
@@ -228,15 +229,13 @@ def test_blind_cluster_holds_time_driven_verdicts() -> None:
 
 def test_sight_tells_unreachable_from_catching_up() -> None:
     now = T0 + 600_000
-    seen = judge_sight(
-        C,
-        now,
-        caught_up=True,
-        reader_fresh_at=now - 1000,
-        newest_commit=now,
-        newest_sample=now,
-        offset_refresh_ms=10_000,
-    )
+
+    def seen_as(**inputs: Any) -> ClusterSight:
+        """The sight of a caught-up reader at `now`, fresh data unless `inputs` say otherwise."""
+        given = {"newest_commit": now, "newest_sample": now, "offset_refresh_ms": 10_000, **inputs}
+        return judge_sight(C, now, caught_up=True, **given)
+
+    seen = seen_as(reader_fresh_at=now - 1000)
     assert seen.blind_since is None and not seen.unreachable
     catching = judge_sight(
         C,
@@ -248,72 +247,20 @@ def test_sight_tells_unreachable_from_catching_up() -> None:
         offset_refresh_ms=10_000,
     )
     assert (catching.blind_since, catching.unreachable) == (now, False)  # the newest sample is the newest data
-    reader = judge_sight(
-        C,
-        now,
-        caught_up=True,
-        reader_fresh_at=now - 45_000,
-        newest_commit=now,
-        newest_sample=now,
-        offset_refresh_ms=10_000,
-    )
+    reader = seen_as(reader_fresh_at=now - 45_000)
     assert (reader.blind_since, reader.unreachable) == (now - 45_000, True)
-    sampler = judge_sight(
-        C,
-        now,
-        caught_up=True,
-        reader_fresh_at=now,
-        newest_commit=now,
-        newest_sample=now - 60_000,
-        offset_refresh_ms=10_000,
-    )
+    sampler = seen_as(reader_fresh_at=now, newest_sample=now - 60_000)
     assert sampler.unreachable and sampler.blind_since == now - 50_000
-    behind = judge_sight(
-        C,
-        now,
-        caught_up=True,
-        reader_fresh_at=now - 45_000,
-        newest_commit=now,
-        newest_sample=now,
-        offset_refresh_ms=10_000,
-        reader_moving_at=now - 40_000,  # it read records (or stood at an end) within the limit
-    )
+    behind = seen_as(reader_fresh_at=now - 45_000, reader_moving_at=now - 40_000)
     assert (behind.blind_since, behind.unreachable, behind.behind) == (now - 45_000, False, True)
     assert behind.reason == "offsets reader is 45 s behind the offsets topic: it reads slower than commits arrive"
-    stopped = judge_sight(
-        C,
-        now,
-        caught_up=True,
-        reader_fresh_at=now - 45_000,
-        newest_commit=now,
-        newest_sample=now,
-        offset_refresh_ms=10_000,
-        reader_moving_at=now - 40_001,
-    )
+    stopped = seen_as(reader_fresh_at=now - 45_000, reader_moving_at=now - 40_001)
     assert (stopped.unreachable, stopped.behind) == (True, False)
     # every partition current but one that never moved (its leader silent): cut off all the same
-    silent = judge_sight(
-        C,
-        now,
-        caught_up=True,
-        reader_fresh_at=now - 1_000,
-        newest_commit=now,
-        newest_sample=now,
-        offset_refresh_ms=10_000,
-        reader_moving_at=now - 50_000,
-    )
+    silent = seen_as(reader_fresh_at=now - 1_000, reader_moving_at=now - 50_000)
     assert (silent.blind_since, silent.unreachable, silent.behind) == (now - 50_000, True, False)
     # behind, and the log-end sampler silent too: the sampler's silence is the cluster's, paged
-    blind_sampler = judge_sight(
-        C,
-        now,
-        caught_up=True,
-        reader_fresh_at=now - 45_000,
-        newest_commit=now,
-        newest_sample=now - 600_000,
-        offset_refresh_ms=10_000,
-        reader_moving_at=now - 1_000,
-    )
+    blind_sampler = seen_as(reader_fresh_at=now - 45_000, newest_sample=now - 600_000, reader_moving_at=now - 1_000)
     assert (blind_sampler.blind_since, blind_sampler.unreachable, blind_sampler.behind) == (now - 590_000, True, False)
     assert blind_sampler.reason == "no log-end sample for 600 s"
     assert "log-end" in sampler.reason
