@@ -343,8 +343,7 @@ class Evaluator:
         judge = self._judge.judge if self.fast else partial(_judge_reference, params)
         judge_topic = self._judge.topic
         status_of = _STATUS_OF
-        blind = self.blind_since(cluster, now_ms) if lagd else None
-        judged_at = now_ms if blind is None else min(now_ms, blind)
+        judged_at = self._as_of(cluster, now_ms)
         recheck = NEVER
         # The group summary (rules.group_status) is folded into the same pass.
         worst = 0

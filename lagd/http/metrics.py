@@ -251,8 +251,8 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
     )
     for cluster, sight in sorted(health.sights.items()):
         since = getattr(sight, "blind_since", None)
-        behind = since is not None and bool(getattr(sight, "behind", False))
-        f.add(f'cluster="{_esc(cluster)}"', max(0.0, (now_ms - since) / 1000) if since is not None and behind else 0.0)
+        behind = max(0.0, (now_ms - since) / 1000) if since is not None and getattr(sight, "behind", False) else 0.0
+        f.add(f'cluster="{_esc(cluster)}"', behind)
     st = health.persister
     if st is not None:
         _Family(out, "lagd_store_pending_changes", "gauge", "Changes waiting to be written to Postgres").add(

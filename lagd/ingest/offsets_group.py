@@ -39,9 +39,7 @@ from lagd.ingest.offsets_topic import (
     _apply_batch,
     _caught_up_now,
     _emitter,
-    _note_fetch,
-    _positions_to_ask,
-    consumer_positions,
+    _Reading,
     partition_counts,
     reread_outside,
 )
@@ -284,6 +282,7 @@ async def _session(
         loop = asyncio.get_running_loop()
         refresh_at = loop.time() + cluster.topic_refresh
         positions_at = 0.0
+        reading = _Reading(consumer, topic, sh.next_offsets, sh.asked, sh.progress, counters, warned)
         while not stop.is_set():
             if loop.time() >= refresh_at:
                 refresh_at = loop.time() + cluster.topic_refresh
@@ -310,18 +309,8 @@ async def _session(
                         turn=turn if short else plain_turn,  # requests first unless the topic holds more
                     )
                 owned = sh.assignment.owned
-                asked = sh.asked
-                if owned:
-                    behind = _note_fetch(consumer, mine, sh.next_offsets, asked, sh.progress, clock(), owned)
-                    due = loop.time() >= positions_at
-                    ask = _positions_to_ask(sh.progress.caught_up, short, due, owned, behind)
-                    if ask:
-                        positions_at = loop.time() + POSITIONS_EVERY_S  # see there
-                        positions = await consumer_positions(consumer, topic, ask, counters, warned)
-                        asked.update(positions)
-                        if not sh.progress.caught_up:
-                            for p, pos in positions.items():
-                                sh.progress.advance(p, pos)
+                if owned and await reading.note(mine, short, loop.time() >= positions_at, owned, clock(), owned):
+                    positions_at = loop.time() + POSITIONS_EVERY_S  # see offsets_topic._session
                 if catching_up and sh.progress.caught_up and sh.applied is not None:
                     # read to the end, but maybe not applied yet: caught up once it is
                     sh.progress.reopen(measured=True)

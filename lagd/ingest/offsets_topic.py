@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.structs import TopicPartition
@@ -194,9 +195,10 @@ async def _session(
         refresh_at = 0.0
         early_at = 0.0
         positions_at = 0.0
-        # The consumer's own positions, asked at most every POSITIONS_EVERY_S while fetches come
-        # back full: past a transaction marker at a partition's end, which no record shows.
+        # The consumer's own positions, asked at most every POSITIONS_EVERY_S (_positions_to_ask):
+        # past a transaction marker at a partition's end, which no record shows.
         asked: dict[int, int] = {}
+        reading = _Reading(consumer, topic, next_offsets, asked, progress, counters, warned)
         while not stop.is_set():
             if limits.stale_counts and loop.time() >= early_at:
                 # A commit named a partition beyond the known count: partitions may have been added.
@@ -233,22 +235,53 @@ async def _session(
                     turn=turn if short else plain_turn,  # requests first unless the topic holds more
                 )
             catching_up = not progress.caught_up
-            behind = _note_fetch(consumer, fetched, next_offsets, asked, progress, clock())
-            ask = _positions_to_ask(progress.caught_up, short, loop.time() >= positions_at, known, behind)
-            if ask:
-                # read_committed positions also pass control records (transaction markers),
-                # which never reach us as records: take the consumer's own positions too.
+            due = loop.time() >= positions_at
+            if await reading.note(fetched, short, due, known, clock()):
                 positions_at = loop.time() + POSITIONS_EVERY_S
-                positions = await consumer_positions(consumer, topic, ask, counters, warned)
-                asked.update(positions)
-                if not progress.caught_up:
-                    for p, pos in positions.items():
-                        progress.advance(p, pos)
             if catching_up and progress.caught_up:
                 _caught_up_now(consumer, next_offsets, asked, progress, clock())
     finally:
         await close_quietly(consumer.stop)
         await close_quietly(metadata.close)
+
+
+@dataclass
+class _Reading:
+    """What a reader's session notes after each fetch: how current it is, and, where that needs
+    them, the consumer's own positions (read_committed positions pass control records:
+    transaction markers, which never reach us as records)."""
+
+    consumer: Any
+    topic: str
+    next_offsets: dict[int, int]
+    asked: dict[int, int]  # the consumer's positions as last asked
+    progress: ReaderProgress
+    counters: IngestCounters
+    warned: set[str]
+
+    async def note(
+        self,
+        fetched: dict[Any, list[Any]],
+        short: bool,
+        due: bool,
+        partitions: Collection[int],
+        observed: int,
+        owned: Collection[int] | None = None,
+    ) -> bool:
+        """Note a fetch (`_note_fetch`) and ask the positions `_positions_to_ask` names (of
+        `partitions`): while catching up they also move the reader's progress on. Returns
+        whether positions were asked (the caller's POSITIONS_EVERY_S starts again)."""
+        progress = self.progress
+        behind = _note_fetch(self.consumer, fetched, self.next_offsets, self.asked, progress, observed, owned)
+        ask = _positions_to_ask(progress.caught_up, short, due, partitions, behind)
+        if not ask:
+            return False
+        positions = await consumer_positions(self.consumer, self.topic, ask, self.counters, self.warned)
+        self.asked.update(positions)
+        if not progress.caught_up:
+            for p, pos in positions.items():
+                progress.advance(p, pos)
+        return True
 
 
 def _positions_to_ask(

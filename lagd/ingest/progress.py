@@ -41,10 +41,8 @@ class ReaderProgress:
     def reached_end(self, polled: Mapping[int, int]) -> None:
         """Partitions the reader stands at the end of, as of the broker's answer at each time (ms)."""
         for p, at in polled.items():
-            if at > self.read_through.get(p, at - 1):
-                self.read_through[p] = at
-            if at > self.moved_at.get(p, at - 1):
-                self.moved_at[p] = at
+            self.read_through[p] = max(at, self.read_through.get(p, at))
+            self.moved_at[p] = max(at, self.moved_at.get(p, at))
         self._settle()
 
     def read_records(self, newest: Mapping[int, int], observed_ms: int) -> None:
