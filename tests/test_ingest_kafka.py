@@ -65,6 +65,7 @@ from lagd.sim.driver import Driver
 from lagd.sim.encode import encode_assignment, encode_offset_commit, encode_subscription
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec, log_end, standard
 from tests.clocks import ManualClock
+from tests.topics import create_topic
 
 GPKey = tuple[str, str, int]
 Settle = Callable[..., Awaitable[Any]]
@@ -379,15 +380,8 @@ async def test_a_reader_working_through_a_backlog_is_behind_not_cut_off(
     pages on-call for a cluster that is fine). A fetch that comes back short at the tail of what
     the broker answered (byte-limited answers, as under a flood) does not make it current. Only a
     reader that stops moving is cut off; one that reaches the end again sees the cluster."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
     topic = f"__consumer_offsets_{unique}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        await admin.close()
+    await create_topic(kafka, topic, 2)
     # A backlog of commits made ten minutes ago (and their records' time with them), 50 a partition.
     made = wall_ms() - 600_000
     producer = AIOKafkaProducer(bootstrap_servers=kafka)
@@ -793,15 +787,8 @@ async def test_admin_polling_deletes_offsets_of_a_deleted_topic(kafka: str, uniq
 
 
 async def test_consumer_positions_reads_public_positions_and_warns_once(kafka: str, unique: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
     topic = f"pos-{unique}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 3, 1)])
-    finally:
-        await admin.close()
+    await create_topic(kafka, topic, 3)
     # auto_offset_reset="none": a partition assigned without a seek keeps an unknown position.
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka, enable_auto_commit=False, auto_offset_reset="none")
     await consumer.start()

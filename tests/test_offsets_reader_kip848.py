@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from lagd.ingest.codec import (
     ConsumerGroupCurrentMemberAssignment,
@@ -30,6 +29,7 @@ from lagd.model import GroupDeleted, GroupMembers, IngestCounters, PartitionOwne
 from lagd.sim.encode import encode_offset_commit
 from tests.conftest import DATA
 from tests.test_ingest_kafka import Store, cluster, running
+from tests.topics import create_topic
 
 Settle = Callable[..., Awaitable[Any]]
 VECTORS = {v["name"]: v for v in json.loads((DATA / "consumer_offsets_vectors.json").read_text())["vectors"]}
@@ -37,12 +37,7 @@ VECTORS = {v["name"]: v for v in json.loads((DATA / "consumer_offsets_vectors.js
 
 async def test_reader_folds_kip848_member_records_into_owners(kafka: str, unique: str, settle: Settle) -> None:
     topic = f"__consumer_offsets_k848_{unique}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        await admin.close()
+    await create_topic(kafka, topic, 1)
     topic_id = bytes(15) + b"\x01"  # the id that vector type 4 names "topic"
     records = [
         (
@@ -284,12 +279,7 @@ async def test_restarted_reader_keeps_the_owners_of_members_it_has_not_reread(
     assignment change, restart from the stored position and owners: the group's owners are
     the stored ones with only that member's partitions changed."""
     topic = f"__consumer_offsets_k848r_{unique}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        await admin.close()
+    await create_topic(kafka, topic, 1)
     group = f"k848-{unique}"
     await _write(
         kafka,

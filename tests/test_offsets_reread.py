@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from structlog.testing import capture_logs
 
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
@@ -23,6 +22,7 @@ from lagd.model import Commit, GroupMembers, IngestCounters, OffsetsPartitionRes
 from lagd.sim.encode import encode_offset_commit
 from lagd.state.windows import State, offsets_partition
 from tests.test_ingest_kafka import Store, cluster, running
+from tests.topics import create_topic
 
 Settle = Callable[..., Awaitable[Any]]
 
@@ -36,12 +36,7 @@ def test_positions_outside_the_log_are_found() -> None:
 async def recreated_offsets_topic(kafka: str, unique: str) -> str:
     """An offsets topic of 2 partitions, 3 commits (offsets 100-102) in partition 0, 1 empty."""
     topic = f"__consumer_offsets_{unique}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        await admin.close()
+    await create_topic(kafka, topic, 2)
     now = time.time_ns() // 1_000_000
     producer = AIOKafkaProducer(bootstrap_servers=kafka)
     await producer.start()

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from structlog.testing import capture_logs
 
 from bench import bench_quality as quality
 from lagd.config import ClusterSettings, EvaluatorSettings, Settings
@@ -129,12 +130,19 @@ def test_a_removed_group_is_offered_as_notfound() -> None:
     assert [(c.group, c.status) for c in drain(feed)] == [("g", GroupStatus.NOTFOUND)]
 
 
-def test_an_unreachable_cluster_is_one_member_err_then_ok_and_holds_verdicts() -> None:
+def judged_ok_lagging() -> tuple[ReaderProgress, VerdictWatch, VerdictFeed]:
+    """A watch that has judged group "g" OK: a minute of commits 500 records behind, the reader
+    at the end at T0 + 59 s."""
     progress = healthy_progress(T0 + 59_000)
     watch, feed = watch_of(progress, Clock(T0))
     feed_commits(watch, "g", range(0, 60), behind=500)
     watch.scan(T0 + 59_000)
     assert [c.status for c in drain(feed)] == [GroupStatus.OK]
+    return progress, watch, feed
+
+
+def test_an_unreachable_cluster_is_one_member_err_then_ok_and_holds_verdicts() -> None:
+    progress, watch, feed = judged_ok_lagging()
     # the reader and the sampler go silent: an hour later lagd is blind, not the consumer stopped
     later = T0 + 3_600_000
     watch.state.apply(LogEndSample(C, T, 0, 10_000_000, later))  # one late sample: records are waiting
@@ -152,24 +160,27 @@ def test_an_unreachable_cluster_is_one_member_err_then_ok_and_holds_verdicts() -
     assert watch.evaluator.group(C, "g", later + 2000).status is GroupStatus.ERR  # judged now: STOP
 
 
-def test_a_reader_behind_but_reading_holds_verdicts_without_paging(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_reader_behind_but_reading_holds_verdicts_without_paging() -> None:
     """A reader that reads but runs minutes behind the offsets topic (lagd short of CPU under a
     flood of commits) holds the verdicts as of the records it reached, like a blind one, but the
     cluster is not reported unreachable: no ERR member, not degraded, one warning that says it
     is lagd's own load; and it is unreachable once it stops moving."""
-    progress = healthy_progress(T0 + 59_000)
-    watch, feed = watch_of(progress, Clock(T0))
-    feed_commits(watch, "g", range(0, 60), behind=500)
-    watch.scan(T0 + 59_000)
-    assert [c.status for c in drain(feed)] == [GroupStatus.OK]
+    progress, watch, feed = judged_ok_lagging()
     later = T0 + 3_600_000
     watch.state.apply(LogEndSample(C, T, 0, 10_000_000, later))  # records are waiting
     # the reader has read every partition through T0 + 59 s, and read records a moment ago
     progress.read_records({0: T0 + 59_000, 1: T0 + 59_000}, later - 1000)
     progress.reached_end({1: later - 1000})  # partition 1 it read to the end; 0 holds the view back
     assert (progress.fresh_at_ms, progress.moving_at_ms) == (T0 + 59_000, later - 1000)
-    watch.scan(later)
+    with capture_logs() as logged:
+        watch.scan(later)
+        watch.scan(later + 1000)
     assert drain(feed) == []  # nobody paged
+    warned = [e for e in logged if e["log_level"] == "warning"]
+    assert [e["event"] for e in warned] == [
+        "lagd reads the offsets topic slower than commits arrive; verdicts that need fresh data are held"
+    ]  # once, and it names lagd's CPU, not the brokers
+    assert "CPU" in warned[0]["hint"] and "brokers" not in warned[0]["hint"]
     sight = watch.sights[C]
     assert (sight.behind, sight.unreachable, sight.blind_since) == (True, False, T0 + 59_000)
     assert "behind the offsets topic" in sight.reason
@@ -193,11 +204,7 @@ def test_while_the_reader_is_behind_a_group_is_judged_again_only_when_its_moment
     """A reader behind moves the time verdicts are judged as of with every fetch. A group with no
     new data is judged again only when that time reaches the moment a time-driven rule could
     change it (here: STOP, a minute after its last commit) or goes back; not at every pass."""
-    progress = healthy_progress(T0 + 59_000)
-    watch, feed = watch_of(progress, Clock(T0))
-    feed_commits(watch, "g", range(0, 60), behind=500)
-    watch.scan(T0 + 59_000)
-    assert [c.status for c in drain(feed)] == [GroupStatus.OK]
+    progress, watch, feed = judged_ok_lagging()
     evaluated = []
     group = watch.evaluator.group
 
@@ -456,8 +463,6 @@ def test_groups_let_go_to_another_worker_are_never_reported_notfound() -> None:
 
 def test_blind_hint_names_postgres_when_ingest_waits_for_the_store() -> None:
     """A reader held up by backpressure (Postgres slower than ingest) is not a broker problem."""
-    from structlog.testing import capture_logs
-
     hints = []
     for waiting in (False, True):
         progress = healthy_progress(T0)
