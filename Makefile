@@ -3,7 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-HASH := $(shell sha1sum pyproject.toml | cut -c1-12)
+# The install is redone when what it builds changes: the dependencies, or the compiled trend fit.
+HASH := $(shell cat pyproject.toml hatch_build.py lagd/evaluate/_trend.c | sha1sum | cut -c1-12)
 # What the demo needs (lagd, its dependencies, the embedded services) and, for tests, the developer tools too.
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 DEV_STAMP := $(VENV)/.installed-dev-$(HASH)
@@ -35,8 +36,8 @@ system-deps:
 	@bash scripts/system-deps.sh
 
 lint: venv
-	$(VENV)/bin/ruff check lagd tests bench
-	$(VENV)/bin/ruff format --check lagd tests bench
+	$(VENV)/bin/ruff check lagd tests bench hatch_build.py
+	$(VENV)/bin/ruff format --check lagd tests bench hatch_build.py
 
 typecheck: venv
 	$(VENV)/bin/mypy

@@ -28,7 +28,7 @@ from lagd.backoff import Backoff, describe_error
 from lagd.clock import Clock, wall_ms
 from lagd.config import ConfigError, Settings, load
 from lagd.core import build_core
-from lagd.evaluate import Evaluator
+from lagd.evaluate import Evaluator, native
 from lagd.evaluate.snapshot import Snapshots
 from lagd.http.app import Health, HttpContext, bound_port, start_http
 from lagd.ingest.log_end import sample_log_ends
@@ -457,7 +457,9 @@ async def run(
 
 async def _run(rt: Runtime, migrate: bool) -> None:
     settings = rt.settings
-    log.info("lagd starting", clusters=list(settings.clusters), listen=settings.http.listen)
+    log.info(
+        "lagd starting", clusters=list(settings.clusters), listen=settings.http.listen, trend_fit=native.describe()
+    )
     store = Store.from_url(settings.storage.database_url)
     clock = rt.clock
     wb = WriteBehind.from_settings(store, rt.state, rt.persist_wake, settings.storage, clock=clock, turn=rt.turns.turn)

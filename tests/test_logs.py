@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lagd import embedded
+from lagd.evaluate import native
 from tests.netcut import Cuttable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -296,3 +297,5 @@ async def test_daemon_at_debug_logs_only_json_through_outages_and_bad_requests(
     )
     assert any(e["event"] == "restoring state from Postgres failed; retrying" for e in events)
     assert {"lagd starting", "lagd running", "lagd stopped"} <= {e["event"] for e in events}
+    (starting,) = [e for e in events if e["event"] == "lagd starting"]
+    assert starting["trend_fit"] == native.describe()  # which trend fit judges, compiled or Python

@@ -57,10 +57,12 @@ from lagd.evaluate.lagd_rules import (
     stop_limit,
 )
 from lagd.evaluate.lagtime import reached_in
+from lagd.evaluate.native import compiled_fit
 from lagd.evaluate.rules import J_CAUGHT_UP, J_REWIND, Judgement
 from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAST, OFFSET, ORDER, TS, LogEnd
 
+_compiled_fit = compiled_fit()  # or None: not built, or LAGD_NO_EXTENSIONS set
 WARN = PartitionStatus.WARN
 STOP = PartitionStatus.STOP
 STALL = PartitionStatus.STALL
@@ -414,7 +416,35 @@ def _fit(arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool
 
     The trend's slope, rise and noise are left out (NaN) when its z and newest lag alone decide
     `_judge_trend` (`_needs_slope`): most partitions of a healthy estate keep up, and the slope
-    is most of a fit's cost. A later judgement that needs them fits again."""
+    is most of a fit's cost. A later judgement that needs them fits again.
+
+    Fitted by the compiled `_trend.fit` (native.py) where it is built (the same operations, so the same
+    answer: tests/test_trend_c.py), else, or where it cannot answer exactly, by `fit_python`."""
+    if _compiled_fit is not None:
+        fitted = _compiled_fit(
+            arr,
+            FIELDS,
+            OFFSET,
+            TS,
+            le.offsets,
+            le.ts,
+            le.run_start,
+            bool(le.coarse_ts),
+            used,
+            p.tie_s,
+            p.min_points,
+            p.z_enter,
+            p.z_leave,
+            p.allowed_lag_seconds,
+            was_behind,
+        )
+        if fitted is not None:
+            return fitted
+    return fit_python(arr, le, used, p, was_behind)
+
+
+def fit_python(arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool) -> tuple[TrendFit | None, int]:
+    """`_fit` in Python: the definition the compiled fit follows."""
     xs, ys, points_used = lag_points_used(arr, le)
     used = NO_MS if points_used is None else min(used, points_used)
     n = len(xs)

@@ -1,0 +1,188 @@
+"""The compiled trend fit (lagd/evaluate/_trend.c) answers exactly as the Python it stands in
+for (lagd_fast.fit_python), or declines (None) where only the Python can: random windows and
+log-end samples, every rule setting that decides whether the slope is fitted. Judging through
+it is also compared with the reference rules in tests/test_lagd_fast.py.
+
+Where a C compiler and Python's headers are on this machine the build must have compiled it: otherwise these tests
+would pass on the Python alone and say nothing about the C.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sysconfig
+from array import array
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lagd.evaluate import lagd_fast, native
+from lagd.evaluate.lagd_rules import LagdParams
+from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd
+
+T0 = 1_700_000_000_000
+FIT = native.compiled_fit()
+
+
+def _can_compile() -> bool:
+    """Is there what hatch_build.py needs: a C compiler and Python's headers?"""
+    cc = str(sysconfig.get_config_var("CC") or "cc").split()[0]
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    return shutil.which(cc) is not None and headers.exists()
+
+
+def test_the_compiled_fit_is_built_where_it_can_be() -> None:
+    assert not _can_compile() or FIT is not None, (
+        "a C compiler and Python's headers are here but lagd.evaluate._trend is not importable: "
+        "reinstall lagd (.venv/bin/pip install --no-deps -e .) and read the build's warning"
+    )
+
+
+def test_lagd_no_extensions_runs_the_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAGD_NO_EXTENSIONS", "1")
+    assert native.compiled_fit() is None
+    assert native.describe().startswith("Python (LAGD_NO_EXTENSIONS")
+
+
+needs_fit = pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
+
+
+def window(entries: list[tuple[int, int]]) -> array[int]:
+    """A flat window of (offset, ms after T0) entries."""
+    arr = array("q")
+    for order, (offset, at) in enumerate(entries):
+        entry = [0] * FIELDS
+        entry[OFFSET], entry[ORDER], entry[TS], entry[OBSERVED] = offset, order, T0 + at, T0 + at
+        arr.extend(entry)
+    return arr
+
+
+def log_end(samples: list[tuple[int, int]], run_start: int, coarse: bool) -> LogEnd:
+    le = LogEnd()
+    for offset, at in samples:
+        le.offsets.append(offset)
+        le.ts.append(T0 + at)
+    newest_run = len(samples) and max(i for i in range(len(samples)) if i == 0 or samples[i][0] < samples[i - 1][0])
+    le.run_start = min(max(run_start, newest_run), len(samples))  # from where offsets never fall
+    if coarse:
+        le.coarse_offsets.append(0)
+        le.coarse_ts.append(T0 - 3_600_000)
+    return le
+
+
+def same(a: object, b: object) -> bool:
+    """Equal, NaN equal to NaN (a slope left out)."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def fit_both(arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool) -> tuple[object, object]:
+    assert FIT is not None
+    compiled = FIT(
+        arr,
+        FIELDS,
+        OFFSET,
+        TS,
+        le.offsets,
+        le.ts,
+        le.run_start,
+        bool(le.coarse_ts),
+        used,
+        p.tie_s,
+        p.min_points,
+        p.z_enter,
+        p.z_leave,
+        p.allowed_lag_seconds,
+        was_behind,
+    )
+    return compiled, lagd_fast.fit_python(arr, le, used, p, was_behind)
+
+
+# Log ends growing by steps (a negative step truncates: the newest run starts there), commits
+# trailing them by random distances at random times, a few of them the same offset again.
+steps = st.lists(st.tuples(st.integers(-50, 900), st.integers(1, 20_000)), min_size=0, max_size=40)
+commits = st.lists(st.tuples(st.integers(-300, 8_000), st.integers(0, 400_000)), min_size=1, max_size=30)
+params = st.builds(
+    LagdParams,
+    allowed_lag_seconds=st.sampled_from([0.0, 0.5, 5.0, 30.0]),
+    min_points=st.integers(3, 8),
+    z_enter=st.sampled_from([0.5, 2.5]),
+    z_leave=st.sampled_from([0.0, 2.0]),
+    tie_s=st.sampled_from([0.0, 0.25, 3.0]),
+)
+
+
+@needs_fit
+@settings(max_examples=600, deadline=None)
+@given(steps, commits, params, st.booleans(), st.booleans(), st.integers(0, 10), st.sampled_from([0, 2**62, -(2**63)]))
+def test_the_compiled_fit_answers_as_the_python(
+    sample_steps: list[tuple[int, int]],
+    entries: list[tuple[int, int]],
+    p: LagdParams,
+    was_behind: bool,
+    coarse: bool,
+    run_start: int,
+    used_cap: int,
+) -> None:
+    samples: list[tuple[int, int]] = []
+    offset, at = 1_000, 0
+    for step, gap in sample_steps:
+        offset, at = offset + step, at + gap
+        samples.append((offset, at))
+    entries.sort(key=lambda e: e[1])
+    arr = window([(max(0, 1_000 + o), at) for o, at in entries])
+    le = log_end(samples, run_start, coarse)
+    used = T0 + used_cap if used_cap >= 0 else used_cap
+    compiled, python = fit_both(arr, le, min(used, 2**63 - 1), p, was_behind)
+    if compiled is None:
+        # declined: only where the Python reads the coarse tier (an offset at or below the run's
+        # oldest sample, the run starting at the first sample)
+        assert coarse and le.run_start == 0
+        return
+    assert same(compiled, python), (compiled, python)
+
+
+@needs_fit
+def test_a_falling_behind_window_gets_its_whole_trend() -> None:
+    """Ten commits a minute apart, each further behind a log end growing 100 records a second:
+    the slope is needed (falling behind), so every field is fitted, as in Python."""
+    le = log_end([(10_000 + 100 * s, 1000 * s) for s in range(0, 700, 10)], 0, False)
+    arr = window([(10_000 + 100 * (60 * k) - 50 * k * k, 60_000 * k) for k in range(1, 11)])
+    compiled, python = fit_both(arr, le, 2**62, LagdParams(), False)
+    assert same(compiled, python)
+    assert compiled is not None
+    trend, _ = compiled  # type: ignore[misc]
+    assert trend is not None and trend[0] == 10 and trend[1] > 0 and not math.isnan(trend[3])
+
+
+@needs_fit
+def test_it_declines_what_a_double_does_not_hold_exactly() -> None:
+    """Offsets and times far apart enough that their product passes 2**53: Python's integer
+    division is exact there, a double's is not, so the compiled fit leaves it to the Python."""
+    far = 2**40
+    le = log_end([(0, 0), (far, far)], 0, False)
+    arr = window([(far // 3 + k, far // 2 + k) for k in range(5)])
+    compiled, python = fit_both(arr, le, 2**62, LagdParams(), False)
+    assert compiled is None and python is not None
+    assert same(lagd_fast._fit(arr, le, 2**62, LagdParams(), False), python)
+
+
+@needs_fit
+def test_it_refuses_what_is_not_a_window() -> None:
+    assert FIT is not None
+    le = log_end([(0, 0), (10, 10)], 0, False)
+    args = (FIELDS, OFFSET, TS, le.offsets, le.ts, 0, False, 0, 0.25, 5, 2.5, 2.0, 5.0, False)
+    with pytest.raises(TypeError, match=r"array\('q'\)"):
+        FIT(array("d", [1.0] * FIELDS), *args)
+    with pytest.raises(ValueError, match="layout"):
+        FIT(window([(1, 1)]), 0, *args[1:])
+    with pytest.raises(ValueError, match="length"):
+        FIT(window([(1, 1)]), FIELDS, OFFSET, TS, le.offsets, array("q", [T0]), *args[5:])
+    with pytest.raises(TypeError, match="15 arguments"):
+        FIT(window([(1, 1)]))
