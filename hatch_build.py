@@ -1,5 +1,5 @@
-"""Build hook: compile lagd's optional C trend fit (lagd/evaluate/_trend.c) where a C compiler is
-found. Without one the wheel is pure Python and lagd runs the same fit in Python, slower
+"""Build hook: compile lagd's optional C trend fit and lag moments (lagd/evaluate/_trend.c) where
+a C compiler is found. Without one the wheel is pure Python and lagd runs the same fit in Python, slower
 (README, "Performance"); the build says so and goes on. Only the standard library and the
 compiler Python itself was built with are used, so no build dependency is added.
 """
@@ -38,9 +38,9 @@ class CompileTrend(BuildHookInterface):  # type: ignore[misc]
         cc = shlex.split(os.environ.get("CC") or str(sysconfig.get_config_var("CC") or "cc"))
         if not cc or shutil.which(cc[0]) is None:
             self.app.display_warning(
-                f"no C compiler ({cc[0] if cc else 'cc'}) found: lagd runs its trend fit in Python, which "
-                "judges lagging groups from scratch 1.6-2.4x slower; for the compiled one install gcc and "
-                "python3-dev (apt-get install gcc python3-dev), then reinstall lagd"
+                f"no C compiler ({cc[0] if cc else 'cc'}) found: lagd runs its trend fit and lag moments in "
+                "Python, which judges lagging partitions 1.5-3x slower; for the compiled ones install gcc "
+                "and python3-dev (apt-get install gcc python3-dev), then reinstall lagd"
             )
             return
         include = sysconfig.get_paths()["include"]
@@ -48,7 +48,7 @@ class CompileTrend(BuildHookInterface):  # type: ignore[misc]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             self.app.display_warning(
-                f"compiling {SOURCE} failed (lagd runs its trend fit in Python instead): {' '.join(command)}\n"
+                f"compiling {SOURCE} failed (lagd runs its trend fit and lag moments in Python instead): {' '.join(command)}\n"
                 f"{done.stderr.strip()}\nIf Python's headers are missing: apt-get install python3-dev"
             )
             return

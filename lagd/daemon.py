@@ -458,7 +458,7 @@ async def run(
 async def _run(rt: Runtime, migrate: bool) -> None:
     settings = rt.settings
     log.info(
-        "lagd starting", clusters=list(settings.clusters), listen=settings.http.listen, trend_fit=native.describe()
+        "lagd starting", clusters=list(settings.clusters), listen=settings.http.listen, rules_code=native.describe()
     )
     store = Store.from_url(settings.storage.database_url)
     clock = rt.clock

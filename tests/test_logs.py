@@ -298,4 +298,4 @@ async def test_daemon_at_debug_logs_only_json_through_outages_and_bad_requests(
     assert any(e["event"] == "restoring state from Postgres failed; retrying" for e in events)
     assert {"lagd starting", "lagd running", "lagd stopped"} <= {e["event"] for e in events}
     (starting,) = [e for e in events if e["event"] == "lagd starting"]
-    assert starting["trend_fit"] == native.describe()  # which trend fit judges, compiled or Python
+    assert starting["rules_code"] == native.describe()  # which code judges: compiled or Python

@@ -66,7 +66,7 @@ def log_end(samples: list[tuple[int, int]], run_start: int, coarse: bool) -> Log
         le.offsets.append(offset)
         le.ts.append(T0 + at)
     newest_run = len(samples) and max(i for i in range(len(samples)) if i == 0 or samples[i][0] < samples[i - 1][0])
-    le.run_start = min(max(run_start, newest_run), len(samples))  # from where offsets never fall
+    le.run_start = min(max(run_start, newest_run), max(0, len(samples) - 1))  # from where offsets never fall
     if coarse:
         le.coarse_offsets.append(0)
         le.coarse_ts.append(T0 - 3_600_000)
@@ -186,3 +186,96 @@ def test_it_refuses_what_is_not_a_window() -> None:
         FIT(window([(1, 1)]), FIELDS, OFFSET, TS, le.offsets, array("q", [T0]), *args[5:])
     with pytest.raises(TypeError, match="15 arguments"):
         FIT(window([(1, 1)]))
+
+
+@needs_fit
+@settings(max_examples=600, deadline=None)
+@given(
+    steps,
+    commits,
+    st.sampled_from([0.0, 0.5, 5.0, 30.0]),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 10),
+    st.integers(-5_000, 500_000),
+)
+def test_the_compiled_moments_answer_as_the_python(
+    sample_steps: list[tuple[int, int]],
+    entries: list[tuple[int, int]],
+    allowed_s: float,
+    within: bool,
+    coarse: bool,
+    run_start: int,
+    at: int,
+) -> None:
+    """`_moments` and `_within_seconds` (the answer of a partition judged within allowed-lag-
+    seconds: its re-check and shown lag) against `_trend.moments`, for partitions behind, caught
+    up, before every sample, without samples, rewound or not."""
+    samples: list[tuple[int, int]] = []
+    offset, t = 1_000, 0
+    for step, gap in sample_steps:
+        offset, t = offset + step, t + gap
+        samples.append((offset, t))
+    entries.sort(key=lambda e: e[1])
+    arr = window([(max(0, 1_000 + o), ms) for o, ms in entries])
+    le = log_end(samples, run_start, coarse)
+    committed = arr[len(arr) - FIELDS + OFFSET]
+    current_lag = max(0, le.offsets[-1] - committed) if le.offsets else 0
+    p = LagdParams(allowed_lag_seconds=allowed_s)
+    judge = lagd_fast.LagdJudge(p)
+    moments = native.compiled_moments()
+    assert moments is not None
+    at_ms = T0 + at
+    got = moments(
+        arr,
+        FIELDS,
+        OFFSET,
+        le.offsets,
+        le.ts,
+        le.run_start,
+        coarse,
+        current_lag,
+        at_ms,
+        within,
+        allowed_s,
+        judge._allowed_ms,
+    )
+    want = lagd_fast._moments(arr, le, current_lag)
+    if got is None:
+        # declined: only where the Python reads the coarse tier
+        assert coarse and le.run_start == 0
+        return
+    assert got[:4] == want and [type(x) for x in got[2:4]] == [type(x) for x in want[2:4]], (got, want)
+    answer = judge._within_seconds(arr, want, at_ms) if within else None
+    if answer is None:
+        assert got[4] is None
+    else:
+        assert (got[4], float(answer[4]), got[2]) == (answer[3], answer[4], answer[5])
+
+
+@needs_fit
+@pytest.mark.parametrize(
+    ("offsets", "behind_at", "idle"),
+    [
+        ([1_010, 900, 1_010], 0, False),  # rewound by 110 and recovered exactly: not a REWIND
+        ([1_010, 900, 1_005], 0, False),  # rewound and not recovered
+        ([980, 990, 1_000], 0, False),  # the committed offset exactly at the oldest sample: read from it
+        ([980, 990, 1_000], 0, True),  # ... which the next sample repeats (an idle log end)
+        ([980, 990, 1_100], 60_000, False),  # the committed offset exactly at a sample, within the run
+    ],
+)
+def test_the_compiled_moments_at_the_edges(offsets: list[int], behind_at: int, idle: bool) -> None:
+    """Edges random windows seldom hit, each compared with the Python."""
+    le = log_end([(1_000, 0), (1_000 if idle else 1_100, 10_000), (1_300, 20_000)], 0, False)
+    arr = window([(o, 1_000 * k) for k, o in enumerate(offsets)])
+    current_lag = le.offsets[-1] - offsets[-1]
+    p = LagdParams(allowed_lag_seconds=30.0)
+    judge = lagd_fast.LagdJudge(p)
+    moments = native.compiled_moments()
+    assert moments is not None
+    at_ms = T0 + 25_000 + behind_at
+    got = moments(arr, FIELDS, OFFSET, le.offsets, le.ts, 0, False, current_lag, at_ms, True, 30.0, judge._allowed_ms)
+    want = lagd_fast._moments(arr, le, current_lag)
+    answer = judge._within_seconds(arr, want, at_ms)
+    assert got is not None and got[:4] == want
+    assert got[4] == (answer[3] if answer is not None else None)

@@ -1,8 +1,10 @@
-/* lagd's trend fit, compiled: `lagd_fast._fit` (lagd_rules.lag_points_used, spans_time,
- * mann_kendall_z, lagd_fast._needs_slope and slope_fit) in one call, with the same floating
- * point operations in the same order, so it answers exactly as the Python it stands in for
- * (tests/test_trend_c.py compares them on random windows). Fitting is about 60% of judging
- * a lagging partition from scratch in Python; here it is a small part.
+/* lagd's trend fit and lag moments, compiled: `lagd_fast._fit` (lagd_rules.lag_points_used,
+ * spans_time, mann_kendall_z, lagd_fast._needs_slope and slope_fit) in one call, and
+ * `lagd_fast._moments` with `LagdJudge._within_seconds` in another, with the same floating
+ * point operations in the same order, so they answer exactly as the Python they stand in for
+ * (tests/test_trend_c.py compares them on random windows). Fitting was about 60% of judging a
+ * lagging partition from scratch in Python, and the moments about half of judging one a few
+ * records behind (the common case of a healthy estate, judged afresh at every evaluation).
  *
  * Optional: the build compiles it where a C compiler is found (hatch_build.py); without it
  * lagd runs the Python. Where it cannot answer exactly as Python would (a coarse-tier read,
@@ -64,6 +66,43 @@ static Py_ssize_t bisect_left(const int64_t *a, int64_t x, Py_ssize_t lo, Py_ssi
     return lo;
 }
 
+/* t0 + (t1 - t0) * (target - o0) / (o1 - o0) as Python computes it from ints (the product exact,
+ * the division correctly rounded): the same double when every term is an exact double, which
+ * is checked (0: not exact, Python must answer). */
+static int interpolate(int64_t t0, int64_t t1, int64_t o0, int64_t o1, int64_t target, double *out) {
+    __int128 num = ((__int128)t1 - t0) * ((__int128)target - o0);
+    __int128 den = (__int128)o1 - o0;
+    if (num > EXACT || num < -EXACT || den > EXACT || den <= 0 || !exact(t0))
+        return 0;
+    *out = (double)t0 + (double)(int64_t)num / (double)(int64_t)den;
+    return 1;
+}
+
+/* lagtime.reached_in: when the log end reached `target` (<= the newest sample) and whether that
+ * is only a bound. 0 where Python must answer (the coarse tier, or not exact). */
+static int reached_in(const int64_t *o, const int64_t *t, Py_ssize_t lo, Py_ssize_t n, int has_coarse,
+                      int64_t target, double *at, int *bound) {
+    if (target <= o[lo] && lo == 0 && has_coarse)
+        return 0;
+    Py_ssize_t i = bisect_left(o, target, lo, n);
+    if (i <= lo) {
+        if (!exact(t[lo]))
+            return 0;
+        *at = (double)t[lo];
+        *bound = 1;
+        return 1;
+    }
+    *bound = 0;
+    return interpolate(t[i - 1], t[i], o[i - 1], o[i], target, at);
+}
+
+/* lagd_fast.read_from: the time of the oldest sample reached_in(target) reads */
+static int64_t read_from(const int64_t *o, const int64_t *t, Py_ssize_t lo, Py_ssize_t n, int64_t target) {
+    if (target > o[lo])
+        return t[bisect_left(o, target, lo, n) - 1];
+    return t[lo];
+}
+
 /* The lag points (xs, ys) and the time of the oldest sample they read (*used; *settled 0 when a
  * new sample may change them): lag_points_used. Returns the number of points, or -1 when Python
  * must answer (a coarse-tier read, or integers a double does not hold exactly). */
@@ -102,13 +141,8 @@ static Py_ssize_t lag_points(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at
         }
         Py_ssize_t i = bisect_left(o, target, lo, n);
         int64_t o0 = o[i - 1], t0 = t[i - 1];
-        /* Python's int true division is correctly rounded, and so is a double's when both
-         * sides are exact doubles: the same number. */
-        __int128 num = (__int128)(t[i] - (__int128)t0) * (__int128)(target - (__int128)o0);
-        __int128 den = (__int128)o[i] - o0;
-        if (num > EXACT || num < -EXACT || den > EXACT || !exact(t0))
+        if (!interpolate(t0, t[i], o0, o[i], target, &passed))
             return -1;
-        passed = (double)t0 + (double)(int64_t)num / (double)(int64_t)den;
         if (*settled && t0 < *used)
             *used = t0;
         xs[k] = (double)at / 1000.0;
@@ -199,7 +233,7 @@ static PyObject *fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         else
             needs_slope = (z >= z_enter && last >= allowed_s) || z <= -z_leave;
         if (!needs_slope) {
-            trend = Py_BuildValue("(ndddd d)", n, Py_NAN, z, Py_NAN, Py_NAN, last);
+            trend = Py_BuildValue("(nddddd)", n, Py_NAN, z, Py_NAN, Py_NAN, last);
         } else {
             Py_ssize_t m = 0;
             for (Py_ssize_t i = 0; i < n; i++)
@@ -215,7 +249,7 @@ static PyObject *fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             for (Py_ssize_t i = 0; i < n; i++)
                 spread[i] = fabs(fitted[i] - middle);
             double noise = 1.4826 * median(spread, n);
-            trend = Py_BuildValue("(ndddd d)", n, slope, z, slope * (xs[n - 1] - xs[0]), noise, last);
+            trend = Py_BuildValue("(nddddd)", n, slope, z, slope * (xs[n - 1] - xs[0]), noise, last);
         }
     }
     if (trend != NULL) {
@@ -230,7 +264,135 @@ done:
     return result;
 }
 
+/* lagd_rules.rewound: the window's first backward step is never recovered */
+static int rewound(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at_offset) {
+    Py_ssize_t entries = arr->n / fields;
+    const int64_t *a = arr->v + at_offset;
+    for (Py_ssize_t j = 1; j < entries; j++) {
+        int64_t prev = a[(j - 1) * fields];
+        if (a[j * fields] < prev) {
+            for (Py_ssize_t k = j; k < entries; k++)
+                if (a[k * fields] >= prev)
+                    return 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* lagd_fast._moments, and lagd_fast.LagdJudge._within_seconds when `within` is true: the
+ * moments (passed, reached, estimated, used) and the re-check due when the partition is judged
+ * within allowed-lag-seconds (else None), or None where only the Python answers exactly. */
+static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "moments takes 12 arguments");
+        return NULL;
+    }
+    Py_ssize_t fields = PyLong_AsSsize_t(args[1]), at_offset = PyLong_AsSsize_t(args[2]),
+               lo = PyLong_AsSsize_t(args[5]);
+    int has_coarse = PyObject_IsTrue(args[6]);
+    long long current_lag = PyLong_AsLongLong(args[7]), at_ms = PyLong_AsLongLong(args[8]);
+    int within = PyObject_IsTrue(args[9]);
+    double allowed_s = PyFloat_AsDouble(args[10]);
+    long long allowed_ms = PyLong_AsLongLong(args[11]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (fields <= 0 || at_offset < 0 || at_offset >= fields || lo < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad window layout or run start");
+        return NULL;
+    }
+    Int64s arr, offsets, ts;
+    if (int64s(args[0], &arr) < 0)
+        return NULL;
+    if (int64s(args[3], &offsets) < 0) {
+        PyBuffer_Release(&arr.view);
+        return NULL;
+    }
+    if (int64s(args[4], &ts) < 0) {
+        PyBuffer_Release(&arr.view);
+        PyBuffer_Release(&offsets.view);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t k = offsets.n;
+    const int64_t *o = offsets.v, *t = ts.v;
+    if (ts.n != k) {
+        PyErr_SetString(PyExc_ValueError, "log-end offsets and times differ in length");
+        goto done;
+    }
+    if (arr.n < fields || !exact(at_ms) || (current_lag && lo >= k)) {
+        result = Py_NewRef(Py_None); /* not a window Python judges here: let it say so */
+        goto done;
+    }
+    int64_t committed = arr.v[arr.n / fields * fields - fields + at_offset];
+    double passed = -Py_HUGE_VAL, reached = -Py_HUGE_VAL;
+    int estimated = 0, bound = 0, ok = 1;
+    int64_t used = INT64_MIN;
+    if (committed == INT64_MAX)
+        ok = 0;
+    else if (current_lag && committed > o[lo]) {
+        Py_ssize_t i = bisect_left(o, committed, lo, k);
+        ok = interpolate(t[i - 1], t[i], o[i - 1], o[i], committed, &reached);
+        used = t[i - 1];
+        if (o[i] == committed)
+            i = bisect_left(o, committed + 1, i, k);
+        if (i == k)
+            used = INT64_MIN;
+        else
+            ok = ok && interpolate(t[i - 1], t[i], o[i - 1], o[i], committed + 1, &passed);
+    } else {
+        if (k > lo && committed + 1 <= o[k - 1]) {
+            ok = reached_in(o, t, lo, k, has_coarse, committed + 1, &passed, &bound);
+            used = read_from(o, t, lo, k, committed + 1);
+        }
+        if (ok && current_lag) {
+            ok = reached_in(o, t, lo, k, has_coarse, committed, &reached, &estimated);
+            int64_t also = read_from(o, t, lo, k, committed);
+            if (also < used)
+                used = also;
+        }
+    }
+    if (!ok) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *due = Py_None;
+    if (within) {
+        double waited = 0.0;
+        if (passed != -Py_HUGE_VAL) {
+            /* a bound is an int in Python (a sample's time): its difference must be exact too */
+            __int128 span = (__int128)at_ms - (__int128)passed;
+            if (bound && (span > EXACT || span < -EXACT)) {
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+            double w = ((double)at_ms - passed) / 1000.0;
+            waited = w > 0.0 ? w : 0.0; /* max(0.0, w) */
+        }
+        if (!(waited >= allowed_s) && !(arr.n > fields && rewound(&arr, fields, at_offset))) {
+            /* at_ms - int(waited * 1000) + allowed_ms + 1: `_recheck`'s least term */
+            due = PyLong_FromLongLong(at_ms - (long long)(waited * 1000) + allowed_ms + 1);
+            if (due == NULL)
+                goto done;
+        }
+    }
+    result = Py_BuildValue("(ddOLO)", passed, reached, estimated ? Py_True : Py_False, (long long)used, due);
+    if (due != Py_None)
+        Py_DECREF(due);
+done:
+    PyBuffer_Release(&arr.view);
+    PyBuffer_Release(&offsets.view);
+    PyBuffer_Release(&ts.view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL,
+     "moments(arr, fields, offset_at, offsets, ts, run_start, has_coarse, current_lag, at_ms, within, "
+     "allowed_lag_seconds, allowed_ms) -> (passed, reached, estimated, used, due | None) | None: "
+     "lagd_fast._moments and, with `within`, LagdJudge._within_seconds's re-check; None where only the "
+     "Python answers exactly."},
     {"fit", (PyCFunction)(void (*)(void))fit, METH_FASTCALL,
      "fit(arr, fields, offset_at, ts_at, offsets, ts, run_start, has_coarse, used, tie_s, min_points, z_enter, "
      "z_leave, allowed_lag_seconds, was_behind) -> (trend | None, used) | None: lagd_fast._fit, compiled; None "
@@ -238,7 +400,8 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lagd.evaluate._trend",
-                                    "lagd's trend fit, compiled (lagd_fast._fit).", -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "lagd.evaluate._trend", "lagd's trend fit and lag moments, compiled (lagd_fast).", -1,
+    methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__trend(void) { return PyModule_Create(&module); }

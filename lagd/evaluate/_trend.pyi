@@ -1,4 +1,4 @@
-"""lagd's compiled trend fit (_trend.c): `lagd_fast._fit` in one call, exactly as the Python."""
+"""lagd's compiled trend fit and lag moments (_trend.c): exactly as the Python in lagd_fast."""
 
 from array import array
 
@@ -20,3 +20,18 @@ def fit(
     was_behind: bool,
     /,
 ) -> tuple[tuple[int, float, float, float, float, float] | None, int] | None: ...
+def moments(
+    arr: array[int],
+    fields: int,
+    offset_at: int,
+    offsets: array[int],
+    ts: array[int],
+    run_start: int,
+    has_coarse: bool,
+    current_lag: int,
+    at_ms: int,
+    within: bool,
+    allowed_lag_seconds: float,
+    allowed_ms: int,
+    /,
+) -> tuple[float, float, bool, int, int | None] | None: ...

@@ -57,12 +57,13 @@ from lagd.evaluate.lagd_rules import (
     stop_limit,
 )
 from lagd.evaluate.lagtime import reached_in
-from lagd.evaluate.native import compiled_fit
+from lagd.evaluate.native import compiled_fit, compiled_moments
 from lagd.evaluate.rules import J_CAUGHT_UP, J_REWIND, Judgement
 from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAST, OFFSET, ORDER, TS, LogEnd
 
 _compiled_fit = compiled_fit()  # or None: not built, or LAGD_NO_EXTENSIONS set
+_compiled_moments = compiled_moments()  # likewise
 WARN = PartitionStatus.WARN
 STOP = PartitionStatus.STOP
 STALL = PartitionStatus.STALL
@@ -258,11 +259,35 @@ class LagdJudge:
             return _answer(J_CAUGHT_UP, NEVER, 0.0, False)
         f = self._kept_facts(key, arr, le)
         if f is None:
-            moments = _moments(arr, le, current_lag)
-            if not was_behind and self._within_first:
-                within = self._within_seconds(arr, moments, at_ms)
-                if within is not None:
-                    return within
+            quick = not was_behind and self._within_first
+            got = None
+            if _compiled_moments is not None:
+                got = _compiled_moments(
+                    arr,
+                    FIELDS,
+                    OFFSET,
+                    le.offsets,
+                    le.ts,
+                    le.run_start,
+                    bool(le.coarse_ts),
+                    current_lag,
+                    at_ms,
+                    quick,
+                    p.allowed_lag_seconds,
+                    self._allowed_ms,
+                )
+            if got is not None:  # `_moments` and `_within_seconds`, compiled
+                passed, reached, estimated, used, due = got
+                if due is not None:
+                    shown = reached if reached != NOT_YET else 0.0
+                    return _WITHIN_SECONDS[0], _WITHIN_SECONDS[1], _WITHIN_SECONDS[2], due, shown, estimated
+                moments: Moments = (passed, reached, estimated, used)
+            else:
+                moments = _moments(arr, le, current_lag)
+                if quick:
+                    within = self._within_seconds(arr, moments, at_ms)
+                    if within is not None:
+                        return within
             f = _facts(arr, le, moments, p)
             self._keep(key, f)  # a STOP or REWIND is judged from these alone, again and again
         passed, reached, estimated, rewind, limit, stuck_since, points = f[6:13]

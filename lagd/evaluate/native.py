@@ -1,4 +1,5 @@
-"""Which compiled parts lagd runs: the trend fit (`_trend.c`) where the build compiled it.
+"""Which compiled parts lagd runs: the trend fit and lag moments (`_trend.c`) where the build
+compiled them.
 
 `LAGD_NO_EXTENSIONS=1` in the environment runs the Python instead (to compare them, or to rule
 the compiled code out when a verdict looks wrong); both answer the same.
@@ -15,6 +16,10 @@ from typing import TypeAlias
 CompiledFit: TypeAlias = Callable[..., "tuple[tuple[int, float, float, float, float, float] | None, int] | None"]
 
 
+# `_trend.moments`: a partition's moments and, when asked, the re-check due within allowed-lag-seconds.
+CompiledMoments: TypeAlias = Callable[..., "tuple[float, float, bool, int, int | None] | None"]
+
+
 def compiled_fit() -> CompiledFit | None:
     """The compiled trend fit, or None where it is not built or turned off."""
     if os.environ.get("LAGD_NO_EXTENSIONS"):
@@ -26,10 +31,21 @@ def compiled_fit() -> CompiledFit | None:
     return fit
 
 
+def compiled_moments() -> CompiledMoments | None:
+    """The compiled lag moments, or None where they are not built or turned off."""
+    if os.environ.get("LAGD_NO_EXTENSIONS"):
+        return None
+    try:
+        from lagd.evaluate._trend import moments
+    except ImportError:
+        return None
+    return moments
+
+
 def describe() -> str:
-    """How lagd fits trends here, in words for the start-up log and the benchmarks."""
+    """Which code judges here, compiled or Python, in words for the start-up log."""
     if compiled_fit() is not None:
         return "compiled (lagd/evaluate/_trend.c)"
     if os.environ.get("LAGD_NO_EXTENSIONS"):
         return "Python (LAGD_NO_EXTENSIONS is set)"
-    return "Python (the compiled fit is not built: install gcc and python3-dev, then reinstall lagd)"
+    return "Python (the compiled code is not built: install gcc and python3-dev, then reinstall lagd)"
