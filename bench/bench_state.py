@@ -20,7 +20,10 @@ partition (lagd_fast.LagdJudge), as when only time or newer log-end samples move
 groups, judged uncached: caught up; 20 records (2 s) behind (judged without a trend); and
 keeping up 8-10 s behind, judged for the first time (a flat trend for every partition; its slope
 is not fitted where its z decides, since 2026-11-26: p50 29.6-29.8 ms before, 22.1-22.3 ms
-after, A/B at 10 groups of 1,000 partitions).
+after, A/B at 10 groups of 1,000 partitions). Where the compiled rules code is built
+(lagd/evaluate/_trend.c), the evaluation p50s are then measured again at 30 groups, in two
+processes of their own: one with it, one in Python (LAGD_NO_EXTENSIONS=1), printed side by
+side (`--no-side-by-side` skips them).
 
 Recorded 2026-11-23 (2-core box shared with other jobs, load average 1-3; Python 3.11), 3 runs:
   lagd cold p50 26.1-26.8 ms / p99 62-67 ms (about 6 young collections of ~35 ms land among
@@ -36,16 +39,21 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 from bench import target
 from lagd import collector
-from lagd.evaluate import Evaluator
+from lagd.evaluate import Evaluator, native
 from lagd.evaluate.snapshot import Snapshots
 from lagd.model import Commit
 from lagd.state.windows import State
@@ -156,6 +164,7 @@ def run(groups: int = 1000, partitions: int = 1000, commits: int = 1_000_000, ev
     # the daemon's periodic scan mostly does. Every partition is falling behind (WARN).
     now = end_ts + 30_000
     p50 = p99 = 0.0
+    figures: dict[str, float] = {}
     for rules in ("lagd", "burrow"):
         for phase in ("cold", "warm") if rules == "lagd" else ("",):
             evaluator = Evaluator(state, cache_ttl_ms=0, rules=rules)
@@ -185,6 +194,10 @@ def run(groups: int = 1000, partitions: int = 1000, commits: int = 1_000_000, ev
             )
             if rules == "lagd" and phase == "cold":
                 p50, p99 = q50, q99
+            figures[f"eval_{rules}_{phase or 'any'}_p50_ms"], figures[f"eval_{rules}_{phase or 'any'}_p99_ms"] = (
+                q50,
+                q99,
+            )
     evaluator = Evaluator(state, cache_ttl_ms=0, rules="lagd")
     # A healthy group: every partition caught up (no rule to run, no lag in time), lagd's rules.
     healthy = "group-00001"
@@ -280,7 +293,38 @@ def run(groups: int = 1000, partitions: int = 1000, commits: int = 1_000_000, ev
         "steady_eval_p99_ms": sp99,
         "eval_p50_ms": p50,
         "eval_p99_ms": p99,
+        **figures,
     }
+
+
+# The evaluation figures run again in Python beside the compiled code, at a smaller scale (each
+# in a process of its own, the same scale for both): what the compiled code (lagd/evaluate/_trend.c) buys.
+SIDE_BY_SIDE = ["--groups", "30", "--commits", "1000", "--evals", "150"]
+COMPARED = [
+    ("eval_lagd_cold_p50_ms", "lagging, every trend fitted"),
+    ("eval_lagd_warm_p50_ms", "lagging, facts standing"),
+    ("keeping_up_eval_p50_ms", "20 records behind"),
+    ("steady_eval_p50_ms", "keeping up 8-10 s behind"),
+]
+
+
+def side_by_side() -> None:
+    """Print the evaluation p50s with the compiled code and with LAGD_NO_EXTENSIONS=1 (Python)."""
+    results = {}
+    for label, extra in (("compiled", {}), ("Python", {"LAGD_NO_EXTENSIONS": "1"})):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            subprocess.run(
+                [sys.executable, "-m", "bench.bench_state", *SIDE_BY_SIDE, "--json", out.name, "--no-side-by-side"],
+                env={**os.environ, **extra},
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            results[label] = json.loads(Path(out.name).read_text())
+    parts = [f"{what} {results['compiled'][key]:.2f} / {results['Python'][key]:.2f} ms" for key, what in COMPARED]
+    print(
+        "judging a group of 1,000 partitions, p50, compiled / Python (LAGD_NO_EXTENSIONS=1), "
+        f"30 groups each: {'; '.join(parts)}"
+    )
 
 
 def _eval_times(evaluator: Evaluator, group: str, now: int, evals: int) -> tuple[float, float]:
@@ -300,8 +344,17 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1000, help="per group (multiple of 10)")
     ap.add_argument("--commits", type=int, default=1_000_000)
     ap.add_argument("--evals", type=int, default=300)
+    ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument(
+        "--no-side-by-side", action="store_true", help="skip the evaluation figures in Python beside the compiled code"
+    )
     a = ap.parse_args()
-    run(a.groups, a.partitions, a.commits, a.evals)
+    print(f"rules code: {native.describe()}", flush=True)
+    figures = run(a.groups, a.partitions, a.commits, a.evals)
+    if a.json:
+        Path(a.json).write_text(json.dumps(figures))
+    if not a.no_side_by_side and native.compiled_fit() is not None:
+        side_by_side()
 
 
 if __name__ == "__main__":
