@@ -1,11 +1,12 @@
 """Build hook: compile lagd's optional C trend fit and lag moments (lagd/evaluate/_trend.c) where
-a C compiler is found. Without one the wheel is pure Python and lagd runs the same fit in Python, slower
-(README, "Performance"); the build says so and goes on. Only the standard library and the
-compiler Python itself was built with are used, so no build dependency is added.
+a C compiler is found. Without one the wheel is pure Python and lagd runs the same code in
+Python, slower (README, "The two commands"); the build says so and goes on. Only the standard
+library and the compiler Python itself was built with are used, so no build dependency is added.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
@@ -19,7 +20,17 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 SOURCE = Path("lagd/evaluate/_trend.c")
 # Exactly the floating-point operations the Python does, in its order: no fused multiply-adds,
 # no reassociation (tests/test_trend_c.py compares both on random windows).
-FLAGS = ["-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math", "-std=c11", "-Wall"]
+FLAGS = ["-O2", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-std=c11", "-Wall"]
+
+
+def link_command() -> list[str]:
+    """How to compile and link an extension here: $LDSHARED, else $CC with -shared, else how
+    Python itself links them (sysconfig's LDSHARED: on macOS -bundle -undefined dynamic_lookup)."""
+    if os.environ.get("LDSHARED"):
+        return shlex.split(os.environ["LDSHARED"])
+    if os.environ.get("CC"):
+        return [*shlex.split(os.environ["CC"]), "-shared"]
+    return shlex.split(str(sysconfig.get_config_var("LDSHARED") or "cc -shared"))
 
 
 class CompileTrend(BuildHookInterface):  # type: ignore[misc]
@@ -33,23 +44,37 @@ class CompileTrend(BuildHookInterface):  # type: ignore[misc]
         target = SOURCE.with_name("_trend" + str(sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
         (root / target).unlink(missing_ok=True)  # never leave an older build behind
         if os.environ.get("LAGD_NO_EXTENSIONS"):
-            self.app.display_info("LAGD_NO_EXTENSIONS is set: building lagd without its compiled trend fit")
+            self.app.display_info("LAGD_NO_EXTENSIONS is set: building lagd without its compiled rules code")
             return
-        cc = shlex.split(os.environ.get("CC") or str(sysconfig.get_config_var("CC") or "cc"))
-        if not cc or shutil.which(cc[0]) is None:
+        link = link_command()
+        if not link or shutil.which(link[0]) is None:
             self.app.display_warning(
-                f"no C compiler ({cc[0] if cc else 'cc'}) found: lagd runs its trend fit and lag moments in "
+                f"no C compiler ({link[0] if link else 'cc'}) found: lagd runs its trend fit and lag moments in "
                 "Python, which judges lagging partitions 1.5-3x slower; for the compiled ones install gcc "
-                "and python3-dev (apt-get install gcc python3-dev), then reinstall lagd"
+                "and python3-dev (apt-get install gcc python3-dev), then reinstall lagd "
+                "(pip install --no-cache-dir, so that pip does not reuse the pure-Python wheel)"
             )
             return
-        include = sysconfig.get_paths()["include"]
-        command = [*cc, *FLAGS, f"-I{include}", str(root / SOURCE), "-o", str(root / target), "-lm"]
+        digest = hashlib.sha1((root / SOURCE).read_bytes()).hexdigest()  # native.py refuses a build of another source
+        command = [
+            *link,
+            # the packager's flags, then lagd's, which hold where they disagree
+            *shlex.split(os.environ.get("CFLAGS", "")),
+            *shlex.split(os.environ.get("LDFLAGS", "")),
+            *FLAGS,
+            f'-DLAGD_TREND_SHA1="{digest}"',
+            f"-I{sysconfig.get_paths()['include']}",
+            str(root / SOURCE),
+            "-o",
+            str(root / target),
+            "-lm",
+        ]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             self.app.display_warning(
-                f"compiling {SOURCE} failed (lagd runs its trend fit and lag moments in Python instead): {' '.join(command)}\n"
-                f"{done.stderr.strip()}\nIf Python's headers are missing: apt-get install python3-dev"
+                f"compiling {SOURCE} failed (lagd runs its trend fit and lag moments in Python instead): "
+                f"{' '.join(command)}\n{done.stderr.strip()}\n"
+                "If Python's headers are missing: apt-get install python3-dev"
             )
             return
         build_data["pure_python"] = False

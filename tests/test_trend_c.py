@@ -10,7 +10,12 @@ would pass on the Python alone and say nothing about the C.
 from __future__ import annotations
 
 import math
+import os
+import random
+import shlex
 import shutil
+import subprocess
+import sys
 import sysconfig
 from array import array
 from pathlib import Path
@@ -28,10 +33,11 @@ FIT = native.compiled_fit()
 
 
 def _can_compile() -> bool:
-    """Is there what hatch_build.py needs: a C compiler and Python's headers?"""
-    cc = str(sysconfig.get_config_var("CC") or "cc").split()[0]
+    """Is there what hatch_build.py needs: a compiler (hatch_build.link_command's, in its order)
+    and Python's headers?"""
+    link = os.environ.get("LDSHARED") or os.environ.get("CC") or str(sysconfig.get_config_var("LDSHARED") or "cc")
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    return shutil.which(cc) is not None and headers.exists()
+    return shutil.which(shlex.split(link)[0]) is not None and headers.exists()
 
 
 def test_the_compiled_fit_is_built_where_it_can_be() -> None:
@@ -41,10 +47,28 @@ def test_the_compiled_fit_is_built_where_it_can_be() -> None:
     )
 
 
-def test_lagd_no_extensions_runs_the_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LAGD_NO_EXTENSIONS", "1")
-    assert native.compiled_fit() is None
-    assert native.describe().startswith("Python (LAGD_NO_EXTENSIONS")
+def test_lagd_no_extensions_runs_the_python() -> None:
+    """With LAGD_NO_EXTENSIONS=1 a fresh process judges with the Python: lagd_fast binds
+    neither compiled function, and says so."""
+    code = (
+        "from lagd.evaluate import lagd_fast, native; "
+        "print(lagd_fast._compiled_fit is None, lagd_fast._compiled_moments is None, native.describe())"
+    )
+    env = {**os.environ, "LAGD_NO_EXTENSIONS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True True Python (LAGD_NO_EXTENSIONS is set)"
+
+
+@pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
+def test_a_build_of_another_source_is_not_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A compiled module left behind after _trend.c changed (an editable install not rebuilt)
+    must not judge: its source hash no longer matches, and the Python runs instead."""
+    changed = tmp_path / "_trend.c"
+    changed.write_bytes(native.SOURCE.read_bytes() + b"/* changed */\n")
+    monkeypatch.setattr(native, "SOURCE", changed)
+    assert native.status() == "stale"
+    assert native.compiled_fit() is None and native.compiled_moments() is None
+    assert "reinstall lagd" in native.describe()
 
 
 needs_fit = pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
@@ -279,3 +303,73 @@ def test_the_compiled_moments_at_the_edges(offsets: list[int], behind_at: int, i
     answer = judge._within_seconds(arr, want, at_ms)
     assert got is not None and got[:4] == want
     assert got[4] == (answer[3] if answer is not None else None)
+
+
+@needs_fit
+def test_trends_up_and_down_get_the_same_fit() -> None:
+    """Windows trailing a log end that grows at a steady rate by distances that grow, shrink or
+    wander, with as many entries as storage.intervals allows (past the 64 fitted on the stack):
+    the slope fits and both signs of the Mann-Kendall S are reached, and every answer is the
+    Python's."""
+    rng = random.Random(13)
+    fitted = rising = falling = long = 0
+    for _ in range(400):
+        rate = rng.choice([1, 10, 100, 1000])  # records a second
+        le = log_end([(1_000 + rate * s, 1000 * s) for s in range(0, 3_600, 10)], 0, False)
+        entries = rng.choice([5, 10, 30, 80, 100])
+        drift = rng.choice([-1, 0, 1]) * rng.uniform(0, 0.3)  # seconds of lag gained a second
+        arr = window(
+            [
+                (
+                    1_000 + max(0, int(rate * (s - max(0.0, 200 + drift * s + rng.gauss(0, 5))))),
+                    1000 * s,
+                )
+                for s in range(600, 600 + 30 * entries, 30)
+            ]
+        )
+        p = LagdParams(allowed_lag_seconds=rng.choice([0.5, 5.0]))
+        compiled, python = fit_both(arr, le, 2**62, p, rng.random() < 0.3)
+        assert compiled is not None and same(compiled, python), (compiled, python)
+        trend = compiled[0]  # type: ignore[index]
+        if trend is not None and not math.isnan(trend[1]):
+            fitted += 1
+            rising += trend[2] > 0
+            falling += trend[2] < 0
+            long += trend[0] > 64
+    assert fitted >= 100 and rising >= 30 and falling >= 30 and long >= 20, (fitted, rising, falling, long)
+
+
+@needs_fit
+@pytest.mark.parametrize(
+    ("samples", "offsets", "at"),
+    [
+        ([(2**63 - 1_000, 0), (2**63 - 1, 10_000)], [2**63 - 500, 2**63 - 1], 20_000),  # offsets at int64's end
+        ([(0, 0), (2**62, 2**54)], [2**61, 2**61 + 1], 2**54),  # times past 2**53
+        ([(0, -(2**62)), (10, 2**62)], [5, 6], 0),  # a span of times past int64
+        ([(1_000, 0), (1_010, 10_000)], [1_005, 1_005], 2**62),  # now far beyond the samples
+    ],
+)
+def test_hostile_numbers_get_the_pythons_answer(samples: list[tuple[int, int]], offsets: list[int], at: int) -> None:
+    """Numbers near int64's limits: the compiled code answers exactly as the Python or leaves
+    it to the Python (None); it never overflows into a wrong answer."""
+    le = LogEnd()
+    for offset, ms in samples:
+        le.offsets.append(offset)
+        le.ts.append(ms)
+    arr = array("q")
+    for order, offset in enumerate(offsets):
+        entry = [0] * FIELDS
+        entry[OFFSET], entry[ORDER], entry[TS] = offset, order, samples[0][1] + order
+        arr.extend(entry)
+    current_lag = max(0, le.offsets[-1] - offsets[-1])
+    judge = lagd_fast.LagdJudge(LagdParams())
+    moments = native.compiled_moments()
+    assert moments is not None
+    got = moments(arr, FIELDS, OFFSET, le.offsets, le.ts, 0, False, current_lag, at, True, 5.0, judge._allowed_ms)
+    try:
+        want: object = lagd_fast._moments(arr, le, current_lag)
+    except IndexError as e:
+        want = e
+    assert got is None or got[:4] == want, (got, want)
+    compiled, python = fit_both(arr, le, 2**62, LagdParams(), False)
+    assert compiled is None or same(compiled, python), (compiled, python)

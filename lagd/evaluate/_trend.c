@@ -20,6 +20,7 @@
 
 #define EXACT (INT64_C(1) << 53) /* integers a double holds exactly up to this magnitude */
 #define SMALL 64                 /* windows up to this many entries are fitted on the stack */
+#define MAX_ENTRIES 4096         /* longer ones are left to the Python (their pairs would not fit) */
 
 typedef struct {
     Py_buffer view;
@@ -54,6 +55,33 @@ static double median(double *values, Py_ssize_t m) {
 
 static int exact(int64_t x) { return x <= EXACT && x >= -EXACT; }
 
+/* Argument conversions, each checked as it is made (-1: an exception is set). An integer past
+ * int64 sets *declined instead (where only the Python answers). */
+static int as_index(PyObject *obj, Py_ssize_t *out) {
+    *out = PyLong_AsSsize_t(obj);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int as_int64(PyObject *obj, long long *out, int *declined) {
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow)
+        *declined = 1;
+    return 0;
+}
+
+static int as_double(PyObject *obj, double *out) {
+    *out = PyFloat_AsDouble(obj);
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int as_bool(PyObject *obj, int *out) {
+    *out = PyObject_IsTrue(obj);
+    return *out < 0 ? -1 : 0;
+}
+
 /* bisect.bisect_left(a, x, lo, hi) */
 static Py_ssize_t bisect_left(const int64_t *a, int64_t x, Py_ssize_t lo, Py_ssize_t hi) {
     while (lo < hi) {
@@ -66,12 +94,20 @@ static Py_ssize_t bisect_left(const int64_t *a, int64_t x, Py_ssize_t lo, Py_ssi
     return lo;
 }
 
-/* t0 + (t1 - t0) * (target - o0) / (o1 - o0) as Python computes it from ints (the product exact,
- * the division correctly rounded): the same double when every term is an exact double, which
- * is checked (0: not exact, Python must answer). */
-static int interpolate(int64_t t0, int64_t t1, int64_t o0, int64_t o1, int64_t target, double *out) {
-    __int128 num = ((__int128)t1 - t0) * ((__int128)target - o0);
-    __int128 den = (__int128)o1 - o0;
+/* t[i-1] + (t[i] - t[i-1]) * (target - o[i-1]) / (o[i] - o[i-1]) as Python computes it from ints
+ * (the product exact, the division correctly rounded): the same double when every term is an
+ * exact double, which is checked. 0 where Python must answer: not exact, or `i` not inside the
+ * samples (a run that is not sorted; lagd's never is, but the arrays come from the caller). */
+static int interpolate(const int64_t *o, const int64_t *t, Py_ssize_t i, Py_ssize_t n, int64_t target, double *out) {
+    if (i <= 0 || i >= n)
+        return 0;
+    int64_t o0 = o[i - 1], t0 = t[i - 1];
+    __int128 dt = (__int128)t[i] - t0, doff = (__int128)target - o0, den = (__int128)o[i] - o0;
+    if (dt > EXACT || dt < -EXACT || doff > EXACT || doff < -EXACT) {
+        if (dt != 0 && doff != 0)
+            return 0; /* the product is past 2**53 */
+    }
+    __int128 num = dt * doff;
     if (num > EXACT || num < -EXACT || den > EXACT || den <= 0 || !exact(t0))
         return 0;
     *out = (double)t0 + (double)(int64_t)num / (double)(int64_t)den;
@@ -93,7 +129,7 @@ static int reached_in(const int64_t *o, const int64_t *t, Py_ssize_t lo, Py_ssiz
         return 1;
     }
     *bound = 0;
-    return interpolate(t[i - 1], t[i], o[i - 1], o[i], target, at);
+    return interpolate(o, t, i, n, target, at);
 }
 
 /* lagd_fast.read_from: the time of the oldest sample reached_in(target) reads */
@@ -140,11 +176,10 @@ static Py_ssize_t lag_points(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at
             return -1; /* reached_in reads the coarse tier */
         }
         Py_ssize_t i = bisect_left(o, target, lo, n);
-        int64_t o0 = o[i - 1], t0 = t[i - 1];
-        if (!interpolate(t0, t[i], o0, o[i], target, &passed))
+        if (!interpolate(o, t, i, n, target, &passed))
             return -1;
-        if (*settled && t0 < *used)
-            *used = t0;
+        if (*settled && t[i - 1] < *used)
+            *used = t[i - 1];
         xs[k] = (double)at / 1000.0;
         ys[k++] = (double)at > passed ? ((double)at - passed) / 1000.0 : 0.0;
     }
@@ -157,17 +192,17 @@ static PyObject *fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "fit takes 15 arguments");
         return NULL;
     }
-    Py_ssize_t fields = PyLong_AsSsize_t(args[1]), at_offset = PyLong_AsSsize_t(args[2]),
-               at_ts = PyLong_AsSsize_t(args[3]), lo = PyLong_AsSsize_t(args[6]);
-    int has_coarse = PyObject_IsTrue(args[7]);
-    long long used = PyLong_AsLongLong(args[8]);
-    double tie_s = PyFloat_AsDouble(args[9]);
-    long long min_points = PyLong_AsLongLong(args[10]);
-    double z_enter = PyFloat_AsDouble(args[11]), z_leave = PyFloat_AsDouble(args[12]),
-           allowed_s = PyFloat_AsDouble(args[13]);
-    int was_behind = PyObject_IsTrue(args[14]);
-    if (PyErr_Occurred())
+    Py_ssize_t fields, at_offset, at_ts, lo;
+    int has_coarse, was_behind, declined = 0;
+    long long used, min_points;
+    double tie_s, z_enter, z_leave, allowed_s;
+    if (as_index(args[1], &fields) || as_index(args[2], &at_offset) || as_index(args[3], &at_ts) ||
+        as_index(args[6], &lo) || as_bool(args[7], &has_coarse) || as_int64(args[8], &used, &declined) ||
+        as_double(args[9], &tie_s) || as_int64(args[10], &min_points, &declined) || as_double(args[11], &z_enter) ||
+        as_double(args[12], &z_leave) || as_double(args[13], &allowed_s) || as_bool(args[14], &was_behind))
         return NULL;
+    if (declined)
+        Py_RETURN_NONE;
     if (fields <= 0 || at_offset < 0 || at_offset >= fields || at_ts < 0 || at_ts >= fields || lo < 0) {
         PyErr_SetString(PyExc_ValueError, "bad window layout or run start");
         return NULL;
@@ -190,6 +225,10 @@ static PyObject *fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     double *xs = small;
     if (ts.n != offsets.n || lo > offsets.n) {
         PyErr_SetString(PyExc_ValueError, "log-end offsets and times differ in length");
+        goto done;
+    }
+    if (entries > MAX_ENTRIES) {
+        result = Py_NewRef(Py_None); /* no window is this long (storage.intervals): the Python answers */
         goto done;
     }
     if (entries > SMALL) {
@@ -289,15 +328,16 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_TypeError, "moments takes 12 arguments");
         return NULL;
     }
-    Py_ssize_t fields = PyLong_AsSsize_t(args[1]), at_offset = PyLong_AsSsize_t(args[2]),
-               lo = PyLong_AsSsize_t(args[5]);
-    int has_coarse = PyObject_IsTrue(args[6]);
-    long long current_lag = PyLong_AsLongLong(args[7]), at_ms = PyLong_AsLongLong(args[8]);
-    int within = PyObject_IsTrue(args[9]);
-    double allowed_s = PyFloat_AsDouble(args[10]);
-    long long allowed_ms = PyLong_AsLongLong(args[11]);
-    if (PyErr_Occurred())
+    Py_ssize_t fields, at_offset, lo;
+    int has_coarse, current_lag, within, declined = 0;
+    long long at_ms, allowed_ms;
+    double allowed_s;
+    if (as_index(args[1], &fields) || as_index(args[2], &at_offset) || as_index(args[5], &lo) ||
+        as_bool(args[6], &has_coarse) || as_bool(args[7], &current_lag) || as_int64(args[8], &at_ms, &declined) ||
+        as_bool(args[9], &within) || as_double(args[10], &allowed_s) || as_int64(args[11], &allowed_ms, &declined))
         return NULL;
+    if (declined)
+        Py_RETURN_NONE;
     if (fields <= 0 || at_offset < 0 || at_offset >= fields || lo < 0) {
         PyErr_SetString(PyExc_ValueError, "bad window layout or run start");
         return NULL;
@@ -333,14 +373,16 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         ok = 0;
     else if (current_lag && committed > o[lo]) {
         Py_ssize_t i = bisect_left(o, committed, lo, k);
-        ok = interpolate(t[i - 1], t[i], o[i - 1], o[i], committed, &reached);
-        used = t[i - 1];
-        if (o[i] == committed)
-            i = bisect_left(o, committed + 1, i, k);
-        if (i == k)
-            used = INT64_MIN;
-        else
-            ok = ok && interpolate(t[i - 1], t[i], o[i - 1], o[i], committed + 1, &passed);
+        ok = interpolate(o, t, i, k, committed, &reached); /* 0 if i == k: a lag the samples do not show */
+        if (ok) {
+            used = t[i - 1];
+            if (o[i] == committed)
+                i = bisect_left(o, committed + 1, i, k);
+            if (i == k)
+                used = INT64_MIN;
+            else
+                ok = interpolate(o, t, i, k, committed + 1, &passed);
+        }
     } else {
         if (k > lo && committed + 1 <= o[k - 1]) {
             ok = reached_in(o, t, lo, k, has_coarse, committed + 1, &passed, &bound);
@@ -371,8 +413,14 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             waited = w > 0.0 ? w : 0.0; /* max(0.0, w) */
         }
         if (!(waited >= allowed_s) && !(arr.n > fields && rewound(&arr, fields, at_offset))) {
-            /* at_ms - int(waited * 1000) + allowed_ms + 1: `_recheck`'s least term */
-            due = PyLong_FromLongLong(at_ms - (long long)(waited * 1000) + allowed_ms + 1);
+            /* at_ms - int(waited * 1000) + allowed_ms + 1: `_recheck`'s least term, in int64 */
+            double waited_ms = waited * 1000;
+            __int128 at = waited_ms < 9.0e18 ? (__int128)at_ms - (long long)waited_ms + allowed_ms + 1 : INT64_MAX;
+            if (at >= INT64_MAX || at <= INT64_MIN) {
+                result = Py_NewRef(Py_None); /* past int64: Python's ints answer */
+                goto done;
+            }
+            due = PyLong_FromLongLong((long long)at);
             if (due == NULL)
                 goto done;
         }
@@ -404,4 +452,17 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "lagd.evaluate._trend", "lagd's trend fit and lag moments, compiled (lagd_fast).", -1,
     methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__trend(void) { return PyModule_Create(&module); }
+/* The SHA-1 of the source this was built from (hatch_build.py passes it): native.py refuses a build
+ * of another source, such as one left behind after _trend.c changed. */
+#ifndef LAGD_TREND_SHA1
+#define LAGD_TREND_SHA1 ""
+#endif
+
+PyMODINIT_FUNC PyInit__trend(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_TREND_SHA1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -2,6 +2,8 @@
 
 from array import array
 
+SOURCE_SHA1: str  # of the _trend.c it was built from
+
 def fit(
     arr: array[int],
     fields: int,

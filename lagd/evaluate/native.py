@@ -2,50 +2,63 @@
 compiled them.
 
 `LAGD_NO_EXTENSIONS=1` in the environment runs the Python instead (to compare them, or to rule
-the compiled code out when a verdict looks wrong); both answer the same.
+the compiled code out when a verdict looks wrong); both answer the same. A build of another
+source than the `_trend.c` beside it (left behind after the source changed) is not used.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeAlias
+
+SOURCE = Path(__file__).with_name("_trend.c")
 
 # `_trend.fit` (its stub, _trend.pyi, gives the arguments): a trend and the oldest sample time it
 # read, or None where only the Python answers exactly.
 CompiledFit: TypeAlias = Callable[..., "tuple[tuple[int, float, float, float, float, float] | None, int] | None"]
-
-
 # `_trend.moments`: a partition's moments and, when asked, the re-check due within allowed-lag-seconds.
 CompiledMoments: TypeAlias = Callable[..., "tuple[float, float, bool, int, int | None] | None"]
 
 
-def compiled_fit() -> CompiledFit | None:
-    """The compiled trend fit, or None where it is not built or turned off."""
+def status() -> str:
+    """ "compiled", or why the Python runs: "turned off", "not built" or "stale"."""
     if os.environ.get("LAGD_NO_EXTENSIONS"):
-        return None
+        return "turned off"
     try:
-        from lagd.evaluate._trend import fit
+        from lagd.evaluate._trend import SOURCE_SHA1
     except ImportError:
+        return "not built"
+    if SOURCE.exists() and hashlib.sha1(SOURCE.read_bytes()).hexdigest() != SOURCE_SHA1:
+        return "stale"
+    return "compiled"
+
+
+def compiled_fit() -> CompiledFit | None:
+    """The compiled trend fit, or None where the Python runs (see `status`)."""
+    if status() != "compiled":
         return None
+    from lagd.evaluate._trend import fit
+
     return fit
 
 
 def compiled_moments() -> CompiledMoments | None:
-    """The compiled lag moments, or None where they are not built or turned off."""
-    if os.environ.get("LAGD_NO_EXTENSIONS"):
+    """The compiled lag moments, or None where the Python runs (see `status`)."""
+    if status() != "compiled":
         return None
-    try:
-        from lagd.evaluate._trend import moments
-    except ImportError:
-        return None
+    from lagd.evaluate._trend import moments
+
     return moments
 
 
 def describe() -> str:
     """Which code judges here, compiled or Python, in words for the start-up log."""
-    if compiled_fit() is not None:
-        return "compiled (lagd/evaluate/_trend.c)"
-    if os.environ.get("LAGD_NO_EXTENSIONS"):
-        return "Python (LAGD_NO_EXTENSIONS is set)"
-    return "Python (the compiled code is not built: install gcc and python3-dev, then reinstall lagd)"
+    return {
+        "compiled": "compiled (lagd/evaluate/_trend.c)",
+        "turned off": "Python (LAGD_NO_EXTENSIONS is set)",
+        "not built": "Python (the compiled code is not built: install gcc and python3-dev, then reinstall lagd)",
+        "stale": "Python (the compiled code was built from an older _trend.c: reinstall lagd to rebuild it)",
+    }[status()]
