@@ -24,13 +24,21 @@ FLAGS = ["-O2", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-std=c11", "-Wa
 
 
 def link_command() -> list[str]:
-    """How to compile and link an extension here: $LDSHARED, else $CC with -shared, else how
-    Python itself links them (sysconfig's LDSHARED: on macOS -bundle -undefined dynamic_lookup)."""
+    """How to compile and link an extension here, as setuptools does: $LDSHARED; else how Python
+    itself links them (sysconfig's LDSHARED: on macOS -bundle -undefined dynamic_lookup), with
+    $CC in place of the compiler Python was built with when set; else cc -shared."""
     if os.environ.get("LDSHARED"):
         return shlex.split(os.environ["LDSHARED"])
+    ldshared = shlex.split(str(sysconfig.get_config_var("LDSHARED") or ""))
+    python_cc = shlex.split(str(sysconfig.get_config_var("CC") or ""))
     if os.environ.get("CC"):
-        return [*shlex.split(os.environ["CC"]), "-shared"]
-    return shlex.split(str(sysconfig.get_config_var("LDSHARED") or "cc -shared"))
+        cc = shlex.split(os.environ["CC"])
+        if ldshared and python_cc and ldshared[: len(python_cc)] == python_cc:
+            return [*cc, *ldshared[len(python_cc) :]]
+        return [*cc, "-shared"]
+    if ldshared and shutil.which(ldshared[0]):
+        return ldshared
+    return ["cc", "-shared"]  # Python was built with a compiler not installed here
 
 
 class CompileTrend(BuildHookInterface):  # type: ignore[misc]
@@ -74,7 +82,8 @@ class CompileTrend(BuildHookInterface):  # type: ignore[misc]
             self.app.display_warning(
                 f"compiling {SOURCE} failed (lagd runs its trend fit and lag moments in Python instead): "
                 f"{' '.join(command)}\n{done.stderr.strip()}\n"
-                "If Python's headers are missing: apt-get install python3-dev"
+                "If Python's headers are missing: apt-get install python3-dev. The compiled code needs a "
+                "64-bit GCC or Clang (__int128); elsewhere the Python runs."
             )
             return
         build_data["pure_python"] = False

@@ -35,7 +35,10 @@ FIT = native.compiled_fit()
 def _can_compile() -> bool:
     """Is there what hatch_build.py needs: a compiler (hatch_build.link_command's, in its order)
     and Python's headers?"""
-    link = os.environ.get("LDSHARED") or os.environ.get("CC") or str(sysconfig.get_config_var("LDSHARED") or "cc")
+    ldshared = str(sysconfig.get_config_var("LDSHARED") or "")
+    if not (ldshared and shutil.which(shlex.split(ldshared)[0])):
+        ldshared = "cc"
+    link = os.environ.get("LDSHARED") or os.environ.get("CC") or ldshared
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     return shutil.which(shlex.split(link)[0]) is not None and headers.exists()
 
@@ -69,6 +72,16 @@ def test_a_build_of_another_source_is_not_used(monkeypatch: pytest.MonkeyPatch, 
     assert native.status() == "stale"
     assert native.compiled_fit() is None and native.compiled_moments() is None
     assert "reinstall lagd" in native.describe()
+
+
+@pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
+def test_a_build_from_before_builds_carried_their_source_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module built before the source hash was passed in has none: it is stale, not "not built"
+    (which would send the user to install a compiler they have)."""
+    from lagd.evaluate import _trend
+
+    monkeypatch.delattr(_trend, "SOURCE_SHA1")
+    assert native.status() == "stale"
 
 
 needs_fit = pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")

@@ -18,6 +18,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#ifndef __SIZEOF_INT128__
+#error "lagd's compiled rules code needs a 64-bit GCC or Clang (__int128); lagd runs the Python instead"
+#endif
+__extension__ typedef __int128 i128; /* exact products of two int64 differences */
+
 #define EXACT (INT64_C(1) << 53) /* integers a double holds exactly up to this magnitude */
 #define SMALL 64                 /* windows up to this many entries are fitted on the stack */
 #define MAX_ENTRIES 4096         /* longer ones are left to the Python (their pairs would not fit) */
@@ -102,12 +107,12 @@ static int interpolate(const int64_t *o, const int64_t *t, Py_ssize_t i, Py_ssiz
     if (i <= 0 || i >= n)
         return 0;
     int64_t o0 = o[i - 1], t0 = t[i - 1];
-    __int128 dt = (__int128)t[i] - t0, doff = (__int128)target - o0, den = (__int128)o[i] - o0;
+    i128 dt = (i128)t[i] - t0, doff = (i128)target - o0, den = (i128)o[i] - o0;
     if (dt > EXACT || dt < -EXACT || doff > EXACT || doff < -EXACT) {
         if (dt != 0 && doff != 0)
             return 0; /* the product is past 2**53 */
     }
-    __int128 num = dt * doff;
+    i128 num = dt * doff;
     if (num > EXACT || num < -EXACT || den > EXACT || den <= 0 || !exact(t0))
         return 0;
     *out = (double)t0 + (double)(int64_t)num / (double)(int64_t)den;
@@ -404,7 +409,7 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         double waited = 0.0;
         if (passed != -Py_HUGE_VAL) {
             /* a bound is an int in Python (a sample's time): its difference must be exact too */
-            __int128 span = (__int128)at_ms - (__int128)passed;
+            i128 span = (i128)at_ms - (i128)passed;
             if (bound && (span > EXACT || span < -EXACT)) {
                 result = Py_NewRef(Py_None);
                 goto done;
@@ -415,7 +420,7 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (!(waited >= allowed_s) && !(arr.n > fields && rewound(&arr, fields, at_offset))) {
             /* at_ms - int(waited * 1000) + allowed_ms + 1: `_recheck`'s least term, in int64 */
             double waited_ms = waited * 1000;
-            __int128 at = waited_ms < 9.0e18 ? (__int128)at_ms - (long long)waited_ms + allowed_ms + 1 : INT64_MAX;
+            i128 at = waited_ms < 9.0e18 ? (i128)at_ms - (long long)waited_ms + allowed_ms + 1 : INT64_MAX;
             if (at >= INT64_MAX || at <= INT64_MIN) {
                 result = Py_NewRef(Py_None); /* past int64: Python's ints answer */
                 goto done;

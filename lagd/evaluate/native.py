@@ -28,11 +28,15 @@ def status() -> str:
     if os.environ.get("LAGD_NO_EXTENSIONS"):
         return "turned off"
     try:
-        from lagd.evaluate._trend import SOURCE_SHA1
+        from lagd.evaluate import _trend
     except ImportError:
         return "not built"
-    if SOURCE.exists() and hashlib.sha1(SOURCE.read_bytes()).hexdigest() != SOURCE_SHA1:
-        return "stale"
+    built_from = getattr(_trend, "SOURCE_SHA1", None)  # None: built before builds carried it
+    try:
+        if built_from is None or (SOURCE.exists() and hashlib.sha1(SOURCE.read_bytes()).hexdigest() != built_from):
+            return "stale"
+    except OSError:
+        return "stale"  # the source beside it cannot be read: the build cannot be told current
     return "compiled"
 
 
