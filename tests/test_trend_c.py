@@ -30,6 +30,7 @@ from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd
 
 T0 = 1_700_000_000_000
 FIT = native.compiled_fit()
+needs_fit = pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
 
 
 def _can_compile() -> bool:
@@ -62,7 +63,7 @@ def test_lagd_no_extensions_runs_the_python() -> None:
     assert out.strip() == "True True Python (LAGD_NO_EXTENSIONS is set)"
 
 
-@pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
+@needs_fit
 def test_a_build_of_another_source_is_not_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A compiled module left behind after _trend.c changed (an editable install not rebuilt)
     must not judge: its source hash no longer matches, and the Python runs instead."""
@@ -74,7 +75,7 @@ def test_a_build_of_another_source_is_not_used(monkeypatch: pytest.MonkeyPatch, 
     assert "reinstall lagd" in native.describe()
 
 
-@pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
+@needs_fit
 def test_a_build_from_before_builds_carried_their_source_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """A module built before the source hash was passed in has none: it is stale, not "not built"
     (which would send the user to install a compiler they have)."""
@@ -82,9 +83,6 @@ def test_a_build_from_before_builds_carried_their_source_is_not_used(monkeypatch
 
     monkeypatch.delattr(_trend, "SOURCE_SHA1")
     assert native.status() == "stale"
-
-
-needs_fit = pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
 
 
 def window(entries: list[tuple[int, int]]) -> array[int]:
@@ -120,25 +118,45 @@ def same(a: object, b: object) -> bool:
 
 
 def fit_both(arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool) -> tuple[object, object]:
-    assert FIT is not None
-    compiled = FIT(
+    """The compiled fit's answer (None: declined) and the Python's."""
+    return lagd_fast.fit_compiled(arr, le, used, p, was_behind), lagd_fast.fit_python(arr, le, used, p, was_behind)
+
+
+def moments_of(
+    arr: array[int], le: LogEnd, current_lag: int, at_ms: int, within: bool, judge: lagd_fast.LagdJudge
+) -> tuple[float, float, bool, int, int | None] | None:
+    """`_trend.moments` as LagdJudge.judge calls it."""
+    moments = native.compiled_moments()
+    assert moments is not None
+    p = judge.p
+    return moments(
         arr,
         FIELDS,
         OFFSET,
-        TS,
         le.offsets,
         le.ts,
         le.run_start,
         bool(le.coarse_ts),
-        used,
-        p.tie_s,
-        p.min_points,
-        p.z_enter,
-        p.z_leave,
+        current_lag,
+        at_ms,
+        within,
         p.allowed_lag_seconds,
-        was_behind,
+        judge._allowed_ms,
     )
-    return compiled, lagd_fast.fit_python(arr, le, used, p, was_behind)
+
+
+def history(
+    sample_steps: list[tuple[int, int]], entries: list[tuple[int, int]], run_start: int, coarse: bool
+) -> tuple[array[int], LogEnd]:
+    """A window of commits (offset after 1,000, ms after T0; taken in time order) and log-end
+    samples growing from offset 1,000 by the given (records, ms) steps."""
+    samples: list[tuple[int, int]] = []
+    offset, at = 1_000, 0
+    for step, gap in sample_steps:
+        offset, at = offset + step, at + gap
+        samples.append((offset, at))
+    entries.sort(key=lambda e: e[1])
+    return window([(max(0, 1_000 + o), ms) for o, ms in entries]), log_end(samples, run_start, coarse)
 
 
 # Log ends growing by steps (a negative step truncates: the newest run starts there), commits
@@ -167,14 +185,7 @@ def test_the_compiled_fit_answers_as_the_python(
     run_start: int,
     used_cap: int,
 ) -> None:
-    samples: list[tuple[int, int]] = []
-    offset, at = 1_000, 0
-    for step, gap in sample_steps:
-        offset, at = offset + step, at + gap
-        samples.append((offset, at))
-    entries.sort(key=lambda e: e[1])
-    arr = window([(max(0, 1_000 + o), at) for o, at in entries])
-    le = log_end(samples, run_start, coarse)
+    arr, le = history(sample_steps, entries, run_start, coarse)
     used = T0 + used_cap if used_cap >= 0 else used_cap
     compiled, python = fit_both(arr, le, min(used, 2**63 - 1), p, was_behind)
     if compiled is None:
@@ -248,35 +259,13 @@ def test_the_compiled_moments_answer_as_the_python(
     """`_moments` and `_within_seconds` (the answer of a partition judged within allowed-lag-
     seconds: its re-check and shown lag) against `_trend.moments`, for partitions behind, caught
     up, before every sample, without samples, rewound or not."""
-    samples: list[tuple[int, int]] = []
-    offset, t = 1_000, 0
-    for step, gap in sample_steps:
-        offset, t = offset + step, t + gap
-        samples.append((offset, t))
-    entries.sort(key=lambda e: e[1])
-    arr = window([(max(0, 1_000 + o), ms) for o, ms in entries])
-    le = log_end(samples, run_start, coarse)
+    arr, le = history(sample_steps, entries, run_start, coarse)
     committed = arr[len(arr) - FIELDS + OFFSET]
     current_lag = max(0, le.offsets[-1] - committed) if le.offsets else 0
     p = LagdParams(allowed_lag_seconds=allowed_s)
     judge = lagd_fast.LagdJudge(p)
-    moments = native.compiled_moments()
-    assert moments is not None
     at_ms = T0 + at
-    got = moments(
-        arr,
-        FIELDS,
-        OFFSET,
-        le.offsets,
-        le.ts,
-        le.run_start,
-        coarse,
-        current_lag,
-        at_ms,
-        within,
-        allowed_s,
-        judge._allowed_ms,
-    )
+    got = moments_of(arr, le, current_lag, at_ms, within, judge)
     want = lagd_fast._moments(arr, le, current_lag)
     if got is None:
         # declined: only where the Python reads the coarse tier
@@ -308,10 +297,8 @@ def test_the_compiled_moments_at_the_edges(offsets: list[int], behind_at: int, i
     current_lag = le.offsets[-1] - offsets[-1]
     p = LagdParams(allowed_lag_seconds=30.0)
     judge = lagd_fast.LagdJudge(p)
-    moments = native.compiled_moments()
-    assert moments is not None
     at_ms = T0 + 25_000 + behind_at
-    got = moments(arr, FIELDS, OFFSET, le.offsets, le.ts, 0, False, current_lag, at_ms, True, 30.0, judge._allowed_ms)
+    got = moments_of(arr, le, current_lag, at_ms, True, judge)
     want = lagd_fast._moments(arr, le, current_lag)
     answer = judge._within_seconds(arr, want, at_ms)
     assert got is not None and got[:4] == want
@@ -376,9 +363,7 @@ def test_hostile_numbers_get_the_pythons_answer(samples: list[tuple[int, int]], 
         arr.extend(entry)
     current_lag = max(0, le.offsets[-1] - offsets[-1])
     judge = lagd_fast.LagdJudge(LagdParams())
-    moments = native.compiled_moments()
-    assert moments is not None
-    got = moments(arr, FIELDS, OFFSET, le.offsets, le.ts, 0, False, current_lag, at, True, 5.0, judge._allowed_ms)
+    got = moments_of(arr, le, current_lag, at, True, judge)
     try:
         want: object = lagd_fast._moments(arr, le, current_lag)
     except IndexError as e:

@@ -47,6 +47,36 @@ static int int64s(PyObject *obj, Int64s *out) {
     return 0;
 }
 
+/* A window and its partition's log-end offsets and times, all three or none (-1: an exception is
+ * set): the samples' two arrays must be as long as each other. `release` gives them back. */
+static int acquire(PyObject *window, PyObject *offsets, PyObject *ts, Int64s *arr, Int64s *o, Int64s *t) {
+    if (int64s(window, arr) < 0)
+        return -1;
+    if (int64s(offsets, o) < 0) {
+        PyBuffer_Release(&arr->view);
+        return -1;
+    }
+    if (int64s(ts, t) < 0) {
+        PyBuffer_Release(&arr->view);
+        PyBuffer_Release(&o->view);
+        return -1;
+    }
+    if (t->n != o->n) {
+        PyErr_SetString(PyExc_ValueError, "log-end offsets and times differ in length");
+        PyBuffer_Release(&arr->view);
+        PyBuffer_Release(&o->view);
+        PyBuffer_Release(&t->view);
+        return -1;
+    }
+    return 0;
+}
+
+static void release(Int64s *arr, Int64s *o, Int64s *t) {
+    PyBuffer_Release(&arr->view);
+    PyBuffer_Release(&o->view);
+    PyBuffer_Release(&t->view);
+}
+
 static int by_value(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -213,25 +243,12 @@ static PyObject *fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     }
     Int64s arr, offsets, ts;
-    if (int64s(args[0], &arr) < 0)
+    if (acquire(args[0], args[4], args[5], &arr, &offsets, &ts) < 0)
         return NULL;
-    if (int64s(args[4], &offsets) < 0) {
-        PyBuffer_Release(&arr.view);
-        return NULL;
-    }
-    if (int64s(args[5], &ts) < 0) {
-        PyBuffer_Release(&arr.view);
-        PyBuffer_Release(&offsets.view);
-        return NULL;
-    }
     PyObject *result = NULL;
     Py_ssize_t entries = arr.n / fields;
     double small[4 * SMALL + SMALL * (SMALL - 1) / 2];
     double *xs = small;
-    if (ts.n != offsets.n || lo > offsets.n) {
-        PyErr_SetString(PyExc_ValueError, "log-end offsets and times differ in length");
-        goto done;
-    }
     if (entries > MAX_ENTRIES) {
         result = Py_NewRef(Py_None); /* no window is this long (storage.intervals): the Python answers */
         goto done;
@@ -302,9 +319,7 @@ static PyObject *fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 done:
     if (xs != small)
         PyMem_Free(xs);
-    PyBuffer_Release(&arr.view);
-    PyBuffer_Release(&offsets.view);
-    PyBuffer_Release(&ts.view);
+    release(&arr, &offsets, &ts);
     return result;
 }
 
@@ -348,24 +363,11 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     Int64s arr, offsets, ts;
-    if (int64s(args[0], &arr) < 0)
+    if (acquire(args[0], args[3], args[4], &arr, &offsets, &ts) < 0)
         return NULL;
-    if (int64s(args[3], &offsets) < 0) {
-        PyBuffer_Release(&arr.view);
-        return NULL;
-    }
-    if (int64s(args[4], &ts) < 0) {
-        PyBuffer_Release(&arr.view);
-        PyBuffer_Release(&offsets.view);
-        return NULL;
-    }
     PyObject *result = NULL;
     Py_ssize_t k = offsets.n;
     const int64_t *o = offsets.v, *t = ts.v;
-    if (ts.n != k) {
-        PyErr_SetString(PyExc_ValueError, "log-end offsets and times differ in length");
-        goto done;
-    }
     if (arr.n < fields || !exact(at_ms) || (current_lag && lo >= k)) {
         result = Py_NewRef(Py_None); /* not a window Python judges here: let it say so */
         goto done;
@@ -434,9 +436,7 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (due != Py_None)
         Py_DECREF(due);
 done:
-    PyBuffer_Release(&arr.view);
-    PyBuffer_Release(&offsets.view);
-    PyBuffer_Release(&ts.view);
+    release(&arr, &offsets, &ts);
     return result;
 }
 

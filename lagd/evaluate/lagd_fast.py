@@ -261,7 +261,7 @@ class LagdJudge:
         if f is None:
             quick = not was_behind and self._within_first
             got = None
-            if _compiled_moments is not None:
+            if _compiled_moments is not None:  # called here, not through a helper: this runs per partition
                 got = _compiled_moments(
                     arr,
                     FIELDS,
@@ -443,29 +443,36 @@ def _fit(arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool
     `_judge_trend` (`_needs_slope`): most partitions of a healthy estate keep up, and the slope
     is most of a fit's cost. A later judgement that needs them fits again.
 
-    Fitted by the compiled `_trend.fit` (native.py) where it is built (the same operations, so the same
+    Fitted by the compiled `_trend.fit` where it is built (the same operations, so the same
     answer: tests/test_trend_c.py), else, or where it cannot answer exactly, by `fit_python`."""
-    if _compiled_fit is not None:
-        fitted = _compiled_fit(
-            arr,
-            FIELDS,
-            OFFSET,
-            TS,
-            le.offsets,
-            le.ts,
-            le.run_start,
-            bool(le.coarse_ts),
-            used,
-            p.tie_s,
-            p.min_points,
-            p.z_enter,
-            p.z_leave,
-            p.allowed_lag_seconds,
-            was_behind,
-        )
-        if fitted is not None:
-            return fitted
-    return fit_python(arr, le, used, p, was_behind)
+    fitted = fit_compiled(arr, le, used, p, was_behind)
+    return fitted if fitted is not None else fit_python(arr, le, used, p, was_behind)
+
+
+def fit_compiled(
+    arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool
+) -> tuple[TrendFit | None, int] | None:
+    """`_fit` by the compiled `_trend.fit` (native.py): None where it is not built, or where
+    only the Python answers exactly."""
+    if _compiled_fit is None:
+        return None
+    return _compiled_fit(
+        arr,
+        FIELDS,
+        OFFSET,
+        TS,
+        le.offsets,
+        le.ts,
+        le.run_start,
+        bool(le.coarse_ts),
+        used,
+        p.tie_s,
+        p.min_points,
+        p.z_enter,
+        p.z_leave,
+        p.allowed_lag_seconds,
+        was_behind,
+    )
 
 
 def fit_python(arr: array[int], le: LogEnd, used: int, p: LagdParams, was_behind: bool) -> tuple[TrendFit | None, int]:
