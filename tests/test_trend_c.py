@@ -1,7 +1,8 @@
-"""The compiled trend fit (lagd/evaluate/_trend.c) answers exactly as the Python it stands in
-for (lagd_fast.fit_python), or declines (None) where only the Python can: random windows and
-log-end samples, every rule setting that decides whether the slope is fitted. Judging through
-it is also compared with the reference rules in tests/test_lagd_fast.py.
+"""The compiled rules code (lagd/evaluate/_trend.c: the trend fit, the lag moments and the
+judgement from kept facts) answers exactly as the Python it stands in for, or declines (None)
+where only the Python can: random windows and log-end samples, every rule setting that decides
+whether the slope is fitted, random histories judged from kept facts, hand-built facts at the
+edges. Judging through it is also compared with the reference rules in tests/test_lagd_fast.py.
 
 Where a C compiler and Python's headers are on this machine the build must have compiled it: otherwise these tests
 would pass on the Python alone and say nothing about the C.
@@ -14,19 +15,23 @@ import os
 import random
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
 from array import array
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagd.evaluate import lagd_fast, native
+from lagd.evaluate import Evaluator, lagd_fast, native
 from lagd.evaluate.lagd_rules import LagdParams
-from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd
+from lagd.model import Commit, LogEndSample, PartitionStatus
+from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
+from tests.test_lagd_fast import C, G, Op, T, Tick, traffic
 
 T0 = 1_700_000_000_000
 FIT = native.compiled_fit()
@@ -53,14 +58,15 @@ def test_the_compiled_fit_is_built_where_it_can_be() -> None:
 
 def test_lagd_no_extensions_runs_the_python() -> None:
     """With LAGD_NO_EXTENSIONS=1 a fresh process judges with the Python: lagd_fast binds
-    neither compiled function, and says so."""
+    none of the compiled functions, and says so."""
     code = (
         "from lagd.evaluate import lagd_fast, native; "
-        "print(lagd_fast._compiled_fit is None, lagd_fast._compiled_moments is None, native.describe())"
+        "print(lagd_fast._compiled_fit is None, lagd_fast._compiled_moments is None, "
+        "lagd_fast._compiled_standing is None, native.describe())"
     )
     env = {**os.environ, "LAGD_NO_EXTENSIONS": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "True True Python (LAGD_NO_EXTENSIONS is set)"
+    assert out.strip() == "True True True Python (LAGD_NO_EXTENSIONS is set)"
 
 
 @needs_fit
@@ -371,3 +377,209 @@ def test_hostile_numbers_get_the_pythons_answer(samples: list[tuple[int, int]], 
     assert got is None or got[:4] == want, (got, want)
     compiled, python = fit_both(arr, le, 2**62, LagdParams(), False)
     assert compiled is None or same(compiled, python), (compiled, python)
+
+
+def _random_ticks(rng: random.Random) -> list[Tick]:
+    """A history given tick by tick, as tests/test_lagd_fast.py's `ticks` draws them."""
+    return [
+        (
+            rng.randint(1, 8),
+            rng.choice([0, 50, 400]),
+            rng.randint(0, 7),
+            rng.randint(0, 7),
+            rng.choice([0, 40, 40, 150, 150, 600, -300, "hold"]),
+            rng.randint(0, 2),
+        )
+        for _ in range(rng.randint(10, 80))
+    ]
+
+
+def _judged_alike(compiled: Evaluator, python: Evaluator, now: int) -> None:
+    """Both evaluators give the same verdict, reasons to the type of every number, and re-check."""
+    got, want = compiled.group(C, G, now), python.group(C, G, now)
+    assert got == want
+    assert [repr(p.why) for p in got.partitions] == [repr(p.why) for p in want.partitions]
+    assert compiled._due.get((C, G)) == python._due.get((C, G))
+
+
+def _drive(state: State, settings_: dict[str, float], history: list[Op]) -> None:
+    """Apply `history` (test_lagd_fast's operations) to `state`, judging at each evaluation by
+    two fast evaluators: one with the compiled judgement from kept facts, one without."""
+    compiled = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
+    python = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
+    assert compiled._judge._cparams is not None
+    python._judge._cparams = None  # the Python judges its kept facts
+    head, behind, order, now = [10_000] * 3, [0] * 3, 0, T0
+    for kind, partition, amount, later in history:
+        now += later * 1000
+        if kind == "sample":
+            head[partition] = max(0, head[partition] + amount)
+            state.apply(LogEndSample(C, T, partition, head[partition], now))
+        elif kind == "commit":
+            behind[partition] = max(0, behind[partition] + amount)
+            order += 1
+            state.apply(Commit(C, G, T, partition, max(0, head[partition] - behind[partition]), order, now, now))
+        else:
+            _judged_alike(compiled, python, now)
+
+
+@needs_fit
+def test_the_compiled_judgement_from_kept_facts_answers_as_the_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two fast evaluators over the same random histories (seeded), one judging kept facts that
+    stand by the compiled `_trend.standing`, the other in Python: the same verdicts, with every
+    answer the compiled code gives reached (and its declines: a trend to fit first), so that
+    the comparison covers each of its branches. (tests/test_lagd_fast.py compares the fast path,
+    compiled where built, with the reference rules.)"""
+    real = lagd_fast._compiled_standing
+    assert real is not None
+    answered: Counter[str | None] = Counter()
+
+    def recording(*args: object) -> lagd_fast.Answer | None:
+        got = real(*args)
+        answered[None if got is None else got[1] if isinstance(got[2], str) else f"{got[1]}: {got[2][0]}"] += 1
+        return got
+
+    monkeypatch.setattr(lagd_fast, "_compiled_standing", recording)
+    rng = random.Random(11)
+    for _ in range(150):
+        state = State(intervals=6, lag_samples=rng.choice([4, 40]), window_step_ms=rng.choice([0, 15_000]))
+        settings_ = {
+            "allowed_lag": rng.choice([0, 20]),
+            "allowed_lag_seconds": rng.choice([0.0, 1.0, 5.0]),
+            "min_history_ms": 20_000,
+            "stop_after_ms": rng.choice([40_000, 10_002, 10_000, 4_000, 1_500]),
+        }
+        _drive(state, settings_, traffic(_random_ticks(rng)))
+    # and a consumer falling behind, held WARN, stopping, then catching up (test_lagd_fast's)
+    history: list[Op] = []
+    for t in range(1800):
+        if t % 2 == 0:
+            history += [("sample", 0, 800, 0), ("eval", 0, 0, 0)]
+        if t % 5 == 0 and not 900 <= t < 1100:
+            history.append(("commit", 0, 100 if t < 700 else -150 if t >= 1100 else 0, 0))
+        history.append(("eval", 0, 0, 1))
+    _drive(State(intervals=10, lag_samples=200, window_step_ms=15_000), {}, history)
+    # (caught-up is not among them: held WARN with the same facts, their trend said so the first
+    # time; test_the_compiled_judgement_at_the_edges reaches it)
+    rules = {"within-allowed-seconds", "catching-up", "keeping-up", "too-little-history", "rewind"}
+    reasons = {"stop: stopped", "stall: stalled", "falling-behind: falling behind", "still-behind: still behind"}
+    assert rules | reasons | {"still-behind: still behind, no trend", None} <= set(answered), answered
+
+
+def _judge_kept(facts: tuple[object, ...], arr: array[int], le: LogEnd, lag: int, at: int, behind: bool) -> object:
+    """The Python's answer for a partition whose kept facts are `facts` (the compiled judgement off)."""
+    judge = lagd_fast.LagdJudge(LagdParams())
+    judge._cparams = None
+    judge.begin({"t": (array("q", [0]), lagd_fast._PACKED.pack(*facts))})
+    judge.topic("t")
+    try:
+        return judge.judge(0, arr, le, lag, at, PartitionStatus.WARN if behind else None)
+    except (OverflowError, struct.error) as e:
+        return type(e)
+
+
+@needs_fit
+@pytest.mark.parametrize(
+    ("change", "lag", "at", "behind", "declines"),
+    [
+        ({}, 500, 100_000, True, False),  # held WARN, its trend now caught up
+        ({"points": lagd_fast.UNFITTED}, 500, 100_000, False, True),  # a trend to fit first
+        ({"z": 3.0, "last": 9.0}, 500, 100_000, True, True),  # a slope left out, now needed
+        ({"limit": 2**60}, 500, 100_000, False, True),  # a STOP limit past a double's exact range
+        ({"limit": 2**53 - 1, "stuck_since": -(2**63) + 1}, 500, 2**52, False, True),  # stuck past int64
+        ({"le_id": 1}, 500, 100_000, False, True),  # facts of other samples
+        ({"first": 7}, 500, 100_000, False, True),  # facts of another window
+        ({}, 2**64, 100_000, False, True),  # a lag past int64
+        ({}, 500, 2**60, False, True),  # now past a double's exact range
+        ({"limit": 2**53 - T0 - 80_001}, 500, 2**53 - T0, False, False),  # STOP, at the edge of exact
+        ({"stuck_since": T0 + 20_000}, 500, 100_000, False, False),  # STALL
+        ({"z": 3.0, "last": 9.0, "slope": 0.2, "rise": 9.0, "noise": 0.1}, 500, 100_000, False, False),  # falling
+        ({"z": 3.0, "last": 9.0, "slope": 0.2, "rise": 9.0, "noise": 0.1}, 500, 100_000, True, False),  # still
+        ({"rewind": True}, 500, 100_000, False, False),
+        ({"last": 2.5, "slope": 0.01, "rise": 1.0, "noise": 0.1}, 500, 100_000, True, False),  # not quite caught up
+        ({"newest": T0 + 80_000}, 500, 100_000, False, False),  # a sample added; the oldest read still kept
+        ({"newest": T0 + 80_000, "used": T0 - 1}, 500, 100_000, False, True),  # ... no longer kept
+    ],
+)
+def test_the_compiled_judgement_at_the_edges(
+    change: dict[str, object], lag: int, at: int, behind: bool, declines: bool
+) -> None:
+    """Kept facts built by hand: the compiled judgement answers exactly as the Python, or
+    declines (None) where only the Python can; where it declines is asserted."""
+    arr = window([(1_000 + 100 * k, 10_000 * k) for k in range(8)])
+    le = log_end([(1_000 + 100 * k, 10_000 * k) for k in range(10)], 0, False)
+    at = T0 + at  # `at` is given in ms after T0
+    fields = {
+        "first": arr[ORDER],
+        "newest_order": arr[-FIELDS + ORDER],
+        "length": len(arr),
+        "le_id": id(le),
+        "newest": le.ts[-1],
+        "used": le.ts[0],
+        "passed": float(T0 + 55_000),
+        "reached": float(T0 + 50_000),
+        "estimated": False,
+        "rewind": False,
+        "limit": 60_000,
+        "stuck_since": lagd_fast.NO_MS,
+        "points": 6,
+        "slope": math.nan,
+        "z": 0.5,
+        "rise": math.nan,
+        "noise": math.nan,
+        "last": 1.0,
+    }
+    fields.update(change)
+    facts = tuple(fields.values())
+    judge = lagd_fast.LagdJudge(LagdParams())
+    assert lagd_fast._compiled_standing is not None and judge._cparams is not None
+    packed = lagd_fast._PACKED.pack(*facts)
+    got = lagd_fast._compiled_standing(packed, 0, arr, le, lag, at, behind, judge._cparams, lagd_fast._C_SAID)
+    # `at` past T0: now after every commit and sample
+    assert (got is None) == declines, got
+    if got is not None:
+        want = _judge_kept(facts, arr, le, lag, at, behind)
+        assert got == want and repr(got) == repr(want)
+
+
+@needs_fit
+def test_the_compiled_judgement_refuses_what_it_cannot_read() -> None:
+    """Arguments of the wrong kind are errors, facts past the end a decline, settings it cannot
+    read as the Python does are not packed, and a build reading another layout is not used."""
+    standing = lagd_fast._compiled_standing
+    assert standing is not None
+    judge = lagd_fast.LagdJudge(LagdParams())
+    arr = window([(T0, 1_000)])
+    le = log_end([(1_000, T0)], 0, False)
+    args = [bytes(lagd_fast._PACKED.size), 0, arr, le, 0, T0, False, judge._cparams, lagd_fast._C_SAID]
+    assert standing(*args) is None  # facts of another window
+    assert standing(b"", *args[1:]) is None  # no facts at 0
+    for at, bad in [(0, "facts"), (7, b"short"), (8, (1, 2)), (2, [1, 2])]:
+        with pytest.raises(TypeError):
+            standing(*args[:at], bad, *args[at + 1 :])
+    with pytest.raises(TypeError):
+        standing(*args[:-1])
+    assert lagd_fast._c_params(LagdParams(stall_after_ms=1.5), 5_000) is None  # type: ignore[arg-type]
+    assert lagd_fast._c_params(LagdParams(allowed_lag=2**64), 5_000) is None
+    assert lagd_fast._c_params(LagdParams(min_slope=2**60 + 1), 5_000) is None
+    assert native.compiled_standing(lagd_fast._PACKED.format + "d", lagd_fast._C_PARAMS.format) is None
+    assert native.compiled_standing(lagd_fast._PACKED.format, lagd_fast._C_PARAMS.format) is standing
+
+
+@needs_fit
+@pytest.mark.parametrize("consumed", [239, 240, 241])
+def test_the_compiled_judgement_tells_a_backlog_drained_as_the_python(consumed: int) -> None:
+    """A partition falling behind by its trend while its newest commits consume `consumed`
+    records in 20 s against production of 10 a second: working a backlog off (OK) above 12 a
+    second (drain-margin 1.2), falling behind (WARN) at or below it, as the Python says."""
+    offsets = [1_000 + 100 * k for k in range(6)] + [1_500 + consumed // 2, 1_500 + consumed]
+    arr = window([(offset, 10_000 * k) for k, offset in enumerate(offsets)])
+    le = log_end([(1_000 + 100 * k, 10_000 * k) for k in range(10)], 0, False)
+    facts = (arr[ORDER], arr[-FIELDS + ORDER], len(arr), id(le), le.ts[-1], le.ts[0], float(T0 + 55_000))
+    facts += (float(T0 + 50_000), False, False, 60_000, lagd_fast.NO_MS, 6, 0.2, 3.0, 9.0, 0.1, 9.0)
+    judge = lagd_fast.LagdJudge(LagdParams())
+    assert lagd_fast._compiled_standing is not None and judge._cparams is not None
+    packed = lagd_fast._PACKED.pack(*facts)
+    got = lagd_fast._compiled_standing(packed, 0, arr, le, 500, T0 + 100_000, False, judge._cparams, lagd_fast._C_SAID)
+    assert got is not None and got == _judge_kept(facts, arr, le, 500, T0 + 100_000, False)
+    assert got[1] == ("keeping-up" if consumed > 240 else "falling-behind")

@@ -1,10 +1,12 @@
-/* lagd's trend fit and lag moments, compiled: `lagd_fast._fit` (lagd_rules.lag_points_used,
- * spans_time, mann_kendall_z, lagd_fast._needs_slope and slope_fit) in one call, and
- * `lagd_fast._moments` with `LagdJudge._within_seconds` in another, with the same floating
- * point operations in the same order, so they answer exactly as the Python they stand in for
- * (tests/test_trend_c.py compares them on random windows). Fitting was about 60% of judging a
- * lagging partition from scratch in Python, and the moments about half of judging one a few
- * records behind (the common case of a healthy estate, judged afresh at every evaluation).
+/* lagd's trend fit, lag moments and judgement from kept facts, compiled: `lagd_fast._fit`
+ * (lagd_rules.lag_points_used, spans_time, mann_kendall_z, lagd_fast._needs_slope and slope_fit)
+ * in one call, `lagd_fast._moments` with `LagdJudge._within_seconds` in another, and
+ * `LagdJudge.judge` from a partition's kept facts on (while they stand) in a third, with the
+ * same floating point operations in the same order, so they answer exactly as the Python they
+ * stand in for (tests/test_trend_c.py compares them). Fitting was about 60% of judging a
+ * lagging partition from scratch in Python, the moments about half of judging one a few records
+ * behind (the common case of a healthy estate, judged afresh at every evaluation), and the
+ * judgement from kept facts more than half of re-judging a lagging one whose window stands.
  *
  * Optional: the build compiles it where a C compiler is found (hatch_build.py); without it
  * lagd runs the Python. Where it cannot answer exactly as Python would (a coarse-tier read,
@@ -17,6 +19,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifndef __SIZEOF_INT128__
 #error "lagd's compiled rules code needs a 64-bit GCC or Clang (__int128); lagd runs the Python instead"
@@ -440,12 +443,402 @@ done:
     return result;
 }
 
+/* The kept facts of a partition (lagd_fast._PACKED, "<6q2d2?3q5d", 130 bytes back to back) and
+ * the rules' settings as LagdJudge packs them (lagd_fast._C_PARAMS, "<9q7d"): each field's place.
+ * FACTS_FORMAT and PARAMS_FORMAT, exported below, let lagd_fast refuse this code if either differs. */
+#define FACTS_FORMAT "<6q2d2?3q5d"
+#define FACTS_SIZE 130
+#define PARAMS_FORMAT "<9q7d"
+#define PARAMS_SIZE 128
+#define NO_MS INT64_MIN /* lagd_fast.NO_MS */
+#define NEVER INT64_MAX /* lagd_rules.NEVER */
+#define UNFITTED (-1)   /* lagd_fast.UNFITTED */
+
+typedef struct {
+    int64_t first, newest_order, length, le_id, newest, used;
+    double passed, reached;
+    int estimated, rewind;
+    int64_t limit, stuck_since, points;
+    double slope, z, rise, noise, last;
+} Facts;
+
+static int64_t q_at(const char *b, Py_ssize_t at) {
+    int64_t v;
+    memcpy(&v, b + at, 8);
+    return v;
+}
+
+static double d_at(const char *b, Py_ssize_t at) {
+    double v;
+    memcpy(&v, b + at, 8);
+    return v;
+}
+
+static void unpack_facts(const char *b, Facts *f) {
+    f->first = q_at(b, 0);
+    f->newest_order = q_at(b, 8);
+    f->length = q_at(b, 16);
+    f->le_id = q_at(b, 24);
+    f->newest = q_at(b, 32);
+    f->used = q_at(b, 40);
+    f->passed = d_at(b, 48);
+    f->reached = d_at(b, 56);
+    f->estimated = b[64] != 0;
+    f->rewind = b[65] != 0;
+    f->limit = q_at(b, 66);
+    f->stuck_since = q_at(b, 74);
+    f->points = q_at(b, 82);
+    f->slope = d_at(b, 90);
+    f->z = d_at(b, 98);
+    f->rise = d_at(b, 106);
+    f->noise = d_at(b, 114);
+    f->last = d_at(b, 122);
+}
+
+typedef struct {
+    Py_ssize_t fields, at_offset, at_order, at_ts;
+    int64_t allowed_lag, min_history_ms, stall_after_ms, min_points, allowed_ms;
+    double allowed_s, z_enter, z_leave, min_slope, min_rise_s, noise_factor, drain_margin;
+} Params;
+
+static int unpack_params(const char *b, Params *p) {
+    int64_t layout[4];
+    for (int k = 0; k < 4; k++)
+        layout[k] = q_at(b, 8 * k);
+    p->fields = (Py_ssize_t)layout[0];
+    p->at_offset = (Py_ssize_t)layout[1];
+    p->at_order = (Py_ssize_t)layout[2];
+    p->at_ts = (Py_ssize_t)layout[3];
+    p->allowed_lag = q_at(b, 32);
+    p->min_history_ms = q_at(b, 40);
+    p->stall_after_ms = q_at(b, 48);
+    p->min_points = q_at(b, 56);
+    p->allowed_ms = q_at(b, 64);
+    p->allowed_s = d_at(b, 72);
+    p->z_enter = d_at(b, 80);
+    p->z_leave = d_at(b, 88);
+    p->min_slope = d_at(b, 96);
+    p->min_rise_s = d_at(b, 104);
+    p->noise_factor = d_at(b, 112);
+    p->drain_margin = d_at(b, 120);
+    return p->fields > 0 && p->at_offset >= 0 && p->at_offset < p->fields && p->at_order >= 0 &&
+           p->at_order < p->fields && p->at_ts >= 0 && p->at_ts < p->fields;
+}
+
+/* The fixed parts of an answer, in the order lagd_fast._C_SAID lists them. */
+enum {
+    SAID_WITHIN_SECONDS, /* (status, rule, reason) triples */
+    SAID_CAUGHT_UP,
+    SAID_CATCHING_UP,
+    SAID_KEEPING_UP,
+    SAID_TOO_LITTLE_HISTORY,
+    SAID_REWIND,
+    SAID_WARN, /* then single objects */
+    SAID_STOP,
+    SAID_STALL,
+    SAID_RULE_STOP,
+    SAID_RULE_STALL,
+    SAID_RULE_FALLING_BEHIND,
+    SAID_RULE_STILL_BEHIND,
+    SAID_STOPPED,
+    SAID_STALLED,
+    SAID_FALLING_BEHIND,
+    SAID_STILL_BEHIND,
+    SAID_STILL_BEHIND_UNFITTED,
+    SAID_COUNT
+};
+
+/* (status, rule, reason, due, shown, estimated): lagd_fast.Answer. Steals `reason`. */
+static PyObject *answer(PyObject *status, PyObject *rule, PyObject *reason, int64_t due, double shown,
+                        int estimated) {
+    if (reason == NULL)
+        return NULL;
+    PyObject *out = PyTuple_New(6);
+    PyObject *d = PyLong_FromLongLong((long long)due), *s = PyFloat_FromDouble(shown);
+    if (out == NULL || d == NULL || s == NULL) {
+        Py_XDECREF(out);
+        Py_XDECREF(d);
+        Py_XDECREF(s);
+        Py_DECREF(reason);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, Py_NewRef(status));
+    PyTuple_SET_ITEM(out, 1, Py_NewRef(rule));
+    PyTuple_SET_ITEM(out, 2, reason);
+    PyTuple_SET_ITEM(out, 3, d);
+    PyTuple_SET_ITEM(out, 4, s);
+    PyTuple_SET_ITEM(out, 5, Py_NewRef(estimated ? Py_True : Py_False));
+    return out;
+}
+
+static PyObject *said_answer(PyObject *said, int which, int64_t due, double shown, int estimated) {
+    PyObject *triple = PyTuple_GET_ITEM(said, which);
+    return answer(PyTuple_GET_ITEM(triple, 0), PyTuple_GET_ITEM(triple, 1), Py_NewRef(PyTuple_GET_ITEM(triple, 2)),
+                  due, shown, estimated);
+}
+
+/* lagd_fast._recheck (0: past int64, where Python's ints answer) */
+static int recheck(int stall, int64_t at_ms, double waited, int64_t last_ts, int64_t limit, int64_t stuck_since,
+                   const Params *p, int64_t *due) {
+    double waited_ms = waited * 1000;
+    if (!(waited_ms < 9.0e18))
+        return 0;
+    i128 passed = (i128)at_ms - (long long)waited_ms;
+    i128 d = ((i128)last_ts > passed ? (i128)last_ts : passed) + limit + 1;
+    if (!stall && stuck_since != NO_MS) {
+        i128 s = ((i128)stuck_since > passed ? (i128)stuck_since : passed) + p->stall_after_ms;
+        if (s < d)
+            d = s;
+    }
+    if (waited < p->allowed_s) {
+        i128 a = passed + p->allowed_ms + 1;
+        if (a < d)
+            d = a;
+    }
+    if (d > INT64_MAX || d < INT64_MIN)
+        return 0;
+    *due = (int64_t)d;
+    return 1;
+}
+
+/* a / b for ints as Python divides them (correctly rounded): 0 where the terms are not exact doubles */
+static int divide(i128 a, i128 b, double *out) {
+    if (a > EXACT || a < -EXACT || b > EXACT || b < -EXACT || b == 0)
+        return 0;
+    *out = (double)(int64_t)a / (double)(int64_t)b;
+    return 1;
+}
+
+/* lagd_rules._draining: 1 or 0, or -1 where only the Python answers exactly */
+static int draining(const Int64s *arr, const Int64s *o, const Int64s *t, Py_ssize_t lo, const Params *p) {
+    Py_ssize_t n = arr->n / p->fields, k = o->n;
+    if (n < 3 || k - lo < 2)
+        return 0;
+    const int64_t *last = arr->v + (n - 1) * p->fields, *b = arr->v + (n - 3) * p->fields;
+    i128 span_recent = (i128)last[p->at_ts] - b[p->at_ts];
+    i128 span_all = (i128)t->v[k - 1] - t->v[lo];
+    if (span_recent <= 0 || span_all <= 0)
+        return 0;
+    double consumed, produced;
+    if (!divide((i128)last[p->at_offset] - b[p->at_offset], span_recent, &consumed) ||
+        !divide((i128)o->v[k - 1] - o->v[lo], span_all, &produced))
+        return -1;
+    return consumed > produced * p->drain_margin;
+}
+
+/* Does the kept trend leave out a slope that _judge_trend reads now? (lagd_fast._needs_slope) */
+static int needs_slope(const Facts *f, int was_behind, const Params *p) {
+    if (f->points < p->min_points)
+        return 0;
+    if (was_behind)
+        return !(f->last < p->allowed_s / 2 && f->z < p->z_leave);
+    return (f->z >= p->z_enter && f->last >= p->allowed_s) || f->z <= -p->z_leave;
+}
+
+static PyObject *why(PyObject *what, PyObject *a, PyObject *b, double c, double d, double waited) {
+    if (a == NULL || b == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    return Py_BuildValue("(ONNddd)", what, a, b, c, d, waited);
+}
+
+/* LagdJudge.judge for a partition whose kept facts (`facts`, the i-th packed) still stand for its
+ * window `arr` and log end `le`, from those facts on; None where they do not stand, a trend must
+ * be fitted first, or only the Python answers exactly. */
+static PyObject *standing(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "standing takes 9 arguments");
+        return NULL;
+    }
+    PyObject *le = args[3], *said = args[8];
+    Py_ssize_t i;
+    long long current_lag, at_ms;
+    int was_behind, declined = 0;
+    if (as_index(args[1], &i) || as_int64(args[4], &current_lag, &declined) || as_int64(args[5], &at_ms, &declined) ||
+        as_bool(args[6], &was_behind))
+        return NULL;
+    if (!PyBytes_Check(args[0]) || !PyBytes_Check(args[7]) || PyBytes_GET_SIZE(args[7]) != PARAMS_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "standing takes the packed facts and settings as bytes");
+        return NULL;
+    }
+    if (!PyTuple_Check(said) || PyTuple_GET_SIZE(said) != SAID_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "standing takes lagd_fast._C_SAID");
+        return NULL;
+    }
+    for (int k = SAID_WITHIN_SECONDS; k <= SAID_REWIND; k++) {
+        PyObject *triple = PyTuple_GET_ITEM(said, k);
+        if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3) {
+            PyErr_SetString(PyExc_TypeError, "standing takes lagd_fast._C_SAID");
+            return NULL;
+        }
+    }
+    Params p;
+    if (!unpack_params(PyBytes_AS_STRING(args[7]), &p)) {
+        PyErr_SetString(PyExc_ValueError, "bad window layout");
+        return NULL;
+    }
+    if (declined || i < 0 || (i + 1) * FACTS_SIZE > PyBytes_GET_SIZE(args[0]) || !exact(at_ms))
+        Py_RETURN_NONE;
+    Facts f;
+    unpack_facts(PyBytes_AS_STRING(args[0]) + i * FACTS_SIZE, &f);
+    PyObject *offsets_obj = PyObject_GetAttrString(le, "offsets"), *ts_obj = PyObject_GetAttrString(le, "ts"),
+             *run_obj = PyObject_GetAttrString(le, "run_start");
+    PyObject *result = NULL;
+    Py_ssize_t lo = 0;
+    if (offsets_obj == NULL || ts_obj == NULL || run_obj == NULL || as_index(run_obj, &lo) < 0) {
+        Py_XDECREF(offsets_obj);
+        Py_XDECREF(ts_obj);
+        Py_XDECREF(run_obj);
+        return NULL;
+    }
+    Py_DECREF(run_obj);
+    Int64s arr, o, t;
+    int got = acquire(args[2], offsets_obj, ts_obj, &arr, &o, &t);
+    Py_DECREF(offsets_obj);
+    Py_DECREF(ts_obj);
+    if (got < 0)
+        return NULL;
+    Py_ssize_t fields = p.fields, n = arr.n / fields;
+    /* Do the facts still describe this window and these samples? (LagdJudge._kept_facts) */
+    if (n == 0 || arr.n % fields || lo < 0 || (lo >= t.n && t.n > 0)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    const int64_t *first = arr.v, *newest_entry = arr.v + (n - 1) * fields;
+    if (f.first != first[p.at_order] || f.newest_order != newest_entry[p.at_order] || f.length != arr.n ||
+        f.le_id != (int64_t)(intptr_t)le) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    int64_t newest = t.n ? t.v[t.n - 1] : NO_MS;
+    if (newest != f.newest && (f.used == NO_MS || newest == NO_MS || t.v[lo] > f.used)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* LagdJudge.judge from the facts on */
+    double waited = 0.0;
+    if (f.passed != -Py_HUGE_VAL) {
+        double w = ((double)at_ms - f.passed) / 1000.0;
+        waited = w > 0.0 ? w : 0.0;
+    }
+    double shown = f.reached != -Py_HUGE_VAL ? f.reached : 0.0;
+    if (f.rewind) {
+        result = said_answer(said, SAID_REWIND, NEVER, shown, f.estimated);
+        goto done;
+    }
+    double waited_ms = waited * 1000.0;
+    int64_t last_ts = newest_entry[p.at_ts];
+    i128 silence = (i128)at_ms - last_ts;
+    if (!exact(f.limit) || !exact(p.stall_after_ms) || silence > INT64_MAX || silence < INT64_MIN) {
+        result = Py_NewRef(Py_None); /* compared with a float, or past int64: Python's ints answer */
+        goto done;
+    }
+    if (silence > f.limit && waited_ms > (double)f.limit) {
+        PyObject *reason = why(PyTuple_GET_ITEM(said, SAID_STOPPED), PyLong_FromLongLong((long long)silence),
+                               PyLong_FromLongLong((long long)f.limit), 0.0, 0.0, waited);
+        result = answer(PyTuple_GET_ITEM(said, SAID_STOP), PyTuple_GET_ITEM(said, SAID_RULE_STOP), reason, NEVER,
+                        shown, f.estimated);
+        goto done;
+    }
+    int timed = current_lag > p.allowed_lag;
+    int64_t due = NEVER;
+    if (f.stuck_since != NO_MS) {
+        i128 stuck_ms = (i128)at_ms - f.stuck_since;
+        if (stuck_ms > INT64_MAX || stuck_ms < INT64_MIN) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (stuck_ms >= p.stall_after_ms && waited_ms >= (double)p.stall_after_ms) {
+            if (timed && !recheck(1, at_ms, waited, last_ts, f.limit, f.stuck_since, &p, &due)) {
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+            PyObject *reason = why(PyTuple_GET_ITEM(said, SAID_STALLED),
+                                   PyLong_FromLongLong((long long)newest_entry[p.at_offset]),
+                                   PyLong_FromLongLong((long long)stuck_ms), 0.0, 0.0, waited);
+            result = answer(PyTuple_GET_ITEM(said, SAID_STALL), PyTuple_GET_ITEM(said, SAID_RULE_STALL), reason, due,
+                            shown, f.estimated);
+            goto done;
+        }
+    }
+    int fixed = -1;        /* a fixed judgement (SAID_*), or -1: WARN for `rule`, its reason begun by `what` */
+    PyObject *what = NULL; /* borrowed */
+    PyObject *rule = NULL; /* borrowed */
+    int fitted = 0;        /* a trend is read (lagd_fast's `fit` is not None) */
+    if (!was_behind && waited < p.allowed_s) {
+        fixed = SAID_WITHIN_SECONDS;
+    } else {
+        if ((i128)last_ts - first[p.at_ts] >= p.min_history_ms) {
+            int left_out = f.slope != f.slope;
+            if (f.points == UNFITTED || (left_out && needs_slope(&f, was_behind, &p))) {
+                result = Py_NewRef(Py_None); /* the Python fits it, and keeps the facts */
+                goto done;
+            }
+            fitted = f.points != 0 && f.points >= p.min_points;
+        }
+        if (was_behind) {
+            if (fitted && f.last < p.allowed_s / 2 && f.z < p.z_leave)
+                fixed = SAID_CAUGHT_UP;
+            else if (fitted && f.z <= -p.z_leave && f.slope < 0)
+                fixed = SAID_CATCHING_UP;
+            else {
+                rule = PyTuple_GET_ITEM(said, SAID_RULE_STILL_BEHIND);
+                what = PyTuple_GET_ITEM(said, SAID_STILL_BEHIND);
+            }
+        } else if (!fitted) {
+            fixed = SAID_TOO_LITTLE_HISTORY;
+        } else {
+            int falling = f.slope >= p.min_slope && f.z >= p.z_enter && f.rise >= p.min_rise_s &&
+                          f.rise >= p.noise_factor * f.noise && f.last >= p.allowed_s && f.stuck_since == NO_MS;
+            if (falling) {
+                int d = draining(&arr, &o, &t, lo, &p);
+                if (d < 0) {
+                    result = Py_NewRef(Py_None);
+                    goto done;
+                }
+                falling = !d;
+            }
+            if (falling) {
+                rule = PyTuple_GET_ITEM(said, SAID_RULE_FALLING_BEHIND);
+                what = PyTuple_GET_ITEM(said, SAID_FALLING_BEHIND);
+            } else if (f.slope < 0 && f.z <= -p.z_leave)
+                fixed = SAID_CATCHING_UP;
+            else
+                fixed = SAID_KEEPING_UP;
+        }
+    }
+    if (timed && !recheck(0, at_ms, waited, last_ts, f.limit, f.stuck_since, &p, &due)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (fixed >= 0) {
+        result = said_answer(said, fixed, due, shown, f.estimated);
+    } else if (!fitted) {
+        PyObject *reason = Py_BuildValue("(Oddddd)", PyTuple_GET_ITEM(said, SAID_STILL_BEHIND_UNFITTED), 0.0, 0.0,
+                                         0.0, 0.0, waited);
+        result = answer(PyTuple_GET_ITEM(said, SAID_WARN), rule, reason, due, shown, f.estimated);
+    } else {
+        PyObject *reason = Py_BuildValue("(OdddLd)", what, f.slope, f.z, f.rise, (long long)f.points, waited);
+        result = answer(PyTuple_GET_ITEM(said, SAID_WARN), rule, reason, due, shown, f.estimated);
+    }
+done:
+    release(&arr, &o, &t);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL,
      "moments(arr, fields, offset_at, offsets, ts, run_start, has_coarse, current_lag, at_ms, within, "
      "allowed_lag_seconds, allowed_ms) -> (passed, reached, estimated, used, due | None) | None: "
      "lagd_fast._moments and, with `within`, LagdJudge._within_seconds's re-check; None where only the "
      "Python answers exactly."},
+    {"standing", (PyCFunction)(void (*)(void))standing, METH_FASTCALL,
+     "standing(facts, i, arr, log_end, current_lag, at_ms, was_behind, params, said) -> Answer | None: "
+     "LagdJudge.judge from the i-th kept facts while they stand; None where they do not, a trend is to be "
+     "fitted first, or only the Python answers exactly."},
     {"fit", (PyCFunction)(void (*)(void))fit, METH_FASTCALL,
      "fit(arr, fields, offset_at, ts_at, offsets, ts, run_start, has_coarse, used, tie_s, min_points, z_enter, "
      "z_leave, allowed_lag_seconds, was_behind) -> (trend | None, used) | None: lagd_fast._fit, compiled; None "
@@ -454,7 +847,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "lagd.evaluate._trend", "lagd's trend fit and lag moments, compiled (lagd_fast).", -1,
+    PyModuleDef_HEAD_INIT, "lagd.evaluate._trend", "lagd's trend fit, lag moments and judgement from kept facts, compiled (lagd_fast).", -1,
     methods, NULL, NULL, NULL, NULL};
 
 /* The SHA-1 of the source this was built from (hatch_build.py passes it): native.py refuses a build
@@ -465,7 +858,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__trend(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_TREND_SHA1) < 0) {
+    if (m != NULL && (PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_TREND_SHA1) < 0 ||
+                      PyModule_AddStringConstant(m, "FACTS_FORMAT", FACTS_FORMAT) < 0 ||
+                      PyModule_AddStringConstant(m, "PARAMS_FORMAT", PARAMS_FORMAT) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

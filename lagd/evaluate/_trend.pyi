@@ -1,8 +1,12 @@
-"""lagd's compiled trend fit and lag moments (_trend.c): exactly as the Python in lagd_fast."""
+"""lagd's compiled trend fit, lag moments and judgement from kept facts (_trend.c): exactly as the
+Python in lagd_fast."""
 
 from array import array
+from typing import Any
 
 SOURCE_SHA1: str  # of the _trend.c it was built from
+FACTS_FORMAT: str  # the struct layout of kept facts it reads (lagd_fast._PACKED's)
+PARAMS_FORMAT: str  # and of the settings (lagd_fast._C_PARAMS's)
 
 def fit(
     arr: array[int],
@@ -37,3 +41,15 @@ def moments(
     allowed_ms: int,
     /,
 ) -> tuple[float, float, bool, int, int | None] | None: ...
+def standing(
+    facts: bytes,
+    i: int,
+    arr: array[int],
+    log_end: Any,
+    current_lag: int,
+    at_ms: int,
+    was_behind: bool,
+    params: bytes,
+    said: tuple[Any, ...],
+    /,
+) -> tuple[Any, ...] | None: ...

@@ -24,7 +24,7 @@ import math
 import struct
 from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 from lagd.evaluate.lagd_rules import (
@@ -57,7 +57,7 @@ from lagd.evaluate.lagd_rules import (
     stop_limit,
 )
 from lagd.evaluate.lagtime import reached_in
-from lagd.evaluate.native import compiled_fit, compiled_moments
+from lagd.evaluate.native import compiled_fit, compiled_moments, compiled_standing
 from lagd.evaluate.rules import J_CAUGHT_UP, J_REWIND, Judgement
 from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAST, OFFSET, ORDER, TS, LogEnd
@@ -104,6 +104,11 @@ Facts = tuple[
     float,
 ]
 _PACKED = struct.Struct("<6q2d2?3q5d")  # Facts, field by field (130 bytes)
+# The settings as the compiled judgement from kept facts reads them (`_c_params`).
+_C_PARAMS = struct.Struct("<9q7d")
+# The compiled judgement from kept facts, or None (not built, LAGD_NO_EXTENSIONS, or a build reading
+# another layout of the facts or settings than the two above).
+_compiled_standing: Callable[..., Answer | None] | None = compiled_standing(_PACKED.format, _C_PARAMS.format)
 NO_MS = -(2**63)  # a Facts' time in ms that is not (no samples, not stuck, may change)
 NOT_YET = -math.inf  # a Facts' moment (ms) that has not come
 UNFITTED, NO_TREND = -1, 0  # a Facts' trend points when it has no trend (yet)
@@ -140,6 +145,7 @@ class LagdJudge:
     __slots__ = (
         "_allowed_ms",
         "_at",
+        "_cparams",
         "_new",
         "_new_ids",
         "_old",
@@ -162,6 +168,8 @@ class LagdJudge:
         self._allowed_ms = int(p.allowed_lag_seconds * 1000)
         allowed = p.allowed_lag_seconds * 1000.0
         self._within_first = 0.0 <= allowed <= p.stop_after_ms and allowed < p.stall_after_ms
+        # The settings packed for the compiled judgement from kept facts (None: the Python judges).
+        self._cparams = _c_params(p, self._allowed_ms) if _compiled_standing is not None else None
         self.old: GroupFacts = {}
         self.new: dict[str, tuple[array[int], bytearray]] = {}
         self._old_ids: Sequence[int] = ()
@@ -239,17 +247,23 @@ class LagdJudge:
             used = f[5]
             if used == NO_MS or newest == NO_MS or ts[le.run_start] > used:
                 return None
+        self._reuse(key, i)
+        return f
+
+    def _reuse(self, key: int, i: int) -> None:
+        """Keep partition `key`'s previous facts (the `i`-th) again: they stand."""
+        self._at = i + 1
         self._new_ids.append(key)
         if i != self._run_to:
             self._copy_run()
             self._run_from = i
         self._run_to = i + 1
-        return f
 
     def judge(
         self, key: int, arr: array[int], le: LogEnd, current_lag: int, at_ms: int, prior: PartitionStatus | None
     ) -> Answer:
-        """`judge_reference` for a non-empty window, from kept facts where they stand."""
+        """`judge_reference` for a non-empty window, from kept facts where they stand (by the
+        compiled `_trend.standing` where it is built and can answer exactly)."""
         p = self.p
         was_behind = prior is WARN
         reason: str | Why
@@ -257,6 +271,16 @@ class LagdJudge:
             if current_lag:
                 return _answer(J_CAUGHT_UP, NEVER, *reached_in(le, arr[LAST + OFFSET]))
             return _answer(J_CAUGHT_UP, NEVER, 0.0, False)
+        ids = self._old_ids
+        if ids and self._cparams is not None and _compiled_standing is not None:  # compiled, from kept facts that stand
+            i = self._at
+            if i == len(ids) or ids[i] != key:
+                i = bisect_left(ids, key, i)
+            if i < len(ids) and ids[i] == key:
+                said = _compiled_standing(self._old, i, arr, le, current_lag, at_ms, was_behind, self._cparams, _C_SAID)
+                if said is not None:
+                    self._reuse(key, i)
+                    return said
         f = self._kept_facts(key, arr, le)
         if f is None:
             quick = not was_behind and self._within_first
@@ -511,6 +535,42 @@ _CAUGHT_UP: Said = (J_CAUGHT_UP.status, J_CAUGHT_UP.rule, J_CAUGHT_UP.reason, No
 _CATCHING_UP: Said = (J_CATCHING_UP.status, J_CATCHING_UP.rule, J_CATCHING_UP.reason, None)
 _KEEPING_UP: Said = (J_KEEPING_UP.status, J_KEEPING_UP.rule, J_KEEPING_UP.reason, None)
 _TOO_LITTLE_HISTORY: Said = (J_TOO_LITTLE_HISTORY.status, J_TOO_LITTLE_HISTORY.rule, J_TOO_LITTLE_HISTORY.reason, None)
+# What the compiled judgement from kept facts answers with, in the order _trend.c reads it: the
+# fixed judgements (status, rule, reason), then the parts of the others.
+_C_SAID = (
+    _WITHIN_SECONDS[:3],
+    _CAUGHT_UP[:3],
+    _CATCHING_UP[:3],
+    _KEEPING_UP[:3],
+    _TOO_LITTLE_HISTORY[:3],
+    (J_REWIND.status, J_REWIND.rule, J_REWIND.reason),
+    WARN,
+    STOP,
+    STALL,
+    RULE_STOP,
+    RULE_STALL,
+    RULE_FALLING_BEHIND,
+    RULE_STILL_BEHIND,
+    STOPPED,
+    STALLED,
+    FALLING_BEHIND,
+    STILL_BEHIND,
+    STILL_BEHIND_UNFITTED,
+)
+
+
+def _c_params(p: LagdParams, allowed_ms: int) -> bytes | None:
+    """The settings as `_trend.standing` reads them, or None where it cannot read them as the
+    Python does (an integer setting past int64 or not an integer, a float setting a double
+    does not hold exactly): the Python judges then."""
+    floats = (p.allowed_lag_seconds, p.z_enter, p.z_leave, p.min_slope, p.min_rise_s, p.noise_factor, p.drain_margin)
+    ints = (p.allowed_lag, p.min_history_ms, p.stall_after_ms, p.min_points, allowed_ms)
+    if not all(type(x) is int for x in ints) or not all(isinstance(x, (int, float)) and float(x) == x for x in floats):
+        return None
+    try:
+        return _C_PARAMS.pack(FIELDS, OFFSET, ORDER, TS, *ints, *floats)
+    except (struct.error, OverflowError):
+        return None
 
 
 def _judge_trend(

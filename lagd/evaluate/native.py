@@ -1,5 +1,5 @@
-"""Which compiled parts lagd runs: the trend fit and lag moments (`_trend.c`) where the build
-compiled them.
+"""Which compiled parts lagd runs: the trend fit, the lag moments and the judgement from kept
+facts (`_trend.c`) where the build compiled them.
 
 `LAGD_NO_EXTENSIONS=1` in the environment runs the Python instead (to compare them, or to rule
 the compiled code out when a verdict looks wrong); both answer the same. A build of another
@@ -12,7 +12,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 SOURCE = Path(__file__).with_name("_trend.c")
 
@@ -21,6 +21,8 @@ SOURCE = Path(__file__).with_name("_trend.c")
 CompiledFit: TypeAlias = Callable[..., "tuple[tuple[int, float, float, float, float, float] | None, int] | None"]
 # `_trend.moments`: a partition's moments and, when asked, the re-check due within allowed-lag-seconds.
 CompiledMoments: TypeAlias = Callable[..., "tuple[float, float, bool, int, int | None] | None"]
+# `_trend.standing`: a partition's answer (lagd_fast.Answer) from its kept facts while they stand.
+CompiledStanding: TypeAlias = Callable[..., "tuple[Any, ...] | None"]
 
 
 def status() -> str:
@@ -56,6 +58,19 @@ def compiled_moments() -> CompiledMoments | None:
     from lagd.evaluate._trend import moments
 
     return moments
+
+
+def compiled_standing(facts_format: str, params_format: str) -> CompiledStanding | None:
+    """The compiled judgement from kept facts, or None where the Python runs (see `status`) or
+    where it reads the facts or settings in another layout than `facts_format` and
+    `params_format` (lagd_fast's, the one definition)."""
+    if status() != "compiled":
+        return None
+    from lagd.evaluate import _trend
+
+    if (facts_format, params_format) != (_trend.FACTS_FORMAT, _trend.PARAMS_FORMAT):
+        return None
+    return _trend.standing
 
 
 def describe() -> str:
