@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -223,6 +225,23 @@ def test_a_commit_passed_before_the_fine_samples_gets_its_point_from_the_coarse_
     assert le.ts[le.run_start] > used  # the sample read left: the points no longer stand
 
 
+def count_fresh(monkeypatch: pytest.MonkeyPatch, record: Callable[[tuple[Any, ...]], object]) -> None:
+    """Where it is built, the compiled judgement from a partition's moments on (`_trend.fresh`)
+    derives the facts and fits the trend where needed in place of `_facts` and `_fit`: pass the
+    arguments of each of its calls that answered to `record` too."""
+    real = lagd_fast._compiled_fresh
+    if real is None:
+        return
+
+    def counted(*args: Any) -> tuple[lagd_fast.Answer, bytes] | None:
+        got = real(*args)
+        if got is not None:
+            record(args)
+        return got
+
+    monkeypatch.setattr(lagd_fast, "_compiled_fresh", counted)
+
+
 def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch) -> None:
     """The facts kept per partition (packed, found by partition among partitions with and
     without kept facts) spare the trend fit while the window and samples stand: an evaluation
@@ -248,6 +267,7 @@ def test_kept_facts_are_reused_while_they_stand(monkeypatch: pytest.MonkeyPatch)
         return real_fit(arr, le, used, p, was_behind)
 
     monkeypatch.setattr(lagd_fast, "_fit", counted)
+    count_fresh(monkeypatch, lambda args: fitted.append(args[0][OFFSET]))
     now = T0 + 240_000
     run(state, fast, slow, [("eval", 0, 0, 1)], now)
     first = len(fitted)
@@ -274,6 +294,7 @@ def test_facts_read_before_every_sample_stand_until_the_oldest_sample_leaves(mon
         return real_facts(arr, le, moments, p)
 
     monkeypatch.setattr(lagd_fast, "_facts", counted)
+    count_fresh(monkeypatch, lambda args: derived.append(args[0][LAST + OFFSET]))
     for partition in range(3):
         state.apply(Commit(C, G, T, partition, 10_000, partition + 1, T0, T0))  # before any sample
 
@@ -323,6 +344,7 @@ def test_a_trend_kept_without_its_slope_is_fitted_whole_once_the_slope_decides(m
         return real_fit(arr, le, used, p, was_behind)
 
     monkeypatch.setattr(lagd_fast, "_fit", counted)
+    count_fresh(monkeypatch, lambda args: fitted.append(args[4]))
     rules = []
     for at in (T0 + 199_500, T0 + 200_500, T0 + 201_500):
         got, want = fast.group(C, G, at), slow.group(C, G, at)

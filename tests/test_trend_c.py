@@ -400,6 +400,7 @@ def _judged_alike(compiled: Evaluator, python: Evaluator, now: int) -> None:
     assert got == want
     assert [repr(p.why) for p in got.partitions] == [repr(p.why) for p in want.partitions]
     assert compiled._due.get((C, G)) == python._due.get((C, G))
+    assert compiled._facts == python._facts  # the same facts kept, to the byte
 
 
 def _drive(state: State, settings_: dict[str, float], history: list[Op]) -> None:
@@ -424,22 +425,33 @@ def _drive(state: State, settings_: dict[str, float], history: list[Op]) -> None
 
 
 @needs_fit
-def test_the_compiled_judgement_from_kept_facts_answers_as_the_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two fast evaluators over the same random histories (seeded), one judging kept facts that
-    stand by the compiled `_trend.standing`, the other in Python: the same verdicts, with every
-    answer the compiled code gives reached (and its declines: a trend to fit first), so that
-    the comparison covers each of its branches. (tests/test_lagd_fast.py compares the fast path,
-    compiled where built, with the reference rules.)"""
-    real = lagd_fast._compiled_standing
-    assert real is not None
+def test_the_compiled_judgements_answer_as_the_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two fast evaluators over the same random histories (seeded), one judging by the compiled
+    `_trend.standing` (kept facts that stand) and `_trend.fresh` (from the moments on), the other
+    in Python: the same verdicts and the same facts kept, with every answer the compiled code
+    gives reached (and the declines of `standing`: a trend to fit first), so that the comparison
+    covers each of its branches. (tests/test_lagd_fast.py compares the fast path, compiled
+    where built, with the reference rules.)"""
+    real, real_fresh = lagd_fast._compiled_standing, lagd_fast._compiled_fresh
+    assert real is not None and real_fresh is not None
     answered: Counter[str | None] = Counter()
+    answered_fresh: Counter[str | None] = Counter()
+
+    def said(got: lagd_fast.Answer | None) -> str | None:
+        return None if got is None else got[1] if isinstance(got[2], str) else f"{got[1]}: {got[2][0]}"
 
     def recording(*args: object) -> lagd_fast.Answer | None:
         got = real(*args)
-        answered[None if got is None else got[1] if isinstance(got[2], str) else f"{got[1]}: {got[2][0]}"] += 1
+        answered[said(got)] += 1
+        return got
+
+    def recording_fresh(*args: object) -> tuple[lagd_fast.Answer, bytes] | None:
+        got = real_fresh(*args)
+        answered_fresh[said(got and got[0])] += 1
         return got
 
     monkeypatch.setattr(lagd_fast, "_compiled_standing", recording)
+    monkeypatch.setattr(lagd_fast, "_compiled_fresh", recording_fresh)
     rng = random.Random(11)
     for _ in range(150):
         state = State(intervals=6, lag_samples=rng.choice([4, 40]), window_step_ms=rng.choice([0, 15_000]))
@@ -459,11 +471,14 @@ def test_the_compiled_judgement_from_kept_facts_answers_as_the_python(monkeypatc
             history.append(("commit", 0, 100 if t < 700 else -150 if t >= 1100 else 0, 0))
         history.append(("eval", 0, 0, 1))
     _drive(State(intervals=10, lag_samples=200, window_step_ms=15_000), {}, history)
-    # (caught-up is not among them: held WARN with the same facts, their trend said so the first
-    # time; test_the_compiled_judgement_at_the_edges reaches it)
     rules = {"within-allowed-seconds", "catching-up", "keeping-up", "too-little-history", "rewind"}
     reasons = {"stop: stopped", "stall: stalled", "falling-behind: falling behind", "still-behind: still behind"}
+    # From kept facts: not caught-up (held WARN with the same facts, their trend said so the first
+    # time; test_the_compiled_judgement_at_the_edges reaches it)
     assert rules | reasons | {"still-behind: still behind, no trend", None} <= set(answered), answered
+    # From the moments on, where facts are derived and trends fitted: not still behind without a
+    # trend, which these histories reach only from kept facts
+    assert rules | reasons | {"caught-up"} <= set(answered_fresh), answered_fresh
 
 
 def _judge_kept(facts: tuple[object, ...], arr: array[int], le: LogEnd, lag: int, at: int, behind: bool) -> object:
@@ -583,3 +598,32 @@ def test_the_compiled_judgement_tells_a_backlog_drained_as_the_python(consumed: 
     got = lagd_fast._compiled_standing(packed, 0, arr, le, 500, T0 + 100_000, False, judge._cparams, lagd_fast._C_SAID)
     assert got is not None and got == _judge_kept(facts, arr, le, 500, T0 + 100_000, False)
     assert got[1] == ("keeping-up" if consumed > 240 else "falling-behind")
+
+
+@needs_fit
+@pytest.mark.parametrize("tie_s", [0.0, 0.25, 2.0, 30.0])
+@pytest.mark.parametrize("behind", [False, True])
+def test_the_compiled_judgement_from_the_moments_reads_every_setting(tie_s: float, behind: bool) -> None:
+    """Settings the evaluator leaves at their defaults (ties, points, slope, rise, noise): a
+    partition judged afresh by the compiled code and by the Python, seeded windows whose lags
+    rise, fall and scatter, gives the same answer and keeps the same facts."""
+    p = LagdParams(tie_s=tie_s, min_points=4, min_slope=0.01, min_rise_s=1.0, noise_factor=2.0, z_enter=1.5)
+    rng = random.Random(int(tie_s * 10) + behind)
+    compiled, python = lagd_fast.LagdJudge(p), lagd_fast.LagdJudge(p)
+    assert compiled._cparams is not None
+    python._cparams = None
+    seen = set()
+    for _ in range(300):
+        drift = rng.choice([-0.6, 0.0, 0.3, 0.8])
+        offsets = [1_000 + int(10 * (10 * k - max(0.0, 20 + drift * 10 * k + rng.gauss(0, 2)))) for k in range(8)]
+        arr = window([(offset, 10_000 * k) for k, offset in enumerate(offsets)])
+        le = log_end([(1_000 + 100 * k, 10_000 * k) for k in range(100)], 0, False)
+        answers = []
+        for judge in (compiled, python):
+            judge.begin(None)
+            judge.topic("t")
+            prior = PartitionStatus.WARN if behind else None
+            answers.append((judge.judge(0, arr, le, 9_000, T0 + 75_000, prior), judge.kept()))
+        assert answers[0] == answers[1] and repr(answers[0]) == repr(answers[1])
+        seen.add(answers[0][0][1])
+    assert len(seen) >= 2, seen

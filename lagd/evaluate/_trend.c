@@ -224,6 +224,93 @@ static Py_ssize_t lag_points(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at
     return k;
 }
 
+/* A trend as lagd_fast keeps it: points (0: none, NO_TREND), slope, z, rise, noise, newest lag;
+ * slope, rise and noise NaN where they were not needed (lagd_fast._fit). */
+typedef struct {
+    int64_t points;
+    double slope, z, rise, noise, last;
+} Trend;
+
+typedef struct {
+    double tie_s, z_enter, z_leave, allowed_s;
+    int64_t min_points;
+} FitSettings;
+
+/* lagd_fast._fit: the window's trend (*trend; points 0 for none) and the time of the oldest sample
+ * it and the moments read from `used` on (*kept; INT64_MIN: a new sample may change them).
+ * 1: fitted; 0: only the Python answers exactly; -1: an exception is set. */
+static int fit_window(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at_offset, Py_ssize_t at_ts,
+                      const Int64s *offsets, const Int64s *ts, Py_ssize_t lo, int has_coarse, int64_t used,
+                      const FitSettings *s, int was_behind, Trend *trend, int64_t *kept) {
+    Py_ssize_t entries = arr->n / fields;
+    double small[4 * SMALL + SMALL * (SMALL - 1) / 2];
+    double *xs = small;
+    if (entries > MAX_ENTRIES)
+        return 0; /* no window is this long (storage.intervals): the Python answers */
+    if (entries > SMALL) {
+        xs = PyMem_Malloc(sizeof(double) * (size_t)(4 * entries + entries * (entries - 1) / 2));
+        if (xs == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    double *ys = xs + entries, *fitted = ys + entries, *spread = fitted + entries, *slopes = spread + entries;
+    int64_t points_used = 0;
+    int settled = 0, got = 1;
+    Py_ssize_t n = lag_points(arr, fields, at_offset, at_ts, offsets, ts, lo, has_coarse, xs, ys, &points_used,
+                              &settled);
+    if (n < 0) {
+        got = 0;
+        goto done;
+    }
+    *kept = settled ? (points_used < used ? points_used : used) : INT64_MIN;
+    int spans = 0;
+    for (Py_ssize_t i = 1; i < n && !spans; i++)
+        spans = xs[i] > xs[i - 1];
+    *trend = (Trend){0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    if (n < 3 || !spans)
+        goto done; /* fit_trend's None */
+    long long sum = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t j = i + 1; j < n; j++) {
+            double dy = ys[j] - ys[i];
+            sum += dy > s->tie_s ? 1 : dy < -s->tie_s ? -1 : 0;
+        }
+    double sd = sqrt((double)((long long)n * (n - 1) * (2 * n + 5)) / 18.0);
+    double z = sum > 0 ? (double)(sum - 1) / sd : sum < 0 ? (double)(sum + 1) / sd : 0.0;
+    double last = ys[n - 1];
+    int needs_slope;
+    if (n < s->min_points)
+        needs_slope = 0;
+    else if (was_behind)
+        needs_slope = !(last < s->allowed_s / 2 && z < s->z_leave);
+    else
+        needs_slope = (z >= s->z_enter && last >= s->allowed_s) || z <= -s->z_leave;
+    if (!needs_slope) {
+        *trend = (Trend){n, Py_NAN, z, Py_NAN, Py_NAN, last};
+        goto done;
+    }
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t j = i + 1; j < n; j++)
+            if (xs[j] > xs[i])
+                slopes[m++] = (ys[j] - ys[i]) / (xs[j] - xs[i]);
+    double slope = median(slopes, m);
+    for (Py_ssize_t i = 0; i < n; i++)
+        fitted[i] = ys[i] - slope * xs[i];
+    for (Py_ssize_t i = 0; i < n; i++)
+        spread[i] = fitted[i];
+    double middle = median(spread, n);
+    for (Py_ssize_t i = 0; i < n; i++)
+        spread[i] = fabs(fitted[i] - middle);
+    double noise = 1.4826 * median(spread, n);
+    *trend = (Trend){n, slope, z, slope * (xs[n - 1] - xs[0]), noise, last};
+done:
+    if (xs != small)
+        PyMem_Free(xs);
+    return got;
+}
+
 static PyObject *fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 15) {
@@ -233,14 +320,16 @@ static PyObject *fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t fields, at_offset, at_ts, lo;
     int has_coarse, was_behind, declined = 0;
     long long used, min_points;
-    double tie_s, z_enter, z_leave, allowed_s;
+    FitSettings s;
     if (as_index(args[1], &fields) || as_index(args[2], &at_offset) || as_index(args[3], &at_ts) ||
         as_index(args[6], &lo) || as_bool(args[7], &has_coarse) || as_int64(args[8], &used, &declined) ||
-        as_double(args[9], &tie_s) || as_int64(args[10], &min_points, &declined) || as_double(args[11], &z_enter) ||
-        as_double(args[12], &z_leave) || as_double(args[13], &allowed_s) || as_bool(args[14], &was_behind))
+        as_double(args[9], &s.tie_s) || as_int64(args[10], &min_points, &declined) ||
+        as_double(args[11], &s.z_enter) || as_double(args[12], &s.z_leave) || as_double(args[13], &s.allowed_s) ||
+        as_bool(args[14], &was_behind))
         return NULL;
     if (declined)
         Py_RETURN_NONE;
+    s.min_points = min_points;
     if (fields <= 0 || at_offset < 0 || at_offset >= fields || at_ts < 0 || at_ts >= fields || lo < 0) {
         PyErr_SetString(PyExc_ValueError, "bad window layout or run start");
         return NULL;
@@ -248,82 +337,19 @@ static PyObject *fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Int64s arr, offsets, ts;
     if (acquire(args[0], args[4], args[5], &arr, &offsets, &ts) < 0)
         return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t entries = arr.n / fields;
-    double small[4 * SMALL + SMALL * (SMALL - 1) / 2];
-    double *xs = small;
-    if (entries > MAX_ENTRIES) {
-        result = Py_NewRef(Py_None); /* no window is this long (storage.intervals): the Python answers */
-        goto done;
-    }
-    if (entries > SMALL) {
-        xs = PyMem_Malloc(sizeof(double) * (size_t)(4 * entries + entries * (entries - 1) / 2));
-        if (xs == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-    }
-    double *ys = xs + entries, *fitted = ys + entries, *spread = fitted + entries, *slopes = spread + entries;
-    int64_t points_used = 0;
-    int settled = 0;
-    Py_ssize_t n = lag_points(&arr, fields, at_offset, at_ts, &offsets, &ts, lo, has_coarse, xs, ys, &points_used,
-                              &settled);
-    if (n < 0) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    long long kept = settled ? (points_used < used ? points_used : used) : INT64_MIN;
-    int spans = 0;
-    for (Py_ssize_t i = 1; i < n && !spans; i++)
-        spans = xs[i] > xs[i - 1];
-    PyObject *trend;
-    if (n < 3 || !spans) {
-        trend = Py_NewRef(Py_None);
-    } else {
-        long long s = 0;
-        for (Py_ssize_t i = 0; i < n; i++)
-            for (Py_ssize_t j = i + 1; j < n; j++) {
-                double dy = ys[j] - ys[i];
-                s += dy > tie_s ? 1 : dy < -tie_s ? -1 : 0;
-            }
-        double sd = sqrt((double)((long long)n * (n - 1) * (2 * n + 5)) / 18.0);
-        double z = s > 0 ? (double)(s - 1) / sd : s < 0 ? (double)(s + 1) / sd : 0.0;
-        double last = ys[n - 1];
-        int needs_slope;
-        if (n < min_points)
-            needs_slope = 0;
-        else if (was_behind)
-            needs_slope = !(last < allowed_s / 2 && z < z_leave);
-        else
-            needs_slope = (z >= z_enter && last >= allowed_s) || z <= -z_leave;
-        if (!needs_slope) {
-            trend = Py_BuildValue("(nddddd)", n, Py_NAN, z, Py_NAN, Py_NAN, last);
-        } else {
-            Py_ssize_t m = 0;
-            for (Py_ssize_t i = 0; i < n; i++)
-                for (Py_ssize_t j = i + 1; j < n; j++)
-                    if (xs[j] > xs[i])
-                        slopes[m++] = (ys[j] - ys[i]) / (xs[j] - xs[i]);
-            double slope = median(slopes, m);
-            for (Py_ssize_t i = 0; i < n; i++)
-                fitted[i] = ys[i] - slope * xs[i];
-            for (Py_ssize_t i = 0; i < n; i++)
-                spread[i] = fitted[i];
-            double middle = median(spread, n);
-            for (Py_ssize_t i = 0; i < n; i++)
-                spread[i] = fabs(fitted[i] - middle);
-            double noise = 1.4826 * median(spread, n);
-            trend = Py_BuildValue("(nddddd)", n, slope, z, slope * (xs[n - 1] - xs[0]), noise, last);
-        }
-    }
-    if (trend != NULL) {
-        result = Py_BuildValue("(NL)", trend, kept);
-    }
-done:
-    if (xs != small)
-        PyMem_Free(xs);
+    Trend trend;
+    int64_t kept = 0;
+    int got = fit_window(&arr, fields, at_offset, at_ts, &offsets, &ts, lo, has_coarse, used, &s, was_behind, &trend,
+                         &kept);
     release(&arr, &offsets, &ts);
-    return result;
+    if (got < 0)
+        return NULL;
+    if (got == 0)
+        Py_RETURN_NONE;
+    if (trend.points == 0)
+        return Py_BuildValue("(OL)", Py_None, (long long)kept);
+    return Py_BuildValue("((Lddddd)L)", (long long)trend.points, trend.slope, trend.z, trend.rise, trend.noise,
+                         trend.last, (long long)kept);
 }
 
 /* lagd_rules.rewound: the window's first backward step is never recovered */
@@ -444,12 +470,12 @@ done:
 }
 
 /* The kept facts of a partition (lagd_fast._PACKED, "<6q2d2?3q5d", 130 bytes back to back) and
- * the rules' settings as LagdJudge packs them (lagd_fast._C_PARAMS, "<9q7d"): each field's place.
+ * the rules' settings as LagdJudge packs them (lagd_fast._C_PARAMS, "<11q8d"): each field's place.
  * FACTS_FORMAT and PARAMS_FORMAT, exported below, let lagd_fast refuse this code if either differs. */
 #define FACTS_FORMAT "<6q2d2?3q5d"
 #define FACTS_SIZE 130
-#define PARAMS_FORMAT "<9q7d"
-#define PARAMS_SIZE 128
+#define PARAMS_FORMAT "<11q8d"
+#define PARAMS_SIZE 152
 #define NO_MS INT64_MIN /* lagd_fast.NO_MS */
 #define NEVER INT64_MAX /* lagd_rules.NEVER */
 #define UNFITTED (-1)   /* lagd_fast.UNFITTED */
@@ -497,8 +523,8 @@ static void unpack_facts(const char *b, Facts *f) {
 
 typedef struct {
     Py_ssize_t fields, at_offset, at_order, at_ts;
-    int64_t allowed_lag, min_history_ms, stall_after_ms, min_points, allowed_ms;
-    double allowed_s, z_enter, z_leave, min_slope, min_rise_s, noise_factor, drain_margin;
+    int64_t allowed_lag, min_history_ms, stall_after_ms, min_points, allowed_ms, stop_after_ms, stop_cadences;
+    double allowed_s, z_enter, z_leave, min_slope, min_rise_s, noise_factor, drain_margin, tie_s;
 } Params;
 
 static int unpack_params(const char *b, Params *p) {
@@ -514,13 +540,16 @@ static int unpack_params(const char *b, Params *p) {
     p->stall_after_ms = q_at(b, 48);
     p->min_points = q_at(b, 56);
     p->allowed_ms = q_at(b, 64);
-    p->allowed_s = d_at(b, 72);
-    p->z_enter = d_at(b, 80);
-    p->z_leave = d_at(b, 88);
-    p->min_slope = d_at(b, 96);
-    p->min_rise_s = d_at(b, 104);
-    p->noise_factor = d_at(b, 112);
-    p->drain_margin = d_at(b, 120);
+    p->stop_after_ms = q_at(b, 72);
+    p->stop_cadences = q_at(b, 80);
+    p->allowed_s = d_at(b, 88);
+    p->z_enter = d_at(b, 96);
+    p->z_leave = d_at(b, 104);
+    p->min_slope = d_at(b, 112);
+    p->min_rise_s = d_at(b, 120);
+    p->noise_factor = d_at(b, 128);
+    p->drain_margin = d_at(b, 136);
+    p->tie_s = d_at(b, 144);
     return p->fields > 0 && p->at_offset >= 0 && p->at_offset < p->fields && p->at_order >= 0 &&
            p->at_order < p->fields && p->at_ts >= 0 && p->at_ts < p->fields;
 }
@@ -644,6 +673,200 @@ static PyObject *why(PyObject *what, PyObject *a, PyObject *b, double c, double 
     return Py_BuildValue("(ONNddd)", what, a, b, c, d, waited);
 }
 
+static void put_q(char *b, Py_ssize_t at, int64_t v) { memcpy(b + at, &v, 8); }
+
+static void put_d(char *b, Py_ssize_t at, double v) { memcpy(b + at, &v, 8); }
+
+/* The facts packed as lagd_fast._PACKED packs them (a new bytes object, or NULL: an exception). */
+static PyObject *pack_facts(const Facts *f) {
+    PyObject *out = PyBytes_FromStringAndSize(NULL, FACTS_SIZE);
+    if (out == NULL)
+        return NULL;
+    char *b = PyBytes_AS_STRING(out);
+    put_q(b, 0, f->first);
+    put_q(b, 8, f->newest_order);
+    put_q(b, 16, f->length);
+    put_q(b, 24, f->le_id);
+    put_q(b, 32, f->newest);
+    put_q(b, 40, f->used);
+    put_d(b, 48, f->passed);
+    put_d(b, 56, f->reached);
+    b[64] = (char)(f->estimated != 0);
+    b[65] = (char)(f->rewind != 0);
+    put_q(b, 66, f->limit);
+    put_q(b, 74, f->stuck_since);
+    put_q(b, 82, f->points);
+    put_d(b, 90, f->slope);
+    put_d(b, 98, f->z);
+    put_d(b, 106, f->rise);
+    put_d(b, 114, f->noise);
+    put_d(b, 122, f->last);
+    return out;
+}
+
+/* A partition as the judgement reads it: its window, its log end's samples and their newest run. */
+typedef struct {
+    Int64s arr, o, t;
+    Py_ssize_t lo;
+    int has_coarse;
+} Partition;
+
+/* Take a window and its log end's arrays (-1: an exception is set); `give_back` releases them. */
+static int take_partition(PyObject *window, PyObject *le, Partition *x) {
+    PyObject *offsets = PyObject_GetAttrString(le, "offsets"), *ts = PyObject_GetAttrString(le, "ts"),
+             *run = PyObject_GetAttrString(le, "run_start"), *coarse = PyObject_GetAttrString(le, "coarse_ts");
+    int got = -1;
+    if (offsets != NULL && ts != NULL && run != NULL && coarse != NULL && as_index(run, &x->lo) == 0 &&
+        as_bool(coarse, &x->has_coarse) == 0)
+        got = acquire(window, offsets, ts, &x->arr, &x->o, &x->t);
+    Py_XDECREF(offsets);
+    Py_XDECREF(ts);
+    Py_XDECREF(run);
+    Py_XDECREF(coarse);
+    return got;
+}
+
+static void give_back(Partition *x) { release(&x->arr, &x->o, &x->t); }
+
+/* The settings and fixed answers every judgement takes (0: an exception is set). */
+static int read_settings(PyObject *params, PyObject *said, Params *p) {
+    if (!PyBytes_Check(params) || PyBytes_GET_SIZE(params) != PARAMS_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "expected the settings packed as lagd_fast._C_PARAMS packs them");
+        return 0;
+    }
+    if (!PyTuple_Check(said) || PyTuple_GET_SIZE(said) != SAID_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "expected lagd_fast._C_SAID");
+        return 0;
+    }
+    for (int k = SAID_WITHIN_SECONDS; k <= SAID_REWIND; k++) {
+        PyObject *triple = PyTuple_GET_ITEM(said, k);
+        if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3) {
+            PyErr_SetString(PyExc_TypeError, "expected lagd_fast._C_SAID");
+            return 0;
+        }
+    }
+    if (!unpack_params(PyBytes_AS_STRING(params), p)) {
+        PyErr_SetString(PyExc_ValueError, "bad window layout");
+        return 0;
+    }
+    return 1;
+}
+
+/* LagdJudge.judge from a partition's facts `f` on: its answer, or None where a trend must be
+ * fitted first and `may_fit` is 0 (else it is fitted into `f`) or only the Python answers
+ * exactly; NULL: an exception is set. The window is not empty. */
+static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int64_t current_lag, int64_t at_ms,
+                             int was_behind, PyObject *said, int may_fit) {
+    Py_ssize_t n = x->arr.n / p->fields;
+    const int64_t *first = x->arr.v, *newest_entry = x->arr.v + (n - 1) * p->fields;
+    double waited = 0.0;
+    if (f->passed != -Py_HUGE_VAL) {
+        double w = ((double)at_ms - f->passed) / 1000.0;
+        waited = w > 0.0 ? w : 0.0;
+    }
+    double shown = f->reached != -Py_HUGE_VAL ? f->reached : 0.0;
+    if (f->rewind)
+        return said_answer(said, SAID_REWIND, NEVER, shown, f->estimated);
+    double waited_ms = waited * 1000.0;
+    int64_t last_ts = newest_entry[p->at_ts];
+    i128 silence = (i128)at_ms - last_ts;
+    if (!exact(f->limit) || !exact(p->stall_after_ms) || silence > INT64_MAX || silence < INT64_MIN)
+        Py_RETURN_NONE; /* compared with a float, or past int64: Python's ints answer */
+    if (silence > f->limit && waited_ms > (double)f->limit) {
+        PyObject *reason = why(PyTuple_GET_ITEM(said, SAID_STOPPED), PyLong_FromLongLong((long long)silence),
+                               PyLong_FromLongLong((long long)f->limit), 0.0, 0.0, waited);
+        return answer(PyTuple_GET_ITEM(said, SAID_STOP), PyTuple_GET_ITEM(said, SAID_RULE_STOP), reason, NEVER, shown,
+                      f->estimated);
+    }
+    int timed = current_lag > p->allowed_lag;
+    int64_t due = NEVER;
+    if (f->stuck_since != NO_MS) {
+        i128 stuck_ms = (i128)at_ms - f->stuck_since;
+        if (stuck_ms > INT64_MAX || stuck_ms < INT64_MIN)
+            Py_RETURN_NONE;
+        if (stuck_ms >= p->stall_after_ms && waited_ms >= (double)p->stall_after_ms) {
+            if (timed && !recheck(1, at_ms, waited, last_ts, f->limit, f->stuck_since, p, &due))
+                Py_RETURN_NONE;
+            PyObject *reason = why(PyTuple_GET_ITEM(said, SAID_STALLED),
+                                   PyLong_FromLongLong((long long)newest_entry[p->at_offset]),
+                                   PyLong_FromLongLong((long long)stuck_ms), 0.0, 0.0, waited);
+            return answer(PyTuple_GET_ITEM(said, SAID_STALL), PyTuple_GET_ITEM(said, SAID_RULE_STALL), reason, due,
+                          shown, f->estimated);
+        }
+    }
+    int fixed = -1;        /* a fixed judgement (SAID_*), or -1: WARN for `rule`, its reason begun by `what` */
+    PyObject *what = NULL; /* borrowed */
+    PyObject *rule = NULL; /* borrowed */
+    int fitted = 0;        /* a trend is read (lagd_fast's `fit` is not None) */
+    if (!was_behind && waited < p->allowed_s) {
+        fixed = SAID_WITHIN_SECONDS;
+    } else {
+        if ((i128)last_ts - first[p->at_ts] >= p->min_history_ms) {
+            int left_out = f->slope != f->slope;
+            if (f->points == UNFITTED || (left_out && needs_slope(f, was_behind, p))) {
+                if (!may_fit)
+                    Py_RETURN_NONE; /* the Python fits it, and keeps the facts */
+                FitSettings s = {p->tie_s, p->z_enter, p->z_leave, p->allowed_s, p->min_points};
+                Trend trend;
+                int64_t kept = 0;
+                int got = fit_window(&x->arr, p->fields, p->at_offset, p->at_ts, &x->o, &x->t, x->lo, x->has_coarse,
+                                     f->used, &s, was_behind, &trend, &kept);
+                if (got < 0)
+                    return NULL;
+                if (got == 0)
+                    Py_RETURN_NONE;
+                f->used = kept; /* lagd_fast._with_trend */
+                f->points = trend.points;
+                f->slope = trend.slope;
+                f->z = trend.z;
+                f->rise = trend.rise;
+                f->noise = trend.noise;
+                f->last = trend.last;
+            }
+            fitted = f->points != 0 && f->points >= p->min_points;
+        }
+        if (was_behind) {
+            if (fitted && f->last < p->allowed_s / 2 && f->z < p->z_leave)
+                fixed = SAID_CAUGHT_UP;
+            else if (fitted && f->z <= -p->z_leave && f->slope < 0)
+                fixed = SAID_CATCHING_UP;
+            else {
+                rule = PyTuple_GET_ITEM(said, SAID_RULE_STILL_BEHIND);
+                what = PyTuple_GET_ITEM(said, SAID_STILL_BEHIND);
+            }
+        } else if (!fitted) {
+            fixed = SAID_TOO_LITTLE_HISTORY;
+        } else {
+            int falling = f->slope >= p->min_slope && f->z >= p->z_enter && f->rise >= p->min_rise_s &&
+                          f->rise >= p->noise_factor * f->noise && f->last >= p->allowed_s && f->stuck_since == NO_MS;
+            if (falling) {
+                int d = draining(&x->arr, &x->o, &x->t, x->lo, p);
+                if (d < 0)
+                    Py_RETURN_NONE;
+                falling = !d;
+            }
+            if (falling) {
+                rule = PyTuple_GET_ITEM(said, SAID_RULE_FALLING_BEHIND);
+                what = PyTuple_GET_ITEM(said, SAID_FALLING_BEHIND);
+            } else if (f->slope < 0 && f->z <= -p->z_leave)
+                fixed = SAID_CATCHING_UP;
+            else
+                fixed = SAID_KEEPING_UP;
+        }
+    }
+    if (timed && !recheck(0, at_ms, waited, last_ts, f->limit, f->stuck_since, p, &due))
+        Py_RETURN_NONE;
+    if (fixed >= 0)
+        return said_answer(said, fixed, due, shown, f->estimated);
+    PyObject *reason;
+    if (!fitted)
+        reason = Py_BuildValue("(Oddddd)", PyTuple_GET_ITEM(said, SAID_STILL_BEHIND_UNFITTED), 0.0, 0.0, 0.0, 0.0,
+                               waited);
+    else
+        reason = Py_BuildValue("(OdddLd)", what, f->slope, f->z, f->rise, (long long)f->points, waited);
+    return answer(PyTuple_GET_ITEM(said, SAID_WARN), rule, reason, due, shown, f->estimated);
+}
+
 /* LagdJudge.judge for a partition whose kept facts (`facts`, the i-th packed) still stand for its
  * window `arr` and log end `le`, from those facts on; None where they do not stand, a trend must
  * be fitted first, or only the Python answers exactly. */
@@ -653,180 +876,120 @@ static PyObject *standing(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "standing takes 9 arguments");
         return NULL;
     }
-    PyObject *le = args[3], *said = args[8];
+    PyObject *le = args[3];
     Py_ssize_t i;
     long long current_lag, at_ms;
     int was_behind, declined = 0;
-    if (as_index(args[1], &i) || as_int64(args[4], &current_lag, &declined) || as_int64(args[5], &at_ms, &declined) ||
-        as_bool(args[6], &was_behind))
-        return NULL;
-    if (!PyBytes_Check(args[0]) || !PyBytes_Check(args[7]) || PyBytes_GET_SIZE(args[7]) != PARAMS_SIZE) {
-        PyErr_SetString(PyExc_TypeError, "standing takes the packed facts and settings as bytes");
-        return NULL;
-    }
-    if (!PyTuple_Check(said) || PyTuple_GET_SIZE(said) != SAID_COUNT) {
-        PyErr_SetString(PyExc_TypeError, "standing takes lagd_fast._C_SAID");
-        return NULL;
-    }
-    for (int k = SAID_WITHIN_SECONDS; k <= SAID_REWIND; k++) {
-        PyObject *triple = PyTuple_GET_ITEM(said, k);
-        if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3) {
-            PyErr_SetString(PyExc_TypeError, "standing takes lagd_fast._C_SAID");
-            return NULL;
-        }
-    }
     Params p;
-    if (!unpack_params(PyBytes_AS_STRING(args[7]), &p)) {
-        PyErr_SetString(PyExc_ValueError, "bad window layout");
+    if (as_index(args[1], &i) || as_int64(args[4], &current_lag, &declined) || as_int64(args[5], &at_ms, &declined) ||
+        as_bool(args[6], &was_behind) || !read_settings(args[7], args[8], &p))
+        return NULL;
+    if (!PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "standing takes the packed facts as bytes");
         return NULL;
     }
     if (declined || i < 0 || (i + 1) * FACTS_SIZE > PyBytes_GET_SIZE(args[0]) || !exact(at_ms))
         Py_RETURN_NONE;
     Facts f;
     unpack_facts(PyBytes_AS_STRING(args[0]) + i * FACTS_SIZE, &f);
-    PyObject *offsets_obj = PyObject_GetAttrString(le, "offsets"), *ts_obj = PyObject_GetAttrString(le, "ts"),
-             *run_obj = PyObject_GetAttrString(le, "run_start");
-    PyObject *result = NULL;
-    Py_ssize_t lo = 0;
-    if (offsets_obj == NULL || ts_obj == NULL || run_obj == NULL || as_index(run_obj, &lo) < 0) {
-        Py_XDECREF(offsets_obj);
-        Py_XDECREF(ts_obj);
-        Py_XDECREF(run_obj);
+    Partition x;
+    if (take_partition(args[2], le, &x) < 0)
         return NULL;
-    }
-    Py_DECREF(run_obj);
-    Int64s arr, o, t;
-    int got = acquire(args[2], offsets_obj, ts_obj, &arr, &o, &t);
-    Py_DECREF(offsets_obj);
-    Py_DECREF(ts_obj);
-    if (got < 0)
-        return NULL;
-    Py_ssize_t fields = p.fields, n = arr.n / fields;
+    PyObject *result = Py_None;
+    Py_ssize_t fields = p.fields, n = x.arr.n / fields, lo = x.lo;
     /* Do the facts still describe this window and these samples? (LagdJudge._kept_facts) */
-    if (n == 0 || arr.n % fields || lo < 0 || (lo >= t.n && t.n > 0)) {
-        result = Py_NewRef(Py_None);
+    if (n == 0 || x.arr.n % fields || lo < 0 || (lo >= x.t.n && x.t.n > 0))
         goto done;
-    }
-    const int64_t *first = arr.v, *newest_entry = arr.v + (n - 1) * fields;
-    if (f.first != first[p.at_order] || f.newest_order != newest_entry[p.at_order] || f.length != arr.n ||
-        f.le_id != (int64_t)(intptr_t)le) {
-        result = Py_NewRef(Py_None);
+    const int64_t *first = x.arr.v, *newest_entry = x.arr.v + (n - 1) * fields;
+    if (f.first != first[p.at_order] || f.newest_order != newest_entry[p.at_order] || f.length != x.arr.n ||
+        f.le_id != (int64_t)(intptr_t)le)
         goto done;
-    }
-    int64_t newest = t.n ? t.v[t.n - 1] : NO_MS;
-    if (newest != f.newest && (f.used == NO_MS || newest == NO_MS || t.v[lo] > f.used)) {
-        result = Py_NewRef(Py_None);
+    int64_t newest = x.t.n ? x.t.v[x.t.n - 1] : NO_MS;
+    if (newest != f.newest && (f.used == NO_MS || newest == NO_MS || x.t.v[lo] > f.used))
         goto done;
-    }
-    /* LagdJudge.judge from the facts on */
-    double waited = 0.0;
-    if (f.passed != -Py_HUGE_VAL) {
-        double w = ((double)at_ms - f.passed) / 1000.0;
-        waited = w > 0.0 ? w : 0.0;
-    }
-    double shown = f.reached != -Py_HUGE_VAL ? f.reached : 0.0;
-    if (f.rewind) {
-        result = said_answer(said, SAID_REWIND, NEVER, shown, f.estimated);
-        goto done;
-    }
-    double waited_ms = waited * 1000.0;
-    int64_t last_ts = newest_entry[p.at_ts];
-    i128 silence = (i128)at_ms - last_ts;
-    if (!exact(f.limit) || !exact(p.stall_after_ms) || silence > INT64_MAX || silence < INT64_MIN) {
-        result = Py_NewRef(Py_None); /* compared with a float, or past int64: Python's ints answer */
-        goto done;
-    }
-    if (silence > f.limit && waited_ms > (double)f.limit) {
-        PyObject *reason = why(PyTuple_GET_ITEM(said, SAID_STOPPED), PyLong_FromLongLong((long long)silence),
-                               PyLong_FromLongLong((long long)f.limit), 0.0, 0.0, waited);
-        result = answer(PyTuple_GET_ITEM(said, SAID_STOP), PyTuple_GET_ITEM(said, SAID_RULE_STOP), reason, NEVER,
-                        shown, f.estimated);
-        goto done;
-    }
-    int timed = current_lag > p.allowed_lag;
-    int64_t due = NEVER;
-    if (f.stuck_since != NO_MS) {
-        i128 stuck_ms = (i128)at_ms - f.stuck_since;
-        if (stuck_ms > INT64_MAX || stuck_ms < INT64_MIN) {
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
-        if (stuck_ms >= p.stall_after_ms && waited_ms >= (double)p.stall_after_ms) {
-            if (timed && !recheck(1, at_ms, waited, last_ts, f.limit, f.stuck_since, &p, &due)) {
-                result = Py_NewRef(Py_None);
-                goto done;
-            }
-            PyObject *reason = why(PyTuple_GET_ITEM(said, SAID_STALLED),
-                                   PyLong_FromLongLong((long long)newest_entry[p.at_offset]),
-                                   PyLong_FromLongLong((long long)stuck_ms), 0.0, 0.0, waited);
-            result = answer(PyTuple_GET_ITEM(said, SAID_STALL), PyTuple_GET_ITEM(said, SAID_RULE_STALL), reason, due,
-                            shown, f.estimated);
-            goto done;
-        }
-    }
-    int fixed = -1;        /* a fixed judgement (SAID_*), or -1: WARN for `rule`, its reason begun by `what` */
-    PyObject *what = NULL; /* borrowed */
-    PyObject *rule = NULL; /* borrowed */
-    int fitted = 0;        /* a trend is read (lagd_fast's `fit` is not None) */
-    if (!was_behind && waited < p.allowed_s) {
-        fixed = SAID_WITHIN_SECONDS;
-    } else {
-        if ((i128)last_ts - first[p.at_ts] >= p.min_history_ms) {
-            int left_out = f.slope != f.slope;
-            if (f.points == UNFITTED || (left_out && needs_slope(&f, was_behind, &p))) {
-                result = Py_NewRef(Py_None); /* the Python fits it, and keeps the facts */
-                goto done;
-            }
-            fitted = f.points != 0 && f.points >= p.min_points;
-        }
-        if (was_behind) {
-            if (fitted && f.last < p.allowed_s / 2 && f.z < p.z_leave)
-                fixed = SAID_CAUGHT_UP;
-            else if (fitted && f.z <= -p.z_leave && f.slope < 0)
-                fixed = SAID_CATCHING_UP;
-            else {
-                rule = PyTuple_GET_ITEM(said, SAID_RULE_STILL_BEHIND);
-                what = PyTuple_GET_ITEM(said, SAID_STILL_BEHIND);
-            }
-        } else if (!fitted) {
-            fixed = SAID_TOO_LITTLE_HISTORY;
-        } else {
-            int falling = f.slope >= p.min_slope && f.z >= p.z_enter && f.rise >= p.min_rise_s &&
-                          f.rise >= p.noise_factor * f.noise && f.last >= p.allowed_s && f.stuck_since == NO_MS;
-            if (falling) {
-                int d = draining(&arr, &o, &t, lo, &p);
-                if (d < 0) {
-                    result = Py_NewRef(Py_None);
-                    goto done;
-                }
-                falling = !d;
-            }
-            if (falling) {
-                rule = PyTuple_GET_ITEM(said, SAID_RULE_FALLING_BEHIND);
-                what = PyTuple_GET_ITEM(said, SAID_FALLING_BEHIND);
-            } else if (f.slope < 0 && f.z <= -p.z_leave)
-                fixed = SAID_CATCHING_UP;
-            else
-                fixed = SAID_KEEPING_UP;
-        }
-    }
-    if (timed && !recheck(0, at_ms, waited, last_ts, f.limit, f.stuck_since, &p, &due)) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    if (fixed >= 0) {
-        result = said_answer(said, fixed, due, shown, f.estimated);
-    } else if (!fitted) {
-        PyObject *reason = Py_BuildValue("(Oddddd)", PyTuple_GET_ITEM(said, SAID_STILL_BEHIND_UNFITTED), 0.0, 0.0,
-                                         0.0, 0.0, waited);
-        result = answer(PyTuple_GET_ITEM(said, SAID_WARN), rule, reason, due, shown, f.estimated);
-    } else {
-        PyObject *reason = Py_BuildValue("(OdddLd)", what, f.slope, f.z, f.rise, (long long)f.points, waited);
-        result = answer(PyTuple_GET_ITEM(said, SAID_WARN), rule, reason, due, shown, f.estimated);
-    }
-done:
-    release(&arr, &o, &t);
+    result = judge_facts(&f, &x, &p, current_lag, at_ms, was_behind, args[8], 0);
+    give_back(&x);
     return result;
+done:
+    give_back(&x);
+    return Py_NewRef(result);
+}
+
+/* lagd_rules.first_same: index of the oldest entry of the newest run committing the newest offset */
+static Py_ssize_t first_same(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at_offset, Py_ssize_t n) {
+    int64_t committed = arr->v[(n - 1) * fields + at_offset];
+    Py_ssize_t first = n - 1;
+    while (first > 0 && arr->v[(first - 1) * fields + at_offset] == committed)
+        first--;
+    return first;
+}
+
+/* LagdJudge.judge for a partition with no kept facts that stand, from its moments (`_moments`,
+ * as `moments` gave them) on: the facts (`_facts`), the trend where it is needed (`_fit`) and the
+ * judgement, as (answer, the facts packed to keep); None where only the Python answers exactly. */
+static PyObject *fresh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "fresh takes 11 arguments");
+        return NULL;
+    }
+    PyObject *le = args[1];
+    long long current_lag, at_ms, used;
+    int was_behind, estimated, declined = 0;
+    double passed, reached;
+    Params p;
+    if (as_int64(args[2], &current_lag, &declined) || as_int64(args[3], &at_ms, &declined) ||
+        as_bool(args[4], &was_behind) || as_double(args[5], &passed) || as_double(args[6], &reached) ||
+        as_bool(args[7], &estimated) || as_int64(args[8], &used, &declined) || !read_settings(args[9], args[10], &p))
+        return NULL;
+    if (declined || !exact(at_ms))
+        Py_RETURN_NONE;
+    Partition x;
+    if (take_partition(args[0], le, &x) < 0)
+        return NULL;
+    PyObject *result = NULL, *judged = NULL, *packed = NULL;
+    Py_ssize_t fields = p.fields, n = x.arr.n / fields;
+    if (n == 0 || x.arr.n % fields)
+        goto declined;
+    const int64_t *first = x.arr.v, *newest_entry = x.arr.v + (n - 1) * fields;
+    /* lagd_fast._facts (stop_limit: stop-after, or stop-cadences newest commit intervals) */
+    i128 cadence = n > 1 ? (i128)newest_entry[p.at_ts] - newest_entry[p.at_ts - fields] : 0;
+    i128 limit = (i128)p.stop_cadences * cadence;
+    if (limit < p.stop_after_ms)
+        limit = p.stop_after_ms;
+    if (limit > INT64_MAX || limit < INT64_MIN)
+        goto declined; /* facts that do not pack: the Python judges them afresh every time */
+    Py_ssize_t same = first_same(&x.arr, fields, p.at_offset, n);
+    Facts f = {
+        .first = first[p.at_order],
+        .newest_order = newest_entry[p.at_order],
+        .length = x.arr.n,
+        .le_id = (int64_t)(intptr_t)le,
+        .newest = x.t.n ? x.t.v[x.t.n - 1] : NO_MS,
+        .used = used,
+        .passed = passed,
+        .reached = reached,
+        .estimated = estimated,
+        .rewind = n > 1 && rewound(&x.arr, fields, p.at_offset),
+        .limit = (int64_t)limit,
+        .stuck_since = same < n - 1 ? x.arr.v[same * fields + p.at_ts] : NO_MS,
+        .points = UNFITTED,
+    };
+    judged = judge_facts(&f, &x, &p, current_lag, at_ms, was_behind, args[10], 1);
+    if (judged == NULL || judged == Py_None) {
+        give_back(&x);
+        return judged; /* an exception, or None: the Python answers */
+    }
+    packed = pack_facts(&f);
+    if (packed != NULL)
+        result = PyTuple_Pack(2, judged, packed);
+    give_back(&x);
+    Py_DECREF(judged);
+    Py_XDECREF(packed);
+    return result;
+declined:
+    give_back(&x);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -839,6 +1002,10 @@ static PyMethodDef methods[] = {
      "standing(facts, i, arr, log_end, current_lag, at_ms, was_behind, params, said) -> Answer | None: "
      "LagdJudge.judge from the i-th kept facts while they stand; None where they do not, a trend is to be "
      "fitted first, or only the Python answers exactly."},
+    {"fresh", (PyCFunction)(void (*)(void))fresh, METH_FASTCALL,
+     "fresh(arr, log_end, current_lag, at_ms, was_behind, passed, reached, estimated, used, params, said) -> "
+     "(Answer, packed facts) | None: LagdJudge.judge from a partition's moments on, with its facts to keep; "
+     "None where only the Python answers exactly."},
     {"fit", (PyCFunction)(void (*)(void))fit, METH_FASTCALL,
      "fit(arr, fields, offset_at, ts_at, offsets, ts, run_start, has_coarse, used, tie_s, min_points, z_enter, "
      "z_leave, allowed_lag_seconds, was_behind) -> (trend | None, used) | None: lagd_fast._fit, compiled; None "

@@ -53,3 +53,17 @@ def standing(
     said: tuple[Any, ...],
     /,
 ) -> tuple[Any, ...] | None: ...
+def fresh(
+    arr: array[int],
+    log_end: Any,
+    current_lag: int,
+    at_ms: int,
+    was_behind: bool,
+    passed: float,
+    reached: float,
+    estimated: bool,
+    used: int,
+    params: bytes,
+    said: tuple[Any, ...],
+    /,
+) -> tuple[tuple[Any, ...], bytes] | None: ...

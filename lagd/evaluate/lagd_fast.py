@@ -57,7 +57,7 @@ from lagd.evaluate.lagd_rules import (
     stop_limit,
 )
 from lagd.evaluate.lagtime import reached_in
-from lagd.evaluate.native import compiled_fit, compiled_moments, compiled_standing
+from lagd.evaluate.native import compiled_fit, compiled_fresh, compiled_moments, compiled_standing
 from lagd.evaluate.rules import J_CAUGHT_UP, J_REWIND, Judgement
 from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAST, OFFSET, ORDER, TS, LogEnd
@@ -105,10 +105,11 @@ Facts = tuple[
 ]
 _PACKED = struct.Struct("<6q2d2?3q5d")  # Facts, field by field (130 bytes)
 # The settings as the compiled judgement from kept facts reads them (`_c_params`).
-_C_PARAMS = struct.Struct("<9q7d")
-# The compiled judgement from kept facts, or None (not built, LAGD_NO_EXTENSIONS, or a build reading
-# another layout of the facts or settings than the two above).
+_C_PARAMS = struct.Struct("<11q8d")
+# The compiled judgements from kept facts and from a partition's moments, or None (not built,
+# LAGD_NO_EXTENSIONS, or a build reading another layout of the facts or settings than the two above).
 _compiled_standing: Callable[..., Answer | None] | None = compiled_standing(_PACKED.format, _C_PARAMS.format)
+_compiled_fresh: Callable[..., tuple[Answer, bytes] | None] | None = compiled_fresh(_PACKED.format, _C_PARAMS.format)
 NO_MS = -(2**63)  # a Facts' time in ms that is not (no samples, not stuck, may change)
 NOT_YET = -math.inf  # a Facts' moment (ms) that has not come
 UNFITTED, NO_TREND = -1, 0  # a Facts' trend points when it has no trend (yet)
@@ -170,6 +171,7 @@ class LagdJudge:
         self._within_first = 0.0 <= allowed <= p.stop_after_ms and allowed < p.stall_after_ms
         # The settings packed for the compiled judgement from kept facts (None: the Python judges).
         self._cparams = _c_params(p, self._allowed_ms) if _compiled_standing is not None else None
+        # (the compiled judgements, `_compiled_standing` and `_compiled_fresh`, run only with them)
         self.old: GroupFacts = {}
         self.new: dict[str, tuple[array[int], bytearray]] = {}
         self._old_ids: Sequence[int] = ()
@@ -212,6 +214,10 @@ class LagdJudge:
             packed = _PACKED.pack(*f)
         except struct.error:
             return
+        self._keep_packed(key, packed)
+
+    def _keep_packed(self, key: int, packed: bytes) -> None:
+        """Keep partition `key`'s new facts, packed."""
         ids = self._new_ids
         if ids and ids[-1] == key:  # kept already in this judgement (found standing, or fresh): replace
             ids.pop()
@@ -262,8 +268,9 @@ class LagdJudge:
     def judge(
         self, key: int, arr: array[int], le: LogEnd, current_lag: int, at_ms: int, prior: PartitionStatus | None
     ) -> Answer:
-        """`judge_reference` for a non-empty window, from kept facts where they stand (by the
-        compiled `_trend.standing` where it is built and can answer exactly)."""
+        """`judge_reference` for a non-empty window, from kept facts where they stand. Where the
+        compiled code is built and can answer exactly, it judges: from kept facts
+        (`_trend.standing`), or from the moments on (`_trend.fresh`, which gives the facts to keep)."""
         p = self.p
         was_behind = prior is WARN
         reason: str | Why
@@ -305,6 +312,24 @@ class LagdJudge:
                 if due is not None:
                     shown = reached if reached != NOT_YET else 0.0
                     return _WITHIN_SECONDS[0], _WITHIN_SECONDS[1], _WITHIN_SECONDS[2], due, shown, estimated
+                if self._cparams is not None and _compiled_fresh is not None:  # the rest compiled too
+                    fresh = _compiled_fresh(
+                        arr,
+                        le,
+                        current_lag,
+                        at_ms,
+                        was_behind,
+                        passed,
+                        reached,
+                        estimated,
+                        used,
+                        self._cparams,
+                        _C_SAID,
+                    )
+                    if fresh is not None:
+                        said, packed = fresh
+                        self._keep_packed(key, packed)
+                        return said
                 moments: Moments = (passed, reached, estimated, used)
             else:
                 moments = _moments(arr, le, current_lag)
@@ -563,8 +588,25 @@ def _c_params(p: LagdParams, allowed_ms: int) -> bytes | None:
     """The settings as `_trend.standing` reads them, or None where it cannot read them as the
     Python does (an integer setting past int64 or not an integer, a float setting a double
     does not hold exactly): the Python judges then."""
-    floats = (p.allowed_lag_seconds, p.z_enter, p.z_leave, p.min_slope, p.min_rise_s, p.noise_factor, p.drain_margin)
-    ints = (p.allowed_lag, p.min_history_ms, p.stall_after_ms, p.min_points, allowed_ms)
+    floats = (
+        p.allowed_lag_seconds,
+        p.z_enter,
+        p.z_leave,
+        p.min_slope,
+        p.min_rise_s,
+        p.noise_factor,
+        p.drain_margin,
+        p.tie_s,
+    )
+    ints = (
+        p.allowed_lag,
+        p.min_history_ms,
+        p.stall_after_ms,
+        p.min_points,
+        allowed_ms,
+        p.stop_after_ms,
+        p.stop_cadences,
+    )
     if not all(type(x) is int for x in ints) or not all(isinstance(x, (int, float)) and float(x) == x for x in floats):
         return None
     try:

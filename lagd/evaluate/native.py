@@ -23,6 +23,8 @@ CompiledFit: TypeAlias = Callable[..., "tuple[tuple[int, float, float, float, fl
 CompiledMoments: TypeAlias = Callable[..., "tuple[float, float, bool, int, int | None] | None"]
 # `_trend.standing`: a partition's answer (lagd_fast.Answer) from its kept facts while they stand.
 CompiledStanding: TypeAlias = Callable[..., "tuple[Any, ...] | None"]
+# `_trend.fresh`: a partition's answer from its moments on, and its facts packed to keep.
+CompiledFresh: TypeAlias = Callable[..., "tuple[tuple[Any, ...], bytes] | None"]
 
 
 def status() -> str:
@@ -71,6 +73,15 @@ def compiled_standing(facts_format: str, params_format: str) -> CompiledStanding
     if (facts_format, params_format) != (_trend.FACTS_FORMAT, _trend.PARAMS_FORMAT):
         return None
     return _trend.standing
+
+
+def compiled_fresh(facts_format: str, params_format: str) -> CompiledFresh | None:
+    """The compiled judgement from a partition's moments on, or None, as `compiled_standing`."""
+    if compiled_standing(facts_format, params_format) is None:
+        return None
+    from lagd.evaluate._trend import fresh
+
+    return fresh
 
 
 def describe() -> str:
