@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from lagd.evaluate.native import NO_EXTENSIONS
+
 MIN_INTERVALS_LAGD = 6  # a Mann-Kendall trend over fewer commits can never reach significance
 
 
@@ -710,6 +712,9 @@ def _validate_sink(where: str, sink: SinkSettings) -> None:
         )
 
 
+# LAGD_* variables that are not settings: the settings file's path, and the switch that runs the
+# Python rules code where the compiled one is built (lagd.evaluate.native).
+_NOT_SETTINGS = ("LAGD_CONFIG", NO_EXTENSIONS)
 # Variables that were read outside the settings once: now ordinary keys under a new name.
 _RENAMED_ENV = {"LAGD_SPARK_DRIVER_MEMORY": "LAGD_JOBS_DRIVER_MEMORY (jobs.driver-memory)"}
 
@@ -717,7 +722,7 @@ _RENAMED_ENV = {"LAGD_SPARK_DRIVER_MEMORY": "LAGD_JOBS_DRIVER_MEMORY (jobs.drive
 def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
     """Fold LAGD_* variables into the raw TOML tree (in place)."""
     for var, text in sorted(env.items()):
-        if not var.startswith("LAGD_") or var in ("LAGD_CONFIG",):
+        if not var.startswith("LAGD_") or var in _NOT_SETTINGS:
             continue
         if var in _RENAMED_ENV:
             raise ConfigError(var, f"renamed: set {_RENAMED_ENV[var]} instead and unset {var}")

@@ -87,6 +87,12 @@ def test_environment_overrides_every_kind_of_key() -> None:
     assert s.clusters["new_one"].bootstrap_servers == ["c:3"]
 
 
+def test_the_switch_to_the_python_rules_code_is_not_a_setting() -> None:
+    """LAGD_NO_EXTENSIONS (lagd.evaluate.native) is read by the rules code, not the settings:
+    `lagd run` with it set starts, where it once refused it as an unknown override."""
+    assert parse(MINIMAL, env={"LAGD_NO_EXTENSIONS": "1", "LAGD_CONFIG": "x.toml"}) == parse(MINIMAL, env={})
+
+
 def test_bad_environment_override_names_the_key() -> None:
     with pytest.raises(ConfigError) as info:
         parse(MINIMAL, env={"LAGD_STORAGE_INTERVALS": "many"})

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 SOURCE = Path(__file__).with_name("_trend.c")
+NO_EXTENSIONS = "LAGD_NO_EXTENSIONS"  # set (to anything but empty): run the Python
 
 # `_trend.fit` (its stub, _trend.pyi, gives the arguments): a trend and the oldest sample time it
 # read, or None where only the Python answers exactly.
@@ -29,7 +30,7 @@ CompiledFresh: TypeAlias = Callable[..., "tuple[tuple[Any, ...], bytes] | None"]
 
 def status() -> str:
     """ "compiled", or why the Python runs: "turned off", "not built" or "stale"."""
-    if os.environ.get("LAGD_NO_EXTENSIONS"):
+    if os.environ.get(NO_EXTENSIONS):
         return "turned off"
     try:
         from lagd.evaluate import _trend
