@@ -569,6 +569,7 @@ def test_the_compiled_judgement_refuses_what_it_cannot_read() -> None:
     args = [bytes(lagd_fast._PACKED.size), 0, arr, le, 0, T0, False, judge._cparams, lagd_fast._C_SAID]
     assert standing(*args) is None  # facts of another window
     assert standing(b"", *args[1:]) is None  # no facts at 0
+    assert standing(args[0], 2**62, *args[2:]) is None  # nor at 2**62 (its bytes' place past int64)
     for at, bad in [(0, "facts"), (7, b"short"), (8, (1, 2)), (2, [1, 2])]:
         with pytest.raises(TypeError):
             standing(*args[:at], bad, *args[at + 1 :])
@@ -577,6 +578,7 @@ def test_the_compiled_judgement_refuses_what_it_cannot_read() -> None:
     assert lagd_fast._c_params(LagdParams(stall_after_ms=1.5), 5_000) is None  # type: ignore[arg-type]
     assert lagd_fast._c_params(LagdParams(allowed_lag=2**64), 5_000) is None
     assert lagd_fast._c_params(LagdParams(min_slope=2**60 + 1), 5_000) is None
+    assert lagd_fast._c_params(LagdParams(z_enter=10**400), 5_000) is None  # past a double's range
     assert native.compiled_standing(lagd_fast._PACKED.format + "d", lagd_fast._C_PARAMS.format) is None
     assert native.compiled_standing(lagd_fast._PACKED.format, lagd_fast._C_PARAMS.format) is standing
 

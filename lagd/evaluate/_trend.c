@@ -888,7 +888,7 @@ static PyObject *standing(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "standing takes the packed facts as bytes");
         return NULL;
     }
-    if (declined || i < 0 || (i + 1) * FACTS_SIZE > PyBytes_GET_SIZE(args[0]) || !exact(at_ms))
+    if (declined || i < 0 || i >= PyBytes_GET_SIZE(args[0]) / FACTS_SIZE || !exact(at_ms))
         Py_RETURN_NONE;
     Facts f;
     unpack_facts(PyBytes_AS_STRING(args[0]) + i * FACTS_SIZE, &f);

@@ -584,6 +584,14 @@ _C_SAID = (
 )
 
 
+def _exact_double(x: object) -> bool:
+    """Is `x` a number a double holds exactly (so the compiled code compares as the Python)?"""
+    try:
+        return isinstance(x, (int, float)) and float(x) == x
+    except OverflowError:  # an int past a double's range
+        return False
+
+
 def _c_params(p: LagdParams, allowed_ms: int) -> bytes | None:
     """The settings as `_trend.standing` reads them, or None where it cannot read them as the
     Python does (an integer setting past int64 or not an integer, a float setting a double
@@ -607,7 +615,7 @@ def _c_params(p: LagdParams, allowed_ms: int) -> bytes | None:
         p.stop_after_ms,
         p.stop_cadences,
     )
-    if not all(type(x) is int for x in ints) or not all(isinstance(x, (int, float)) and float(x) == x for x in floats):
+    if not all(type(x) is int for x in ints) or not all(_exact_double(x) for x in floats):
         return None
     try:
         return _C_PARAMS.pack(FIELDS, OFFSET, ORDER, TS, *ints, *floats)
