@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import zlib
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,7 @@ def group_status(v: GroupVerdict, only_bad: bool) -> dict[str, Any]:
     }
 
 
-def _offset_json(entries: tuple[int, ...] | None, at: int) -> str:
+def _offset_json(entries: array[int] | None, at: int) -> str:
     """`consumer_offset` of a verdict's entry (PartitionVerdict.entries from `at`), as JSON."""
     if entries is None:
         return "null"
