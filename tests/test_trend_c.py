@@ -575,6 +575,14 @@ def test_the_compiled_judgement_refuses_what_it_cannot_read() -> None:
             standing(*args[:at], bad, *args[at + 1 :])
     with pytest.raises(TypeError):
         standing(*args[:-1])
+    behind_start = log_end([(1_000, T0)], 0, False)
+    behind_start.run_start = -1  # never lagd's: refused, as the fit and the moments refuse it
+    with pytest.raises(ValueError, match="run start"):
+        standing(args[0], 0, arr, behind_start, *args[4:])
+    fresh = lagd_fast._compiled_fresh
+    assert fresh is not None
+    with pytest.raises(ValueError, match="run start"):
+        fresh(arr, behind_start, 10, T0, True, float(T0), float(T0), False, T0, judge._cparams, lagd_fast._C_SAID)
     assert lagd_fast._c_params(LagdParams(stall_after_ms=1.5), 5_000) is None  # type: ignore[arg-type]
     assert lagd_fast._c_params(LagdParams(allowed_lag=2**64), 5_000) is None
     assert lagd_fast._c_params(LagdParams(min_slope=2**60 + 1), 5_000) is None

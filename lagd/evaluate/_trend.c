@@ -717,8 +717,12 @@ static int take_partition(PyObject *window, PyObject *le, Partition *x) {
              *run = PyObject_GetAttrString(le, "run_start"), *coarse = PyObject_GetAttrString(le, "coarse_ts");
     int got = -1;
     if (offsets != NULL && ts != NULL && run != NULL && coarse != NULL && as_index(run, &x->lo) == 0 &&
-        as_bool(coarse, &x->has_coarse) == 0)
-        got = acquire(window, offsets, ts, &x->arr, &x->o, &x->t);
+        as_bool(coarse, &x->has_coarse) == 0) {
+        if (x->lo < 0)
+            PyErr_SetString(PyExc_ValueError, "bad run start"); /* as `fit` and `moments` refuse it */
+        else
+            got = acquire(window, offsets, ts, &x->arr, &x->o, &x->t);
+    }
     Py_XDECREF(offsets);
     Py_XDECREF(ts);
     Py_XDECREF(run);
@@ -898,7 +902,7 @@ static PyObject *standing(PyObject *self, PyObject *const *args, Py_ssize_t narg
     PyObject *result = Py_None;
     Py_ssize_t fields = p.fields, n = x.arr.n / fields, lo = x.lo;
     /* Do the facts still describe this window and these samples? (LagdJudge._kept_facts) */
-    if (n == 0 || x.arr.n % fields || lo < 0 || (lo >= x.t.n && x.t.n > 0))
+    if (n == 0 || x.arr.n % fields || (lo >= x.t.n && x.t.n > 0))
         goto done;
     const int64_t *first = x.arr.v, *newest_entry = x.arr.v + (n - 1) * fields;
     if (f.first != first[p.at_order] || f.newest_order != newest_entry[p.at_order] || f.length != x.arr.n ||
