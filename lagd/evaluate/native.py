@@ -1,5 +1,5 @@
-"""Which compiled parts lagd runs: the trend fit, the lag moments and the judgement from kept
-facts (`_trend.c`) where the build compiled them.
+"""Which compiled parts lagd runs: the trend fit, the lag moments and the judgement of a
+partition from its facts, kept or derived (`_trend.c`), where the build compiled them.
 
 `LAGD_NO_EXTENSIONS=1` in the environment runs the Python instead (to compare them, or to rule
 the compiled code out when a verdict looks wrong); both answer the same. A build of another
