@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -84,13 +84,12 @@ def _in_words(verdict: GroupVerdict) -> GroupVerdict:
     return dataclasses.replace(verdict, partitions=partitions, maxlag=maxlag)
 
 
-def run(state: State, fast: Evaluator, slow: Evaluator, history: list[Op], now: int = T0) -> list[PartitionStatus]:
-    """Apply the history from `now` on; at each evaluation both evaluators must agree. Returns
-    the statuses seen."""
+def play(state: State, history: list[Op], now: int = T0) -> Iterator[int]:
+    """Apply the history's samples and commits to `state` from `now` on, yielding the time of
+    each evaluation it asks for."""
     head = [10_000, 10_000, 10_000]
     behind = [0, 0, 0]
     order = 0
-    seen: list[PartitionStatus] = []
     for kind, partition, amount, later in history:
         now += later * 1000
         if kind == "sample":
@@ -102,12 +101,20 @@ def run(state: State, fast: Evaluator, slow: Evaluator, history: list[Op], now: 
             offset = max(0, head[partition] - behind[partition])
             state.apply(Commit(C, G, T, partition, offset, order, now, now))
         else:
-            got, want = fast.group(C, G, now), slow.group(C, G, now)
-            # The fast path keeps reasons as numbers until read (lagd_rules.Why): compare words.
-            assert [p.reason for p in got.partitions] == [p.reason for p in want.partitions]
-            assert _in_words(got) == want
-            assert fast._due.get((C, G)) == slow._due.get((C, G))
-            seen += [p.status for p in got.partitions]
+            yield now
+
+
+def run(state: State, fast: Evaluator, slow: Evaluator, history: list[Op], now: int = T0) -> list[PartitionStatus]:
+    """Apply the history from `now` on; at each evaluation both evaluators must agree. Returns
+    the statuses seen."""
+    seen: list[PartitionStatus] = []
+    for at in play(state, history, now):
+        got, want = fast.group(C, G, at), slow.group(C, G, at)
+        # The fast path keeps reasons as numbers until read (lagd_rules.Why): compare words.
+        assert [p.reason for p in got.partitions] == [p.reason for p in want.partitions]
+        assert _in_words(got) == want
+        assert fast._due.get((C, G)) == slow._due.get((C, G))
+        seen += [p.status for p in got.partitions]
     return seen
 
 

@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 
 from lagd.evaluate import Evaluator, lagd_fast, native
 from lagd.evaluate.lagd_rules import LagdParams
-from lagd.model import Commit, LogEndSample, PartitionStatus
+from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
-from tests.test_lagd_fast import C, G, Op, T, Tick, traffic
+from tests.test_lagd_fast import C, G, Op, Tick, play, traffic
 
 T0 = 1_700_000_000_000
 FIT = native.compiled_fit()
@@ -405,23 +405,13 @@ def _judged_alike(compiled: Evaluator, python: Evaluator, now: int) -> None:
 
 def _drive(state: State, settings_: dict[str, float], history: list[Op]) -> None:
     """Apply `history` (test_lagd_fast's operations) to `state`, judging at each evaluation by
-    two fast evaluators: one with the compiled judgement from kept facts, one without."""
+    two fast evaluators: one with the compiled judgements (`standing`, `fresh`), one without."""
     compiled = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
     python = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
     assert compiled._judge._cparams is not None
     python._judge._cparams = None  # the Python judges its kept facts
-    head, behind, order, now = [10_000] * 3, [0] * 3, 0, T0
-    for kind, partition, amount, later in history:
-        now += later * 1000
-        if kind == "sample":
-            head[partition] = max(0, head[partition] + amount)
-            state.apply(LogEndSample(C, T, partition, head[partition], now))
-        elif kind == "commit":
-            behind[partition] = max(0, behind[partition] + amount)
-            order += 1
-            state.apply(Commit(C, G, T, partition, max(0, head[partition] - behind[partition]), order, now, now))
-        else:
-            _judged_alike(compiled, python, now)
+    for now in play(state, history):
+        _judged_alike(compiled, python, now)
 
 
 @needs_fit
