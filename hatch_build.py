@@ -1,4 +1,4 @@
-"""Build hook: compile lagd's optional C trend fit and lag moments (lagd/evaluate/_trend.c) where
+"""Build hook: compile lagd's optional C rules code (lagd/evaluate/_trend.c) where
 a C compiler is found. Without one the wheel is pure Python and lagd runs the same code in
 Python, slower (README, "The two commands"); the build says so and goes on. Only the standard
 library and the compiler Python itself was built with are used, so no build dependency is added.
@@ -57,8 +57,9 @@ class CompileTrend(BuildHookInterface):  # type: ignore[misc]
         link = link_command()
         if not link or shutil.which(link[0]) is None:
             self.app.display_warning(
-                f"no C compiler ({link[0] if link else 'cc'}) found: lagd runs its trend fit and lag moments in "
-                "Python, which judges lagging partitions 1.5-3x slower; for the compiled ones install gcc "
+                f"no C compiler ({link[0] if link else 'cc'}) found: lagd runs its rules code in Python, which "
+                "gives the same verdicts but judges lagging partitions slower (1.4x to over 3x: README, "
+                '"The two commands"); for the compiled code install gcc '
                 "and python3-dev (apt-get install gcc python3-dev), then reinstall lagd "
                 "(pip install --no-cache-dir, so that pip does not reuse the pure-Python wheel)"
             )
@@ -80,7 +81,7 @@ class CompileTrend(BuildHookInterface):  # type: ignore[misc]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             self.app.display_warning(
-                f"compiling {SOURCE} failed (lagd runs its trend fit and lag moments in Python instead): "
+                f"compiling {SOURCE} failed (lagd runs its rules code in Python instead): "
                 f"{' '.join(command)}\n{done.stderr.strip()}\n"
                 "If Python's headers are missing: apt-get install python3-dev. The compiled code needs a "
                 "64-bit GCC or Clang (__int128); elsewhere the Python runs."

@@ -353,7 +353,7 @@ def main() -> None:
     figures = run(a.groups, a.partitions, a.commits, a.evals)
     if a.json:
         Path(a.json).write_text(json.dumps(figures))
-    if not a.no_side_by_side and native.compiled_fit() is not None:
+    if not a.no_side_by_side and native.compiled() is not None:
         side_by_side()
 
 

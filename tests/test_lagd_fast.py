@@ -9,6 +9,7 @@ evaluation times; every group verdict and every re-check time must be equal.
 from __future__ import annotations
 
 import dataclasses
+import random
 from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,17 +44,35 @@ ops = st.lists(
 # partitions committing (bit masks), how far the committing ones fall further behind (records;
 # "hold" commits the same offset again), evaluations at its end).
 Tick = tuple[int, int, int, int, int | str, int]
+RATES = [0, 50, 400]
+BEHIND: list[int | str] = [0, 40, 40, 150, 150, 600, -300, "hold"]
 ticks = st.lists(
     st.tuples(
         st.integers(1, 8),
-        st.sampled_from([0, 50, 400]),
+        st.sampled_from(RATES),
         st.integers(0, 7),
         st.integers(0, 7),
-        st.sampled_from([0, 40, 40, 150, 150, 600, -300, "hold"]),
+        st.sampled_from(BEHIND),
         st.integers(0, 2),
     ),
     max_size=80,
 )
+
+
+def random_ticks(rng: random.Random) -> list[Tick]:
+    """A history given tick by tick as `ticks` draws them, from a seeded generator (for a test
+    that counts what many histories reach together)."""
+    return [
+        (
+            rng.randint(1, 8),
+            rng.choice(RATES),
+            rng.randint(0, 7),
+            rng.randint(0, 7),
+            rng.choice(BEHIND),
+            rng.randint(0, 2),
+        )
+        for _ in range(rng.randint(10, 80))
+    ]
 
 
 def traffic(steps: list[Tick]) -> list[Op]:

@@ -22,6 +22,7 @@ import sysconfig
 from array import array
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -31,10 +32,10 @@ from lagd.evaluate import Evaluator, lagd_fast, native
 from lagd.evaluate.lagd_rules import LagdParams
 from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
-from tests.test_lagd_fast import C, G, Op, Tick, play, traffic
+from tests.test_lagd_fast import C, G, Op, play, random_ticks, traffic
 
 T0 = 1_700_000_000_000
-FIT = native.compiled_fit()
+FIT = lagd_fast._compiled_fit
 needs_fit = pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
 
 
@@ -77,7 +78,7 @@ def test_a_build_of_another_source_is_not_used(monkeypatch: pytest.MonkeyPatch, 
     changed.write_bytes(native.SOURCE.read_bytes() + b"/* changed */\n")
     monkeypatch.setattr(native, "SOURCE", changed)
     assert native.status() == "stale"
-    assert native.compiled_fit() is None and native.compiled_moments() is None
+    assert native.compiled() is None
     assert "reinstall lagd" in native.describe()
 
 
@@ -132,7 +133,7 @@ def moments_of(
     arr: array[int], le: LogEnd, current_lag: int, at_ms: int, within: bool, judge: lagd_fast.LagdJudge
 ) -> tuple[float, float, bool, int, int | None] | None:
     """`_trend.moments` as LagdJudge.judge calls it."""
-    moments = native.compiled_moments()
+    moments = lagd_fast._compiled_moments
     assert moments is not None
     p = judge.p
     return moments(
@@ -379,21 +380,6 @@ def test_hostile_numbers_get_the_pythons_answer(samples: list[tuple[int, int]], 
     assert compiled is None or same(compiled, python), (compiled, python)
 
 
-def _random_ticks(rng: random.Random) -> list[Tick]:
-    """A history given tick by tick, as tests/test_lagd_fast.py's `ticks` draws them."""
-    return [
-        (
-            rng.randint(1, 8),
-            rng.choice([0, 50, 400]),
-            rng.randint(0, 7),
-            rng.randint(0, 7),
-            rng.choice([0, 40, 40, 150, 150, 600, -300, "hold"]),
-            rng.randint(0, 2),
-        )
-        for _ in range(rng.randint(10, 80))
-    ]
-
-
 def _judged_alike(compiled: Evaluator, python: Evaluator, now: int) -> None:
     """Both evaluators give the same verdict, reasons to the type of every number, and re-check."""
     got, want = compiled.group(C, G, now), python.group(C, G, now)
@@ -451,7 +437,7 @@ def test_the_compiled_judgements_answer_as_the_python(monkeypatch: pytest.Monkey
             "min_history_ms": 20_000,
             "stop_after_ms": rng.choice([40_000, 10_002, 10_000, 4_000, 1_500]),
         }
-        _drive(state, settings_, traffic(_random_ticks(rng)))
+        _drive(state, settings_, traffic(random_ticks(rng)))
     # and a consumer falling behind, held WARN, stopping, then catching up (test_lagd_fast's)
     history: list[Op] = []
     for t in range(1800):
@@ -471,16 +457,52 @@ def test_the_compiled_judgements_answer_as_the_python(monkeypatch: pytest.Monkey
     assert rules | reasons | {"caught-up"} <= set(answered_fresh), answered_fresh
 
 
-def _judge_kept(facts: tuple[object, ...], arr: array[int], le: LogEnd, lag: int, at: int, behind: bool) -> object:
-    """The Python's answer for a partition whose kept facts are `facts` (the compiled judgement off)."""
+def kept(arr: array[int], le: LogEnd, **change: object) -> tuple[object, ...]:
+    """Facts kept for `arr` and `le` (a partition lagging, its trend kept without its slope, as
+    after a fit its z decided), with the fields named in `change` changed."""
+    fields = {
+        "first": arr[ORDER],
+        "newest_order": arr[-FIELDS + ORDER],
+        "length": len(arr),
+        "le_id": id(le),
+        "newest": le.ts[-1],
+        "used": le.ts[0],
+        "passed": float(T0 + 55_000),
+        "reached": float(T0 + 50_000),
+        "estimated": False,
+        "rewind": False,
+        "limit": 60_000,
+        "stuck_since": lagd_fast.NO_MS,
+        "points": 6,
+        "slope": math.nan,
+        "z": 0.5,
+        "rise": math.nan,
+        "noise": math.nan,
+        "last": 1.0,
+    }
+    fields.update(change)
+    return tuple(fields.values())
+
+
+def standing_both(
+    facts: tuple[object, ...], arr: array[int], le: LogEnd, lag: int, at: int, behind: bool
+) -> tuple[lagd_fast.Answer | None, object]:
+    """The compiled judgement from kept `facts` (None: declined) and the Python's answer (the
+    compiled judgement off; an exception's type where it raises)."""
+    compiled = lagd_fast.LagdJudge(LagdParams())
+    standing = lagd_fast._compiled_standing
+    assert standing is not None and compiled._cparams is not None
+    packed = lagd_fast._PACKED.pack(*facts)
+    got = standing(packed, 0, arr, le, lag, at, behind, compiled._cparams, lagd_fast._C_SAID)
     judge = lagd_fast.LagdJudge(LagdParams())
     judge._cparams = None
-    judge.begin({"t": (array("q", [0]), lagd_fast._PACKED.pack(*facts))})
+    judge.begin({"t": (array("q", [0]), packed)})
     judge.topic("t")
     try:
-        return judge.judge(0, arr, le, lag, at, PartitionStatus.WARN if behind else None)
+        want: object = judge.judge(0, arr, le, lag, at, PartitionStatus.WARN if behind else None)
     except (OverflowError, struct.error) as e:
-        return type(e)
+        want = type(e)
+    return got, want
 
 
 @needs_fit
@@ -513,37 +535,9 @@ def test_the_compiled_judgement_at_the_edges(
     declines (None) where only the Python can; where it declines is asserted."""
     arr = window([(1_000 + 100 * k, 10_000 * k) for k in range(8)])
     le = log_end([(1_000 + 100 * k, 10_000 * k) for k in range(10)], 0, False)
-    at = T0 + at  # `at` is given in ms after T0
-    fields = {
-        "first": arr[ORDER],
-        "newest_order": arr[-FIELDS + ORDER],
-        "length": len(arr),
-        "le_id": id(le),
-        "newest": le.ts[-1],
-        "used": le.ts[0],
-        "passed": float(T0 + 55_000),
-        "reached": float(T0 + 50_000),
-        "estimated": False,
-        "rewind": False,
-        "limit": 60_000,
-        "stuck_since": lagd_fast.NO_MS,
-        "points": 6,
-        "slope": math.nan,
-        "z": 0.5,
-        "rise": math.nan,
-        "noise": math.nan,
-        "last": 1.0,
-    }
-    fields.update(change)
-    facts = tuple(fields.values())
-    judge = lagd_fast.LagdJudge(LagdParams())
-    assert lagd_fast._compiled_standing is not None and judge._cparams is not None
-    packed = lagd_fast._PACKED.pack(*facts)
-    got = lagd_fast._compiled_standing(packed, 0, arr, le, lag, at, behind, judge._cparams, lagd_fast._C_SAID)
-    # `at` past T0: now after every commit and sample
+    got, want = standing_both(kept(arr, le, **change), arr, le, lag, T0 + at, behind)  # `at`: ms after T0
     assert (got is None) == declines, got
     if got is not None:
-        want = _judge_kept(facts, arr, le, lag, at, behind)
         assert got == want and repr(got) == repr(want)
 
 
@@ -577,8 +571,11 @@ def test_the_compiled_judgement_refuses_what_it_cannot_read() -> None:
     assert lagd_fast._c_params(LagdParams(allowed_lag=2**64), 5_000) is None
     assert lagd_fast._c_params(LagdParams(min_slope=2**60 + 1), 5_000) is None
     assert lagd_fast._c_params(LagdParams(z_enter=10**400), 5_000) is None  # past a double's range
-    assert native.compiled_standing(lagd_fast._PACKED.format + "d", lagd_fast._C_PARAMS.format) is None
-    assert native.compiled_standing(lagd_fast._PACKED.format, lagd_fast._C_PARAMS.format) is standing
+    trend = native.compiled()
+    other = SimpleNamespace(**{k: getattr(trend, k) for k in ("FACTS_FORMAT", "PARAMS_FORMAT", "standing", "fresh")})
+    assert lagd_fast._judgements(other) == (standing, fresh)
+    other.FACTS_FORMAT += "d"  # a build reading another layout of the facts
+    assert lagd_fast._judgements(other) == (None, None)
 
 
 @needs_fit
@@ -590,13 +587,9 @@ def test_the_compiled_judgement_tells_a_backlog_drained_as_the_python(consumed: 
     offsets = [1_000 + 100 * k for k in range(6)] + [1_500 + consumed // 2, 1_500 + consumed]
     arr = window([(offset, 10_000 * k) for k, offset in enumerate(offsets)])
     le = log_end([(1_000 + 100 * k, 10_000 * k) for k in range(10)], 0, False)
-    facts = (arr[ORDER], arr[-FIELDS + ORDER], len(arr), id(le), le.ts[-1], le.ts[0], float(T0 + 55_000))
-    facts += (float(T0 + 50_000), False, False, 60_000, lagd_fast.NO_MS, 6, 0.2, 3.0, 9.0, 0.1, 9.0)
-    judge = lagd_fast.LagdJudge(LagdParams())
-    assert lagd_fast._compiled_standing is not None and judge._cparams is not None
-    packed = lagd_fast._PACKED.pack(*facts)
-    got = lagd_fast._compiled_standing(packed, 0, arr, le, 500, T0 + 100_000, False, judge._cparams, lagd_fast._C_SAID)
-    assert got is not None and got == _judge_kept(facts, arr, le, 500, T0 + 100_000, False)
+    facts = kept(arr, le, z=3.0, last=9.0, slope=0.2, rise=9.0, noise=0.1)
+    got, want = standing_both(facts, arr, le, 500, T0 + 100_000, False)
+    assert got is not None and got == want
     assert got[1] == ("keeping-up" if consumed > 240 else "falling-behind")
 
 

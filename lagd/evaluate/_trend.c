@@ -368,6 +368,13 @@ static int rewound(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at_offset) {
     return 0;
 }
 
+/* How long the oldest unconsumed record has waited at `at_ms`, in seconds: max(0.0, (at_ms -
+ * passed) / 1000.0), as lagd_fast computes it from a moment that has come. */
+static double waited_s(int64_t at_ms, double passed) {
+    double w = ((double)at_ms - passed) / 1000.0;
+    return w > 0.0 ? w : 0.0;
+}
+
 /* lagd_fast._moments, and lagd_fast.LagdJudge._within_seconds when `within` is true: the
  * moments (passed, reached, estimated, used) and the re-check due when the partition is judged
  * within allowed-lag-seconds (else None), or None where only the Python answers exactly. */
@@ -445,8 +452,7 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                 result = Py_NewRef(Py_None);
                 goto done;
             }
-            double w = ((double)at_ms - passed) / 1000.0;
-            waited = w > 0.0 ? w : 0.0; /* max(0.0, w) */
+            waited = waited_s(at_ms, passed);
         }
         if (!(waited >= allowed_s) && !(arr.n > fields && rewound(&arr, fields, at_offset))) {
             /* at_ms - int(waited * 1000) + allowed_ms + 1: `_recheck`'s least term, in int64 */
@@ -711,10 +717,13 @@ typedef struct {
     int has_coarse;
 } Partition;
 
+/* The names of a LogEnd's attributes it reads, made once (PyInit__trend), not per partition. */
+static PyObject *name_offsets, *name_ts, *name_run_start, *name_coarse_ts;
+
 /* Take a window and its log end's arrays (-1: an exception is set); `give_back` releases them. */
 static int take_partition(PyObject *window, PyObject *le, Partition *x) {
-    PyObject *offsets = PyObject_GetAttrString(le, "offsets"), *ts = PyObject_GetAttrString(le, "ts"),
-             *run = PyObject_GetAttrString(le, "run_start"), *coarse = PyObject_GetAttrString(le, "coarse_ts");
+    PyObject *offsets = PyObject_GetAttr(le, name_offsets), *ts = PyObject_GetAttr(le, name_ts),
+             *run = PyObject_GetAttr(le, name_run_start), *coarse = PyObject_GetAttr(le, name_coarse_ts);
     int got = -1;
     if (offsets != NULL && ts != NULL && run != NULL && coarse != NULL && as_index(run, &x->lo) == 0 &&
         as_bool(coarse, &x->has_coarse) == 0) {
@@ -763,11 +772,7 @@ static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int6
                              int was_behind, PyObject *said, int may_fit) {
     Py_ssize_t n = x->arr.n / p->fields;
     const int64_t *first = x->arr.v, *newest_entry = x->arr.v + (n - 1) * p->fields;
-    double waited = 0.0;
-    if (f->passed != -Py_HUGE_VAL) {
-        double w = ((double)at_ms - f->passed) / 1000.0;
-        waited = w > 0.0 ? w : 0.0;
-    }
+    double waited = f->passed != -Py_HUGE_VAL ? waited_s(at_ms, f->passed) : 0.0;
     double shown = f->reached != -Py_HUGE_VAL ? f->reached : 0.0;
     if (f->rewind)
         return said_answer(said, SAID_REWIND, NEVER, shown, f->estimated);
@@ -1028,6 +1033,12 @@ static struct PyModuleDef module = {
 #endif
 
 PyMODINIT_FUNC PyInit__trend(void) {
+    name_offsets = PyUnicode_InternFromString("offsets");
+    name_ts = PyUnicode_InternFromString("ts");
+    name_run_start = PyUnicode_InternFromString("run_start");
+    name_coarse_ts = PyUnicode_InternFromString("coarse_ts");
+    if (name_offsets == NULL || name_ts == NULL || name_run_start == NULL || name_coarse_ts == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_TREND_SHA1) < 0 ||
                       PyModule_AddStringConstant(m, "FACTS_FORMAT", FACTS_FORMAT) < 0 ||

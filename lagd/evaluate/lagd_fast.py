@@ -25,6 +25,7 @@ import struct
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import TypeAlias
 
 from lagd.evaluate.lagd_rules import (
@@ -57,13 +58,16 @@ from lagd.evaluate.lagd_rules import (
     stop_limit,
 )
 from lagd.evaluate.lagtime import reached_in
-from lagd.evaluate.native import compiled_fit, compiled_fresh, compiled_moments, compiled_standing
+from lagd.evaluate.native import compiled
 from lagd.evaluate.rules import J_CAUGHT_UP, J_REWIND, Judgement
 from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAST, OFFSET, ORDER, TS, LogEnd
 
-_compiled_fit = compiled_fit()  # or None: not built, or LAGD_NO_EXTENSIONS set
-_compiled_moments = compiled_moments()  # likewise
+_trend = compiled()  # or None: not built, stale, or LAGD_NO_EXTENSIONS set (native.status)
+_compiled_fit: Callable[..., tuple[TrendFit | None, int] | None] | None = None if _trend is None else _trend.fit
+_compiled_moments: Callable[..., tuple[float, float, bool, int, int | None] | None] | None = (
+    None if _trend is None else _trend.moments
+)
 WARN = PartitionStatus.WARN
 STOP = PartitionStatus.STOP
 STALL = PartitionStatus.STALL
@@ -106,10 +110,20 @@ Facts = tuple[
 _PACKED = struct.Struct("<6q2d2?3q5d")  # Facts, field by field (130 bytes)
 # The settings as the compiled judgement from kept facts reads them (`_c_params`).
 _C_PARAMS = struct.Struct("<11q8d")
-# The compiled judgements from kept facts and from a partition's moments, or None (not built,
-# LAGD_NO_EXTENSIONS, or a build reading another layout of the facts or settings than the two above).
-_compiled_standing: Callable[..., Answer | None] | None = compiled_standing(_PACKED.format, _C_PARAMS.format)
-_compiled_fresh: Callable[..., tuple[Answer, bytes] | None] | None = compiled_fresh(_PACKED.format, _C_PARAMS.format)
+
+
+def _judgements(
+    trend: ModuleType | None,
+) -> tuple[Callable[..., Answer | None] | None, Callable[..., tuple[Answer, bytes] | None] | None]:
+    """The compiled judgements from kept facts (`standing`) and from a partition's moments on
+    (`fresh`), or None for both where there is no compiled code or it reads the facts or the
+    settings in another layout than the two above (their one definition)."""
+    if trend is None or (_PACKED.format, _C_PARAMS.format) != (trend.FACTS_FORMAT, trend.PARAMS_FORMAT):
+        return None, None
+    return trend.standing, trend.fresh
+
+
+_compiled_standing, _compiled_fresh = _judgements(_trend)
 NO_MS = -(2**63)  # a Facts' time in ms that is not (no samples, not stuck, may change)
 NOT_YET = -math.inf  # a Facts' moment (ms) that has not come
 UNFITTED, NO_TREND = -1, 0  # a Facts' trend points when it has no trend (yet)
@@ -229,17 +243,24 @@ class LagdJudge:
         ids.append(key)
         self._new += packed
 
-    def _kept_facts(self, key: int, arr: array[int], le: LogEnd) -> Facts | None:
-        """The previous evaluation's facts of partition `key` if they still stand (and keep
-        them again), else None."""
+    def _find(self, key: int) -> int:
+        """Where partition `key`'s previous facts are among the kept ones (-1: none kept); the
+        next partition is looked for from there on (partitions come in ascending order)."""
         ids = self._old_ids
         i = self._at
         if i == len(ids) or ids[i] != key:
-            i = bisect_left(ids, key, i)  # partitions come in ascending order
+            i = bisect_left(ids, key, i)
             if i == len(ids) or ids[i] != key:
                 self._at = i
-                return None
+                return -1
         self._at = i + 1
+        return i
+
+    def _kept_facts(self, key: int, i: int, arr: array[int], le: LogEnd) -> Facts | None:
+        """The previous evaluation's facts of partition `key` (the `i`-th kept; -1: none) if they
+        still stand (and keep them again), else None."""
+        if i < 0:
+            return None
         f: Facts = _PACKED.unpack_from(self._old, i * _PACKED.size)
         # Do they still describe this window and these samples? The window must be the same
         # (its first and newest orders and its length: entries never change in place); the
@@ -258,7 +279,6 @@ class LagdJudge:
 
     def _reuse(self, key: int, i: int) -> None:
         """Keep partition `key`'s previous facts (the `i`-th) again: they stand."""
-        self._at = i + 1
         self._new_ids.append(key)
         if i != self._run_to:
             self._copy_run()
@@ -278,17 +298,13 @@ class LagdJudge:
             if current_lag:
                 return _answer(J_CAUGHT_UP, NEVER, *reached_in(le, arr[LAST + OFFSET]))
             return _answer(J_CAUGHT_UP, NEVER, 0.0, False)
-        ids = self._old_ids
-        if ids and self._cparams is not None and _compiled_standing is not None:  # compiled, from kept facts that stand
-            i = self._at
-            if i == len(ids) or ids[i] != key:
-                i = bisect_left(ids, key, i)
-            if i < len(ids) and ids[i] == key:
-                said = _compiled_standing(self._old, i, arr, le, current_lag, at_ms, was_behind, self._cparams, _C_SAID)
-                if said is not None:
-                    self._reuse(key, i)
-                    return said
-        f = self._kept_facts(key, arr, le)
+        i = self._find(key)
+        if i >= 0 and self._cparams is not None and _compiled_standing is not None:  # compiled, from kept facts
+            said = _compiled_standing(self._old, i, arr, le, current_lag, at_ms, was_behind, self._cparams, _C_SAID)
+            if said is not None:
+                self._reuse(key, i)
+                return said
+        f = self._kept_facts(key, i, arr, le)
         if f is None:
             quick = not was_behind and self._within_first
             got = None

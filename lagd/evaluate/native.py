@@ -10,22 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeAlias
+from types import ModuleType
 
 SOURCE = Path(__file__).with_name("_trend.c")
 NO_EXTENSIONS = "LAGD_NO_EXTENSIONS"  # set (to anything but empty): run the Python
-
-# `_trend.fit` (its stub, _trend.pyi, gives the arguments): a trend and the oldest sample time it
-# read, or None where only the Python answers exactly.
-CompiledFit: TypeAlias = Callable[..., "tuple[tuple[int, float, float, float, float, float] | None, int] | None"]
-# `_trend.moments`: a partition's moments and, when asked, the re-check due within allowed-lag-seconds.
-CompiledMoments: TypeAlias = Callable[..., "tuple[float, float, bool, int, int | None] | None"]
-# `_trend.standing`: a partition's answer (lagd_fast.Answer) from its kept facts while they stand.
-CompiledStanding: TypeAlias = Callable[..., "tuple[Any, ...] | None"]
-# `_trend.fresh`: a partition's answer from its moments on, and its facts packed to keep.
-CompiledFresh: TypeAlias = Callable[..., "tuple[tuple[Any, ...], bytes] | None"]
 
 
 def status() -> str:
@@ -45,44 +34,14 @@ def status() -> str:
     return "compiled"
 
 
-def compiled_fit() -> CompiledFit | None:
-    """The compiled trend fit, or None where the Python runs (see `status`)."""
-    if status() != "compiled":
-        return None
-    from lagd.evaluate._trend import fit
-
-    return fit
-
-
-def compiled_moments() -> CompiledMoments | None:
-    """The compiled lag moments, or None where the Python runs (see `status`)."""
-    if status() != "compiled":
-        return None
-    from lagd.evaluate._trend import moments
-
-    return moments
-
-
-def compiled_standing(facts_format: str, params_format: str) -> CompiledStanding | None:
-    """The compiled judgement from kept facts, or None where the Python runs (see `status`) or
-    where it reads the facts or settings in another layout than `facts_format` and
-    `params_format` (lagd_fast's, the one definition)."""
+def compiled() -> ModuleType | None:
+    """The compiled rules code (`lagd.evaluate._trend`: its stub, _trend.pyi, gives its functions),
+    or None where the Python runs (see `status`). Asked once, where lagd_fast binds its functions."""
     if status() != "compiled":
         return None
     from lagd.evaluate import _trend
 
-    if (facts_format, params_format) != (_trend.FACTS_FORMAT, _trend.PARAMS_FORMAT):
-        return None
-    return _trend.standing
-
-
-def compiled_fresh(facts_format: str, params_format: str) -> CompiledFresh | None:
-    """The compiled judgement from a partition's moments on, or None, as `compiled_standing`."""
-    if compiled_standing(facts_format, params_format) is None:
-        return None
-    from lagd.evaluate._trend import fresh
-
-    return fresh
+    return _trend
 
 
 def describe() -> str:
