@@ -80,15 +80,45 @@ static void release(Int64s *arr, Int64s *o, Int64s *t) {
     PyBuffer_Release(&t->view);
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+/* The k-th smallest of values[0..m-1] (0 <= k < m), reordering them so that every value before
+ * it is at most it (Hoare's selection). The values are finite (slopes, lags and their spreads). */
+static double kth_smallest(double *values, Py_ssize_t m, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = m - 1;
+    while (lo < hi) {
+        double pivot = values[lo + (hi - lo) / 2];
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (values[i] < pivot)
+                i++;
+            while (values[j] > pivot)
+                j--;
+            if (i <= j) {
+                double swap = values[i];
+                values[i++] = values[j];
+                values[j--] = swap;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            break; /* between them every value equals the pivot */
+    }
+    return values[k];
 }
 
-/* lagd_rules._median: sorts `values` in place */
+/* lagd_rules._median (the middle of the sorted values, or the mean of the two middle ones):
+ * selected, not sorted, which was a quarter of fitting a trend. Reorders `values`. */
 static double median(double *values, Py_ssize_t m) {
-    qsort(values, (size_t)m, sizeof(double), by_value);
-    return m % 2 ? values[m / 2] : (values[m / 2 - 1] + values[m / 2]) / 2;
+    double upper = kth_smallest(values, m, m / 2);
+    if (m % 2)
+        return upper;
+    double lower = values[0];
+    for (Py_ssize_t i = 1; i < m / 2; i++)
+        if (values[i] > lower)
+            lower = values[i];
+    return (lower + upper) / 2;
 }
 
 static int exact(int64_t x) { return x <= EXACT && x >= -EXACT; }
