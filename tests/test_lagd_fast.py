@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagd.evaluate import Evaluator, lagd_fast
+from lagd.evaluate import Evaluator, lagd_fast, verdicts
 from lagd.evaluate.lagd_rules import J_CATCHING_UP, LagdParams, TrendFit, lag_points_used, lag_seconds_at, words
 from lagd.evaluate.rules import J_CAUGHT_UP
 from lagd.evaluate.verdicts import GroupVerdict
@@ -254,7 +254,10 @@ def test_a_commit_passed_before_the_fine_samples_gets_its_point_from_the_coarse_
 def count_fresh(monkeypatch: pytest.MonkeyPatch, record: Callable[[tuple[Any, ...]], object]) -> None:
     """Where it is built, the compiled judgement from a partition's moments on (`_trend.fresh`)
     derives the facts and fits the trend where needed in place of `_facts` and `_fit`: pass the
-    arguments of each of its calls that answered to `record` too."""
+    arguments of each of its calls that answered to `record` too. The derivations are counted as
+    LagdJudge makes them, so the evaluator's compiled pass over a topic's partitions, which makes
+    them inside the C, is turned off (test_trend_c compares the facts it keeps, to the byte)."""
+    monkeypatch.setattr(verdicts, "compiled_pass", None)
     real = lagd_fast._compiled_fresh
     if real is None:
         return

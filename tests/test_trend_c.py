@@ -23,14 +23,15 @@ from array import array
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagd.evaluate import Evaluator, lagd_fast, native
+from lagd.evaluate import Evaluator, PartitionVerdict, lagd_fast, native, verdicts
 from lagd.evaluate.lagd_rules import LagdParams
-from lagd.model import PartitionStatus
+from lagd.model import Commit, GroupMembers, GroupStatus, LogEndSample, PartitionOwner, PartitionStatus
 from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 from tests.test_lagd_fast import C, G, Op, play, random_ticks, traffic
 
@@ -387,6 +388,7 @@ def _judged_alike(compiled: Evaluator, python: Evaluator, now: int) -> None:
     assert [repr(p.why) for p in got.partitions] == [repr(p.why) for p in want.partitions]
     assert compiled._due.get((C, G)) == python._due.get((C, G))
     assert compiled._facts == python._facts  # the same facts kept, to the byte
+    assert compiled._since == python._since  # and each partition's status since the same time
 
 
 def _drive(state: State, settings_: dict[str, float], history: list[Op]) -> None:
@@ -398,6 +400,175 @@ def _drive(state: State, settings_: dict[str, float], history: list[Op]) -> None
     python._judge._cparams = None  # the Python judges its kept facts
     for now in play(state, history):
         _judged_alike(compiled, python, now)
+
+
+def _drive_all(rng: random.Random) -> None:
+    """`_drive` over 150 seeded random histories under varied settings, then a consumer falling
+    behind, held WARN, stopping, then catching up (test_lagd_fast's)."""
+    for _ in range(150):
+        state = State(intervals=6, lag_samples=rng.choice([4, 40]), window_step_ms=rng.choice([0, 15_000]))
+        settings_ = {
+            "allowed_lag": rng.choice([0, 20]),
+            "allowed_lag_seconds": rng.choice([0.0, 1.0, 5.0]),
+            "min_history_ms": 20_000,
+            "stop_after_ms": rng.choice([40_000, 10_002, 10_000, 4_000, 1_500]),
+        }
+        _drive(state, settings_, traffic(random_ticks(rng)))
+    history: list[Op] = []
+    for t in range(1800):
+        if t % 2 == 0:
+            history += [("sample", 0, 800, 0), ("eval", 0, 0, 0)]
+        if t % 5 == 0 and not 900 <= t < 1100:
+            history.append(("commit", 0, 100 if t < 700 else -150 if t >= 1100 else 0, 0))
+        history.append(("eval", 0, 0, 1))
+    _drive(State(intervals=10, lag_samples=200, window_step_ms=15_000), {}, history)
+
+
+def _said(p: PartitionVerdict) -> str:
+    """A verdict's rule, and for a reason kept as numbers the kind of reason."""
+    return p.rule if isinstance(p.why, str) else f"{p.rule}: {p.why[0]}"
+
+
+def _recording_pass(monkeypatch: pytest.MonkeyPatch) -> tuple[Counter[str], Counter[str]]:
+    """Count what the compiled pass over a topic's partitions answers (by `_said`) and what it
+    hands back to the Python (by what the Python then answers)."""
+    real = verdicts.compiled_pass
+    assert real is not None
+    answered: Counter[str] = Counter()
+    handed: Counter[str] = Counter()
+
+    def recording(*args: Any) -> int:
+        partitions: list[PartitionVerdict] = args[11]
+        had = len(partitions)
+        k = real(*args)
+        answered.update(_said(p) for p in partitions[had:])
+        if k < args[5]:
+            handed["(pending)"] += 1
+        return k
+
+    real_python = verdicts.Evaluator._judge_partitions
+
+    def python(self: Evaluator, tally: list[Any], topic: str, ids: Any, *rest: Any) -> None:
+        partitions: list[PartitionVerdict] = rest[-3]
+        had = len(partitions)
+        real_python(self, tally, topic, ids, *rest)
+        if isinstance(ids, tuple):  # one partition handed back
+            handed.update(_said(p) for p in partitions[had:])
+
+    monkeypatch.setattr(verdicts, "compiled_pass", recording)
+    monkeypatch.setattr(verdicts.Evaluator, "_judge_partitions", python)
+    return answered, handed
+
+
+@needs_fit
+def test_the_compiled_pass_judges_as_the_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evaluator's loop over a topic's partitions, compiled (`_trend.judge_topic`), against
+    the Python loop with the Python judgements, over the same seeded histories as below: the
+    same verdicts, since-tracking, re-checks and kept facts, with every answer reached by the
+    compiled pass itself and the partitions it hands back judged by the Python."""
+    answered, handed = _recording_pass(monkeypatch)
+    _drive_all(random.Random(11))
+    rules = {
+        "within-allowed-seconds",
+        "catching-up",
+        "keeping-up",
+        "too-little-history",
+        "rewind",
+        "caught-up",
+        "empty",
+    }
+    reasons = {"stop: stopped", "stall: stalled", "falling-behind: falling behind", "still-behind: still behind"}
+    assert rules | reasons | {"still-behind: still behind, no trend"} <= set(answered), answered
+    # handed back and judged by the Python: here reads of the coarse tier of samples (lag-samples 4)
+    assert handed["(pending)"] > 0 and set(handed) - {"(pending)"}, handed
+
+
+@needs_fit
+def test_the_compiled_pass_hands_back_only_what_the_python_must_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With samples enough that none leaves for the coarse tier and no allowed-lag (whose lags
+    within it the Python puts in seconds), the compiled pass judges every partition itself:
+    random histories, and groups of 1,000 partitions falling behind (judged first from scratch,
+    then from the facts kept: held WARN) and caught up, each as the Python judges them."""
+    answered, handed = _recording_pass(monkeypatch)
+    rng = random.Random(5)
+    for _ in range(40):
+        state = State(intervals=6, lag_samples=2_000, window_step_ms=rng.choice([0, 15_000]))
+        settings_ = {"allowed_lag_seconds": rng.choice([0.0, 1.0, 5.0]), "min_history_ms": 20_000}
+        _drive(state, settings_, traffic(random_ticks(rng)))
+    assert sum(answered.values()) > 1_000 and not handed, (answered, handed)
+    state = State(intervals=10, lag_samples=60)
+    for topic in ("a", "b"):
+        for p in range(500):
+            for k in range(60):
+                state.apply(LogEndSample(C, topic, p, 10_000 + 100 * k, T0 + 10_000 * k))
+            for r in range(10):  # falling behind: 100 records more behind at each commit
+                state.apply(Commit(C, G, topic, p, 10_000 + 500 * r, 1 + r, T0 + 60_000 * r, T0 + 60_000 * r))
+                caught = 10_000 + 100 * min(59, 6 * r + 5)  # the newest at the log end
+                state.apply(Commit(C, "caught", topic, p, caught, 1 + r, T0 + 60_000 * r, T0 + 60_000 * r))
+    compiled = Evaluator(state, rules="lagd", cache_ttl_ms=0)
+    python = Evaluator(state, rules="lagd", cache_ttl_ms=0)
+    python._judge._cparams = None
+    answered.clear()
+    for now in (T0 + 590_000, T0 + 595_000):
+        _judged_alike(compiled, python, now)
+        got = compiled.group(C, "caught", now)
+        assert got == python.group(C, "caught", now) and got.status is GroupStatus.OK
+    # falling behind, then held WARN (still behind)
+    want = {"falling-behind: falling behind": 1_000, "still-behind: still behind": 1_000, "caught-up": 2 * 1_000}
+    assert answered == want and not handed
+
+
+@needs_fit
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_pass_judges_every_kind_of_partition_as_the_python(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Beyond one topic's history: topics with partitions sampled but never committed (empty
+    windows) and committed beyond the sampled count, a topic never sampled (its partitions
+    listed sparsely: the Python judges it), owners, statuses taken over from another process
+    (held WARN), a blind cluster (judged as of the moment it was last seen), minimum-complete,
+    allowed-lag, and hostile log ends whose lags summed pass int64. The compiled pass
+    and the Python judge all of it alike, the pass handing back what it must."""
+    answered, handed = _recording_pass(monkeypatch)
+    rng = random.Random(seed)
+    state = State(intervals=6, lag_samples=50)
+    settings_: dict[str, Any] = {
+        "allowed_lag": rng.choice([0, 20]),
+        "minimum_complete": rng.choice([0.0, 0.5]),
+        "min_history_ms": 20_000,
+        "stop_after_ms": rng.choice([40_000, 4_000]),
+    }
+    compiled = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)
+    python = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)
+    python._judge._cparams = None
+    owners = tuple(
+        PartitionOwner(topic, p, f"/10.0.0.{p}", f"consumer-{p}") for topic in ("a", "b") for p in range(0, 10, 3)
+    )
+    state.apply(GroupMembers(C, G, 1, owners))
+    taken = [("a", 1, PartitionStatus.WARN), ("b", 2, PartitionStatus.STOP), ("a", 4, PartitionStatus.WARN)]
+    for evaluator in (compiled, python):
+        evaluator.take_over(C, G, taken, T0 - 60_000)
+    head = {("a", p): 10_000 for p in range(8)} | {("b", p): 10_000 for p in range(5)}
+    now = T0
+    order = 0
+    for step in range(120):
+        now += rng.choice([1_000, 5_000, 15_000])
+        for (topic, p), offset in head.items():
+            head[topic, p] = min(2**63 - 1, offset + rng.choice([0, 50, 400]))
+            if step == 60 and p < 2:  # hostile: log ends at int64's top, whose lags' sum passes it
+                head[topic, p] = 2**63 - 1
+            state.apply(LogEndSample(C, topic, p, head[topic, p], now))
+        for _ in range(rng.randrange(6)):
+            topic, p = rng.choice([("a", rng.randrange(10)), ("b", rng.choice([0, 2, 3])), ("c", rng.randrange(5))])
+            order += 1
+            offset = max(0, min(head.get((topic, p), 10_000), 2**62) - rng.choice([0, 10, 100, 2_000]))
+            state.apply(Commit(C, G, topic, p, offset, order, now, now))
+        blind = rng.random() < 0.2
+        for evaluator in (compiled, python):
+            evaluator.blind_since = (lambda cluster, at: at - 30_000) if blind else (lambda cluster, at: None)
+        _judged_alike(compiled, python, now)
+    assert {"empty", "caught-up"} <= set(answered), answered
+    assert handed, "nothing handed back to the Python"
 
 
 @needs_fit
@@ -428,25 +599,9 @@ def test_the_compiled_judgements_answer_as_the_python(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(lagd_fast, "_compiled_standing", recording)
     monkeypatch.setattr(lagd_fast, "_compiled_fresh", recording_fresh)
-    rng = random.Random(11)
-    for _ in range(150):
-        state = State(intervals=6, lag_samples=rng.choice([4, 40]), window_step_ms=rng.choice([0, 15_000]))
-        settings_ = {
-            "allowed_lag": rng.choice([0, 20]),
-            "allowed_lag_seconds": rng.choice([0.0, 1.0, 5.0]),
-            "min_history_ms": 20_000,
-            "stop_after_ms": rng.choice([40_000, 10_002, 10_000, 4_000, 1_500]),
-        }
-        _drive(state, settings_, traffic(random_ticks(rng)))
-    # and a consumer falling behind, held WARN, stopping, then catching up (test_lagd_fast's)
-    history: list[Op] = []
-    for t in range(1800):
-        if t % 2 == 0:
-            history += [("sample", 0, 800, 0), ("eval", 0, 0, 0)]
-        if t % 5 == 0 and not 900 <= t < 1100:
-            history.append(("commit", 0, 100 if t < 700 else -150 if t >= 1100 else 0, 0))
-        history.append(("eval", 0, 0, 1))
-    _drive(State(intervals=10, lag_samples=200, window_step_ms=15_000), {}, history)
+    # the judgements as LagdJudge calls them, not through the compiled pass over a topic (below)
+    monkeypatch.setattr(verdicts, "compiled_pass", None)
+    _drive_all(random.Random(11))
     rules = {"within-allowed-seconds", "catching-up", "keeping-up", "too-little-history", "rewind"}
     reasons = {"stop: stopped", "stall: stalled", "falling-behind: falling behind", "still-behind: still behind"}
     # From kept facts: not caught-up (held WARN with the same facts, their trend said so the first
@@ -572,10 +727,11 @@ def test_the_compiled_judgement_refuses_what_it_cannot_read() -> None:
     assert lagd_fast._c_params(LagdParams(min_slope=2**60 + 1), 5_000) is None
     assert lagd_fast._c_params(LagdParams(z_enter=10**400), 5_000) is None  # past a double's range
     trend = native.compiled()
-    other = SimpleNamespace(**{k: getattr(trend, k) for k in ("FACTS_FORMAT", "PARAMS_FORMAT", "standing", "fresh")})
-    assert lagd_fast._judgements(other) == (standing, fresh)
+    names = ("FACTS_FORMAT", "PARAMS_FORMAT", "standing", "fresh", "judge_topic")
+    other = SimpleNamespace(**{k: getattr(trend, k) for k in names})
+    assert lagd_fast._judgements(other) == (standing, fresh, trend.judge_topic)  # type: ignore[union-attr]
     other.FACTS_FORMAT += "d"  # a build reading another layout of the facts
-    assert lagd_fast._judgements(other) == (None, None)
+    assert lagd_fast._judgements(other) == (None, None, None)
 
 
 @needs_fit

@@ -7,6 +7,8 @@
  * lagging partition from scratch in Python, the moments about half of judging one a few records
  * behind (the common case of a healthy estate, judged afresh at every evaluation), and the
  * judgement from kept facts more than half of re-judging a lagging one whose window stands.
+ * `judge_topic` runs the evaluator's loop over a topic's partitions around them (verdicts.py):
+ * with the judgements compiled, that loop was most of what was left.
  *
  * Optional: the build compiles it where a C compiler is found (hatch_build.py); without it
  * lagd runs the Python. Where it cannot answer exactly as Python would (a coarse-tier read,
@@ -17,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,40 +408,26 @@ static double waited_s(int64_t at_ms, double passed) {
     return w > 0.0 ? w : 0.0;
 }
 
-/* lagd_fast._moments, and lagd_fast.LagdJudge._within_seconds when `within` is true: the
- * moments (passed, reached, estimated, used) and the re-check due when the partition is judged
- * within allowed-lag-seconds (else None), or None where only the Python answers exactly. */
-static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "moments takes 12 arguments");
-        return NULL;
-    }
-    Py_ssize_t fields, at_offset, lo;
-    int has_coarse, current_lag, within, declined = 0;
-    long long at_ms, allowed_ms;
-    double allowed_s;
-    if (as_index(args[1], &fields) || as_index(args[2], &at_offset) || as_index(args[5], &lo) ||
-        as_bool(args[6], &has_coarse) || as_bool(args[7], &current_lag) || as_int64(args[8], &at_ms, &declined) ||
-        as_bool(args[9], &within) || as_double(args[10], &allowed_s) || as_int64(args[11], &allowed_ms, &declined))
-        return NULL;
-    if (declined)
-        Py_RETURN_NONE;
-    if (fields <= 0 || at_offset < 0 || at_offset >= fields || lo < 0) {
-        PyErr_SetString(PyExc_ValueError, "bad window layout or run start");
-        return NULL;
-    }
-    Int64s arr, offsets, ts;
-    if (acquire(args[0], args[3], args[4], &arr, &offsets, &ts) < 0)
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t k = offsets.n;
-    const int64_t *o = offsets.v, *t = ts.v;
-    if (arr.n < fields || !exact(at_ms) || (current_lag && lo >= k)) {
-        result = Py_NewRef(Py_None); /* not a window Python judges here: let it say so */
-        goto done;
-    }
-    int64_t committed = arr.v[arr.n / fields * fields - fields + at_offset];
+/* lagd_fast._moments (passed, reached, estimated, used) and, when `within` is true,
+ * LagdJudge._within_seconds's re-check (`has_due`, `due`) where the partition is judged within
+ * allowed-lag-seconds. */
+typedef struct {
+    double passed, reached;
+    int estimated;
+    int64_t used;
+    int has_due;
+    int64_t due;
+} Moments;
+
+/* The moments of a window and its log end's samples: 1, or 0 where only the Python answers exactly. */
+static int moments_of(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at_offset, const Int64s *offsets,
+                      const Int64s *ts, Py_ssize_t lo, int has_coarse, int current_lag, int64_t at_ms, int within,
+                      double allowed_s, int64_t allowed_ms, Moments *m) {
+    Py_ssize_t k = offsets->n;
+    const int64_t *o = offsets->v, *t = ts->v;
+    if (arr->n < fields || !exact(at_ms) || (current_lag && lo >= k))
+        return 0; /* not a window Python judges here: let it say so */
+    int64_t committed = arr->v[arr->n / fields * fields - fields + at_offset];
     double passed = -Py_HUGE_VAL, reached = -Py_HUGE_VAL;
     int estimated = 0, bound = 0, ok = 1;
     int64_t used = INT64_MIN;
@@ -468,39 +457,72 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                 used = also;
         }
     }
-    if (!ok) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    PyObject *due = Py_None;
+    if (!ok)
+        return 0;
+    m->passed = passed;
+    m->reached = reached;
+    m->estimated = estimated;
+    m->used = used;
+    m->has_due = 0;
     if (within) {
         double waited = 0.0;
         if (passed != -Py_HUGE_VAL) {
             /* a bound is an int in Python (a sample's time): its difference must be exact too */
             i128 span = (i128)at_ms - (i128)passed;
-            if (bound && (span > EXACT || span < -EXACT)) {
-                result = Py_NewRef(Py_None);
-                goto done;
-            }
+            if (bound && (span > EXACT || span < -EXACT))
+                return 0;
             waited = waited_s(at_ms, passed);
         }
-        if (!(waited >= allowed_s) && !(arr.n > fields && rewound(&arr, fields, at_offset))) {
+        if (!(waited >= allowed_s) && !(arr->n > fields && rewound(arr, fields, at_offset))) {
             /* at_ms - int(waited * 1000) + allowed_ms + 1: `_recheck`'s least term, in int64 */
             double waited_ms = waited * 1000;
             i128 at = waited_ms < 9.0e18 ? (i128)at_ms - (long long)waited_ms + allowed_ms + 1 : INT64_MAX;
-            if (at >= INT64_MAX || at <= INT64_MIN) {
-                result = Py_NewRef(Py_None); /* past int64: Python's ints answer */
-                goto done;
-            }
-            due = PyLong_FromLongLong((long long)at);
-            if (due == NULL)
-                goto done;
+            if (at >= INT64_MAX || at <= INT64_MIN)
+                return 0; /* past int64: Python's ints answer */
+            m->has_due = 1;
+            m->due = (int64_t)at;
         }
     }
-    result = Py_BuildValue("(ddOLO)", passed, reached, estimated ? Py_True : Py_False, (long long)used, due);
-    if (due != Py_None)
-        Py_DECREF(due);
-done:
+    return 1;
+}
+
+/* lagd_fast._moments, and lagd_fast.LagdJudge._within_seconds when `within` is true: the
+ * moments (passed, reached, estimated, used) and the re-check due when the partition is judged
+ * within allowed-lag-seconds (else None), or None where only the Python answers exactly. */
+static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "moments takes 12 arguments");
+        return NULL;
+    }
+    Py_ssize_t fields, at_offset, lo;
+    int has_coarse, current_lag, within, declined = 0;
+    long long at_ms, allowed_ms;
+    double allowed_s;
+    if (as_index(args[1], &fields) || as_index(args[2], &at_offset) || as_index(args[5], &lo) ||
+        as_bool(args[6], &has_coarse) || as_bool(args[7], &current_lag) || as_int64(args[8], &at_ms, &declined) ||
+        as_bool(args[9], &within) || as_double(args[10], &allowed_s) || as_int64(args[11], &allowed_ms, &declined))
+        return NULL;
+    if (declined)
+        Py_RETURN_NONE;
+    if (fields <= 0 || at_offset < 0 || at_offset >= fields || lo < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad window layout or run start");
+        return NULL;
+    }
+    Int64s arr, offsets, ts;
+    if (acquire(args[0], args[3], args[4], &arr, &offsets, &ts) < 0)
+        return NULL;
+    Moments m;
+    PyObject *result;
+    if (!moments_of(&arr, fields, at_offset, &offsets, &ts, lo, has_coarse, current_lag, at_ms, within, allowed_s,
+                    allowed_ms, &m))
+        result = Py_NewRef(Py_None);
+    else if (m.has_due)
+        result = Py_BuildValue("(ddOLL)", m.passed, m.reached, m.estimated ? Py_True : Py_False, (long long)m.used,
+                               (long long)m.due);
+    else
+        result = Py_BuildValue("(ddOLO)", m.passed, m.reached, m.estimated ? Py_True : Py_False, (long long)m.used,
+                               Py_None);
     release(&arr, &offsets, &ts);
     return result;
 }
@@ -796,10 +818,10 @@ static int read_settings(PyObject *params, PyObject *said, Params *p) {
 }
 
 /* LagdJudge.judge from a partition's facts `f` on: its answer, or None where a trend must be
- * fitted first and `may_fit` is 0 (else it is fitted into `f`) or only the Python answers
+ * fitted first and `fitted` is NULL (else it is fitted into `f` and *fitted set) or only the Python answers
  * exactly; NULL: an exception is set. The window is not empty. */
 static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int64_t current_lag, int64_t at_ms,
-                             int was_behind, PyObject *said, int may_fit) {
+                             int was_behind, PyObject *said, int *fitted_now) {
     Py_ssize_t n = x->arr.n / p->fields;
     const int64_t *first = x->arr.v, *newest_entry = x->arr.v + (n - 1) * p->fields;
     double waited = f->passed != -Py_HUGE_VAL ? waited_s(at_ms, f->passed) : 0.0;
@@ -843,7 +865,7 @@ static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int6
         if ((i128)last_ts - first[p->at_ts] >= p->min_history_ms) {
             int left_out = f->slope != f->slope;
             if (f->points == UNFITTED || (left_out && needs_slope(f, was_behind, p))) {
-                if (!may_fit)
+                if (fitted_now == NULL)
                     Py_RETURN_NONE; /* the Python fits it, and keeps the facts */
                 FitSettings s = {p->tie_s, p->z_enter, p->z_leave, p->allowed_s, p->min_points};
                 Trend trend;
@@ -861,6 +883,7 @@ static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int6
                 f->rise = trend.rise;
                 f->noise = trend.noise;
                 f->last = trend.last;
+                *fitted_now = 1;
             }
             fitted = f->points != 0 && f->points >= p->min_points;
         }
@@ -906,6 +929,20 @@ static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int6
     return answer(PyTuple_GET_ITEM(said, SAID_WARN), rule, reason, due, shown, f->estimated);
 }
 
+/* Do kept facts `f` still describe the window and log end of `x` (LagdJudge._kept_facts)? */
+static int facts_stand(const Facts *f, const Partition *x, PyObject *le, const Params *p) {
+    Py_ssize_t fields = p->fields, n = x->arr.n / fields, lo = x->lo;
+    if (n == 0 || x->arr.n % fields || (lo >= x->t.n && x->t.n > 0))
+        return 0;
+    const int64_t *first = x->arr.v, *newest_entry = x->arr.v + (n - 1) * fields;
+    if (f->first != first[p->at_order] || f->newest_order != newest_entry[p->at_order] || f->length != x->arr.n ||
+        f->le_id != (int64_t)(intptr_t)le)
+        return 0;
+    /* the samples the same, or only grown at the end while still holding the oldest one the lags read */
+    int64_t newest = x->t.n ? x->t.v[x->t.n - 1] : NO_MS;
+    return newest == f->newest || !(f->used == NO_MS || newest == NO_MS || x->t.v[lo] > f->used);
+}
+
 /* LagdJudge.judge for a partition whose kept facts (`facts`, the i-th packed) still stand for its
  * window `arr` and log end `le`, from those facts on; None where they do not stand, a trend must
  * be fitted first, or only the Python answers exactly. */
@@ -934,24 +971,11 @@ static PyObject *standing(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Partition x;
     if (take_partition(args[2], le, &x) < 0)
         return NULL;
-    PyObject *result = Py_None;
-    Py_ssize_t fields = p.fields, n = x.arr.n / fields, lo = x.lo;
-    /* Do the facts still describe this window and these samples? (LagdJudge._kept_facts) */
-    if (n == 0 || x.arr.n % fields || (lo >= x.t.n && x.t.n > 0))
-        goto done;
-    const int64_t *first = x.arr.v, *newest_entry = x.arr.v + (n - 1) * fields;
-    if (f.first != first[p.at_order] || f.newest_order != newest_entry[p.at_order] || f.length != x.arr.n ||
-        f.le_id != (int64_t)(intptr_t)le)
-        goto done;
-    int64_t newest = x.t.n ? x.t.v[x.t.n - 1] : NO_MS;
-    if (newest != f.newest && (f.used == NO_MS || newest == NO_MS || x.t.v[lo] > f.used))
-        goto done;
-    result = judge_facts(&f, &x, &p, current_lag, at_ms, was_behind, args[8], 0);
+    PyObject *result = facts_stand(&f, &x, le, &p)
+                           ? judge_facts(&f, &x, &p, current_lag, at_ms, was_behind, args[8], NULL)
+                           : Py_NewRef(Py_None);
     give_back(&x);
     return result;
-done:
-    give_back(&x);
-    return Py_NewRef(result);
 }
 
 /* lagd_rules.first_same: index of the oldest entry of the newest run committing the newest offset */
@@ -961,6 +985,50 @@ static Py_ssize_t first_same(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at
     while (first > 0 && arr->v[(first - 1) * fields + at_offset] == committed)
         first--;
     return first;
+}
+
+/* LagdJudge.judge for a partition with no kept facts that stand, from its moments on (`_facts`,
+ * `_fit` where needed, the judgement): its answer with `*packed` set to the facts to keep, or
+ * None where only the Python answers exactly; NULL: an exception is set. `at_ms` is exact. */
+static PyObject *fresh_of(const Partition *x, PyObject *le, const Params *p, int64_t current_lag, int64_t at_ms,
+                          int was_behind, const Moments *m, PyObject *said, PyObject **packed) {
+    Py_ssize_t fields = p->fields, n = x->arr.n / fields;
+    if (n == 0 || x->arr.n % fields)
+        Py_RETURN_NONE;
+    const int64_t *first = x->arr.v, *newest_entry = x->arr.v + (n - 1) * fields;
+    /* lagd_fast._facts (stop_limit: stop-after, or stop-cadences newest commit intervals) */
+    i128 cadence = n > 1 ? (i128)newest_entry[p->at_ts] - newest_entry[p->at_ts - fields] : 0;
+    i128 limit = (i128)p->stop_cadences * cadence;
+    if (limit < p->stop_after_ms)
+        limit = p->stop_after_ms;
+    if (limit > INT64_MAX || limit < INT64_MIN)
+        Py_RETURN_NONE; /* facts that do not pack: the Python judges them afresh every time */
+    Py_ssize_t same = first_same(&x->arr, fields, p->at_offset, n);
+    Facts f = {
+        .first = first[p->at_order],
+        .newest_order = newest_entry[p->at_order],
+        .length = x->arr.n,
+        .le_id = (int64_t)(intptr_t)le,
+        .newest = x->t.n ? x->t.v[x->t.n - 1] : NO_MS,
+        .used = m->used,
+        .passed = m->passed,
+        .reached = m->reached,
+        .estimated = m->estimated,
+        .rewind = n > 1 && rewound(&x->arr, fields, p->at_offset),
+        .limit = (int64_t)limit,
+        .stuck_since = same < n - 1 ? x->arr.v[same * fields + p->at_ts] : NO_MS,
+        .points = UNFITTED,
+    };
+    int fitted = 0;
+    PyObject *judged = judge_facts(&f, x, p, current_lag, at_ms, was_behind, said, &fitted);
+    if (judged == NULL || judged == Py_None)
+        return judged; /* an exception, or None: the Python answers */
+    *packed = pack_facts(&f);
+    if (*packed == NULL) {
+        Py_DECREF(judged);
+        return NULL;
+    }
+    return judged;
 }
 
 /* LagdJudge.judge for a partition with no kept facts that stand, from its moments (`_moments`,
@@ -986,49 +1054,659 @@ static PyObject *fresh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     Partition x;
     if (take_partition(args[0], le, &x) < 0)
         return NULL;
-    PyObject *result = NULL, *judged = NULL, *packed = NULL;
-    Py_ssize_t fields = p.fields, n = x.arr.n / fields;
-    if (n == 0 || x.arr.n % fields)
-        goto declined;
-    const int64_t *first = x.arr.v, *newest_entry = x.arr.v + (n - 1) * fields;
-    /* lagd_fast._facts (stop_limit: stop-after, or stop-cadences newest commit intervals) */
-    i128 cadence = n > 1 ? (i128)newest_entry[p.at_ts] - newest_entry[p.at_ts - fields] : 0;
-    i128 limit = (i128)p.stop_cadences * cadence;
-    if (limit < p.stop_after_ms)
-        limit = p.stop_after_ms;
-    if (limit > INT64_MAX || limit < INT64_MIN)
-        goto declined; /* facts that do not pack: the Python judges them afresh every time */
-    Py_ssize_t same = first_same(&x.arr, fields, p.at_offset, n);
-    Facts f = {
-        .first = first[p.at_order],
-        .newest_order = newest_entry[p.at_order],
-        .length = x.arr.n,
-        .le_id = (int64_t)(intptr_t)le,
-        .newest = x.t.n ? x.t.v[x.t.n - 1] : NO_MS,
-        .used = used,
-        .passed = passed,
-        .reached = reached,
-        .estimated = estimated,
-        .rewind = n > 1 && rewound(&x.arr, fields, p.at_offset),
-        .limit = (int64_t)limit,
-        .stuck_since = same < n - 1 ? x.arr.v[same * fields + p.at_ts] : NO_MS,
-        .points = UNFITTED,
-    };
-    judged = judge_facts(&f, &x, &p, current_lag, at_ms, was_behind, args[10], 1);
-    if (judged == NULL || judged == Py_None) {
-        give_back(&x);
-        return judged; /* an exception, or None: the Python answers */
-    }
-    packed = pack_facts(&f);
-    if (packed != NULL)
-        result = PyTuple_Pack(2, judged, packed);
+    Moments m = {.passed = passed, .reached = reached, .estimated = estimated, .used = used};
+    PyObject *packed = NULL, *result = NULL;
+    PyObject *judged = fresh_of(&x, le, &p, current_lag, at_ms, was_behind, &m, args[10], &packed);
     give_back(&x);
+    if (judged == NULL || judged == Py_None)
+        return judged;
+    result = PyTuple_Pack(2, judged, packed);
     Py_DECREF(judged);
-    Py_XDECREF(packed);
+    Py_DECREF(packed);
     return result;
-declined:
-    give_back(&x);
-    Py_RETURN_NONE;
+}
+
+/* ---- The evaluator's pass over a topic's partitions (verdicts.Evaluator._evaluate) ----
+ *
+ * With the judgements compiled, what was left of judging a group was the Python loop around them:
+ * the lookups, the since-tracking and a verdict object per partition, 4-5 ms for a caught-up
+ * group of 1,000 partitions on a slow box. `judge_topic` runs that loop for the partitions of one
+ * topic (listed densely: 0..stop-1) under lagd's rules, as the Python does, and hands a partition
+ * back (returns its index) where only the Python answers it exactly: a trend to fit from kept
+ * facts, a coarse-tier read, numbers past a double's or int64's exact range, a caught-up lag
+ * above 0 (allowed-lag set), or settings the pass does not take. The Python judges that one
+ * partition and calls again from the next. Nothing of a partition handed back has been done. */
+
+/* What `judge_topic` reads of verdicts.py, once per evaluator (verdicts._pass_context). */
+enum {
+    CTX_VERDICT,      /* PartitionVerdict */
+    CTX_STATUSES,     /* the PartitionStatus members, in since-code order */
+    CTX_RANKS,        /* their group severity ranks */
+    CTX_OK_CODE,      /* OK's since code */
+    CTX_EMPTY,        /* (reason, rule) of an empty window */
+    CTX_CAUGHT_UP,    /* (status, rule, reason) of a caught-up partition */
+    CTX_NO_LOG_END,   /* the LogEnd judged for a partition without samples */
+    CTX_ENTRIES,      /* an array('q') of 2 * FIELDS: a verdict's entries are copies of it */
+    CTX_SAID,         /* lagd_fast._C_SAID */
+    CTX_NO_OWNER,     /* "" */
+    CTX_COUNT
+};
+
+/* The group summary the pass folds in (verdicts._Tally's order). */
+enum { T_WORST, T_TOTALLAG, T_MAXLAG, T_BEST_LAG, T_FULL, T_MAX_SECONDS, T_RECHECK, T_COUNT };
+
+#define SINCE_SHIFT 8 /* verdicts._SHIFT */
+
+static PyObject *name_host, *name_client_id, *name_append, *name_old_ids, *name_old, *name_at, *name_run_from,
+    *name_run_to, *name_new_ids, *name_new, *name_within_first, *name_cparams;
+
+/* LagdJudge's bookkeeping of kept facts for the topic being judged (its `_find`, `_reuse`,
+ * `_copy_run` and `_keep_packed`, on its own attributes). */
+typedef struct {
+    Int64s old_ids; /* n = 0 and no view: none kept */
+    int has_view;
+    PyObject *old, *new_ids, *new_; /* bytes, array('q'), bytearray: new references */
+    Py_ssize_t at, run_from, run_to;
+    int within_first;
+} Book;
+
+static int attr_index(PyObject *obj, PyObject *name, Py_ssize_t *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int got = as_index(v, out);
+    Py_DECREF(v);
+    return got;
+}
+
+static void book_close(Book *b) {
+    if (b->has_view)
+        PyBuffer_Release(&b->old_ids.view);
+    b->has_view = 0;
+    Py_CLEAR(b->old);
+    Py_CLEAR(b->new_ids);
+    Py_CLEAR(b->new_);
+}
+
+/* 1: opened; 0: a layout this pass does not take (the Python judges); -1: an exception. */
+static int book_open(PyObject *judge, Book *b) {
+    memset(b, 0, sizeof *b);
+    PyObject *ids = PyObject_GetAttr(judge, name_old_ids), *first = NULL;
+    if (ids == NULL)
+        return -1;
+    int got = 0;
+    if (PyTuple_Check(ids) && PyTuple_GET_SIZE(ids) == 0)
+        got = 1;
+    else if (int64s(ids, &b->old_ids) == 0)
+        got = b->has_view = 1;
+    else if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_BufferError))
+        PyErr_Clear();
+    else
+        got = -1;
+    Py_DECREF(ids);
+    (void)first;
+    if (got <= 0)
+        return got;
+    b->old = PyObject_GetAttr(judge, name_old);
+    b->new_ids = PyObject_GetAttr(judge, name_new_ids);
+    b->new_ = PyObject_GetAttr(judge, name_new);
+    PyObject *wf = PyObject_GetAttr(judge, name_within_first);
+    if (b->old == NULL || b->new_ids == NULL || b->new_ == NULL || wf == NULL || as_bool(wf, &b->within_first) ||
+        attr_index(judge, name_at, &b->at) || attr_index(judge, name_run_from, &b->run_from) ||
+        attr_index(judge, name_run_to, &b->run_to)) {
+        Py_XDECREF(wf);
+        book_close(b);
+        return -1;
+    }
+    Py_DECREF(wf);
+    Py_ssize_t kept = PyBytes_Check(b->old) ? PyBytes_GET_SIZE(b->old) / FACTS_SIZE : -1;
+    if (!PyByteArray_Check(b->new_) || kept != b->old_ids.n || b->at < 0 || b->at > kept || b->run_from < 0 ||
+        b->run_from > b->run_to || b->run_to > kept) {
+        book_close(b);
+        return 0;
+    }
+    return 1;
+}
+
+/* Write back where the bookkeeping stands (-1: an exception). */
+static int book_save(PyObject *judge, const Book *b) {
+    PyObject *at = PyLong_FromSsize_t(b->at), *from = PyLong_FromSsize_t(b->run_from),
+             *to = PyLong_FromSsize_t(b->run_to);
+    int got = at != NULL && from != NULL && to != NULL && PyObject_SetAttr(judge, name_at, at) == 0 &&
+                      PyObject_SetAttr(judge, name_run_from, from) == 0 && PyObject_SetAttr(judge, name_run_to, to) == 0
+                  ? 0
+                  : -1;
+    Py_XDECREF(at);
+    Py_XDECREF(from);
+    Py_XDECREF(to);
+    return got;
+}
+
+/* LagdJudge._find */
+static Py_ssize_t book_find(Book *b, int64_t key) {
+    const int64_t *ids = b->old_ids.v;
+    Py_ssize_t n = b->old_ids.n, i = b->at;
+    if (i == n || ids[i] != key) {
+        i = bisect_left(ids, key, i, n);
+        if (i == n || ids[i] != key) {
+            b->at = i;
+            return -1;
+        }
+    }
+    b->at = i + 1;
+    return i;
+}
+
+static int append_bytes(PyObject *to, const char *from, Py_ssize_t size) {
+    Py_ssize_t had = PyByteArray_GET_SIZE(to);
+    if (PyByteArray_Resize(to, had + size) < 0)
+        return -1;
+    memcpy(PyByteArray_AS_STRING(to) + had, from, (size_t)size);
+    return 0;
+}
+
+/* LagdJudge._copy_run */
+static int book_copy_run(Book *b) {
+    if (b->run_to > b->run_from &&
+        append_bytes(b->new_, PyBytes_AS_STRING(b->old) + b->run_from * FACTS_SIZE,
+                     (b->run_to - b->run_from) * FACTS_SIZE) < 0)
+        return -1;
+    b->run_from = b->run_to;
+    return 0;
+}
+
+/* LagdJudge._reuse */
+static int book_reuse(Book *b, PyObject *key, Py_ssize_t i) {
+    PyObject *r = PyObject_CallMethodOneArg(b->new_ids, name_append, key);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    if (i != b->run_to) {
+        if (book_copy_run(b) < 0)
+            return -1;
+        b->run_from = i;
+    }
+    b->run_to = i + 1;
+    return 0;
+}
+
+/* LagdJudge._keep_packed, for a partition not kept yet in this judgement (the pass judges each once) */
+static int book_keep(Book *b, PyObject *key, PyObject *packed) {
+    if (book_copy_run(b) < 0)
+        return -1;
+    PyObject *r = PyObject_CallMethodOneArg(b->new_ids, name_append, key);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return append_bytes(b->new_, PyBytes_AS_STRING(packed), PyBytes_GET_SIZE(packed));
+}
+
+/* The group summary as the pass reads it: 1, or 0 where a number is past int64 (hostile lags
+ * summed): the Python goes on with it. */
+typedef struct {
+    int64_t worst, totallag, maxlag, best_lag, full, recheck;
+    double max_seconds;
+} Tally;
+
+static int tally_read(PyObject *list, Tally *t) {
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) != T_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "expected the group summary list (verdicts._Tally)");
+        return -1;
+    }
+    int64_t *ints[] = {&t->worst, &t->totallag, &t->maxlag, &t->best_lag, &t->full, NULL, &t->recheck};
+    int declined = 0;
+    for (int k = 0; k < T_COUNT; k++) {
+        PyObject *v = PyList_GET_ITEM(list, k);
+        if (k == T_MAX_SECONDS) {
+            if (!PyFloat_CheckExact(v))
+                return 0;
+            t->max_seconds = PyFloat_AS_DOUBLE(v);
+            continue;
+        }
+        long long x;
+        if (!PyLong_CheckExact(v))
+            return 0;
+        if (as_int64(v, &x, &declined) < 0)
+            return -1;
+        *ints[k] = x;
+    }
+    return !declined;
+}
+
+static int tally_write(PyObject *list, const Tally *t) {
+    int64_t ints[] = {t->worst, t->totallag, t->maxlag, t->best_lag, t->full, 0, t->recheck};
+    for (int k = 0; k < T_COUNT; k++) {
+        PyObject *v = k == T_MAX_SECONDS ? PyFloat_FromDouble(t->max_seconds) : PyLong_FromLongLong(ints[k]);
+        if (v == NULL || PyList_SetItem(list, k, v) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A verdict's entries: the window's oldest and newest entries, flat (verdicts: arr[:FIELDS] + arr[LAST:]). */
+static PyObject *entries_of(PyObject *template, const Int64s *arr, Py_ssize_t fields) {
+    PyObject *e = PySequence_GetSlice(template, 0, 2 * fields);
+    if (e == NULL)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(e, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        Py_DECREF(e);
+        return NULL;
+    }
+    if (view.len != 2 * fields * 8) {
+        PyBuffer_Release(&view);
+        Py_DECREF(e);
+        PyErr_SetString(PyExc_TypeError, "expected the entries template as array('q') of two entries");
+        return NULL;
+    }
+    memcpy(view.buf, arr->v, (size_t)fields * 8);
+    memcpy((char *)view.buf + fields * 8, arr->v + arr->n - fields, (size_t)fields * 8);
+    PyBuffer_Release(&view);
+    return e;
+}
+
+/* One partition's verdict, its since-tracking and its part of the group summary. */
+typedef struct {
+    PyObject *status, *rule, *reason; /* borrowed */
+    int64_t at;                       /* re-check due */
+    double reached;                   /* when the log end reached the committed offset (shown) */
+    int bound;
+} Said;
+
+static int said_of(PyObject *answer, Said *s) {
+    if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 6 ||
+        !PyFloat_CheckExact(PyTuple_GET_ITEM(answer, 4)))
+        return 0;
+    int declined = 0;
+    long long at;
+    if (as_int64(PyTuple_GET_ITEM(answer, 3), &at, &declined) < 0)
+        return -1;
+    s->status = PyTuple_GET_ITEM(answer, 0);
+    s->rule = PyTuple_GET_ITEM(answer, 1);
+    s->reason = PyTuple_GET_ITEM(answer, 2);
+    s->at = at;
+    s->reached = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(answer, 4));
+    s->bound = PyTuple_GET_ITEM(answer, 5) == Py_True;
+    return !declined;
+}
+
+/* Where a PartitionVerdict holds each of its fields (its dataclass slots, in the order its
+ * __init__ takes them, `__match_args__`): the pass fills them in place, as that __init__ would,
+ * where calling it took a fifth of the pass (a Python frame per partition). 0: not such a class. */
+#define VERDICT_FIELDS 13
+static int verdict_layout(PyObject *type, Py_ssize_t *offsets) {
+    if (!PyType_Check(type) || ((PyTypeObject *)type)->tp_dictoffset != 0)
+        return 0;
+    PyObject *names = PyObject_GetAttrString(type, "__match_args__");
+    if (names == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int got = PyTuple_Check(names) && PyTuple_GET_SIZE(names) == VERDICT_FIELDS;
+    for (Py_ssize_t k = 0; got && k < VERDICT_FIELDS; k++) {
+        PyObject *slot = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, k));
+        if (slot == NULL) {
+            PyErr_Clear();
+            got = 0;
+            break;
+        }
+        got = Py_IS_TYPE(slot, &PyMemberDescr_Type) && ((PyMemberDescrObject *)slot)->d_member->type == T_OBJECT_EX &&
+              !(((PyMemberDescrObject *)slot)->d_member->flags & READONLY);
+        if (got)
+            offsets[k] = ((PyMemberDescrObject *)slot)->d_member->offset;
+        Py_DECREF(slot);
+    }
+    Py_DECREF(names);
+    return got;
+}
+
+/* A PartitionVerdict with these fields (steals none of them). */
+static PyObject *verdict_of(PyObject *type, const Py_ssize_t *offsets, PyObject *topic, PyObject *key,
+                            PyObject *status, PyObject *entries, int64_t current_lag, double complete, PyObject *owner,
+                            PyObject *no_owner, double seconds, int estimated, PyObject *reason, int64_t seen,
+                            PyObject *rule) {
+    PyObject *host = owner != NULL ? PyObject_GetAttr(owner, name_host) : Py_NewRef(no_owner);
+    PyObject *client = owner != NULL ? PyObject_GetAttr(owner, name_client_id) : Py_NewRef(no_owner);
+    PyObject *lag = PyLong_FromLongLong((long long)current_lag), *done = PyFloat_FromDouble(complete),
+             *secs = PyFloat_FromDouble(seconds), *since = PyLong_FromLongLong((long long)seen);
+    PyObject *out = NULL;
+    if (host != NULL && client != NULL && lag != NULL && done != NULL && secs != NULL && since != NULL) {
+        PyObject *fields[VERDICT_FIELDS] = {topic, key,  status, entries, lag, done,  host,
+                                            client, secs, estimated ? Py_True : Py_False, reason, since, rule};
+        out = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
+        for (int k = 0; out != NULL && k < VERDICT_FIELDS; k++) /* no allocation here: no collection sees it half made */
+            *(PyObject **)((char *)out + offsets[k]) = Py_NewRef(fields[k]);
+    }
+    Py_XDECREF(host);
+    Py_XDECREF(client);
+    Py_XDECREF(lag);
+    Py_XDECREF(done);
+    Py_XDECREF(secs);
+    Py_XDECREF(since);
+    return out;
+}
+
+/* Is this exception one where the Python, not the pass, should answer (the arrays are not as
+ * lagd keeps them)? Then it is cleared. */
+static int hand_back_on(void) {
+    if (PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
+        PyErr_ExceptionMatches(PyExc_BufferError)) {
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 16) {
+        PyErr_SetString(PyExc_TypeError, "judge_topic takes 16 arguments");
+        return NULL;
+    }
+    PyObject *ctx = args[0], *judge = args[1], *tally_list = args[2], *topic = args[3], *parts = args[6],
+             *log_ends = args[7], *owners = args[8], *partitions = args[11];
+    Py_ssize_t start, stop, intervals;
+    long long now_ms, judged_at;
+    double minimum;
+    int declined = 0;
+    if (as_index(args[4], &start) || as_index(args[5], &stop) || as_int64(args[12], &now_ms, &declined) ||
+        as_int64(args[13], &judged_at, &declined) || as_index(args[14], &intervals) || as_double(args[15], &minimum))
+        return NULL;
+    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != CTX_COUNT || !PyDict_Check(parts) ||
+        !PyDict_Check(log_ends) || !PyDict_Check(owners) || !PyList_Check(partitions) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(ctx, CTX_STATUSES)) || !PyTuple_Check(PyTuple_GET_ITEM(ctx, CTX_RANKS)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_STATUSES)) != PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_RANKS)) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(ctx, CTX_EMPTY)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_EMPTY)) != 2 ||
+        !PyTuple_Check(PyTuple_GET_ITEM(ctx, CTX_CAUGHT_UP)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_CAUGHT_UP)) != 3) {
+        PyErr_SetString(PyExc_TypeError, "judge_topic: expected verdicts' pass context, dicts and a list");
+        return NULL;
+    }
+    PyObject *statuses = PyTuple_GET_ITEM(ctx, CTX_STATUSES), *ranks = PyTuple_GET_ITEM(ctx, CTX_RANKS);
+    Py_ssize_t nstatus = PyTuple_GET_SIZE(statuses), ok_code;
+    if (as_index(PyTuple_GET_ITEM(ctx, CTX_OK_CODE), &ok_code))
+        return NULL;
+    PyObject *said = PyTuple_GET_ITEM(ctx, CTX_SAID), *ok = NULL, *warn = NULL;
+    PyObject *cparams = PyObject_GetAttr(judge, name_cparams);
+    if (cparams == NULL)
+        return NULL;
+    Params p;
+    int settings = cparams != Py_None && read_settings(cparams, said, &p);
+    Py_DECREF(cparams);
+    if (!settings)
+        return PyErr_Occurred() ? NULL : PyLong_FromSsize_t(start); /* the Python judges */
+    if (ok_code < 0 || ok_code >= nstatus)
+        return PyLong_FromSsize_t(start);
+    ok = PyTuple_GET_ITEM(statuses, ok_code);
+    warn = PyTuple_GET_ITEM(said, SAID_WARN);
+    /* Times and `seen << 8` in int64, compared with doubles exactly: else the Python answers */
+    if (declined || !exact(now_ms) || !exact(judged_at) || intervals <= 0 || intervals > EXACT || start < 0 ||
+        stop > EXACT)
+        return PyLong_FromSsize_t(start);
+    Tally t;
+    int got = tally_read(tally_list, &t);
+    if (got <= 0)
+        return got < 0 ? NULL : PyLong_FromSsize_t(start);
+    Int64s before, since;
+    if (PyObject_GetBuffer(args[9], &before.view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[10], &since.view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&before.view);
+        return NULL;
+    }
+    before.v = before.view.buf;
+    before.n = before.view.len / 8;
+    since.v = since.view.buf;
+    since.n = since.view.len / 8;
+    int64_t *since_v = (int64_t *)since.view.buf;
+    Book b;
+    int opened = 0;
+    Py_ssize_t k = start;
+    PyObject *result = NULL;
+    if (before.view.itemsize != 8 || since.view.itemsize != 8 || before.view.format == NULL ||
+        since.view.format == NULL || strcmp(before.view.format, since.view.format) != 0 ||
+        (before.view.format[0] != 'q' && before.view.format[0] != 'l') || before.n < stop || since.n < stop)
+        goto out; /* not the since slots the Python gives: it judges */
+    opened = book_open(judge, &b);
+    if (opened < 0)
+        goto fail;
+    if (opened == 0)
+        goto out;
+    PyObject *caught_up = PyTuple_GET_ITEM(ctx, CTX_CAUGHT_UP), *empty = PyTuple_GET_ITEM(ctx, CTX_EMPTY);
+    PyObject *no_owner = PyTuple_GET_ITEM(ctx, CTX_NO_OWNER), *type = PyTuple_GET_ITEM(ctx, CTX_VERDICT);
+    Py_ssize_t offsets[VERDICT_FIELDS];
+    if (!verdict_layout(type, offsets)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "judge_topic: expected PartitionVerdict, a dataclass with slots");
+        goto fail;
+    }
+    const int64_t mask = (1 << SINCE_SHIFT) - 1;
+    int has_owners = PyDict_GET_SIZE(owners) > 0;
+    for (; k < stop; k++) {
+        PyObject *key = PyLong_FromSsize_t(k), *owner = NULL, *entries = NULL, *verdict = NULL, *answer = NULL,
+                 *packed = NULL;
+        if (key == NULL)
+            goto fail;
+        PyObject *arr = PyDict_GetItemWithError(parts, key); /* borrowed */
+        PyObject *le = arr != NULL || !PyErr_Occurred() ? PyDict_GetItemWithError(log_ends, key) : NULL;
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        if (has_owners) {
+            PyObject *where = PyTuple_Pack(2, topic, key);
+            owner = where != NULL ? PyDict_GetItemWithError(owners, where) : NULL;
+            Py_XDECREF(where);
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                goto fail;
+            }
+            Py_XINCREF(owner);
+        }
+        int64_t prior = before.v[k];
+        int full = arr != NULL ? PyObject_IsTrue(arr) : 0;
+        if (full < 0) {
+            Py_DECREF(key);
+            Py_XDECREF(owner);
+            goto fail;
+        }
+        if (!full) { /* no commits: OK, complete 0, no lag (Burrow's empty ring) */
+            int64_t seen = prior && (prior & mask) == ok_code ? prior >> SINCE_SHIFT : now_ms;
+            if (t.best_lag < 0) {
+                t.maxlag = PyList_GET_SIZE(partitions);
+                t.best_lag = 0;
+            }
+            verdict = verdict_of(type, offsets, topic, key, ok, Py_None, 0, 0.0, owner, no_owner, 0.0, le == NULL,
+                                 PyTuple_GET_ITEM(empty, 0), seen, PyTuple_GET_ITEM(empty, 1));
+            Py_DECREF(key);
+            Py_XDECREF(owner);
+            if (verdict == NULL || PyList_Append(partitions, verdict) < 0) {
+                Py_XDECREF(verdict);
+                goto fail;
+            }
+            Py_DECREF(verdict);
+            since_v[k] = (int64_t)((uint64_t)seen << SINCE_SHIFT) | ok_code;
+            continue;
+        }
+        Partition x;
+        PyObject *jle = le != NULL ? le : PyTuple_GET_ITEM(ctx, CTX_NO_LOG_END);
+        if (take_partition(arr, jle, &x) < 0) {
+            Py_DECREF(key);
+            Py_XDECREF(owner);
+            if (hand_back_on())
+                break;
+            goto fail;
+        }
+        Py_ssize_t fields = p.fields, n = x.arr.n / fields;
+        Said s = {0};
+        int hand_back = n == 0 || x.arr.n % fields || (prior && (prior & mask) >= nstatus);
+        int64_t committed = hand_back ? 0 : x.arr.v[x.arr.n - fields + p.at_offset];
+        int64_t current_lag = 0;
+        int estimated = le == NULL;
+        if (!hand_back && le != NULL && x.o.n) {
+            i128 lag = (i128)x.o.v[x.o.n - 1] - committed;
+            if (lag > INT64_MAX)
+                hand_back = 1;
+            else if (lag > 0)
+                current_lag = (int64_t)lag;
+        }
+        int64_t totallag = t.totallag;
+        if (!hand_back && current_lag && __builtin_add_overflow(t.totallag, current_lag, &totallag))
+            hand_back = 1;
+        double complete = 1.0;
+        if (n < intervals)
+            complete = (double)n / (double)intervals;
+        if (!(complete >= minimum))
+            hand_back = 1; /* J_INCOMPLETE: judged in Python */
+        int was_behind = prior && PyTuple_GET_ITEM(statuses, prior & mask) == warn;
+        Py_ssize_t at_before = b.at, reuse = -1;
+        if (hand_back) {
+        } else if (current_lag <= p.allowed_lag && !was_behind) {
+            if (current_lag)
+                hand_back = 1; /* lagtime.reached_in: the Python */
+            else {
+                s.status = PyTuple_GET_ITEM(caught_up, 0);
+                s.rule = PyTuple_GET_ITEM(caught_up, 1);
+                s.reason = PyTuple_GET_ITEM(caught_up, 2);
+                s.at = NEVER;
+                s.reached = 0.0;
+                s.bound = 0;
+            }
+        } else {
+            Py_ssize_t i = book_find(&b, (int64_t)k);
+            int stand = 0;
+            if (i >= 0) {
+                Facts f;
+                unpack_facts(PyBytes_AS_STRING(b.old) + i * FACTS_SIZE, &f);
+                stand = facts_stand(&f, &x, jle, &p);
+                if (stand) {
+                    /* from them, fitting the trend first where it is needed: then they are kept anew */
+                    int fitted = 0;
+                    answer = judge_facts(&f, &x, &p, current_lag, judged_at, was_behind, said, &fitted);
+                    if (answer == Py_None)
+                        Py_CLEAR(answer); /* only the Python answers exactly */
+                    if (answer != NULL && fitted) {
+                        packed = pack_facts(&f);
+                        if (packed == NULL)
+                            goto fail_partition;
+                    } else if (answer != NULL)
+                        reuse = i;
+                    else if (!PyErr_Occurred())
+                        hand_back = 1;
+                }
+            }
+            if (!stand) {
+                Moments m;
+                int quick = !was_behind && b.within_first;
+                if (!moments_of(&x.arr, fields, p.at_offset, &x.o, &x.t, x.lo, x.has_coarse, current_lag != 0,
+                                judged_at, quick, p.allowed_s, p.allowed_ms, &m))
+                    hand_back = 1;
+                else if (m.has_due) {
+                    PyObject *w = PyTuple_GET_ITEM(said, SAID_WITHIN_SECONDS);
+                    s.status = PyTuple_GET_ITEM(w, 0);
+                    s.rule = PyTuple_GET_ITEM(w, 1);
+                    s.reason = PyTuple_GET_ITEM(w, 2);
+                    s.at = m.due;
+                    s.reached = m.reached != -Py_HUGE_VAL ? m.reached : 0.0;
+                    s.bound = m.estimated;
+                } else {
+                    answer = fresh_of(&x, jle, &p, current_lag, judged_at, was_behind, &m, said, &packed);
+                    if (answer == Py_None) {
+                        Py_CLEAR(answer);
+                        hand_back = 1;
+                    }
+                }
+            }
+            if (answer != NULL) {
+                int read = said_of(answer, &s);
+                if (read <= 0)
+                    hand_back = 1;
+                if (read < 0 && !hand_back_on())
+                    goto fail_partition;
+            } else if (PyErr_Occurred())
+                goto fail_partition;
+        }
+        Py_ssize_t code = 0;
+        if (!hand_back) {
+            while (code < nstatus && PyTuple_GET_ITEM(statuses, code) != s.status)
+                code++;
+            if (code == nstatus)
+                hand_back = 1;
+        }
+        if (hand_back) {
+            b.at = at_before; /* nothing of it done */
+            give_back(&x);
+            Py_DECREF(key);
+            Py_XDECREF(owner);
+            Py_XDECREF(answer);
+            Py_XDECREF(packed);
+            break;
+        }
+        /* the answer is final: keep its facts, then fold it in */
+        if ((reuse >= 0 && book_reuse(&b, key, reuse) < 0) || (packed != NULL && book_keep(&b, key, packed) < 0))
+            goto fail_partition;
+        double seconds = 0.0;
+        if (current_lag) {
+            estimated = s.bound;
+            t.totallag = totallag;
+            if ((double)now_ms > s.reached) {
+                seconds = ((double)now_ms - s.reached) / 1000.0;
+                if (seconds > t.max_seconds)
+                    t.max_seconds = seconds;
+            }
+        }
+        if (s.at < t.recheck)
+            t.recheck = s.at;
+        if (n >= intervals)
+            t.full++;
+        if (current_lag > t.best_lag) {
+            t.maxlag = PyList_GET_SIZE(partitions);
+            t.best_lag = current_lag;
+        }
+        if (s.status != ok) {
+            Py_ssize_t rank;
+            if (as_index(PyTuple_GET_ITEM(ranks, code), &rank))
+                goto fail_partition;
+            if (rank > t.worst)
+                t.worst = rank;
+        }
+        int64_t seen = prior && (prior & mask) == code ? prior >> SINCE_SHIFT : now_ms;
+        entries = entries_of(PyTuple_GET_ITEM(ctx, CTX_ENTRIES), &x.arr, fields);
+        if (entries == NULL)
+            goto fail_partition;
+        verdict = verdict_of(type, offsets, topic, key, s.status, entries, current_lag, complete, owner, no_owner, seconds,
+                             estimated, s.reason, seen, s.rule);
+        if (verdict == NULL || PyList_Append(partitions, verdict) < 0)
+            goto fail_partition;
+        since_v[k] = (int64_t)((uint64_t)seen << SINCE_SHIFT) | code;
+        give_back(&x);
+        Py_DECREF(key);
+        Py_XDECREF(owner);
+        Py_XDECREF(answer);
+        Py_XDECREF(packed);
+        Py_DECREF(entries);
+        Py_DECREF(verdict);
+        continue;
+    fail_partition:
+        give_back(&x);
+        Py_DECREF(key);
+        Py_XDECREF(owner);
+        Py_XDECREF(answer);
+        Py_XDECREF(packed);
+        Py_XDECREF(entries);
+        Py_XDECREF(verdict);
+        goto fail;
+    }
+    if (book_save(judge, &b) < 0 || tally_write(tally_list, &t) < 0)
+        goto fail;
+out:
+    result = PyLong_FromSsize_t(k);
+fail:
+    if (opened > 0)
+        book_close(&b);
+    PyBuffer_Release(&before.view);
+    PyBuffer_Release(&since.view);
+    return result;
 }
 
 static PyMethodDef methods[] = {
@@ -1045,6 +1723,11 @@ static PyMethodDef methods[] = {
      "fresh(arr, log_end, current_lag, at_ms, was_behind, passed, reached, estimated, used, params, said) -> "
      "(Answer, packed facts) | None: LagdJudge.judge from a partition's moments on, with its facts to keep; "
      "None where only the Python answers exactly."},
+    {"judge_topic", (PyCFunction)(void (*)(void))judge_topic, METH_FASTCALL,
+     "judge_topic(context, judge, tally, topic, start, stop, windows, log_ends, owners, since_before, since, "
+     "partitions, now_ms, judged_at, intervals, minimum_complete) -> int: verdicts.Evaluator._evaluate's loop over "
+     "the partitions start..stop-1 of a topic under lagd's rules; returns the first it leaves to the Python "
+     "(stop: none)."},
     {"fit", (PyCFunction)(void (*)(void))fit, METH_FASTCALL,
      "fit(arr, fields, offset_at, ts_at, offsets, ts, run_start, has_coarse, used, tie_s, min_points, z_enter, "
      "z_leave, allowed_lag_seconds, was_behind) -> (trend | None, used) | None: lagd_fast._fit, compiled; None "
@@ -1067,7 +1750,22 @@ PyMODINIT_FUNC PyInit__trend(void) {
     name_ts = PyUnicode_InternFromString("ts");
     name_run_start = PyUnicode_InternFromString("run_start");
     name_coarse_ts = PyUnicode_InternFromString("coarse_ts");
-    if (name_offsets == NULL || name_ts == NULL || name_run_start == NULL || name_coarse_ts == NULL)
+    name_host = PyUnicode_InternFromString("host");
+    name_client_id = PyUnicode_InternFromString("client_id");
+    name_append = PyUnicode_InternFromString("append");
+    name_old_ids = PyUnicode_InternFromString("_old_ids");
+    name_old = PyUnicode_InternFromString("_old");
+    name_at = PyUnicode_InternFromString("_at");
+    name_run_from = PyUnicode_InternFromString("_run_from");
+    name_run_to = PyUnicode_InternFromString("_run_to");
+    name_new_ids = PyUnicode_InternFromString("_new_ids");
+    name_new = PyUnicode_InternFromString("_new");
+    name_within_first = PyUnicode_InternFromString("_within_first");
+    name_cparams = PyUnicode_InternFromString("_cparams");
+    if (name_offsets == NULL || name_ts == NULL || name_run_start == NULL || name_coarse_ts == NULL ||
+        name_host == NULL || name_client_id == NULL || name_append == NULL || name_old_ids == NULL ||
+        name_old == NULL || name_at == NULL || name_run_from == NULL || name_run_to == NULL || name_new_ids == NULL ||
+        name_new == NULL || name_within_first == NULL || name_cparams == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_TREND_SHA1) < 0 ||

@@ -1,5 +1,5 @@
-"""lagd's compiled trend fit, lag moments and judgement from kept facts (_trend.c): exactly as the
-Python in lagd_fast."""
+"""lagd's compiled trend fit, lag moments, judgement from kept facts (_trend.c) and the evaluator's
+pass over a topic's partitions: exactly as the Python in lagd_fast and verdicts."""
 
 from array import array
 from typing import Any
@@ -67,3 +67,22 @@ def fresh(
     said: tuple[Any, ...],
     /,
 ) -> tuple[tuple[Any, ...], bytes] | None: ...
+def judge_topic(
+    context: tuple[Any, ...],
+    judge: Any,
+    tally: list[Any],
+    topic: str,
+    start: int,
+    stop: int,
+    windows: dict[int, array[int]],
+    log_ends: dict[int, Any],
+    owners: dict[tuple[str, int], Any],
+    since_before: array[int],
+    since: array[int],
+    partitions: list[Any],
+    now_ms: int,
+    judged_at: int,
+    intervals: int,
+    minimum_complete: float,
+    /,
+) -> int: ...

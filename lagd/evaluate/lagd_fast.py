@@ -114,16 +114,19 @@ _C_PARAMS = struct.Struct("<11q8d")
 
 def _judgements(
     trend: ModuleType | None,
-) -> tuple[Callable[..., Answer | None] | None, Callable[..., tuple[Answer, bytes] | None] | None]:
+) -> tuple[
+    Callable[..., Answer | None] | None, Callable[..., tuple[Answer, bytes] | None] | None, Callable[..., int] | None
+]:
     """The compiled judgements from kept facts (`standing`) and from a partition's moments on
-    (`fresh`), or None for both where there is no compiled code or it reads the facts or the
-    settings in another layout than the two above (their one definition)."""
+    (`fresh`), and the evaluator's pass over a topic's partitions that runs them
+    (`judge_topic`, verdicts.Evaluator), or None for all three where there is no compiled code or
+    it reads the facts or the settings in another layout than the two above (their one definition)."""
     if trend is None or (_PACKED.format, _C_PARAMS.format) != (trend.FACTS_FORMAT, trend.PARAMS_FORMAT):
-        return None, None
-    return trend.standing, trend.fresh
+        return None, None, None
+    return trend.standing, trend.fresh, trend.judge_topic
 
 
-_compiled_standing, _compiled_fresh = _judgements(_trend)
+_compiled_standing, _compiled_fresh, compiled_pass = _judgements(_trend)
 NO_MS = -(2**63)  # a Facts' time in ms that is not (no samples, not stuck, may change)
 NOT_YET = -math.inf  # a Facts' moment (ms) that has not come
 UNFITTED, NO_TREND = -1, 0  # a Facts' trend points when it has no trend (yet)

@@ -6,6 +6,10 @@ per reader. Reads the state's flat windows directly: entry objects are only buil
 each partition's start and end. A group's partitions are every partition of each topic it
 has committed to (the partition count known from the broker samples): those without
 commits are OK with complete 0, as Burrow reports them.
+
+Under lagd's rules, where the compiled rules code is built, the loop over a topic's partitions
+runs compiled (`_trend.judge_topic`), handing back to the Python loop here each partition only
+it answers exactly (tests/test_trend_c.py compares the two).
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
-from lagd.evaluate.lagd_fast import Answer, GroupFacts, LagdJudge, judge_reference
+from lagd.evaluate.lagd_fast import _C_SAID, Answer, GroupFacts, LagdJudge, compiled_pass, judge_reference
 from lagd.evaluate.lagd_rules import NEVER, LagdParams, Why, words
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
-from lagd.model import GroupStatus, PartitionStatus, WindowEntry
+from lagd.model import GroupStatus, PartitionOwner, PartitionStatus, WindowEntry
 from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples
@@ -212,6 +216,19 @@ class Evaluator:
         self._facts: dict[tuple[str, str], GroupFacts] = {}  # lagd rules: what each group's LagdJudge kept
         # Each group's last evaluation's stamp: until it changes, the group's status cannot (see `changed`).
         self._due: dict[tuple[str, str], Stamp] = {}
+        # What the compiled pass over a topic's partitions reads of this module (_trend.judge_topic).
+        self._pass_context = (
+            PartitionVerdict,
+            tuple(_STATUS_OF),
+            tuple(_RANK_OF[status] for status in _STATUS_OF),
+            _CODE[PartitionStatus.OK],
+            (J_EMPTY.reason, J_EMPTY.rule),
+            (J_CAUGHT_UP.status, J_CAUGHT_UP.rule, J_CAUGHT_UP.reason),
+            _NO_LOG_END,
+            array("q", bytes(16 * FIELDS)),
+            _C_SAID,
+            "",
+        )
 
     def group(self, cluster: str, group: str, now_ms: int, *, cache: bool = True) -> GroupVerdict:
         """The group's verdict, recomputed when its version changes or the TTL passes.
@@ -321,42 +338,21 @@ class Evaluator:
         since_before: Since,
     ) -> tuple[GroupVerdict, Since, int, int]:
         state = self.state
-        intervals = state.intervals
-        allowed = self.allowed_lag
-        minimum = self.minimum_complete
         windows = state.group_windows(cluster, group) or {}
         owners = state.group_owners(cluster, group)
         partitions: list[PartitionVerdict] = []
-        append = partitions.append
         since: Since = {}
-        code_of = _CODE
-        rank_of = _RANK_OF
-        mask = (1 << _SHIFT) - 1
-        get_owner = owners.get
-        max_seconds = 0.0
-        no_samples: tuple[int, ...] = ()
-        ok = PartitionStatus.OK
-        ok_code = code_of[ok]
-        empty_reason = J_EMPTY.reason
-        empty_rule = J_EMPTY.rule
-        lagd = self.rules == "lagd"
-        params = self.lagd_params
-        judge = self._judge.judge if self.fast else partial(_judge_reference, params)
-        judge_topic = self._judge.topic
-        status_of = _STATUS_OF
         judged_at = self._as_of(cluster, now_ms)
-        recheck = NEVER
-        # The group summary (rules.group_status) is folded into the same pass.
-        worst = 0
-        totallag = 0
-        maxlag = -1
-        best_lag = -1
-        full = 0
-        # One tight loop: this runs for every partition of every evaluated group.
+        # The group summary (rules.group_status), folded into the pass over its partitions: the
+        # worst rank, the total lag, where the partition with the highest lag is and its lag, how
+        # many windows are full, the highest lag in seconds and the earliest re-check due. A list
+        # in this order (as _trend.judge_topic reads and writes it): a pass per topic updates it.
+        tally: list[Any] = [0, 0, -1, -1, 0, 0.0, NEVER]
+        compiled = self._compiled_pass()
         for topic in sorted(windows):
             parts = windows[topic]
             log_ends = state.topic_log_ends(cluster, topic)
-            judge_topic(topic)
+            self._judge.topic(topic)
             # Every partition of the topic (Burrow keeps a slot per partition): the count is
             # known from the broker samples; a commit beyond it proves the topic is wider.
             # Unknown count: only the partitions with commits.
@@ -371,129 +367,47 @@ class Evaluator:
                     ids = [*range(known), *sorted(p for p in parts if p >= known)]
             else:
                 ids = sorted(parts)
-            get_since: Callable[[int], int]
             if type(ids) is range:  # one int64 per partition
-                get_since = _slots(since_before.get(topic), len(ids)).__getitem__
+                before = _slots(since_before.get(topic), len(ids))
+                get_since: Callable[[int], int] = before.__getitem__
                 since_t: array[int] | dict[int, int] = array("q", bytes(8 * len(ids)))
             else:  # a hostile partition number: no slot for each partition below it
                 get_since = _sparse(since_before.get(topic)).__getitem__
                 since_t = {}
             since[topic] = since_t
-            for partition in ids:
-                arr = parts.get(partition)
-                le = log_ends.get(partition)
-                owner = get_owner((topic, partition)) if owners else None
-                if not arr:
-                    # no commits: OK, complete 0, no lag (Burrow's empty ring)
-                    prior = get_since(partition)
-                    seen = prior >> _SHIFT if prior and prior & mask == ok_code else now_ms
-                    since_t[partition] = (seen << _SHIFT) | ok_code
-                    if best_lag < 0:
-                        maxlag, best_lag = len(partitions), 0
-                    append(
-                        PartitionVerdict(
-                            topic,
-                            partition,
-                            ok,
-                            None,
-                            0,
-                            0.0,
-                            owner.host if owner is not None else "",
-                            owner.client_id if owner is not None else "",
-                            0.0,
-                            le is None,
-                            empty_reason,
-                            seen,
-                            empty_rule,
-                        )
-                    )
-                    continue
-                n = len(arr) // FIELDS
-                committed = arr[LAST + OFFSET]
-                current_lag = 0
-                seconds = 0.0
-                reached = 0.0  # when the log end reached the committed offset (with a current lag)
-                prior = get_since(partition)
-                if le is None:
-                    estimated = True
-                    leo: Sequence[int] = no_samples
-                else:
-                    estimated = False
-                    leo = le.offsets
-                    if leo:
-                        current_lag = leo[-1] - committed
-                        if current_lag < 0:
-                            current_lag = 0
-                if n < intervals:
-                    complete = n / intervals
-                else:
-                    complete = 1.0
-                    full += 1
-                if lagd and complete >= minimum:
-                    prior_status = status_of[prior & mask] if prior else None
-                    status, rule, reason, at, reached, bound = judge(
-                        partition, arr, le or _NO_LOG_END, current_lag, judged_at, prior_status
-                    )
-                    if current_lag:
-                        estimated = bound
-                    if at < recheck:
-                        recheck = at
-                else:
-                    if current_lag <= allowed and not lagd:
-                        j = J_CAUGHT_UP
-                    elif complete < minimum:
-                        j = J_INCOMPLETE
-                    else:
-                        j = judge_flat(arr, leo, current_lag, now_ms, allowed, intervals)
-                        if j.status is not PartitionStatus.STOP and current_lag > allowed:
-                            # Burrow's STOP: silent for longer than the window spans
-                            at = 2 * arr[LAST + TS] - arr[TS] + 1
-                            if at < recheck:
-                                recheck = at
-                    status, rule, reason = j.status, j.rule, j.reason
-                    if current_lag and le is not None:  # a current lag implies samples
-                        lo = le.run_start
-                        if committed > leo[lo]:
-                            # within the newest run of samples: lagtime.reached_at, inlined
-                            i = bisect_left(leo, committed, lo)
-                            o0, t0 = leo[i - 1], le.ts[i - 1]
-                            reached = t0 + (le.ts[i] - t0) * (committed - o0) / (leo[i] - o0)
-                        else:
-                            reached, estimated = reached_in(le, committed)
-                if current_lag:
-                    totallag += current_lag
-                    if now_ms > reached:
-                        seconds = (now_ms - reached) / 1000.0
-                        if seconds > max_seconds:
-                            max_seconds = seconds
-                if current_lag > best_lag:
-                    maxlag, best_lag = len(partitions), current_lag
-                if status is not ok:
-                    rank = rank_of[status]
-                    if rank > worst:
-                        worst = rank
-                    code = code_of[status]
-                else:
-                    code = ok_code
-                seen = prior >> _SHIFT if prior and prior & mask == code else now_ms
-                since_t[partition] = (seen << _SHIFT) | code
-                append(
-                    PartitionVerdict(
-                        topic,
-                        partition,
-                        status,
-                        arr[:FIELDS] + arr[LAST:],
-                        current_lag,
-                        complete,
-                        owner.host if owner is not None else "",
-                        owner.client_id if owner is not None else "",
-                        seconds,
-                        estimated,
-                        reason,
-                        seen,
-                        rule,
-                    )
+            if compiled is None or type(ids) is not range:
+                self._judge_partitions(
+                    tally, topic, ids, parts, log_ends, owners, get_since, since_t, partitions, now_ms, judged_at
                 )
+                continue
+            # The compiled pass judges the partitions it can answer exactly as the Python, and
+            # hands each other one back (rare: lagd_fast's declines) for the Python to judge.
+            k, stop = 0, len(ids)
+            while k < stop:
+                k = compiled(
+                    self._pass_context,
+                    self._judge,
+                    tally,
+                    topic,
+                    k,
+                    stop,
+                    parts,
+                    log_ends,
+                    owners,
+                    before,
+                    since_t,
+                    partitions,
+                    now_ms,
+                    judged_at,
+                    state.intervals,
+                    self.minimum_complete,
+                )
+                if k < stop:
+                    self._judge_partitions(
+                        tally, topic, (k,), parts, log_ends, owners, get_since, since_t, partitions, now_ms, judged_at
+                    )
+                    k += 1
+        worst, totallag, maxlag, _, full, max_seconds, recheck = tally
         count = len(partitions)
         verdict = GroupVerdict(
             cluster,
@@ -508,3 +422,168 @@ class Evaluator:
             now_ms,
         )
         return verdict, since, recheck, judged_at
+
+    def _compiled_pass(self) -> Callable[..., int] | None:
+        """The compiled pass over a topic's partitions (`_trend.judge_topic`) where it judges as
+        the Python would: lagd's rules on the fast path, with settings the compiled judgements
+        read (LagdJudge._cparams) and a minimum-complete that is a float; else None."""
+        if (
+            compiled_pass is None
+            or self.rules != "lagd"
+            or not self.fast
+            or self._judge._cparams is None
+            or type(self.minimum_complete) is not float
+        ):
+            return None
+        return compiled_pass
+
+    def _judge_partitions(
+        self,
+        tally: list[Any],
+        topic: str,
+        ids: Iterable[int],
+        parts: dict[int, array[int]],
+        log_ends: dict[int, LogEnd],
+        owners: dict[tuple[str, int], PartitionOwner],
+        get_since: Callable[[int], int],
+        since_t: array[int] | dict[int, int],
+        partitions: list[PartitionVerdict],
+        now_ms: int,
+        judged_at: int,
+    ) -> None:
+        """Judge the partitions `ids` of `topic` in Python, appending their verdicts to
+        `partitions`, their statuses to `since_t` and folding them into `tally`."""
+        worst, totallag, maxlag, best_lag, full, max_seconds, recheck = tally
+        intervals = self.state.intervals
+        allowed = self.allowed_lag
+        minimum = self.minimum_complete
+        append = partitions.append
+        code_of = _CODE
+        rank_of = _RANK_OF
+        mask = (1 << _SHIFT) - 1
+        get_owner = owners.get
+        no_samples: tuple[int, ...] = ()
+        ok = PartitionStatus.OK
+        ok_code = code_of[ok]
+        empty_reason = J_EMPTY.reason
+        empty_rule = J_EMPTY.rule
+        lagd = self.rules == "lagd"
+        judge = self._judge.judge if self.fast else partial(_judge_reference, self.lagd_params)
+        status_of = _STATUS_OF
+        # One tight loop: this runs for every partition of every evaluated group.
+        for partition in ids:
+            arr = parts.get(partition)
+            le = log_ends.get(partition)
+            owner = get_owner((topic, partition)) if owners else None
+            if not arr:
+                # no commits: OK, complete 0, no lag (Burrow's empty ring)
+                prior = get_since(partition)
+                seen = prior >> _SHIFT if prior and prior & mask == ok_code else now_ms
+                since_t[partition] = (seen << _SHIFT) | ok_code
+                if best_lag < 0:
+                    maxlag, best_lag = len(partitions), 0
+                append(
+                    PartitionVerdict(
+                        topic,
+                        partition,
+                        ok,
+                        None,
+                        0,
+                        0.0,
+                        owner.host if owner is not None else "",
+                        owner.client_id if owner is not None else "",
+                        0.0,
+                        le is None,
+                        empty_reason,
+                        seen,
+                        empty_rule,
+                    )
+                )
+                continue
+            n = len(arr) // FIELDS
+            committed = arr[LAST + OFFSET]
+            current_lag = 0
+            seconds = 0.0
+            reached = 0.0  # when the log end reached the committed offset (with a current lag)
+            prior = get_since(partition)
+            if le is None:
+                estimated = True
+                leo: Sequence[int] = no_samples
+            else:
+                estimated = False
+                leo = le.offsets
+                if leo:
+                    current_lag = leo[-1] - committed
+                    if current_lag < 0:
+                        current_lag = 0
+            if n < intervals:
+                complete = n / intervals
+            else:
+                complete = 1.0
+                full += 1
+            if lagd and complete >= minimum:
+                prior_status = status_of[prior & mask] if prior else None
+                status, rule, reason, at, reached, bound = judge(
+                    partition, arr, le or _NO_LOG_END, current_lag, judged_at, prior_status
+                )
+                if current_lag:
+                    estimated = bound
+                if at < recheck:
+                    recheck = at
+            else:
+                if current_lag <= allowed and not lagd:
+                    j = J_CAUGHT_UP
+                elif complete < minimum:
+                    j = J_INCOMPLETE
+                else:
+                    j = judge_flat(arr, leo, current_lag, now_ms, allowed, intervals)
+                    if j.status is not PartitionStatus.STOP and current_lag > allowed:
+                        # Burrow's STOP: silent for longer than the window spans
+                        at = 2 * arr[LAST + TS] - arr[TS] + 1
+                        if at < recheck:
+                            recheck = at
+                status, rule, reason = j.status, j.rule, j.reason
+                if current_lag and le is not None:  # a current lag implies samples
+                    lo = le.run_start
+                    if committed > leo[lo]:
+                        # within the newest run of samples: lagtime.reached_at, inlined
+                        i = bisect_left(leo, committed, lo)
+                        o0, t0 = leo[i - 1], le.ts[i - 1]
+                        reached = t0 + (le.ts[i] - t0) * (committed - o0) / (leo[i] - o0)
+                    else:
+                        reached, estimated = reached_in(le, committed)
+            if current_lag:
+                totallag += current_lag
+                if now_ms > reached:
+                    seconds = (now_ms - reached) / 1000.0
+                    if seconds > max_seconds:
+                        max_seconds = seconds
+            if current_lag > best_lag:
+                maxlag, best_lag = len(partitions), current_lag
+            if status is not ok:
+                rank = rank_of[status]
+                if rank > worst:
+                    worst = rank
+                code = code_of[status]
+            else:
+                code = ok_code
+            seen = prior >> _SHIFT if prior and prior & mask == code else now_ms
+            since_t[partition] = (seen << _SHIFT) | code
+            append(
+                PartitionVerdict(
+                    topic,
+                    partition,
+                    status,
+                    arr[:FIELDS] + arr[LAST:],
+                    current_lag,
+                    complete,
+                    owner.host if owner is not None else "",
+                    owner.client_id if owner is not None else "",
+                    seconds,
+                    estimated,
+                    reason,
+                    seen,
+                    rule,
+                )
+            )
+        tally[:] = [worst, totallag, maxlag, best_lag, full, max_seconds, recheck]
