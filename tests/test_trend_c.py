@@ -391,18 +391,19 @@ def _judged_alike(compiled: Evaluator, python: Evaluator, now: int) -> None:
     assert compiled._since == python._since  # and each partition's status since the same time
 
 
-def _drive(state: State, settings_: dict[str, float], history: list[Op]) -> None:
+def _drive(state: State, settings_: dict[str, float], history: list[Op], rules: str = "lagd") -> None:
     """Apply `history` (test_lagd_fast's operations) to `state`, judging at each evaluation by
-    two fast evaluators: one with the compiled judgements (`standing`, `fresh`), one without."""
-    compiled = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
-    python = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
+    two fast evaluators: one with the compiled code (the judgements `standing` and `fresh`, the
+    pass over a topic's partitions), one without."""
+    compiled = Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
+    python = Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
     assert compiled._judge._cparams is not None
     python._judge._cparams = None  # the Python judges its kept facts
     for now in play(state, history):
         _judged_alike(compiled, python, now)
 
 
-def _drive_all(rng: random.Random) -> None:
+def _drive_all(rng: random.Random, rules: str = "lagd") -> None:
     """`_drive` over 150 seeded random histories under varied settings, then a consumer falling
     behind, held WARN, stopping, then catching up (test_lagd_fast's)."""
     for _ in range(150):
@@ -413,7 +414,7 @@ def _drive_all(rng: random.Random) -> None:
             "min_history_ms": 20_000,
             "stop_after_ms": rng.choice([40_000, 10_002, 10_000, 4_000, 1_500]),
         }
-        _drive(state, settings_, traffic(random_ticks(rng)))
+        _drive(state, settings_, traffic(random_ticks(rng)), rules)
     history: list[Op] = []
     for t in range(1800):
         if t % 2 == 0:
@@ -421,7 +422,7 @@ def _drive_all(rng: random.Random) -> None:
         if t % 5 == 0 and not 900 <= t < 1100:
             history.append(("commit", 0, 100 if t < 700 else -150 if t >= 1100 else 0, 0))
         history.append(("eval", 0, 0, 1))
-    _drive(State(intervals=10, lag_samples=200, window_step_ms=15_000), {}, history)
+    _drive(State(intervals=10, lag_samples=200, window_step_ms=15_000), {}, history, rules)
 
 
 def _said(p: PartitionVerdict) -> str:
@@ -484,7 +485,23 @@ def test_the_compiled_pass_judges_as_the_python(monkeypatch: pytest.MonkeyPatch)
 
 
 @needs_fit
-def test_the_compiled_pass_hands_back_only_what_the_python_must_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_compiled_pass_judges_burrows_rules_as_the_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same histories under Burrow's rules (evaluator.rules = "burrow"): the compiled pass
+    (rules.judge_flat, its STOP re-check and the lag in seconds, compiled) and the Python loop
+    give the same verdicts, with every one of Burrow's judgements reached by the pass."""
+    answered, handed = _recording_pass(monkeypatch)
+    _drive_all(random.Random(12), "burrow")
+    burrows = {"stop", "rewind", "recent-low-lag", "stall", "lag-not-decreasing", "progressing", "caught-up", "empty"}
+    assert burrows <= set(answered), answered
+    # handed back and judged by the Python: reads of the coarse tier of samples (lag-samples 4)
+    assert handed["(pending)"] > 0 and set(handed) - {"(pending)"}, handed
+
+
+@needs_fit
+@pytest.mark.parametrize("rules", ["lagd", "burrow"])
+def test_the_compiled_pass_hands_back_only_what_the_python_must_answer(
+    monkeypatch: pytest.MonkeyPatch, rules: str
+) -> None:
     """With samples enough that none leaves for the coarse tier and no allowed-lag (whose lags
     within it the Python puts in seconds), the compiled pass judges every partition itself:
     random histories, and groups of 1,000 partitions falling behind (judged first from scratch,
@@ -494,8 +511,10 @@ def test_the_compiled_pass_hands_back_only_what_the_python_must_answer(monkeypat
     for _ in range(40):
         state = State(intervals=6, lag_samples=2_000, window_step_ms=rng.choice([0, 15_000]))
         settings_ = {"allowed_lag_seconds": rng.choice([0.0, 1.0, 5.0]), "min_history_ms": 20_000}
-        _drive(state, settings_, traffic(random_ticks(rng)))
+        _drive(state, settings_, traffic(random_ticks(rng)), rules)
     assert sum(answered.values()) > 1_000 and not handed, (answered, handed)
+    if rules == "burrow":
+        return
     state = State(intervals=10, lag_samples=60)
     for topic in ("a", "b"):
         for p in range(500):
@@ -519,9 +538,10 @@ def test_the_compiled_pass_hands_back_only_what_the_python_must_answer(monkeypat
 
 
 @needs_fit
+@pytest.mark.parametrize("rules", ["lagd", "burrow"])
 @pytest.mark.parametrize("seed", range(6))
 def test_the_compiled_pass_judges_every_kind_of_partition_as_the_python(
-    monkeypatch: pytest.MonkeyPatch, seed: int
+    monkeypatch: pytest.MonkeyPatch, seed: int, rules: str
 ) -> None:
     """Beyond one topic's history: topics with partitions sampled but never committed (empty
     windows) and committed beyond the sampled count, a topic never sampled (its partitions
@@ -538,8 +558,8 @@ def test_the_compiled_pass_judges_every_kind_of_partition_as_the_python(
         "min_history_ms": 20_000,
         "stop_after_ms": rng.choice([40_000, 4_000]),
     }
-    compiled = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)
-    python = Evaluator(state, rules="lagd", cache_ttl_ms=0, **settings_)
+    compiled = Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)
+    python = Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)
     python._judge._cparams = None
     owners = tuple(
         PartitionOwner(topic, p, f"/10.0.0.{p}", f"consumer-{p}") for topic in ("a", "b") for p in range(0, 10, 3)

@@ -528,12 +528,12 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* The kept facts of a partition (lagd_fast._PACKED, "<6q2d2?3q5d", 130 bytes back to back) and
- * the rules' settings as LagdJudge packs them (lagd_fast._C_PARAMS, "<11q8d"): each field's place.
+ * the rules' settings as LagdJudge packs them (lagd_fast._C_PARAMS, "<12q8d"): each field's place.
  * FACTS_FORMAT and PARAMS_FORMAT, exported below, let lagd_fast refuse this code if either differs. */
 #define FACTS_FORMAT "<6q2d2?3q5d"
 #define FACTS_SIZE 130
-#define PARAMS_FORMAT "<11q8d"
-#define PARAMS_SIZE 152
+#define PARAMS_FORMAT "<12q8d"
+#define PARAMS_SIZE 160
 #define NO_MS INT64_MIN /* lagd_fast.NO_MS */
 #define NEVER INT64_MAX /* lagd_rules.NEVER */
 #define UNFITTED (-1)   /* lagd_fast.UNFITTED */
@@ -580,36 +580,39 @@ static void unpack_facts(const char *b, Facts *f) {
 }
 
 typedef struct {
-    Py_ssize_t fields, at_offset, at_order, at_ts;
+    Py_ssize_t fields, at_offset, at_order, at_ts, at_lag;
     int64_t allowed_lag, min_history_ms, stall_after_ms, min_points, allowed_ms, stop_after_ms, stop_cadences;
     double allowed_s, z_enter, z_leave, min_slope, min_rise_s, noise_factor, drain_margin, tie_s;
 } Params;
 
 static int unpack_params(const char *b, Params *p) {
-    int64_t layout[4];
-    for (int k = 0; k < 4; k++)
+    int64_t layout[5];
+    for (int k = 0; k < 5; k++)
         layout[k] = q_at(b, 8 * k);
     p->fields = (Py_ssize_t)layout[0];
     p->at_offset = (Py_ssize_t)layout[1];
     p->at_order = (Py_ssize_t)layout[2];
     p->at_ts = (Py_ssize_t)layout[3];
-    p->allowed_lag = q_at(b, 32);
-    p->min_history_ms = q_at(b, 40);
-    p->stall_after_ms = q_at(b, 48);
-    p->min_points = q_at(b, 56);
-    p->allowed_ms = q_at(b, 64);
-    p->stop_after_ms = q_at(b, 72);
-    p->stop_cadences = q_at(b, 80);
-    p->allowed_s = d_at(b, 88);
-    p->z_enter = d_at(b, 96);
-    p->z_leave = d_at(b, 104);
-    p->min_slope = d_at(b, 112);
-    p->min_rise_s = d_at(b, 120);
-    p->noise_factor = d_at(b, 128);
-    p->drain_margin = d_at(b, 136);
-    p->tie_s = d_at(b, 144);
-    return p->fields > 0 && p->at_offset >= 0 && p->at_offset < p->fields && p->at_order >= 0 &&
-           p->at_order < p->fields && p->at_ts >= 0 && p->at_ts < p->fields;
+    p->at_lag = (Py_ssize_t)layout[4];
+    p->allowed_lag = q_at(b, 40);
+    p->min_history_ms = q_at(b, 48);
+    p->stall_after_ms = q_at(b, 56);
+    p->min_points = q_at(b, 64);
+    p->allowed_ms = q_at(b, 72);
+    p->stop_after_ms = q_at(b, 80);
+    p->stop_cadences = q_at(b, 88);
+    p->allowed_s = d_at(b, 96);
+    p->z_enter = d_at(b, 104);
+    p->z_leave = d_at(b, 112);
+    p->min_slope = d_at(b, 120);
+    p->min_rise_s = d_at(b, 128);
+    p->noise_factor = d_at(b, 136);
+    p->drain_margin = d_at(b, 144);
+    p->tie_s = d_at(b, 152);
+    for (int k = 1; k < 5; k++)
+        if (layout[k] < 0 || layout[k] >= layout[0])
+            return 0;
+    return p->fields > 0;
 }
 
 /* The fixed parts of an answer, in the order lagd_fast._C_SAID lists them. */
@@ -1089,6 +1092,7 @@ enum {
     CTX_ENTRIES,      /* an array('q') of 2 * FIELDS: a verdict's entries are copies of it */
     CTX_SAID,         /* lagd_fast._C_SAID */
     CTX_NO_OWNER,     /* "" */
+    CTX_FLAT,         /* Burrow's judgements (status, rule, reason), FLAT_* order */
     CTX_COUNT
 };
 
@@ -1397,10 +1401,79 @@ static int hand_back_on(void) {
     return 0;
 }
 
+/* A fixed judgement (status, rule, reason) as the partition's answer, re-checked at `due`. */
+static void said_fixed(Said *s, PyObject *triple, int64_t due) {
+    s->status = PyTuple_GET_ITEM(triple, 0);
+    s->rule = PyTuple_GET_ITEM(triple, 1);
+    s->reason = PyTuple_GET_ITEM(triple, 2);
+    s->at = due;
+    s->reached = 0.0;
+    s->bound = 0;
+}
+
+/* Burrow's judgements (rules.py), in the order verdicts' pass context lists them. */
+enum { FLAT_STOP, FLAT_REWIND, FLAT_RECENT_LOW_LAG, FLAT_STALL, FLAT_WARN, FLAT_PROGRESSING, FLAT_COUNT };
+
+/* rules.judge_flat for a partition behind by more than allowed-lag, with the newest `recent`
+ * log-end samples for STOP: a FLAT_* judgement. */
+static int judge_flat(const Partition *x, const Params *p, int64_t current_lag, int64_t now_ms, Py_ssize_t recent) {
+    Py_ssize_t fields = p->fields, n = x->arr.n / fields;
+    const int64_t *v = x->arr.v, *newest_entry = v + (n - 1) * fields;
+    (void)current_lag;
+    int64_t last_ts = newest_entry[p->at_ts];
+    if ((i128)now_ms - last_ts > (i128)last_ts - v[p->at_ts]) {
+        Py_ssize_t from = recent > 0 && recent < x->o.n ? x->o.n - recent : 0;
+        int caught = 0;
+        for (Py_ssize_t i = from; i < x->o.n && !caught; i++)
+            caught = x->o.v[i] <= newest_entry[p->at_offset];
+        if (!caught)
+            return FLAT_STOP;
+    }
+    int sorted = 1, same;
+    for (Py_ssize_t i = 1; i < n && sorted; i++)
+        sorted = v[i * fields + p->at_offset] >= v[(i - 1) * fields + p->at_offset];
+    if (sorted)
+        same = v[p->at_offset] == newest_entry[p->at_offset];
+    else {
+        same = 0;
+        for (Py_ssize_t i = 1; i < n; i++) {
+            int64_t before = v[(i - 1) * fields + p->at_offset];
+            if (v[i * fields + p->at_offset] < before) {
+                int64_t most = v[i * fields + p->at_offset];
+                for (Py_ssize_t j = i + 1; j < n; j++)
+                    if (v[j * fields + p->at_offset] > most)
+                        most = v[j * fields + p->at_offset];
+                if (most < before)
+                    return FLAT_REWIND;
+                break;
+            }
+        }
+    }
+    /* the lags the window knows (NO_LAG: null), their least, and whether they never decrease */
+    int known = 0, rising = 1;
+    int64_t least = 0, previous = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t lag = v[i * fields + p->at_lag];
+        if (lag == INT64_MIN)
+            continue;
+        if (known && lag < previous)
+            rising = 0;
+        if (!known || lag < least)
+            least = lag;
+        previous = lag;
+        known = 1;
+    }
+    if (known && least <= p->allowed_lag)
+        return FLAT_RECENT_LOW_LAG;
+    if (same)
+        return FLAT_STALL;
+    return rising ? FLAT_WARN : FLAT_PROGRESSING;
+}
+
 static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 16) {
-        PyErr_SetString(PyExc_TypeError, "judge_topic takes 16 arguments");
+    if (nargs != 17) {
+        PyErr_SetString(PyExc_TypeError, "judge_topic takes 17 arguments");
         return NULL;
     }
     PyObject *ctx = args[0], *judge = args[1], *tally_list = args[2], *topic = args[3], *parts = args[6],
@@ -1408,9 +1481,10 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_ssize_t start, stop, intervals;
     long long now_ms, judged_at;
     double minimum;
-    int declined = 0;
+    int declined = 0, lagd;
     if (as_index(args[4], &start) || as_index(args[5], &stop) || as_int64(args[12], &now_ms, &declined) ||
-        as_int64(args[13], &judged_at, &declined) || as_index(args[14], &intervals) || as_double(args[15], &minimum))
+        as_int64(args[13], &judged_at, &declined) || as_index(args[14], &intervals) || as_double(args[15], &minimum) ||
+        as_bool(args[16], &lagd))
         return NULL;
     if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != CTX_COUNT || !PyDict_Check(parts) ||
         !PyDict_Check(log_ends) || !PyDict_Check(owners) || !PyList_Check(partitions) ||
@@ -1418,11 +1492,22 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_STATUSES)) != PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_RANKS)) ||
         !PyTuple_Check(PyTuple_GET_ITEM(ctx, CTX_EMPTY)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_EMPTY)) != 2 ||
         !PyTuple_Check(PyTuple_GET_ITEM(ctx, CTX_CAUGHT_UP)) ||
-        PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_CAUGHT_UP)) != 3) {
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_CAUGHT_UP)) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(ctx, CTX_FLAT)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_FLAT)) != FLAT_COUNT) {
         PyErr_SetString(PyExc_TypeError, "judge_topic: expected verdicts' pass context, dicts and a list");
         return NULL;
     }
-    PyObject *statuses = PyTuple_GET_ITEM(ctx, CTX_STATUSES), *ranks = PyTuple_GET_ITEM(ctx, CTX_RANKS);
+    PyObject *statuses = PyTuple_GET_ITEM(ctx, CTX_STATUSES), *ranks = PyTuple_GET_ITEM(ctx, CTX_RANKS),
+             *flat = PyTuple_GET_ITEM(ctx, CTX_FLAT);
+    for (Py_ssize_t j = 0; j < FLAT_COUNT; j++)
+        if (!PyTuple_Check(PyTuple_GET_ITEM(flat, j)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(flat, j)) != 3) {
+            PyErr_SetString(PyExc_TypeError, "judge_topic: expected Burrow's judgements as (status, rule, reason)");
+            return NULL;
+        }
+    if (!PyTuple_Check(PyTuple_GET_ITEM(ctx, CTX_SAID)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_SAID)) != SAID_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "judge_topic: expected lagd_fast._C_SAID");
+        return NULL;
+    }
     Py_ssize_t nstatus = PyTuple_GET_SIZE(statuses), ok_code;
     if (as_index(PyTuple_GET_ITEM(ctx, CTX_OK_CODE), &ok_code))
         return NULL;
@@ -1558,19 +1643,38 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
             complete = (double)n / (double)intervals;
         if (!(complete >= minimum))
             hand_back = 1; /* J_INCOMPLETE: judged in Python */
-        int was_behind = prior && PyTuple_GET_ITEM(statuses, prior & mask) == warn;
+        int was_behind = lagd && prior && PyTuple_GET_ITEM(statuses, prior & mask) == warn;
         Py_ssize_t at_before = b.at, reuse = -1;
         if (hand_back) {
         } else if (current_lag <= p.allowed_lag && !was_behind) {
-            if (current_lag)
-                hand_back = 1; /* lagtime.reached_in: the Python */
-            else {
-                s.status = PyTuple_GET_ITEM(caught_up, 0);
-                s.rule = PyTuple_GET_ITEM(caught_up, 1);
-                s.reason = PyTuple_GET_ITEM(caught_up, 2);
-                s.at = NEVER;
-                s.reached = 0.0;
-                s.bound = 0;
+            said_fixed(&s, caught_up, NEVER);
+            /* lagtime.reached_in, for a lag within allowed-lag */
+            if (current_lag && (x.lo >= x.o.n || !reached_in(x.o.v, x.t.v, x.lo, x.o.n, x.has_coarse, committed,
+                                                              &s.reached, &s.bound)))
+                hand_back = 1;
+        } else if (!lagd) { /* Burrow's rules */
+            int j = judge_flat(&x, &p, current_lag, now_ms, intervals);
+            if (j < 0)
+                hand_back = 1;
+            else
+                said_fixed(&s, PyTuple_GET_ITEM(flat, j), NEVER);
+            if (j >= 0 && j != FLAT_STOP) { /* silent for longer than the window spans: STOP */
+                const int64_t *newest_entry = x.arr.v + x.arr.n - fields;
+                i128 at = 2 * (i128)newest_entry[p.at_ts] - x.arr.v[p.at_ts] + 1;
+                if (at > INT64_MAX || at < INT64_MIN)
+                    hand_back = 1;
+                else
+                    s.at = (int64_t)at;
+            }
+            /* when the log end reached the committed offset (verdicts: within the newest run, inlined) */
+            if (!hand_back && current_lag) {
+                if (x.lo >= x.o.n)
+                    hand_back = 1;
+                else if (committed > x.o.v[x.lo]) {
+                    Py_ssize_t i = bisect_left(x.o.v, committed, x.lo, x.o.n);
+                    hand_back = !interpolate(x.o.v, x.t.v, i, x.o.n, committed, &s.reached);
+                } else
+                    hand_back = !reached_in(x.o.v, x.t.v, x.lo, x.o.n, x.has_coarse, committed, &s.reached, &s.bound);
             }
         } else {
             Py_ssize_t i = book_find(&b, (int64_t)k);
@@ -1725,9 +1829,9 @@ static PyMethodDef methods[] = {
      "None where only the Python answers exactly."},
     {"judge_topic", (PyCFunction)(void (*)(void))judge_topic, METH_FASTCALL,
      "judge_topic(context, judge, tally, topic, start, stop, windows, log_ends, owners, since_before, since, "
-     "partitions, now_ms, judged_at, intervals, minimum_complete) -> int: verdicts.Evaluator._evaluate's loop over "
-     "the partitions start..stop-1 of a topic under lagd's rules; returns the first it leaves to the Python "
-     "(stop: none)."},
+     "partitions, now_ms, judged_at, intervals, minimum_complete, lagd) -> int: verdicts.Evaluator._evaluate's loop "
+     "over the partitions start..stop-1 of a topic, under lagd's rules or Burrow's; returns the first it leaves to "
+     "the Python (stop: none)."},
     {"fit", (PyCFunction)(void (*)(void))fit, METH_FASTCALL,
      "fit(arr, fields, offset_at, ts_at, offsets, ts, run_start, has_coarse, used, tie_s, min_points, z_enter, "
      "z_leave, allowed_lag_seconds, was_behind) -> (trend | None, used) | None: lagd_fast._fit, compiled; None "

@@ -84,5 +84,6 @@ def judge_topic(
     judged_at: int,
     intervals: int,
     minimum_complete: float,
+    lagd: bool,
     /,
 ) -> int: ...

@@ -61,7 +61,7 @@ from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.native import compiled
 from lagd.evaluate.rules import J_CAUGHT_UP, J_REWIND, Judgement
 from lagd.model import PartitionStatus
-from lagd.state.windows import FIELDS, LAST, OFFSET, ORDER, TS, LogEnd
+from lagd.state.windows import FIELDS, LAG, LAST, OFFSET, ORDER, TS, LogEnd
 
 _trend = compiled()  # or None: not built, stale, or LAGD_NO_EXTENSIONS set (native.status)
 _compiled_fit: Callable[..., tuple[TrendFit | None, int] | None] | None = None if _trend is None else _trend.fit
@@ -109,7 +109,7 @@ Facts = tuple[
 ]
 _PACKED = struct.Struct("<6q2d2?3q5d")  # Facts, field by field (130 bytes)
 # The settings as the compiled judgement from kept facts reads them (`_c_params`).
-_C_PARAMS = struct.Struct("<11q8d")
+_C_PARAMS = struct.Struct("<12q8d")
 
 
 def _judgements(
@@ -637,7 +637,7 @@ def _c_params(p: LagdParams, allowed_ms: int) -> bytes | None:
     if not all(type(x) is int for x in ints) or not all(_exact_double(x) for x in floats):
         return None
     try:
-        return _C_PARAMS.pack(FIELDS, OFFSET, ORDER, TS, *ints, *floats)
+        return _C_PARAMS.pack(FIELDS, OFFSET, ORDER, TS, LAG, *ints, *floats)
     except (struct.error, OverflowError):
         return None
 

@@ -7,9 +7,9 @@ each partition's start and end. A group's partitions are every partition of each
 has committed to (the partition count known from the broker samples): those without
 commits are OK with complete 0, as Burrow reports them.
 
-Under lagd's rules, where the compiled rules code is built, the loop over a topic's partitions
-runs compiled (`_trend.judge_topic`), handing back to the Python loop here each partition only
-it answers exactly (tests/test_trend_c.py compares the two).
+Where the compiled rules code is built, the loop over a topic's partitions runs compiled
+(`_trend.judge_topic`, lagd's rules and Burrow's), handing back to the Python loop here each
+partition only it answers exactly (tests/test_trend_c.py compares the two).
 """
 
 from __future__ import annotations
@@ -25,11 +25,25 @@ from typing import Any, TypeAlias
 from lagd.evaluate.lagd_fast import _C_SAID, Answer, GroupFacts, LagdJudge, compiled_pass, judge_reference
 from lagd.evaluate.lagd_rules import NEVER, LagdParams, Why, words
 from lagd.evaluate.lagtime import reached_in
-from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_INCOMPLETE, SEVERITY, judge_flat
+from lagd.evaluate.rules import (
+    J_CAUGHT_UP,
+    J_EMPTY,
+    J_INCOMPLETE,
+    J_PROGRESSING,
+    J_RECENT_LOW_LAG,
+    J_REWIND,
+    J_STALL,
+    J_STOP,
+    J_WARN,
+    SEVERITY,
+    judge_flat,
+)
 from lagd.model import GroupStatus, PartitionOwner, PartitionStatus, WindowEntry
 from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples
+# Burrow's judgements in the order the compiled pass answers them (_trend.c's FLAT_*).
+_FLAT = (J_STOP, J_REWIND, J_RECENT_LOW_LAG, J_STALL, J_WARN, J_PROGRESSING)
 MAX_PADDING = 1024  # empty slots listed beyond a topic's sampled partitions, up to a committed one
 
 
@@ -228,6 +242,7 @@ class Evaluator:
             array("q", bytes(16 * FIELDS)),
             _C_SAID,
             "",
+            tuple((j.status, j.rule, j.reason) for j in _FLAT),
         )
 
     def group(self, cluster: str, group: str, now_ms: int, *, cache: bool = True) -> GroupVerdict:
@@ -401,6 +416,7 @@ class Evaluator:
                     judged_at,
                     state.intervals,
                     self.minimum_complete,
+                    self.rules == "lagd",
                 )
                 if k < stop:
                     self._judge_partitions(
@@ -425,11 +441,10 @@ class Evaluator:
 
     def _compiled_pass(self) -> Callable[..., int] | None:
         """The compiled pass over a topic's partitions (`_trend.judge_topic`) where it judges as
-        the Python would: lagd's rules on the fast path, with settings the compiled judgements
-        read (LagdJudge._cparams) and a minimum-complete that is a float; else None."""
+        the Python would: on the fast path, with settings the compiled judgements read
+        (LagdJudge._cparams) and a minimum-complete that is a float; else None."""
         if (
             compiled_pass is None
-            or self.rules != "lagd"
             or not self.fast
             or self._judge._cparams is None
             or type(self.minimum_complete) is not float
