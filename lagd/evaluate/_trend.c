@@ -638,33 +638,40 @@ enum {
     SAID_COUNT
 };
 
-/* (status, rule, reason, due, shown, estimated): lagd_fast.Answer. Steals `reason`. */
-static PyObject *answer(PyObject *status, PyObject *rule, PyObject *reason, int64_t due, double shown,
-                        int estimated) {
+/* A partition's answer (lagd_fast.Answer, field by field): status, rule, reason, when a
+ * time-driven rule could next change it, when the log end reached the committed offset (shown)
+ * and whether that is a bound. `owned` holds the reason where it was made for this answer. */
+typedef struct {
+    PyObject *status, *rule, *reason; /* borrowed, but for `owned` */
+    int64_t at;
+    double reached;
+    int bound;
+    PyObject *owned;
+} Said;
+
+static void said_release(Said *s) { Py_CLEAR(s->owned); }
+
+/* Fill `out` (1), stealing `reason`; -1 where making it failed (`reason` NULL: an exception is set). */
+static int answer(PyObject *status, PyObject *rule, PyObject *reason, int64_t due, double shown, int estimated,
+                  Said *out) {
     if (reason == NULL)
-        return NULL;
-    PyObject *out = PyTuple_New(6);
-    PyObject *d = PyLong_FromLongLong((long long)due), *s = PyFloat_FromDouble(shown);
-    if (out == NULL || d == NULL || s == NULL) {
-        Py_XDECREF(out);
-        Py_XDECREF(d);
-        Py_XDECREF(s);
-        Py_DECREF(reason);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(out, 0, Py_NewRef(status));
-    PyTuple_SET_ITEM(out, 1, Py_NewRef(rule));
-    PyTuple_SET_ITEM(out, 2, reason);
-    PyTuple_SET_ITEM(out, 3, d);
-    PyTuple_SET_ITEM(out, 4, s);
-    PyTuple_SET_ITEM(out, 5, Py_NewRef(estimated ? Py_True : Py_False));
-    return out;
+        return -1;
+    *out = (Said){status, rule, reason, due, shown, estimated != 0, reason};
+    return 1;
 }
 
-static PyObject *said_answer(PyObject *said, int which, int64_t due, double shown, int estimated) {
+/* A fixed judgement of lagd_fast._C_SAID (a triple) as the answer (1). */
+static int said_answer(PyObject *said, int which, int64_t due, double shown, int estimated, Said *out) {
     PyObject *triple = PyTuple_GET_ITEM(said, which);
-    return answer(PyTuple_GET_ITEM(triple, 0), PyTuple_GET_ITEM(triple, 1), Py_NewRef(PyTuple_GET_ITEM(triple, 2)),
-                  due, shown, estimated);
+    *out = (Said){PyTuple_GET_ITEM(triple, 0), PyTuple_GET_ITEM(triple, 1), PyTuple_GET_ITEM(triple, 2), due, shown,
+                  estimated != 0, NULL};
+    return 1;
+}
+
+/* The answer as lagd_fast.Answer, a new tuple (NULL: an exception is set). */
+static PyObject *said_tuple(const Said *s) {
+    return Py_BuildValue("(OOOLdO)", s->status, s->rule, s->reason, (long long)s->at, s->reached,
+                         s->bound ? Py_True : Py_False);
 }
 
 /* lagd_fast._recheck (0: past int64, where Python's ints answer) */
@@ -820,42 +827,42 @@ static int read_settings(PyObject *params, PyObject *said, Params *p) {
     return 1;
 }
 
-/* LagdJudge.judge from a partition's facts `f` on: its answer, or None where a trend must be
- * fitted first and `fitted` is NULL (else it is fitted into `f` and *fitted set) or only the Python answers
- * exactly; NULL: an exception is set. The window is not empty. */
-static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int64_t current_lag, int64_t at_ms,
-                             int was_behind, PyObject *said, int *fitted_now) {
+/* LagdJudge.judge from a partition's facts `f` on: 1 with its answer in `out`, 0 where a trend
+ * must be fitted first and `fitted_now` is NULL (else it is fitted into `f` and *fitted_now set)
+ * or only the Python answers exactly, -1 where an exception is set. The window is not empty. */
+static int judge_facts(Facts *f, const Partition *x, const Params *p, int64_t current_lag, int64_t at_ms,
+                       int was_behind, PyObject *said, int *fitted_now, Said *out) {
     Py_ssize_t n = x->arr.n / p->fields;
     const int64_t *first = x->arr.v, *newest_entry = x->arr.v + (n - 1) * p->fields;
     double waited = f->passed != -Py_HUGE_VAL ? waited_s(at_ms, f->passed) : 0.0;
     double shown = f->reached != -Py_HUGE_VAL ? f->reached : 0.0;
     if (f->rewind)
-        return said_answer(said, SAID_REWIND, NEVER, shown, f->estimated);
+        return said_answer(said, SAID_REWIND, NEVER, shown, f->estimated, out);
     double waited_ms = waited * 1000.0;
     int64_t last_ts = newest_entry[p->at_ts];
     i128 silence = (i128)at_ms - last_ts;
     if (!exact(f->limit) || !exact(p->stall_after_ms) || silence > INT64_MAX || silence < INT64_MIN)
-        Py_RETURN_NONE; /* compared with a float, or past int64: Python's ints answer */
+        return 0; /* compared with a float, or past int64: Python's ints answer */
     if (silence > f->limit && waited_ms > (double)f->limit) {
         PyObject *reason = why(PyTuple_GET_ITEM(said, SAID_STOPPED), PyLong_FromLongLong((long long)silence),
                                PyLong_FromLongLong((long long)f->limit), 0.0, 0.0, waited);
         return answer(PyTuple_GET_ITEM(said, SAID_STOP), PyTuple_GET_ITEM(said, SAID_RULE_STOP), reason, NEVER, shown,
-                      f->estimated);
+                      f->estimated, out);
     }
     int timed = current_lag > p->allowed_lag;
     int64_t due = NEVER;
     if (f->stuck_since != NO_MS) {
         i128 stuck_ms = (i128)at_ms - f->stuck_since;
         if (stuck_ms > INT64_MAX || stuck_ms < INT64_MIN)
-            Py_RETURN_NONE;
+            return 0;
         if (stuck_ms >= p->stall_after_ms && waited_ms >= (double)p->stall_after_ms) {
             if (timed && !recheck(1, at_ms, waited, last_ts, f->limit, f->stuck_since, p, &due))
-                Py_RETURN_NONE;
+                return 0;
             PyObject *reason = why(PyTuple_GET_ITEM(said, SAID_STALLED),
                                    PyLong_FromLongLong((long long)newest_entry[p->at_offset]),
                                    PyLong_FromLongLong((long long)stuck_ms), 0.0, 0.0, waited);
             return answer(PyTuple_GET_ITEM(said, SAID_STALL), PyTuple_GET_ITEM(said, SAID_RULE_STALL), reason, due,
-                          shown, f->estimated);
+                          shown, f->estimated, out);
         }
     }
     int fixed = -1;        /* a fixed judgement (SAID_*), or -1: WARN for `rule`, its reason begun by `what` */
@@ -869,16 +876,16 @@ static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int6
             int left_out = f->slope != f->slope;
             if (f->points == UNFITTED || (left_out && needs_slope(f, was_behind, p))) {
                 if (fitted_now == NULL)
-                    Py_RETURN_NONE; /* the Python fits it, and keeps the facts */
+                    return 0; /* the Python fits it, and keeps the facts */
                 FitSettings s = {p->tie_s, p->z_enter, p->z_leave, p->allowed_s, p->min_points};
                 Trend trend;
                 int64_t kept = 0;
                 int got = fit_window(&x->arr, p->fields, p->at_offset, p->at_ts, &x->o, &x->t, x->lo, x->has_coarse,
                                      f->used, &s, was_behind, &trend, &kept);
                 if (got < 0)
-                    return NULL;
+                    return -1;
                 if (got == 0)
-                    Py_RETURN_NONE;
+                    return 0;
                 f->used = kept; /* lagd_fast._with_trend */
                 f->points = trend.points;
                 f->slope = trend.slope;
@@ -907,7 +914,7 @@ static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int6
             if (falling) {
                 int d = draining(&x->arr, &x->o, &x->t, x->lo, p);
                 if (d < 0)
-                    Py_RETURN_NONE;
+                    return 0;
                 falling = !d;
             }
             if (falling) {
@@ -920,16 +927,16 @@ static PyObject *judge_facts(Facts *f, const Partition *x, const Params *p, int6
         }
     }
     if (timed && !recheck(0, at_ms, waited, last_ts, f->limit, f->stuck_since, p, &due))
-        Py_RETURN_NONE;
+        return 0;
     if (fixed >= 0)
-        return said_answer(said, fixed, due, shown, f->estimated);
+        return said_answer(said, fixed, due, shown, f->estimated, out);
     PyObject *reason;
     if (!fitted)
         reason = Py_BuildValue("(Oddddd)", PyTuple_GET_ITEM(said, SAID_STILL_BEHIND_UNFITTED), 0.0, 0.0, 0.0, 0.0,
                                waited);
     else
         reason = Py_BuildValue("(OdddLd)", what, f->slope, f->z, f->rise, (long long)f->points, waited);
-    return answer(PyTuple_GET_ITEM(said, SAID_WARN), rule, reason, due, shown, f->estimated);
+    return answer(PyTuple_GET_ITEM(said, SAID_WARN), rule, reason, due, shown, f->estimated, out);
 }
 
 /* Do kept facts `f` still describe the window and log end of `x` (LagdJudge._kept_facts)? */
@@ -974,10 +981,12 @@ static PyObject *standing(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Partition x;
     if (take_partition(args[2], le, &x) < 0)
         return NULL;
-    PyObject *result = facts_stand(&f, &x, le, &p)
-                           ? judge_facts(&f, &x, &p, current_lag, at_ms, was_behind, args[8], NULL)
-                           : Py_NewRef(Py_None);
+    Said said = {0};
+    int got = facts_stand(&f, &x, le, &p) ? judge_facts(&f, &x, &p, current_lag, at_ms, was_behind, args[8], NULL, &said)
+                                          : 0;
     give_back(&x);
+    PyObject *result = got < 0 ? NULL : got == 0 ? Py_NewRef(Py_None) : said_tuple(&said);
+    said_release(&said);
     return result;
 }
 
@@ -991,13 +1000,13 @@ static Py_ssize_t first_same(const Int64s *arr, Py_ssize_t fields, Py_ssize_t at
 }
 
 /* LagdJudge.judge for a partition with no kept facts that stand, from its moments on (`_facts`,
- * `_fit` where needed, the judgement): its answer with `*packed` set to the facts to keep, or
- * None where only the Python answers exactly; NULL: an exception is set. `at_ms` is exact. */
-static PyObject *fresh_of(const Partition *x, PyObject *le, const Params *p, int64_t current_lag, int64_t at_ms,
-                          int was_behind, const Moments *m, PyObject *said, PyObject **packed) {
+ * `_fit` where needed, the judgement): 1 with its answer in `out` and `*packed` set to the facts
+ * to keep, 0 where only the Python answers exactly, -1: an exception is set. `at_ms` is exact. */
+static int fresh_of(const Partition *x, PyObject *le, const Params *p, int64_t current_lag, int64_t at_ms,
+                    int was_behind, const Moments *m, PyObject *said, PyObject **packed, Said *out) {
     Py_ssize_t fields = p->fields, n = x->arr.n / fields;
     if (n == 0 || x->arr.n % fields)
-        Py_RETURN_NONE;
+        return 0;
     const int64_t *first = x->arr.v, *newest_entry = x->arr.v + (n - 1) * fields;
     /* lagd_fast._facts (stop_limit: stop-after, or stop-cadences newest commit intervals) */
     i128 cadence = n > 1 ? (i128)newest_entry[p->at_ts] - newest_entry[p->at_ts - fields] : 0;
@@ -1005,7 +1014,7 @@ static PyObject *fresh_of(const Partition *x, PyObject *le, const Params *p, int
     if (limit < p->stop_after_ms)
         limit = p->stop_after_ms;
     if (limit > INT64_MAX || limit < INT64_MIN)
-        Py_RETURN_NONE; /* facts that do not pack: the Python judges them afresh every time */
+        return 0; /* facts that do not pack: the Python judges them afresh every time */
     Py_ssize_t same = first_same(&x->arr, fields, p->at_offset, n);
     Facts f = {
         .first = first[p->at_order],
@@ -1023,15 +1032,15 @@ static PyObject *fresh_of(const Partition *x, PyObject *le, const Params *p, int
         .points = UNFITTED,
     };
     int fitted = 0;
-    PyObject *judged = judge_facts(&f, x, p, current_lag, at_ms, was_behind, said, &fitted);
-    if (judged == NULL || judged == Py_None)
-        return judged; /* an exception, or None: the Python answers */
+    int got = judge_facts(&f, x, p, current_lag, at_ms, was_behind, said, &fitted, out);
+    if (got <= 0)
+        return got; /* an exception, or 0: the Python answers */
     *packed = pack_facts(&f);
     if (*packed == NULL) {
-        Py_DECREF(judged);
-        return NULL;
+        said_release(out);
+        return -1;
     }
-    return judged;
+    return 1;
 }
 
 /* LagdJudge.judge for a partition with no kept facts that stand, from its moments (`_moments`,
@@ -1058,14 +1067,18 @@ static PyObject *fresh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     if (take_partition(args[0], le, &x) < 0)
         return NULL;
     Moments m = {.passed = passed, .reached = reached, .estimated = estimated, .used = used};
-    PyObject *packed = NULL, *result = NULL;
-    PyObject *judged = fresh_of(&x, le, &p, current_lag, at_ms, was_behind, &m, args[10], &packed);
+    PyObject *packed = NULL, *judged = NULL, *result = NULL;
+    Said said = {0};
+    int got = fresh_of(&x, le, &p, current_lag, at_ms, was_behind, &m, args[10], &packed, &said);
     give_back(&x);
-    if (judged == NULL || judged == Py_None)
-        return judged;
-    result = PyTuple_Pack(2, judged, packed);
-    Py_DECREF(judged);
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_None);
+    judged = said_tuple(&said);
+    if (judged != NULL)
+        result = PyTuple_Pack(2, judged, packed);
+    Py_XDECREF(judged);
     Py_DECREF(packed);
+    said_release(&said);
     return result;
 }
 
@@ -1309,31 +1322,6 @@ static PyObject *entries_of(PyObject *template, const Int64s *arr, Py_ssize_t fi
     return e;
 }
 
-/* One partition's verdict, its since-tracking and its part of the group summary. */
-typedef struct {
-    PyObject *status, *rule, *reason; /* borrowed */
-    int64_t at;                       /* re-check due */
-    double reached;                   /* when the log end reached the committed offset (shown) */
-    int bound;
-} Said;
-
-static int said_of(PyObject *answer, Said *s) {
-    if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 6 ||
-        !PyFloat_CheckExact(PyTuple_GET_ITEM(answer, 4)))
-        return 0;
-    int declined = 0;
-    long long at;
-    if (as_int64(PyTuple_GET_ITEM(answer, 3), &at, &declined) < 0)
-        return -1;
-    s->status = PyTuple_GET_ITEM(answer, 0);
-    s->rule = PyTuple_GET_ITEM(answer, 1);
-    s->reason = PyTuple_GET_ITEM(answer, 2);
-    s->at = at;
-    s->reached = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(answer, 4));
-    s->bound = PyTuple_GET_ITEM(answer, 5) == Py_True;
-    return !declined;
-}
-
 /* Where a PartitionVerdict holds each of its fields (its dataclass slots, in the order its
  * __init__ takes them, `__match_args__`): the pass fills them in place, as that __init__ would,
  * where calling it took a fifth of the pass (a Python frame per partition). 0: not such a class. */
@@ -1409,6 +1397,7 @@ static void said_fixed(Said *s, PyObject *triple, int64_t due) {
     s->at = due;
     s->reached = 0.0;
     s->bound = 0;
+    s->owned = NULL;
 }
 
 /* Burrow's judgements (rules.py), in the order verdicts' pass context lists them. */
@@ -1568,8 +1557,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
     const int64_t mask = (1 << SINCE_SHIFT) - 1;
     int has_owners = PyDict_GET_SIZE(owners) > 0;
     for (; k < stop; k++) {
-        PyObject *key = PyLong_FromSsize_t(k), *owner = NULL, *entries = NULL, *verdict = NULL, *answer = NULL,
-                 *packed = NULL;
+        PyObject *key = PyLong_FromSsize_t(k), *owner = NULL, *entries = NULL, *verdict = NULL, *packed = NULL;
         if (key == NULL)
             goto fail;
         PyObject *arr = PyDict_GetItemWithError(parts, key); /* borrowed */
@@ -1686,17 +1674,17 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
                 if (stand) {
                     /* from them, fitting the trend first where it is needed: then they are kept anew */
                     int fitted = 0;
-                    answer = judge_facts(&f, &x, &p, current_lag, judged_at, was_behind, said, &fitted);
-                    if (answer == Py_None)
-                        Py_CLEAR(answer); /* only the Python answers exactly */
-                    if (answer != NULL && fitted) {
+                    int got = judge_facts(&f, &x, &p, current_lag, judged_at, was_behind, said, &fitted, &s);
+                    if (got < 0)
+                        goto fail_partition;
+                    if (got == 0)
+                        hand_back = 1; /* only the Python answers exactly */
+                    else if (fitted) {
                         packed = pack_facts(&f);
                         if (packed == NULL)
                             goto fail_partition;
-                    } else if (answer != NULL)
+                    } else
                         reuse = i;
-                    else if (!PyErr_Occurred())
-                        hand_back = 1;
                 }
             }
             if (!stand) {
@@ -1706,29 +1694,16 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
                                 judged_at, quick, p.allowed_s, p.allowed_ms, &m))
                     hand_back = 1;
                 else if (m.has_due) {
-                    PyObject *w = PyTuple_GET_ITEM(said, SAID_WITHIN_SECONDS);
-                    s.status = PyTuple_GET_ITEM(w, 0);
-                    s.rule = PyTuple_GET_ITEM(w, 1);
-                    s.reason = PyTuple_GET_ITEM(w, 2);
-                    s.at = m.due;
+                    said_fixed(&s, PyTuple_GET_ITEM(said, SAID_WITHIN_SECONDS), m.due);
                     s.reached = m.reached != -Py_HUGE_VAL ? m.reached : 0.0;
                     s.bound = m.estimated;
                 } else {
-                    answer = fresh_of(&x, jle, &p, current_lag, judged_at, was_behind, &m, said, &packed);
-                    if (answer == Py_None) {
-                        Py_CLEAR(answer);
-                        hand_back = 1;
-                    }
+                    int got = fresh_of(&x, jle, &p, current_lag, judged_at, was_behind, &m, said, &packed, &s);
+                    if (got < 0)
+                        goto fail_partition;
+                    hand_back = got == 0;
                 }
             }
-            if (answer != NULL) {
-                int read = said_of(answer, &s);
-                if (read <= 0)
-                    hand_back = 1;
-                if (read < 0 && !hand_back_on())
-                    goto fail_partition;
-            } else if (PyErr_Occurred())
-                goto fail_partition;
         }
         Py_ssize_t code = 0;
         if (!hand_back) {
@@ -1742,7 +1717,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
             give_back(&x);
             Py_DECREF(key);
             Py_XDECREF(owner);
-            Py_XDECREF(answer);
+            said_release(&s);
             Py_XDECREF(packed);
             break;
         }
@@ -1786,7 +1761,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         give_back(&x);
         Py_DECREF(key);
         Py_XDECREF(owner);
-        Py_XDECREF(answer);
+        said_release(&s);
         Py_XDECREF(packed);
         Py_DECREF(entries);
         Py_DECREF(verdict);
@@ -1795,7 +1770,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         give_back(&x);
         Py_DECREF(key);
         Py_XDECREF(owner);
-        Py_XDECREF(answer);
+        said_release(&s);
         Py_XDECREF(packed);
         Py_XDECREF(entries);
         Py_XDECREF(verdict);
