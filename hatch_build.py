@@ -58,7 +58,7 @@ class CompileTrend(BuildHookInterface):  # type: ignore[misc]
         if not link or shutil.which(link[0]) is None:
             self.app.display_warning(
                 f"no C compiler ({link[0] if link else 'cc'}) found: lagd runs its rules code in Python, which "
-                "gives the same verdicts but judges lagging partitions slower (1.4x to over 3x: README, "
+                "gives the same verdicts but judges groups several times slower (README, "
                 '"The two commands"); for the compiled code install gcc '
                 "and python3-dev (apt-get install gcc python3-dev), then reinstall lagd "
                 "(pip install --no-cache-dir, so that pip does not reuse the pure-Python wheel)"

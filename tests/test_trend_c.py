@@ -10,6 +10,7 @@ would pass on the Python alone and say nothing about the C.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -589,6 +590,132 @@ def test_the_compiled_pass_judges_every_kind_of_partition_as_the_python(
         _judged_alike(compiled, python, now)
     assert {"empty", "caught-up"} <= set(answered), answered
     assert handed, "nothing handed back to the Python"
+
+
+def _pass_args(n: int = 4) -> dict[str, Any]:
+    """The arguments of a direct call of the compiled pass over `n` lagging partitions of one topic."""
+    state = State(intervals=3, lag_samples=50)
+    for p in range(n):
+        for k in range(8):
+            state.apply(LogEndSample(C, "t", p, 10_000 + 1000 * k, T0 + 10_000 * k))
+        for r in range(4):
+            state.apply(Commit(C, G, "t", p, 10_000 + 200 * r * (p % 2 + 1), r + 1, T0 + 20_000 * r, T0 + 20_000 * r))
+    evaluator = Evaluator(state, rules="lagd", cache_ttl_ms=0, min_history_ms=1)
+    evaluator._judge.begin(None)
+    evaluator._judge.topic("t")
+    now = T0 + 100_000
+    return {
+        "context": evaluator._pass_context,
+        "judge": evaluator._judge,
+        "tally": [0, 0, -1, -1, 0, 0.0, 2**63 - 1],
+        "topic": "t",
+        "start": 0,
+        "stop": n,
+        "windows": {p: array("q", w) for p, w in (state.group_windows(C, G) or {})["t"].items()},
+        "log_ends": dict(state.topic_log_ends(C, "t")),
+        "owners": {},
+        "before": array("q", bytes(8 * n)),
+        "since": array("q", bytes(8 * n)),
+        "partitions": [],
+        "now_ms": now,
+        "judged_at": now,
+        "intervals": 3,
+        "minimum_complete": 0.0,
+        "lagd": True,
+    }
+
+
+@needs_fit
+def test_the_compiled_pass_refuses_what_it_cannot_read() -> None:
+    """Direct calls with what lagd never passes: a status code past the known ones is handed
+    back with nothing done; a class that only borrows PartitionVerdict's slots is refused; a
+    log end or an owner key that drops the windows and log ends while the pass reads them does
+    not pull them from under it (it holds what it reads). Answers as such don't matter there."""
+    judge_topic = verdicts.compiled_pass
+    assert judge_topic is not None
+    a = _pass_args()
+    assert judge_topic(*a.values()) == 4 and len(a["partitions"]) == 4  # as lagd passes them: all judged
+    a = _pass_args()
+    a["before"][0] = (T0 << 8) | 7  # no status has code 7
+    assert judge_topic(*a.values()) == 0 and a["partitions"] == [] and not any(a["since"])
+
+    class Tiny:
+        __slots__ = ()
+
+    Tiny.__match_args__ = PartitionVerdict.__match_args__  # type: ignore[attr-defined]
+    for name in PartitionVerdict.__match_args__:  # type: ignore[attr-defined]
+        setattr(Tiny, name, PartitionVerdict.__dict__[name])
+    a = _pass_args()
+    a["context"] = (Tiny, *a["context"][1:])
+    with pytest.raises(TypeError, match="PartitionVerdict"):
+        judge_topic(*a.values())
+
+    a = _pass_args()
+    windows = a["windows"]
+
+    class DroppingLogEnd:
+        """A log end whose offsets, once read, drop every window (the only reference to them)."""
+
+        def __init__(self, le: LogEnd) -> None:
+            self.le = le
+
+        @property
+        def offsets(self) -> array[int]:
+            windows.clear()
+            return self.le.offsets
+
+        ts = property(lambda self: self.le.ts)
+        run_start = property(lambda self: self.le.run_start)
+        coarse_ts = property(lambda self: self.le.coarse_ts)
+
+    a["log_ends"] = {p: DroppingLogEnd(le) for p, le in a["log_ends"].items()}
+    judge_topic(*a.values())
+    a = _pass_args()
+    a["log_ends"] = {
+        p: LogEnd(array("q", le.offsets), array("q", le.ts), le.run_start) for p, le in a["log_ends"].items()
+    }
+
+    class DroppingKey:
+        """An owner key whose comparison drops every log end and window."""
+
+        def __init__(self, p: int) -> None:
+            self.p = p
+
+        def __hash__(self) -> int:
+            return hash(("t", self.p))
+
+        def __eq__(self, other: object) -> bool:
+            a["log_ends"].clear()
+            a["windows"].clear()
+            return False
+
+    a["owners"] = {DroppingKey(p): None for p in range(4)}
+    judge_topic(*a.values())
+
+
+@needs_fit
+def test_the_compiled_pass_fills_only_the_verdict_it_knows() -> None:
+    """The compiled pass fills PartitionVerdict's fields in place; verdicts uses it only while the
+    dataclass is the one it knows (the same fields in the same order, each set by __init__,
+    nothing run after it): a changed verdict class falls back to the Python loop."""
+    judge_topic = lagd_fast.compiled_pass
+    assert judge_topic is not None and verdicts.compiled_pass is judge_topic
+    assert verdicts._fills(PartitionVerdict, judge_topic) is judge_topic
+    assert verdicts._fills(PartitionVerdict, None) is None
+    known = [(f.name, f.type) for f in dataclasses.fields(PartitionVerdict)]
+    variants = {
+        "a field more": dataclasses.make_dataclass("V", [*known, ("extra", int, dataclasses.field(default=0))]),
+        "one set after __init__": dataclasses.make_dataclass(
+            "V", [*known[:-1], (known[-1][0], str, dataclasses.field(default="", init=False))]
+        ),
+        "one by keyword only": dataclasses.make_dataclass(
+            "V", [*known[:-1], (known[-1][0], str, dataclasses.field(default="", kw_only=True))]
+        ),
+        "two swapped": dataclasses.make_dataclass("V", [known[1], known[0], *known[2:]]),
+        "a __post_init__": dataclasses.make_dataclass("V", known, namespace={"__post_init__": lambda self: None}),
+    }
+    for what, cls in variants.items():
+        assert verdicts._fills(cls, judge_topic) is None, what
 
 
 @needs_fit

@@ -1323,12 +1323,18 @@ static PyObject *entries_of(PyObject *template, const Int64s *arr, Py_ssize_t fi
 }
 
 /* Where a PartitionVerdict holds each of its fields (its dataclass slots, in the order its
- * __init__ takes them, `__match_args__`): the pass fills them in place, as that __init__ would,
- * where calling it took a fifth of the pass (a Python frame per partition). 0: not such a class. */
+ * __init__ takes them): the pass fills them in place, as that __init__ would, where calling it
+ * took a fifth of the pass (a Python frame per partition). 0: not that class, as this code knows
+ * it (verdicts.py disables the pass at import for another). */
 #define VERDICT_FIELDS 13
+static const char *verdict_fields[VERDICT_FIELDS] = {
+    "topic", "partition", "status", "entries", "current_lag", "complete", "owner", "client_id", "lag_seconds",
+    "lag_seconds_estimated", "why", "since", "rule"};
+
 static int verdict_layout(PyObject *type, Py_ssize_t *offsets) {
     if (!PyType_Check(type) || ((PyTypeObject *)type)->tp_dictoffset != 0)
         return 0;
+    Py_ssize_t size = ((PyTypeObject *)type)->tp_basicsize;
     PyObject *names = PyObject_GetAttrString(type, "__match_args__");
     if (names == NULL) {
         PyErr_Clear();
@@ -1336,16 +1342,26 @@ static int verdict_layout(PyObject *type, Py_ssize_t *offsets) {
     }
     int got = PyTuple_Check(names) && PyTuple_GET_SIZE(names) == VERDICT_FIELDS;
     for (Py_ssize_t k = 0; got && k < VERDICT_FIELDS; k++) {
-        PyObject *slot = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, k));
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        got = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, verdict_fields[k]) == 0;
+        PyObject *slot = got ? PyObject_GetAttr(type, name) : NULL;
         if (slot == NULL) {
             PyErr_Clear();
             got = 0;
             break;
         }
-        got = Py_IS_TYPE(slot, &PyMemberDescr_Type) && ((PyMemberDescrObject *)slot)->d_member->type == T_OBJECT_EX &&
-              !(((PyMemberDescrObject *)slot)->d_member->flags & READONLY);
-        if (got)
-            offsets[k] = ((PyMemberDescrObject *)slot)->d_member->offset;
+        /* a writable object slot of this very class, under its own name, inside the object */
+        got = Py_IS_TYPE(slot, &PyMemberDescr_Type) && PyDescr_TYPE(slot) == (PyTypeObject *)type &&
+              PyUnicode_Compare(PyDescr_NAME(slot), name) == 0;
+        if (got) {
+            PyMemberDef *member = ((PyMemberDescrObject *)slot)->d_member;
+            offsets[k] = member->offset;
+            got = member->type == T_OBJECT_EX && !(member->flags & READONLY) &&
+                  offsets[k] >= (Py_ssize_t)sizeof(PyObject) &&
+                  offsets[k] <= size - (Py_ssize_t)sizeof(PyObject *);
+            for (Py_ssize_t j = 0; got && j < k; j++)
+                got = offsets[j] != offsets[k];
+        }
         Py_DECREF(slot);
     }
     Py_DECREF(names);
@@ -1556,31 +1572,41 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     const int64_t mask = (1 << SINCE_SHIFT) - 1;
     int has_owners = PyDict_GET_SIZE(owners) > 0;
+    /* what an iteration holds: its partition number, window, log end and owner */
+#define LET_GO()                                                                                                       \
+    do {                                                                                                               \
+        Py_DECREF(key);                                                                                                \
+        Py_XDECREF(arr);                                                                                               \
+        Py_XDECREF(le);                                                                                                \
+        Py_XDECREF(owner);                                                                                             \
+    } while (0)
     for (; k < stop; k++) {
         PyObject *key = PyLong_FromSsize_t(k), *owner = NULL, *entries = NULL, *verdict = NULL, *packed = NULL;
         if (key == NULL)
             goto fail;
-        PyObject *arr = PyDict_GetItemWithError(parts, key); /* borrowed */
+        PyObject *arr = PyDict_GetItemWithError(parts, key);
         PyObject *le = arr != NULL || !PyErr_Occurred() ? PyDict_GetItemWithError(log_ends, key) : NULL;
         if (PyErr_Occurred()) {
             Py_DECREF(key);
             goto fail;
         }
+        /* held, not borrowed: what runs below (a key's __eq__, a LogEnd's attributes) could drop them */
+        Py_XINCREF(arr);
+        Py_XINCREF(le);
         if (has_owners) {
             PyObject *where = PyTuple_Pack(2, topic, key);
             owner = where != NULL ? PyDict_GetItemWithError(owners, where) : NULL;
+            Py_XINCREF(owner);
             Py_XDECREF(where);
             if (PyErr_Occurred()) {
-                Py_DECREF(key);
+                LET_GO();
                 goto fail;
             }
-            Py_XINCREF(owner);
         }
         int64_t prior = before.v[k];
         int full = arr != NULL ? PyObject_IsTrue(arr) : 0;
         if (full < 0) {
-            Py_DECREF(key);
-            Py_XDECREF(owner);
+            LET_GO();
             goto fail;
         }
         if (!full) { /* no commits: OK, complete 0, no lag (Burrow's empty ring) */
@@ -1591,8 +1617,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
             }
             verdict = verdict_of(type, offsets, topic, key, ok, Py_None, 0, 0.0, owner, no_owner, 0.0, le == NULL,
                                  PyTuple_GET_ITEM(empty, 0), seen, PyTuple_GET_ITEM(empty, 1));
-            Py_DECREF(key);
-            Py_XDECREF(owner);
+            LET_GO();
             if (verdict == NULL || PyList_Append(partitions, verdict) < 0) {
                 Py_XDECREF(verdict);
                 goto fail;
@@ -1604,8 +1629,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         Partition x;
         PyObject *jle = le != NULL ? le : PyTuple_GET_ITEM(ctx, CTX_NO_LOG_END);
         if (take_partition(arr, jle, &x) < 0) {
-            Py_DECREF(key);
-            Py_XDECREF(owner);
+            LET_GO();
             if (hand_back_on())
                 break;
             goto fail;
@@ -1631,7 +1655,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
             complete = (double)n / (double)intervals;
         if (!(complete >= minimum))
             hand_back = 1; /* J_INCOMPLETE: judged in Python */
-        int was_behind = lagd && prior && PyTuple_GET_ITEM(statuses, prior & mask) == warn;
+        int was_behind = !hand_back && lagd && prior && PyTuple_GET_ITEM(statuses, prior & mask) == warn;
         Py_ssize_t at_before = b.at, reuse = -1;
         if (hand_back) {
         } else if (current_lag <= p.allowed_lag && !was_behind) {
@@ -1715,8 +1739,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (hand_back) {
             b.at = at_before; /* nothing of it done */
             give_back(&x);
-            Py_DECREF(key);
-            Py_XDECREF(owner);
+            LET_GO();
             said_release(&s);
             Py_XDECREF(packed);
             break;
@@ -1759,8 +1782,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
             goto fail_partition;
         since_v[k] = (int64_t)((uint64_t)seen << SINCE_SHIFT) | code;
         give_back(&x);
-        Py_DECREF(key);
-        Py_XDECREF(owner);
+        LET_GO();
         said_release(&s);
         Py_XDECREF(packed);
         Py_DECREF(entries);
@@ -1768,14 +1790,14 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         continue;
     fail_partition:
         give_back(&x);
-        Py_DECREF(key);
-        Py_XDECREF(owner);
+        LET_GO();
         said_release(&s);
         Py_XDECREF(packed);
         Py_XDECREF(entries);
         Py_XDECREF(verdict);
         goto fail;
     }
+#undef LET_GO
     if (book_save(judge, &b) < 0 || tally_write(tally_list, &t) < 0)
         goto fail;
 out:
@@ -1824,6 +1846,19 @@ static struct PyModuleDef module = {
 #define LAGD_TREND_SHA1 ""
 #endif
 
+/* The fields the pass fills, in their order, for verdicts.py to compare with PartitionVerdict's. */
+static PyObject *verdict_names(void) {
+    PyObject *names = PyTuple_New(VERDICT_FIELDS);
+    for (Py_ssize_t k = 0; names != NULL && k < VERDICT_FIELDS; k++) {
+        PyObject *name = PyUnicode_FromString(verdict_fields[k]);
+        if (name == NULL)
+            Py_CLEAR(names);
+        else
+            PyTuple_SET_ITEM(names, k, name);
+    }
+    return names;
+}
+
 PyMODINIT_FUNC PyInit__trend(void) {
     name_offsets = PyUnicode_InternFromString("offsets");
     name_ts = PyUnicode_InternFromString("ts");
@@ -1849,7 +1884,8 @@ PyMODINIT_FUNC PyInit__trend(void) {
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_TREND_SHA1) < 0 ||
                       PyModule_AddStringConstant(m, "FACTS_FORMAT", FACTS_FORMAT) < 0 ||
-                      PyModule_AddStringConstant(m, "PARAMS_FORMAT", PARAMS_FORMAT) < 0)) {
+                      PyModule_AddStringConstant(m, "PARAMS_FORMAT", PARAMS_FORMAT) < 0 ||
+                      PyModule_AddObject(m, "VERDICT_FIELDS", verdict_names()) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -14,15 +14,17 @@ partition only it answers exactly (tests/test_trend_c.py compares the two).
 
 from __future__ import annotations
 
+import importlib
 from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, TypeAlias
 
-from lagd.evaluate.lagd_fast import _C_SAID, Answer, GroupFacts, LagdJudge, compiled_pass, judge_reference
+from lagd.evaluate.lagd_fast import _C_SAID, Answer, GroupFacts, LagdJudge, judge_reference
+from lagd.evaluate.lagd_fast import compiled_pass as _judge_topic
 from lagd.evaluate.lagd_rules import NEVER, LagdParams, Why, words
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import (
@@ -97,6 +99,21 @@ def _entry(entries: array[int] | None, at: int) -> WindowEntry | None:
         entries[at + OBSERVED],
         None if lag == NO_LAG else lag,
     )
+
+
+def _fills(cls: type, compiled: Callable[..., int] | None) -> Callable[..., int] | None:
+    """The compiled pass, where it fills `cls` as the Python builds it (in place, field by field):
+    the fields it knows, in their order, each set by __init__ and nothing run after it. Else
+    None: the Python loop judges (_trend.c refuses another layout too, but loudly)."""
+    if compiled is None:
+        return None
+    known = getattr(importlib.import_module(compiled.__module__), "VERDICT_FIELDS", None)
+    given = fields(cls)
+    plain = all(f.init and not f.kw_only for f in given) and not hasattr(cls, "__post_init__")
+    return compiled if plain and tuple(f.name for f in given) == known else None
+
+
+compiled_pass = _fills(PartitionVerdict, _judge_topic)
 
 
 @dataclass(slots=True)
