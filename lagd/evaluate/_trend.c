@@ -1421,10 +1421,9 @@ enum { FLAT_STOP, FLAT_REWIND, FLAT_RECENT_LOW_LAG, FLAT_STALL, FLAT_WARN, FLAT_
 
 /* rules.judge_flat for a partition behind by more than allowed-lag, with the newest `recent`
  * log-end samples for STOP: a FLAT_* judgement. */
-static int judge_flat(const Partition *x, const Params *p, int64_t current_lag, int64_t now_ms, Py_ssize_t recent) {
+static int judge_flat(const Partition *x, const Params *p, int64_t now_ms, Py_ssize_t recent) {
     Py_ssize_t fields = p->fields, n = x->arr.n / fields;
     const int64_t *v = x->arr.v, *newest_entry = v + (n - 1) * fields;
-    (void)current_lag;
     int64_t last_ts = newest_entry[p->at_ts];
     if ((i128)now_ms - last_ts > (i128)last_ts - v[p->at_ts]) {
         Py_ssize_t from = recent > 0 && recent < x->o.n ? x->o.n - recent : 0;
@@ -1665,12 +1664,9 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
                                                               &s.reached, &s.bound)))
                 hand_back = 1;
         } else if (!lagd) { /* Burrow's rules */
-            int j = judge_flat(&x, &p, current_lag, now_ms, intervals);
-            if (j < 0)
-                hand_back = 1;
-            else
-                said_fixed(&s, PyTuple_GET_ITEM(flat, j), NEVER);
-            if (j >= 0 && j != FLAT_STOP) { /* silent for longer than the window spans: STOP */
+            int j = judge_flat(&x, &p, now_ms, intervals);
+            said_fixed(&s, PyTuple_GET_ITEM(flat, j), NEVER);
+            if (j != FLAT_STOP) { /* re-checked when silent for longer than the window spans: STOP */
                 const int64_t *newest_entry = x.arr.v + x.arr.n - fields;
                 i128 at = 2 * (i128)newest_entry[p.at_ts] - x.arr.v[p.at_ts] + 1;
                 if (at > INT64_MAX || at < INT64_MIN)
