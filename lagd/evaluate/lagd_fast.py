@@ -108,7 +108,8 @@ Facts = tuple[
     float,
 ]
 _PACKED = struct.Struct("<6q2d2?3q5d")  # Facts, field by field (130 bytes)
-# The settings as the compiled judgement from kept facts reads them (`_c_params`).
+# The settings as the compiled code reads them (`_c_params`): the window's layout (fields, where
+# the offset, order, time and lag sit), then the rules' integer and float settings.
 _C_PARAMS = struct.Struct("<12q8d")
 
 

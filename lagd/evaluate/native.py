@@ -1,6 +1,6 @@
 """Which compiled parts lagd runs: the trend fit, the lag moments, the judgement of a
 partition from its facts, kept or derived, and the evaluator's pass over a topic's partitions
-under lagd's rules (`_trend.c`), where the build compiled them.
+under lagd's rules and Burrow's (`_trend.c`), where the build compiled them.
 
 `LAGD_NO_EXTENSIONS=1` in the environment runs the Python instead (to compare them, or to rule
 the compiled code out when a verdict looks wrong); both answer the same. A build of another
