@@ -1148,7 +1148,7 @@ static void book_close(Book *b) {
 /* 1: opened; 0: a layout this pass does not take (the Python judges); -1: an exception. */
 static int book_open(PyObject *judge, Book *b) {
     memset(b, 0, sizeof *b);
-    PyObject *ids = PyObject_GetAttr(judge, name_old_ids), *first = NULL;
+    PyObject *ids = PyObject_GetAttr(judge, name_old_ids);
     if (ids == NULL)
         return -1;
     int got = 0;
@@ -1161,7 +1161,6 @@ static int book_open(PyObject *judge, Book *b) {
     else
         got = -1;
     Py_DECREF(ids);
-    (void)first;
     if (got <= 0)
         return got;
     b->old = PyObject_GetAttr(judge, name_old);
@@ -1508,10 +1507,6 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
             PyErr_SetString(PyExc_TypeError, "judge_topic: expected Burrow's judgements as (status, rule, reason)");
             return NULL;
         }
-    if (!PyTuple_Check(PyTuple_GET_ITEM(ctx, CTX_SAID)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, CTX_SAID)) != SAID_COUNT) {
-        PyErr_SetString(PyExc_TypeError, "judge_topic: expected lagd_fast._C_SAID");
-        return NULL;
-    }
     Py_ssize_t nstatus = PyTuple_GET_SIZE(statuses), ok_code;
     if (as_index(PyTuple_GET_ITEM(ctx, CTX_OK_CODE), &ok_code))
         return NULL;
@@ -1656,13 +1651,11 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
             hand_back = 1; /* J_INCOMPLETE: judged in Python */
         int was_behind = !hand_back && lagd && prior && PyTuple_GET_ITEM(statuses, prior & mask) == warn;
         Py_ssize_t at_before = b.at, reuse = -1;
+        int reached_later = 0; /* a fixed answer: when the log end reached the committed offset is read below */
         if (hand_back) {
         } else if (current_lag <= p.allowed_lag && !was_behind) {
             said_fixed(&s, caught_up, NEVER);
-            /* lagtime.reached_in, for a lag within allowed-lag */
-            if (current_lag && (x.lo >= x.o.n || !reached_in(x.o.v, x.t.v, x.lo, x.o.n, x.has_coarse, committed,
-                                                              &s.reached, &s.bound)))
-                hand_back = 1;
+            reached_later = 1;
         } else if (!lagd) { /* Burrow's rules */
             int j = judge_flat(&x, &p, now_ms, intervals);
             said_fixed(&s, PyTuple_GET_ITEM(flat, j), NEVER);
@@ -1674,16 +1667,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
                 else
                     s.at = (int64_t)at;
             }
-            /* when the log end reached the committed offset (verdicts: within the newest run, inlined) */
-            if (!hand_back && current_lag) {
-                if (x.lo >= x.o.n)
-                    hand_back = 1;
-                else if (committed > x.o.v[x.lo]) {
-                    Py_ssize_t i = bisect_left(x.o.v, committed, x.lo, x.o.n);
-                    hand_back = !interpolate(x.o.v, x.t.v, i, x.o.n, committed, &s.reached);
-                } else
-                    hand_back = !reached_in(x.o.v, x.t.v, x.lo, x.o.n, x.has_coarse, committed, &s.reached, &s.bound);
-            }
+            reached_later = 1;
         } else {
             Py_ssize_t i = book_find(&b, (int64_t)k);
             int stand = 0;
@@ -1725,6 +1709,10 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
                 }
             }
         }
+        /* lagtime.reached_in (verdicts inlines it within the newest run of samples, the same answer) */
+        if (!hand_back && reached_later && current_lag)
+            hand_back = x.lo >= x.o.n ||
+                        !reached_in(x.o.v, x.t.v, x.lo, x.o.n, x.has_coarse, committed, &s.reached, &s.bound);
         Py_ssize_t code = 0;
         if (!hand_back) {
             while (code < nstatus && PyTuple_GET_ITEM(statuses, code) != s.status)
