@@ -413,7 +413,8 @@ class Evaluator:
                 )
                 continue
             # The compiled pass judges the partitions it can answer exactly as the Python, and
-            # hands each other one back (rare: lagd_fast's declines) for the Python to judge.
+            # hands each other one back for the Python to judge (a coarse-tier read, a window
+            # below minimum-complete, numbers past int64 or a double's exact range).
             k, stop = 0, len(ids)
             while k < stop:
                 k = compiled(
