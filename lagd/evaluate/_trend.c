@@ -1826,8 +1826,8 @@ static struct PyModuleDef module = {
 
 /* The SHA-1 of the source this was built from (hatch_build.py passes it): native.py refuses a build
  * of another source, such as one left behind after _trend.c changed. */
-#ifndef LAGD_TREND_SHA1
-#define LAGD_TREND_SHA1 ""
+#ifndef LAGD_SOURCE_SHA1
+#define LAGD_SOURCE_SHA1 ""
 #endif
 
 /* The fields the pass fills, in their order, for verdicts.py to compare with PartitionVerdict's. */
@@ -1866,7 +1866,7 @@ PyMODINIT_FUNC PyInit__trend(void) {
         name_new == NULL || name_within_first == NULL || name_cparams == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_TREND_SHA1) < 0 ||
+    if (m != NULL && (PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_SOURCE_SHA1) < 0 ||
                       PyModule_AddStringConstant(m, "FACTS_FORMAT", FACTS_FORMAT) < 0 ||
                       PyModule_AddStringConstant(m, "PARAMS_FORMAT", PARAMS_FORMAT) < 0 ||
                       PyModule_AddObject(m, "VERDICT_FIELDS", verdict_names()) < 0)) {

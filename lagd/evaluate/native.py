@@ -9,40 +9,25 @@ source than the `_trend.c` beside it (left behind after the source changed) is n
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 from types import ModuleType
 
+from lagd import compiled as _compiled
+
+MODULE = "lagd.evaluate._trend"
 SOURCE = Path(__file__).with_name("_trend.c")
-NO_EXTENSIONS = "LAGD_NO_EXTENSIONS"  # set (to anything but empty): run the Python
+NO_EXTENSIONS = _compiled.NO_EXTENSIONS
 
 
 def status() -> str:
-    """ "compiled", or why the Python runs: "turned off", "not built" or "stale"."""
-    if os.environ.get(NO_EXTENSIONS):
-        return "turned off"
-    try:
-        from lagd.evaluate import _trend
-    except ImportError:
-        return "not built"
-    built_from = getattr(_trend, "SOURCE_SHA1", None)  # None: built before builds carried it
-    try:
-        if built_from is None or (SOURCE.exists() and hashlib.sha1(SOURCE.read_bytes()).hexdigest() != built_from):
-            return "stale"
-    except OSError:
-        return "stale"  # the source beside it cannot be read: the build cannot be told current
-    return "compiled"
+    """ "compiled", or why the Python runs: "turned off", "not built" or "stale" (lagd.compiled)."""
+    return _compiled.status(MODULE, SOURCE)
 
 
 def compiled() -> ModuleType | None:
     """The compiled rules code (`lagd.evaluate._trend`: its stub, _trend.pyi, gives its functions),
     or None where the Python runs (see `status`). Asked once, where lagd_fast binds its functions."""
-    if status() != "compiled":
-        return None
-    from lagd.evaluate import _trend
-
-    return _trend
+    return _compiled.load(MODULE, SOURCE)
 
 
 def describe() -> str:

@@ -476,8 +476,10 @@ class _Reader:
 # --- offset commits (hot path) ----------------------------------------------------------
 
 
-_KEYS: dict[bytes, tuple[str, str, int, int]] = {}
-_KEYS_MAX = 1 << 18
+# (group, topic, partition, key type) of each offset key read, at most COMMIT_KEYS_MAX of them;
+# the compiled reader of the usual record (offsets_topic, _commits.c) reads and fills it too
+commit_keys: dict[bytes, tuple[str, str, int, int]] = {}
+COMMIT_KEYS_MAX = 1 << 18
 _V3EMPTY = struct.Struct(">hqihq")
 
 
@@ -502,10 +504,10 @@ def _commit_key(key: bytes) -> tuple[str, str, int, int]:
         raise _truncated(tlen + 4, p + 2, n - p - 2)
     topic = key[p + 2 : q].decode("utf-8", "replace")
     partition: int = _I.unpack_from(key, q)[0]
-    if len(_KEYS) >= _KEYS_MAX:
-        _KEYS.clear()
+    if len(commit_keys) >= COMMIT_KEYS_MAX:
+        commit_keys.clear()
     k = (sys.intern(group), sys.intern(topic), partition, rtype)
-    _KEYS[bytes(key)] = k
+    commit_keys[bytes(key)] = k
     return k
 
 
@@ -519,7 +521,7 @@ def commit_fields(key: bytes, value: bytes) -> CommitFields:
 
     The hot path of ingest: flat code and precompiled structs, no object per field.
     """
-    k = _KEYS.get(key)
+    k = commit_keys.get(key)
     if k is None:
         k = _commit_key(key)
     group, topic, partition, rtype = k

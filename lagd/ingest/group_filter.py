@@ -16,7 +16,7 @@ class GroupFilter:
     deny: str = ""
     _allow: re.Pattern[str] = field(init=False, repr=False, compare=False)
     _deny: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
-    _cache: dict[str, bool] = field(init=False, repr=False, compare=False, default_factory=dict)
+    cache: dict[str, bool] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_allow", re.compile(self.allow))
@@ -28,10 +28,10 @@ class GroupFilter:
 
     def allows(self, group: str) -> bool:
         """True when the group's events may be emitted (cached: the hot path asks per record)."""
-        hit = self._cache.get(group)
+        hit = self.cache.get(group)
         if hit is None:
             hit = self._allow.search(group) is not None and (self._deny is None or self._deny.search(group) is None)
-            if len(self._cache) > 100_000:
-                self._cache.clear()
-            self._cache[group] = hit
+            if len(self.cache) > 100_000:
+                self.cache.clear()
+            self.cache[group] = hit
         return hit

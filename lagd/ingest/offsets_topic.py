@@ -15,22 +15,29 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from lagd import logs
+from lagd import compiled, logs
 from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
+from lagd.ingest.codec import COMMIT_KEYS_MAX, commit_keys
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, start_consumer
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
-from lagd.ingest.validate import EdgeLimits
-from lagd.model import Event, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
+from lagd.ingest.validate import MAX_OFFSET, EdgeLimits
+from lagd.model import Commit, Event, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
 from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
+
+# the usual record read compiled (build_batch), or None where the Python reads it (lagd.compiled)
+_commits = compiled.load("lagd.ingest._commits", Path(__file__).with_name("_commits.c"))
+_read_commits = None if _commits is None else _commits.read_commits
+_MIN_Q, _MAX_Q = -(2**63), 2**63 - 1
 
 DECODE_SLICE = 500  # records decoded between two turns of the event loop (about 1.5 ms)
 # Records per fetch handed over by aiokafka, which builds a ConsumerRecord for each of them in
@@ -75,12 +82,23 @@ def build_batch(
     Returns the new position (last offset + 1), or None when there were no records.
     Events of groups the filter denies are dropped and counted here, before anything is stored;
     records `limits` refuses are counted and skipped, and the position still moves past them.
+    The usual record (an offset commit every check passes) is read by the compiled code where
+    it is built (`_commits.c`), every other one by `events_from_record`, in the records' order.
     """
-    last: int | None = None
+    records = records if type(records) is list else list(records)
+    if not records:
+        return None
     allows = groups.allows
     append = out.append
-    for rec in records:
-        last = int(rec.offset)
+    usual = _usual_commits(cluster, observed, groups, counters, limits)
+    i, n = 0, len(records)
+    while i < n:
+        if usual is not None:
+            i = usual(records, i, out)
+            if i >= n:
+                break
+        rec = records[i]
+        i += 1
         events = events_from_record(
             cluster, rec.key, rec.value, rec.offset, observed, counters, kip848=kip848, limits=limits, source=partition
         )
@@ -90,10 +108,55 @@ def build_batch(
                 counters.filtered_groups += 1
                 continue
             append(ev)
-    if last is None:
+    last = int(records[-1].offset) + 1
+    out.append(ReaderPosition(cluster, partition, last))
+    return last
+
+
+UsualCommits = Callable[[list[Any], int, list[Event]], int]
+
+
+def _usual_commits(
+    cluster: str, observed: int, groups: GroupFilter, counters: IngestCounters, limits: EdgeLimits | None
+) -> UsualCommits | None:
+    """The compiled reader of the usual record for one fetch's slice: `(records, start, out)`
+    appends the Commits of the records from `start` on, counts them as `events_from_record` and
+    the filter would, and returns the index of the first record it leaves to them. None where
+    only the Python reads: not built, or no limits to check (tests, `lagd decode`)."""
+    if _read_commits is None or limits is None or type(observed) is not int:
         return None
-    out.append(ReaderPosition(cluster, partition, last + 1))
-    return last + 1
+    # the commit-time limits as EdgeLimits.commit_problem applies them, clamped to int64 (record times are)
+    oldest = max(_MIN_Q, observed - limits.max_commit_age_ms)
+    newest = min(_MAX_Q, observed + limits.max_commit_ahead_ms)
+    max_group_bytes = min(limits.max_group_bytes, _MAX_Q)
+    read_commits = _read_commits
+
+    def read(records: list[Any], start: int, out: list[Event]) -> int:
+        stop, read, filtered = read_commits(
+            records,
+            start,
+            out,
+            commit_keys,
+            COMMIT_KEYS_MAX,
+            groups.cache,
+            groups.allows,
+            limits.partition_counts,
+            limits.topics_ok,
+            max_group_bytes,
+            MAX_OFFSET,
+            oldest,
+            newest,
+            cluster,
+            observed,
+            Commit,
+        )
+        if read:
+            by_type = counters.records_by_type
+            by_type["offset_commit"] = by_type.get("offset_commit", 0) + read
+            counters.filtered_groups += filtered
+        return int(stop)
+
+    return read
 
 
 async def read_offsets_topic(

@@ -76,7 +76,8 @@ class EdgeLimits:
     # added since the last metadata refresh, so the reader refreshes early
     stale_counts: bool = False
     _logged: dict[str, int] = field(default_factory=dict)
-    _topics_ok: set[str] = field(default_factory=set)
+    # topics whose name passed topic_problem (commit_problem's short path; _commits.c reads it too)
+    topics_ok: set[str] = field(default_factory=set)
 
     @classmethod
     def for_cluster(cls, c: ClusterSettings) -> EdgeLimits:
@@ -84,13 +85,13 @@ class EdgeLimits:
         return cls(c.name, c.max_group_name, int(age * 1000), int(c.max_commit_ahead * 1000))
 
     def topic_problem(self, topic: str) -> str | None:
-        if topic in self._topics_ok:
+        if topic in self.topics_ok:
             return None
         if _TOPIC_NAME.fullmatch(topic) is None:
             return "topic_name_invalid"
-        if len(self._topics_ok) >= 100_000:
-            self._topics_ok.clear()
-        self._topics_ok.add(topic)
+        if len(self.topics_ok) >= 100_000:
+            self.topics_ok.clear()
+        self.topics_ok.add(topic)
         return None
 
     def group_problem(self, group: str) -> str | None:
@@ -126,7 +127,7 @@ class EdgeLimits:
         if (
             count is not None
             and 0 <= partition < count
-            and topic in self._topics_ok
+            and topic in self.topics_ok
             and len(group) * 4 <= self.max_group_bytes
             and "\x00" not in group
         ):

@@ -1,0 +1,265 @@
+/* The offsets topic's usual record, compiled: an offset commit (key type 0 or 1, value v3) of a
+ * group the filter allows, on a partition of a topic already checked, read straight from
+ * aiokafka's records into lagd's Commit events. That is what `offsets_topic.build_batch` does
+ * for it in Python through `records.events_from_record`, `codec.commit_fields`,
+ * `validate.EdgeLimits.commit_problem` and `GroupFilter.allows`; those were about a fifth of
+ * lagd's CPU while it caught up on a backlog.
+ *
+ * `read_commits` reads records from an index on and stops at the first one it does not read
+ * exactly as that Python would (any other record type or value version, a record any limit
+ * refuses, a topic not yet checked or a group the filter has not judged yet), returning its index:
+ * the Python reads that one (counting, logging and skipping what it refuses) and calls again
+ * past it. So records keep their order and the Python keeps every decision but the common one.
+ *
+ * Optional: the build compiles it where a C compiler is found (hatch_build.py); without it lagd
+ * runs the Python, which reads every record the same way (tests/test_commits_c.py compares them).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+static PyObject *name_key, *name_value, *name_offset;
+
+static inline uint16_t be16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+
+static inline uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static inline int64_t be64(const unsigned char *p) {
+    return (int64_t)(((uint64_t)be32(p) << 32) | (uint64_t)be32(p + 4));
+}
+
+/* A commit key's (group, topic, partition, key type) from `keys` (codec's cache of them, a new
+ * key decoded and added as codec._commit_key does): a new reference; NULL without an exception
+ * where the key is not one the Python would read as a commit's (it reads and refuses it). */
+static PyObject *commit_key(PyObject *keys, PyObject *key, Py_ssize_t keys_max) {
+    PyObject *k = PyDict_GetItemWithError(keys, key);
+    if (k != NULL) {
+        if (!PyTuple_CheckExact(k) || PyTuple_GET_SIZE(k) != 4 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(k, 0)) ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(k, 1)) || !PyLong_CheckExact(PyTuple_GET_ITEM(k, 2)))
+            return NULL; /* not what codec keeps: the Python reads it */
+        Py_INCREF(k);
+        return k;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(key);
+    Py_ssize_t n = PyBytes_GET_SIZE(key);
+    if (n < 4)
+        return NULL;
+    int rtype = (int16_t)be16(b), glen = (int16_t)be16(b + 2);
+    if ((rtype != 0 && rtype != 1) || glen < 0)
+        return NULL;
+    Py_ssize_t p = 4 + (Py_ssize_t)glen;
+    if (p + 2 > n)
+        return NULL;
+    int tlen = (int16_t)be16(b + p);
+    if (tlen < 0)
+        return NULL;
+    Py_ssize_t q = p + 2 + (Py_ssize_t)tlen;
+    if (q + 4 > n)
+        return NULL;
+    PyObject *group = PyUnicode_DecodeUTF8((const char *)b + 4, glen, "replace");
+    PyObject *topic = group == NULL ? NULL : PyUnicode_DecodeUTF8((const char *)b + p + 2, tlen, "replace");
+    PyObject *partition = topic == NULL ? NULL : PyLong_FromLong((long)(int32_t)be32(b + q));
+    PyObject *kind = partition == NULL ? NULL : PyLong_FromLong(rtype);
+    if (kind != NULL) {
+        PyUnicode_InternInPlace(&group);
+        PyUnicode_InternInPlace(&topic);
+        k = PyTuple_Pack(4, group, topic, partition, kind);
+    }
+    Py_XDECREF(group);
+    Py_XDECREF(topic);
+    Py_XDECREF(partition);
+    Py_XDECREF(kind);
+    if (k == NULL)
+        return NULL;
+    if (PyDict_GET_SIZE(keys) >= keys_max)
+        PyDict_Clear(keys); /* codec's bound on the cache, kept the same way */
+    if (PyDict_SetItem(keys, key, k) < 0) {
+        Py_DECREF(k);
+        return NULL;
+    }
+    return k;
+}
+
+/* 1: `group` may be applied by EdgeLimits.commit_problem's own short path (a short enough name
+ * without NUL); 0: the Python asks the long way; -1: an exception. */
+static int group_ok(PyObject *group, Py_ssize_t max_group_bytes) {
+    Py_ssize_t len = PyUnicode_GET_LENGTH(group);
+    if (max_group_bytes < 0 || len > max_group_bytes / 4) /* len * 4 <= max_group_bytes, without overflow */
+        return 0;
+    Py_ssize_t nul = PyUnicode_FindChar(group, 0, 0, len, 1);
+    return nul == -2 ? -1 : nul == -1;
+}
+
+static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 16) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_commits(records, start, out, keys, keys_max, allowed, allows, partition_counts, "
+                        "topics_ok, max_group_bytes, max_offset, oldest_ts, newest_ts, cluster, observed, commit)");
+        return NULL;
+    }
+    PyObject *records = args[0], *out = args[2], *keys = args[3], *allowed = args[5], *allows = args[6];
+    PyObject *counts = args[7], *topics_ok = args[8], *cluster = args[13], *observed = args[14];
+    PyTypeObject *commit = (PyTypeObject *)args[15];
+    if (!PyList_CheckExact(records) || !PyList_CheckExact(out) || !PyDict_CheckExact(keys) ||
+        !PyDict_CheckExact(allowed) || !PyDict_CheckExact(counts) || !PyAnySet_CheckExact(topics_ok) ||
+        !PyUnicode_CheckExact(cluster) || !PyLong_CheckExact(observed) || !PyType_Check(args[15])) {
+        PyErr_SetString(PyExc_TypeError, "read_commits: records and out lists, keys, allowed and partition_counts "
+                                         "dicts, topics_ok a set, cluster a str, observed an int, commit a type");
+        return NULL;
+    }
+    /* Commit: a named tuple of 8 fields, nothing beside them (built as tuple.__new__ builds one) */
+    if (!PyType_IsSubtype(commit, &PyTuple_Type) || commit->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        commit->tp_itemsize != PyTuple_Type.tp_itemsize || commit->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "read_commits: commit must be a named tuple type");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t keys_max = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t max_group_bytes = PyLong_AsSsize_t(args[9]);
+    long long max_offset = PyLong_AsLongLong(args[10]);
+    long long oldest = PyLong_AsLongLong(args[11]);
+    long long newest = PyLong_AsLongLong(args[12]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (start < 0) {
+        PyErr_SetString(PyExc_IndexError, "read_commits: start must be >= 0");
+        return NULL;
+    }
+    Py_ssize_t read = 0, filtered = 0, i = start;
+    for (; i < PyList_GET_SIZE(records); i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        Py_INCREF(rec);
+        PyObject *key = PyObject_GetAttr(rec, name_key);
+        PyObject *value = key == NULL ? NULL : PyObject_GetAttr(rec, name_value);
+        PyObject *order = value == NULL ? NULL : PyObject_GetAttr(rec, name_offset);
+        Py_DECREF(rec);
+        PyObject *k = NULL, *event = NULL;
+        int done = 0; /* 1: read (applied or filtered), 0: the Python reads it, -1: an exception */
+        if (order == NULL) {
+            PyErr_Clear(); /* the Python meets the same record and says what is wrong with it */
+            goto next;
+        }
+        if (!PyBytes_CheckExact(key) || !PyBytes_CheckExact(value) || !PyLong_CheckExact(order) ||
+            PyBytes_GET_SIZE(key) < 2 || PyBytes_AS_STRING(key)[0] != 0 ||
+            (PyBytes_AS_STRING(key)[1] != 0 && PyBytes_AS_STRING(key)[1] != 1))
+            goto next;
+        /* the value: v3 (offset, leader epoch, metadata, commit time); the metadata is not kept */
+        const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(value);
+        Py_ssize_t n = PyBytes_GET_SIZE(value);
+        if (n < 16 || be16(v) != 3)
+            goto next;
+        int mlen = (int16_t)be16(v + 14);
+        if (mlen < 0 || 16 + (Py_ssize_t)mlen + 8 > n)
+            goto next;
+        int64_t offset = be64(v + 2), ts = be64(v + 16 + mlen);
+        /* EdgeLimits.commit_problem's checks, its short path only */
+        if (offset < 0 || offset >= max_offset || ts < oldest || ts > newest)
+            goto next;
+        k = commit_key(keys, key, keys_max);
+        if (k == NULL) {
+            done = PyErr_Occurred() ? -1 : 0;
+            goto next;
+        }
+        PyObject *group = PyTuple_GET_ITEM(k, 0), *topic = PyTuple_GET_ITEM(k, 1), *partition = PyTuple_GET_ITEM(k, 2);
+        PyObject *count = PyDict_GetItemWithError(counts, topic);
+        if (count == NULL || !PyLong_CheckExact(count)) {
+            done = PyErr_Occurred() ? -1 : 0;
+            goto next;
+        }
+        int overflow = 0;
+        long long p = PyLong_AsLongLongAndOverflow(partition, &overflow), c = PyLong_AsLongLongAndOverflow(count, &overflow);
+        if (overflow || p < 0 || p >= c)
+            goto next;
+        int ok = PySet_Contains(topics_ok, topic);
+        if (ok == 1)
+            ok = group_ok(group, max_group_bytes);
+        if (ok != 1) {
+            done = ok;
+            goto next;
+        }
+        /* the group filter: its cache, else the filter itself (which fills the cache) */
+        PyObject *allow = PyDict_GetItemWithError(allowed, group);
+        if (allow != NULL)
+            Py_INCREF(allow);
+        else if (!PyErr_Occurred())
+            allow = PyObject_CallOneArg(allows, group);
+        int yes = allow == NULL ? -1 : PyObject_IsTrue(allow);
+        Py_XDECREF(allow);
+        if (yes < 0) {
+            done = -1;
+            goto next;
+        }
+        done = 1;
+        if (!yes) {
+            filtered++;
+            goto next;
+        }
+        PyObject *offset_obj = PyLong_FromLongLong(offset), *ts_obj = PyLong_FromLongLong(ts);
+        if (offset_obj != NULL && ts_obj != NULL)
+            event = commit->tp_alloc(commit, 8);
+        if (event == NULL) {
+            Py_XDECREF(offset_obj);
+            Py_XDECREF(ts_obj);
+            done = -1;
+            goto next;
+        }
+        PyObject *fields[8] = {cluster, group, topic, partition, offset_obj, order, ts_obj, observed};
+        for (int f = 0; f < 8; f++) {
+            if (f != 4 && f != 6)
+                Py_INCREF(fields[f]);
+            PyTuple_SET_ITEM(event, f, fields[f]);
+        }
+        if (PyList_Append(out, event) < 0)
+            done = -1;
+    next:
+        Py_XDECREF(event);
+        Py_XDECREF(k);
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        Py_XDECREF(order);
+        if (done < 0)
+            return NULL;
+        if (done == 0)
+            break;
+        read++;
+    }
+    return Py_BuildValue("nnn", i, read, filtered);
+}
+
+static PyMethodDef methods[] = {
+    {"read_commits", (PyCFunction)(void (*)(void))read_commits, METH_FASTCALL,
+     "read_commits(records, start, out, keys, keys_max, allowed, allows, partition_counts, topics_ok, "
+     "max_group_bytes, max_offset, oldest_ts, newest_ts, cluster, observed, commit) -> (stop, read, filtered): "
+     "appends the Commit of each record from records[start] on that is a usual offset commit passing the limits "
+     "and the filter (filtered ones are only counted), up to the first record only the Python reads, whose index "
+     "is `stop` (len(records) when none)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lagd.ingest._commits",
+                                    "The offsets topic's usual record read into a Commit, compiled (offsets_topic).",
+                                    -1, methods, NULL, NULL, NULL, NULL};
+
+/* The SHA-1 of the source this was built from (hatch_build.py passes it): lagd.compiled refuses a
+ * build of another source, such as one left behind after this file changed. */
+#ifndef LAGD_SOURCE_SHA1
+#define LAGD_SOURCE_SHA1 ""
+#endif
+
+PyMODINIT_FUNC PyInit__commits(void) {
+    name_key = PyUnicode_InternFromString("key");
+    name_value = PyUnicode_InternFromString("value");
+    name_offset = PyUnicode_InternFromString("offset");
+    if (name_key == NULL || name_value == NULL || name_offset == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_SOURCE_SHA1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
