@@ -36,7 +36,7 @@ log = logs.get(__name__)
 
 # the usual record read compiled (build_batch), or None where the Python reads it (lagd.compiled)
 _commits = compiled.load("lagd.ingest._commits", Path(__file__).with_name("_commits.c"))
-_read_commits = None if _commits is None else _commits.read_commits
+_read_commits: Callable[..., tuple[int, int, int]] | None = None if _commits is None else _commits.read_commits
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1
 
 DECODE_SLICE = 500  # records decoded between two turns of the event loop (about 1.5 ms)

@@ -18,8 +18,10 @@ import sys
 from array import array
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from lagd import compiled
 from lagd.model import (
     Commit,
     Event,
@@ -44,6 +46,13 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 OFFSET, ORDER, TS, OBSERVED, LAG = range(FIELDS)
 LAST = -FIELDS  # the newest entry's base index
 PREV = -2 * FIELDS  # the second newest entry's
+
+# The usual commit applied compiled (State.apply_many), or None where the Python applies it: not
+# built (lagd.compiled), or built for another layout than the one above.
+_apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
+_apply_commits: Callable[..., int] | None = (
+    _apply.apply_commits if _apply is not None and _apply.LAYOUT == (FIELDS, OFFSET, ORDER, TS, OBSERVED, LAG) else None
+)
 
 
 COARSE_STEP_MS = 60_000  # a sample leaving the fine tier is kept if this far after the coarse tier's newest
@@ -226,9 +235,43 @@ class State:
         self._dispatch[type(event)](event)
 
     def apply_many(self, events: Iterable[Event]) -> None:
+        """Apply events in order (idempotent). The usual commit (newer than its window's newest,
+        of a group without tombstones) is applied by the compiled code where it is built
+        (`_apply.c`), every other event by the Python, in the events' order."""
         dispatch = self._dispatch
-        for event in events:
-            dispatch[type(event)](event)
+        fast = self._compiled_apply()
+        if fast is None or type(events) is not list:
+            for event in events:
+                dispatch[type(event)](event)
+            return
+        i, n = 0, len(events)
+        clusters = self._clusters
+        while i < n:
+            i = fast(
+                self,
+                clusters,
+                events,
+                i,
+                Commit,
+                self.intervals,
+                self.min_distance_ms,
+                self.window_step_ms,
+                self.record_history,
+            )
+            if i < n:
+                event = events[i]
+                dispatch[type(event)](event)
+                i += 1
+
+    def _compiled_apply(self) -> Callable[..., int] | None:
+        """`_apply.apply_commits` where it applies commits as `_commit` does under these settings:
+        built, of this layout, and the settings plain int64 integers."""
+        if _apply_commits is None:
+            return None
+        for setting in (self.intervals, self.min_distance_ms, self.window_step_ms):
+            if type(setting) is not int or not _MIN_Q <= setting <= _MAX_Q:
+                return None
+        return _apply_commits
 
     def expire_groups(self, now_ms: int) -> list[tuple[str, str]]:
         """Forget groups whose newest commit is older than expire-group; returns them."""

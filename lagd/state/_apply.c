@@ -1,0 +1,348 @@
+/* A commit applied to the state, compiled: `State._commit` (windows.py) for the usual commit,
+ * one newer than the newest of a window the state already holds, of a group with no tombstone.
+ * That is what a running daemon applies almost every time, and State._commit was the largest
+ * single cost of catching up on a backlog once the records were read compiled (_commits.c).
+ *
+ * `apply_commits` applies events from an index on and stops at the first one it does not apply
+ * exactly as State._commit would (another event type, a new group, topic or partition, a
+ * commit at or older than the window's newest, a tombstone, numbers past int64), returning its
+ * index: the Python applies that one and calls again past it, so events keep their order.
+ *
+ * The window layout (fields per entry and their order) is lagd.state.windows' one definition:
+ * this code holds a copy, `LAYOUT`, which windows.py compares with its own before using it.
+ *
+ * Optional: the build compiles it where a C compiler is found (hatch_build.py); without it lagd
+ * applies every commit in Python, with the same result (tests/test_apply_c.py compares them).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef __SIZEOF_INT128__
+#error "lagd's compiled apply needs a 64-bit GCC or Clang (__int128); lagd runs the Python instead"
+#endif
+__extension__ typedef __int128 i128; /* differences of two int64 times, exactly */
+
+enum { OFFSET, ORDER, TS, OBSERVED, LAG, FIELDS };
+#define NO_LAG INT64_MIN
+
+static PyObject *name_tombstones, *name_groups, *name_deleted, *name_windows, *name_log_end, *name_offsets;
+static PyObject *name_last_commit, *name_newest_commit, *name_seq, *name_state_seq, *name_dirty, *name_changes;
+static PyObject *name_commit_history, *name_add, *name_frombytes, *one;
+
+/* An attribute that must be a dict (a new reference); NULL without an exception: it is not. */
+static PyObject *dict_attr(PyObject *obj, PyObject *name) {
+    PyObject *d = PyObject_GetAttr(obj, name);
+    if (d != NULL && !PyDict_CheckExact(d))
+        Py_CLEAR(d);
+    return d;
+}
+
+/* The newest log-end offset of `topic`/`partition` in `log_end` (cluster's), or 0 with *found 0:
+ * none kept. -1: an exception. */
+static int newest_log_end(PyObject *log_end, PyObject *topic, PyObject *partition, int64_t *out, int *found) {
+    *found = 0;
+    PyObject *ends = PyDict_GetItemWithError(log_end, topic);
+    if (ends == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyDict_CheckExact(ends))
+        return 1; /* not what the state keeps: the Python applies it */
+    PyObject *le = PyDict_GetItemWithError(ends, partition);
+    if (le == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *offsets = PyObject_GetAttr(le, name_offsets);
+    if (offsets == NULL)
+        return -1;
+    Py_buffer view;
+    int rc = 0;
+    if (PyObject_GetBuffer(offsets, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        rc = 1;
+    } else {
+        if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0)
+            rc = 1;
+        else if (view.len >= 8) {
+            *out = ((const int64_t *)view.buf)[view.len / 8 - 1];
+            *found = 1;
+        }
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(offsets);
+    return rc;
+}
+
+typedef struct {
+    PyObject *state, *commit;
+    Py_ssize_t intervals;
+    int64_t min_distance, window_step;
+    int history;
+} Settings;
+
+/* State._commit for one event: 1 applied, 0 left to the Python (nothing changed), -1 an exception
+ * (nothing changed, or the change is whole but for what failed after it: the caller re-applies
+ * the batch event by event, which applying twice allows). */
+static int apply_one(const Settings *s, PyObject *clusters, PyObject *ev) {
+    if (Py_TYPE(ev) != (PyTypeObject *)s->commit || PyTuple_GET_SIZE(ev) != 8)
+        return 0;
+    PyObject *cluster = PyTuple_GET_ITEM(ev, 0), *group = PyTuple_GET_ITEM(ev, 1), *topic = PyTuple_GET_ITEM(ev, 2);
+    PyObject *partition = PyTuple_GET_ITEM(ev, 3), *offset_obj = PyTuple_GET_ITEM(ev, 4);
+    PyObject *order_obj = PyTuple_GET_ITEM(ev, 5), *ts_obj = PyTuple_GET_ITEM(ev, 6);
+    PyObject *observed_obj = PyTuple_GET_ITEM(ev, 7);
+    if (!PyLong_CheckExact(offset_obj) || !PyLong_CheckExact(order_obj) || !PyLong_CheckExact(ts_obj) ||
+        !PyLong_CheckExact(observed_obj) || !PyUnicode_CheckExact(cluster) || !PyUnicode_CheckExact(group) ||
+        !PyUnicode_CheckExact(topic))
+        return 0;
+    int overflow = 0, o2 = 0, o3 = 0, o4 = 0;
+    int64_t offset = PyLong_AsLongLongAndOverflow(offset_obj, &overflow);
+    int64_t order = PyLong_AsLongLongAndOverflow(order_obj, &o2);
+    int64_t ts = PyLong_AsLongLongAndOverflow(ts_obj, &o3);
+    PyLong_AsLongLongAndOverflow(observed_obj, &o4);
+    if (overflow || o2 || o3 || o4 || offset < 0)
+        return 0; /* State._commit refuses it (ValueError) */
+    PyObject *cs = PyDict_GetItemWithError(clusters, cluster);
+    if (cs == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(cs);
+    int rc = -1;
+    PyObject *tombstones = NULL, *groups = NULL, *gs = NULL, *deleted = NULL, *windows = NULL, *log_end = NULL;
+    PyObject *arr = NULL, *key = NULL, *seq = NULL, *changes = NULL, *history = NULL, *lag_obj = NULL;
+    int64_t *kept = NULL;
+    Py_buffer view;
+    int viewing = 0;
+    if ((tombstones = dict_attr(cs, name_tombstones)) == NULL || (groups = dict_attr(cs, name_groups)) == NULL ||
+        (log_end = dict_attr(cs, name_log_end)) == NULL)
+        goto handback;
+    if (PyDict_GET_SIZE(tombstones) != 0) {
+        PyObject *tomb = PyDict_GetItemWithError(tombstones, group);
+        if (tomb != NULL || PyErr_Occurred())
+            goto handback; /* a deleted group: the Python weighs the tombstone */
+    }
+    gs = PyDict_GetItemWithError(groups, group);
+    if (gs == NULL)
+        goto handback; /* a new group */
+    Py_INCREF(gs);
+    if ((deleted = PyObject_GetAttr(gs, name_deleted)) == NULL || deleted != Py_None)
+        goto handback; /* offset tombstones: the Python weighs them */
+    if ((windows = dict_attr(gs, name_windows)) == NULL)
+        goto handback;
+    PyObject *parts = PyDict_GetItemWithError(windows, topic);
+    if (parts == NULL || !PyDict_CheckExact(parts))
+        goto handback; /* a new topic of the group */
+    arr = PyDict_GetItemWithError(parts, partition);
+    if (arr == NULL)
+        goto handback; /* a new partition */
+    Py_INCREF(arr);
+    if (PyObject_GetBuffer(arr, &view, PyBUF_FORMAT | PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        goto handback;
+    }
+    viewing = 1;
+    if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0 || view.len % (8 * FIELDS) != 0)
+        goto handback;
+    int64_t *a = (int64_t *)view.buf;
+    Py_ssize_t n = view.len / (8 * FIELDS);
+    if (n == 0 || order <= a[(n - 1) * FIELDS + ORDER])
+        goto handback; /* an empty window, or a replayed or late commit: the Python places it */
+    int64_t lag = NO_LAG, newest = 0;
+    int found = 0, got = newest_log_end(log_end, topic, partition, &newest, &found);
+    if (got != 0) {
+        if (got > 0)
+            goto handback;
+        goto done;
+    }
+    if (found) {
+        lag = newest - offset; /* offset >= 0: no overflow */
+        if (lag < 0)
+            lag = 0;
+    }
+    /* the window as State._commit leaves it, worked out on a copy, then written back */
+    kept = PyMem_Malloc(sizeof(int64_t) * FIELDS * (size_t)(n + 1));
+    if (kept == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(kept, a, sizeof(int64_t) * FIELDS * (size_t)n);
+    Py_ssize_t m = n; /* entries in kept */
+    i128 since = (i128)ts - (i128)kept[(m - 1) * FIELDS + TS];
+    if (since >= 0 && since < (i128)s->min_distance) {
+        /* min-distance: the newest entry takes the new offset, order and lag, keeps its time */
+        kept[(m - 1) * FIELDS + OFFSET] = offset;
+        kept[(m - 1) * FIELDS + ORDER] = order;
+        kept[(m - 1) * FIELDS + LAG] = lag;
+    } else {
+        if (m >= 3 && s->window_step &&
+            (i128)kept[(m - 2) * FIELDS + TS] - (i128)kept[(m - 3) * FIELDS + TS] < (i128)s->window_step) {
+            /* window-step: the second newest is dropped, too close to its elder */
+            memcpy(kept + (m - 2) * FIELDS, kept + (m - 1) * FIELDS, sizeof(int64_t) * FIELDS);
+            m -= 1;
+        }
+        if (m >= s->intervals) {
+            Py_ssize_t drop = m - s->intervals + 1;
+            memmove(kept, kept + drop * FIELDS, sizeof(int64_t) * FIELDS * (size_t)(m - drop));
+            m -= drop;
+        }
+        int64_t *e = kept + m * FIELDS;
+        e[OFFSET] = offset;
+        e[ORDER] = order;
+        e[TS] = ts;
+        e[OBSERVED] = PyLong_AsLongLong(observed_obj);
+        e[LAG] = lag;
+        m += 1;
+    }
+    /* write it back: in place up to the array's length, then grown or cut to m entries */
+    Py_ssize_t in_place = m < n ? m : n;
+    memcpy(a, kept, sizeof(int64_t) * FIELDS * (size_t)in_place);
+    PyBuffer_Release(&view);
+    viewing = 0;
+    if (m > n) {
+        PyObject *tail = PyBytes_FromStringAndSize((const char *)(kept + n * FIELDS), sizeof(int64_t) * FIELDS);
+        PyObject *r = tail == NULL ? NULL : PyObject_CallMethodOneArg(arr, name_frombytes, tail);
+        Py_XDECREF(tail);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    } else if (m < n && PySequence_DelSlice(arr, m * FIELDS, n * FIELDS) < 0)
+        goto done;
+    /* the group's and the cluster's newest commit times, the change counters, the dirty window */
+    PyObject *last = PyObject_GetAttr(gs, name_last_commit);
+    int newer = last == NULL ? -1 : PyObject_RichCompareBool(ts_obj, last, Py_GT);
+    Py_XDECREF(last);
+    if (newer < 0 || (newer && PyObject_SetAttr(gs, name_last_commit, ts_obj) < 0))
+        goto done;
+    if (newer) {
+        PyObject *nc = PyObject_GetAttr(cs, name_newest_commit);
+        int set = nc == NULL ? -1 : nc == Py_None ? 1 : PyObject_RichCompareBool(ts_obj, nc, Py_GT);
+        Py_XDECREF(nc);
+        if (set < 0 || (set && PyObject_SetAttr(cs, name_newest_commit, ts_obj) < 0))
+            goto done;
+    }
+    PyObject *old = PyObject_GetAttr(s->state, name_state_seq);
+    seq = old == NULL ? NULL : PyNumber_Add(old, one);
+    Py_XDECREF(old);
+    if (seq == NULL || PyObject_SetAttr(s->state, name_state_seq, seq) < 0 || PyObject_SetAttr(gs, name_seq, seq) < 0)
+        goto done;
+    PyObject *dirty = PyObject_GetAttr(s->state, name_dirty);
+    key = PyTuple_Pack(4, cluster, group, topic, partition);
+    int added = dirty == NULL || key == NULL || !PySet_Check(dirty) ? -1 : PySet_Add(dirty, key);
+    if (dirty != NULL && !PySet_Check(dirty) && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "State._dirty_windows must be a set");
+    Py_XDECREF(dirty);
+    if (added < 0)
+        goto done;
+    if (s->history) {
+        /* the newest entry holds this commit whichever branch ran: its lag is the commit's */
+        changes = PyObject_GetAttr(s->state, name_changes);
+        history = changes == NULL ? NULL : PyObject_GetAttr(changes, name_commit_history);
+        lag_obj = history == NULL ? NULL : PyLong_FromLongLong(kept[(m - 1) * FIELDS + LAG]);
+        if (lag_obj == NULL)
+            goto done;
+        PyObject *call[9] = {history, ts_obj, cluster, group, topic, partition, offset_obj, lag_obj, observed_obj};
+        PyObject *r = PyObject_VectorcallMethod(name_add, call, 9 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    rc = 1;
+    goto done;
+handback:
+    rc = PyErr_Occurred() ? -1 : 0;
+done:
+    if (viewing)
+        PyBuffer_Release(&view);
+    PyMem_Free(kept);
+    Py_XDECREF(lag_obj);
+    Py_XDECREF(history);
+    Py_XDECREF(changes);
+    Py_XDECREF(seq);
+    Py_XDECREF(key);
+    Py_XDECREF(arr);
+    Py_XDECREF(windows);
+    Py_XDECREF(deleted);
+    Py_XDECREF(gs);
+    Py_XDECREF(log_end);
+    Py_XDECREF(groups);
+    Py_XDECREF(tombstones);
+    Py_DECREF(cs);
+    return rc;
+}
+
+static PyObject *apply_commits(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "apply_commits(state, clusters, events, start, commit, intervals, "
+                                         "min_distance_ms, window_step_ms, record_history)");
+        return NULL;
+    }
+    Settings s = {.state = args[0], .commit = args[4]};
+    PyObject *clusters = args[1], *events = args[2];
+    if (!PyDict_CheckExact(clusters) || !PyList_CheckExact(events) || !PyType_Check(s.commit) ||
+        !PyType_IsSubtype((PyTypeObject *)s.commit, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "apply_commits: clusters a dict, events a list, commit a named tuple type");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[3]);
+    s.intervals = PyLong_AsSsize_t(args[5]);
+    s.min_distance = PyLong_AsLongLong(args[6]);
+    s.window_step = PyLong_AsLongLong(args[7]);
+    s.history = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred() || s.history < 0)
+        return NULL;
+    if (start < 0 || s.intervals < 1) {
+        PyErr_SetString(PyExc_ValueError, "apply_commits: start must be >= 0 and intervals >= 1");
+        return NULL;
+    }
+    Py_ssize_t i = start;
+    for (; i < PyList_GET_SIZE(events); i++) {
+        PyObject *ev = PyList_GET_ITEM(events, i);
+        Py_INCREF(ev);
+        int rc = apply_one(&s, clusters, ev);
+        Py_DECREF(ev);
+        if (rc < 0)
+            return NULL;
+        if (rc == 0)
+            break;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
+static PyMethodDef methods[] = {
+    {"apply_commits", (PyCFunction)(void (*)(void))apply_commits, METH_FASTCALL,
+     "apply_commits(state, clusters, events, start, commit, intervals, min_distance_ms, window_step_ms, "
+     "record_history) -> stop: State._commit for each event from events[start] on, up to the first one only the "
+     "Python applies, whose index is `stop` (len(events) when none)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lagd.state._apply",
+                                    "The usual commit applied to the state, compiled (windows.State).", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+/* The SHA-1 of the source this was built from (hatch_build.py passes it): lagd.compiled refuses a
+ * build of another source, such as one left behind after this file changed. */
+#ifndef LAGD_SOURCE_SHA1
+#define LAGD_SOURCE_SHA1 ""
+#endif
+
+PyMODINIT_FUNC PyInit__apply(void) {
+    PyObject **names[] = {&name_tombstones, &name_groups,       &name_deleted, &name_windows,     &name_log_end,
+                          &name_offsets,    &name_last_commit,  &name_newest_commit, &name_seq, &name_state_seq,
+                          &name_dirty,      &name_changes,      &name_commit_history, &name_add, &name_frombytes};
+    const char *strings[] = {"tombstones", "groups",      "deleted", "windows",         "log_end",
+                             "offsets",    "last_commit", "newest_commit", "seq", "_seq",
+                             "_dirty_windows", "_changes", "commit_history", "add", "frombytes"};
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+        if ((*names[k] = PyUnicode_InternFromString(strings[k])) == NULL)
+            return NULL;
+    if ((one = PyLong_FromLong(1)) == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    PyObject *layout = m == NULL ? NULL : Py_BuildValue("(iiiiii)", FIELDS, OFFSET, ORDER, TS, OBSERVED, LAG);
+    if (m != NULL && (PyModule_AddStringConstant(m, "SOURCE_SHA1", LAGD_SOURCE_SHA1) < 0 ||
+                      PyModule_AddObject(m, "LAYOUT", layout) < 0)) {
+        Py_XDECREF(layout);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

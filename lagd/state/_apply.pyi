@@ -1,0 +1,17 @@
+# The compiled apply of the usual commit (_apply.c); lagd.state.windows uses it where built.
+from typing import Any
+
+SOURCE_SHA1: str
+LAYOUT: tuple[int, int, int, int, int, int]
+
+def apply_commits(
+    state: Any,
+    clusters: dict[str, Any],
+    events: list[Any],
+    start: int,
+    commit: type,
+    intervals: int,
+    min_distance_ms: int,
+    window_step_ms: int,
+    record_history: bool,
+) -> int: ...

@@ -1,0 +1,213 @@
+"""The compiled apply of the usual commit (lagd/state/_apply.c) changes the state exactly as
+`State._commit` does, or leaves the event to it: random streams of commits (in order, replayed,
+late, duplicated, close together, past int64), offset and group tombstones, log-end samples and
+positions, under every window setting (intervals, min-distance, window-step, history on and
+off), are applied both ways and must leave the same state to the last field: windows, times,
+change counters, dirty windows and history rows.
+
+Where a C compiler and Python's headers are on this machine the build must have compiled it:
+otherwise these tests would pass on the Python alone and say nothing about the C.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import subprocess
+import sys
+from array import array
+from typing import Any
+
+import pytest
+
+from lagd.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    IngestCounters,
+    LogEndSample,
+    OffsetDeleted,
+    ReaderPosition,
+)
+from lagd.state import windows
+from lagd.state.guard import PoisonLog, apply_guarded
+from lagd.state.windows import State
+from tests.test_trend_c import _can_compile
+
+APPLY = windows._apply_commits
+needs_c = pytest.mark.skipif(APPLY is None, reason="no C compiler here: lagd applies every commit in Python")
+T0 = 1_700_000_000_000
+
+
+def test_the_compiled_apply_is_built_where_it_can_be() -> None:
+    assert not _can_compile() or APPLY is not None, (
+        "a C compiler and Python's headers are here but lagd.state._apply is not importable (or was built for "
+        "another window layout): reinstall lagd (.venv/bin/pip install --no-deps -e .) and read the build's warning"
+    )
+
+
+def test_lagd_no_extensions_applies_in_python() -> None:
+    code = "from lagd.state import windows; print(windows._apply_commits is None)"
+    env = {**os.environ, "LAGD_NO_EXTENSIONS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
+
+
+def _plain(value: Any) -> Any:
+    """The state's objects as plain values, to compare two states field by field."""
+    if isinstance(value, array):
+        return (value.typecode, value.tolist())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, set):
+        return sorted(value, key=repr)
+    return value
+
+
+def _dump(state: State) -> Any:
+    history = state._changes.commit_history
+    return (
+        _plain(state._clusters),
+        state._seq,
+        state._tracked,
+        sorted(state._dirty_windows, key=repr),
+        {name: _plain(getattr(history, name)) for name in history.__slots__},
+    )
+
+
+def _stream(rng: random.Random, n: int) -> list[Event]:
+    """Commits of 2 clusters x 8 groups x 2 topics x 3 partitions, mostly in order, with the
+    other events among them (tombstones and odd commits rare: a batch holding an odd one is
+    applied again event by event, in Python, by apply_guarded)."""
+    events: list[Event] = []
+    order = 0
+    clock = T0
+    for _ in range(n):
+        order += rng.choice([1, 1, 1, 2, 5])
+        clock += rng.choice([0, 1, 500, 2_000, 10_000, 30_000, 61_000])
+        cluster, group = rng.choice(["c1", "c2"]), rng.choice([f"g{k}" for k in range(8)])
+        topic, partition = rng.choice(["t1", "t2"]), rng.randrange(3)
+        roll = rng.random()
+        if roll < 0.72:
+            events.append(Commit(cluster, group, topic, partition, rng.randrange(10_000), order, clock, clock + 5))
+        elif roll < 0.80 and events:
+            events.append(rng.choice(events))  # a replay of anything seen
+        elif roll < 0.84:
+            late = order - rng.randrange(1, 30)
+            events.append(Commit(cluster, group, topic, partition, rng.randrange(10_000), late, clock - 40_000, clock))
+        elif roll < 0.90:
+            events.append(LogEndSample(cluster, topic, partition, rng.randrange(12_000), clock))
+        elif roll < 0.903:
+            events.append(OffsetDeleted(cluster, group, topic, partition, order))
+        elif roll < 0.905:
+            events.append(GroupDeleted(cluster, group, order))
+        elif roll < 0.998:
+            events.append(ReaderPosition(cluster, rng.randrange(4), order))
+        else:  # past what a window holds, or odd: State._commit refuses them (ValueError)
+            odd = rng.choice([(-1, order, clock), (2**63, order, clock), (5, 2**63, clock), (5, order, -(2**64))])
+            events.append(Commit(cluster, group, topic, partition, odd[0], odd[1], odd[2], clock))
+    return events
+
+
+def _apply(events: list[Event], settings: dict[str, Any], chunks: list[int]) -> Any:
+    state = State(**settings)
+    counters = {"c1": IngestCounters(), "c2": IngestCounters()}
+    poison = PoisonLog()
+    i = 0
+    for size in chunks:
+        apply_guarded(state, events[i : i + size], counters, poison)
+        i += size
+    return _dump(state), poison.skipped, {c: dataclasses.asdict(v) for c, v in counters.items()}
+
+
+SETTINGS = [
+    {"intervals": 10},
+    {"intervals": 1},
+    {"intervals": 2, "min_distance_ms": 5_000},
+    {"intervals": 3, "window_step_ms": 30_000},
+    {"intervals": 10, "window_step_ms": 30_000, "min_distance_ms": 1_000},
+    {"intervals": 5, "record_history": False},
+    {"intervals": 4, "min_distance_ms": 2**62, "window_step_ms": -5},
+]
+
+
+@needs_c
+@pytest.mark.parametrize("settings", SETTINGS, ids=[repr(s) for s in SETTINGS])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_apply_changes_the_state_as_the_python(
+    monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any], seed: int
+) -> None:
+    rng = random.Random(seed)
+    events = _stream(rng, 2_500)
+    chunks = []
+    left = len(events)
+    while left:
+        chunks.append(min(left, rng.choice([1, 3, 50, 200])))
+        left -= chunks[-1]
+    applied_by_c = 0
+
+    def counting(*args: Any) -> int:
+        nonlocal applied_by_c
+        assert APPLY is not None
+        stop: int = APPLY(*args)
+        applied_by_c += stop - args[3]
+        return stop
+
+    monkeypatch.setattr(windows, "_apply_commits", counting)
+    fast = _apply(events, settings, chunks)
+    monkeypatch.setattr(windows, "_apply_commits", None)
+    slow = _apply(events, settings, chunks)
+    assert fast == slow
+    assert fast[1] > 0  # the odd commits were refused and counted both ways
+    assert applied_by_c > len(events) // 4
+
+
+@needs_c
+def test_a_steady_stream_is_applied_by_the_c_alone() -> None:
+    """Once each window holds a commit, every newer one is the C's, growing the window up to
+    `intervals` entries and sliding it after; the window and history are the Python's."""
+    assert APPLY is not None
+    fast, slow = State(intervals=3), State(intervals=3)
+    first = [Commit("c", "g", "t", p, 0, p, T0, T0) for p in range(2)]
+    fast.apply_many(list(first))
+    slow.apply_many(list(first))
+    later = [Commit("c", "g", "t", k % 2, k, 10 + k, T0 + 60_000 * k, T0 + 60_000 * k) for k in range(20)]
+    later.insert(7, LogEndSample("c", "t", 1, 50, T0 + 400_000))
+    assert APPLY(fast, fast._clusters, later, 0, Commit, 3, 0, 0, True) == 7  # up to the sample
+    fast.apply(later[7])
+    assert APPLY(fast, fast._clusters, later, 8, Commit, 3, 0, 0, True) == len(later)
+    for event in later:
+        slow.apply(event)
+    assert _dump(fast) == _dump(slow)
+    assert fast.window("c", "g", "t", 1) is not None and len(fast._clusters["c"].groups["g"].windows["t"][1]) == 15
+
+
+@needs_c
+def test_apply_commits_refuses_what_it_cannot_apply() -> None:
+    assert APPLY is not None
+    state = State()
+    good: list[Any] = [state, state._clusters, [], 0, Commit, 10, 0, 0, True]
+    assert APPLY(*good) == 0
+    with pytest.raises(TypeError):
+        APPLY(*good[:8])
+    for index, bad in [(1, []), (2, ()), (4, dict), (4, 3), (5, 1.5), (6, "0"), (6, 2**64)]:
+        args = list(good)
+        args[index] = bad
+        with pytest.raises((TypeError, OverflowError)):
+            APPLY(*args)
+    for index, bad in [(3, -1), (5, 0)]:
+        args = list(good)
+        args[index] = bad
+        with pytest.raises(ValueError):
+            APPLY(*args)
+
+
+@needs_c
+def test_settings_the_c_cannot_hold_leave_every_commit_to_the_python() -> None:
+    state = State(min_distance_ms=2**64)
+    assert state._compiled_apply() is None
+    state.apply_many([Commit("c", "g", "t", 0, 1, 1, T0, T0), Commit("c", "g", "t", 0, 2, 2, T0 + 1, T0 + 1)])
+    assert len(state._clusters["c"].groups["g"].windows["t"][0]) == 5  # min-distance merged them
