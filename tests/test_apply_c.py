@@ -109,6 +109,8 @@ def _stream(rng: random.Random, n: int) -> list[Event]:
         else:  # past what a window holds, or odd: State._commit refuses them (ValueError)
             odd = rng.choice([(-1, order, clock), (2**63, order, clock), (5, 2**63, clock), (5, order, -(2**64))])
             events.append(Commit(cluster, group, topic, partition, odd[0], odd[1], odd[2], clock))
+            if rng.random() < 0.3:  # a partition CommitRows cannot keep (int32): its add refuses it
+                events.append(Commit(cluster, group, topic, 2**31, 5, order, clock, clock))
     return events
 
 
@@ -211,3 +213,30 @@ def test_settings_the_c_cannot_hold_leave_every_commit_to_the_python() -> None:
     assert state._compiled_apply() is None
     state.apply_many([Commit("c", "g", "t", 0, 1, 1, T0, T0), Commit("c", "g", "t", 0, 2, 2, T0 + 1, T0 + 1)])
     assert len(state._clusters["c"].groups["g"].windows["t"][0]) == 5  # min-distance merged them
+
+
+@needs_c
+def test_history_columns_of_another_layout_leave_every_commit_to_the_python() -> None:
+    """The C writes history rows straight into CommitRows' columns (arrays 'q' and 'i', lists):
+    where they are not those, it applies nothing and the Python does."""
+    assert APPLY is not None
+    state = State()
+    state.apply_many([Commit("c", "g", "t", 0, 1, 1, T0, T0)])
+    state._changes.commit_history.partition = array("q", state._changes.commit_history.partition)
+    later = [Commit("c", "g", "t", 0, 2, 2, T0 + 60_000, T0 + 60_000)]
+    assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 0, True) == 0
+    assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 0, False) == 1  # no history: nothing to write
+
+
+@needs_c
+def test_a_partition_past_int32_is_left_to_the_python_where_history_is_kept() -> None:
+    """CommitRows keeps partitions as int32 and its add refuses others; such a window (restored,
+    say) gets its commits from the Python, which refuses them as before."""
+    assert APPLY is not None
+    state = State()
+    state.apply_many([Commit("c", "g", "t", 0, 1, 1, T0, T0)])
+    big = 2**31
+    state._clusters["c"].groups["g"].windows["t"][big] = array("q", [1, 1, T0, T0, windows.NO_LAG])
+    later = [Commit("c", "g", "t", big, 2, 2, T0 + 60_000, T0 + 60_000)]
+    assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 0, True) == 0
+    assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 0, False) == 1

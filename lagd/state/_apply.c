@@ -29,7 +29,7 @@ enum { OFFSET, ORDER, TS, OBSERVED, LAG, FIELDS };
 
 static PyObject *name_tombstones, *name_groups, *name_deleted, *name_windows, *name_log_end, *name_offsets;
 static PyObject *name_last_commit, *name_newest_commit, *name_seq, *name_state_seq, *name_dirty, *name_changes;
-static PyObject *name_commit_history, *name_add, *name_frombytes, *one;
+static PyObject *name_commit_history, *name_frombytes, *one;
 
 /* An attribute that must be a dict (a new reference); NULL without an exception: it is not. */
 static PyObject *dict_attr(PyObject *obj, PyObject *name) {
@@ -72,17 +72,141 @@ static int newest_log_end(PyObject *log_end, PyObject *topic, PyObject *partitio
     return rc;
 }
 
+/* History rows of the commits applied in one call, in CommitRows' columns (lagd.state.history),
+ * added to the state's CommitRows in one go before the call returns (`flush_rows`): adding them
+ * one by one through CommitRows.add cost as much as the rest of the apply. */
+typedef struct {
+    int64_t *ts, *offset, *lag, *observed;
+    int32_t *partition;
+    PyObject *clusters, *groups, *topics; /* lists */
+    Py_ssize_t n, cap;
+} Rows;
+
 typedef struct {
     PyObject *state, *commit;
     Py_ssize_t intervals;
     int64_t min_distance, window_step;
     int history;
+    Rows rows;
 } Settings;
+
+static int add_row(Rows *r, int64_t ts, PyObject *cluster, PyObject *group, PyObject *topic, int32_t partition,
+                   int64_t offset, int64_t lag, int64_t observed) {
+    if (r->n == r->cap) {
+        Py_ssize_t cap = r->cap ? 2 * r->cap : 512;
+        int64_t *cols[4] = {r->ts, r->offset, r->lag, r->observed};
+        for (int c = 0; c < 4; c++) {
+            int64_t *grown = PyMem_Realloc(cols[c], sizeof(int64_t) * (size_t)cap);
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            cols[c] = grown;
+            if (c == 0) r->ts = grown;
+            else if (c == 1) r->offset = grown;
+            else if (c == 2) r->lag = grown;
+            else r->observed = grown;
+        }
+        int32_t *parts = PyMem_Realloc(r->partition, sizeof(int32_t) * (size_t)cap);
+        if (parts == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        r->partition = parts;
+        r->cap = cap;
+    }
+    if (PyList_Append(r->clusters, cluster) < 0 || PyList_Append(r->groups, group) < 0 ||
+        PyList_Append(r->topics, topic) < 0)
+        return -1;
+    r->ts[r->n] = ts;
+    r->offset[r->n] = offset;
+    r->lag[r->n] = lag;
+    r->observed[r->n] = observed;
+    r->partition[r->n] = partition;
+    r->n++;
+    return 0;
+}
+
+/* Is `column` an array of this typecode (CommitRows' layout)? 1 yes, 0 no, -1 an exception. */
+static int is_array_of(PyObject *column, const char *format) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(column, &view, PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = view.format != NULL && strcmp(view.format, format) == 0;
+    PyBuffer_Release(&view);
+    return ok;
+}
+
+static const char *row_columns[8] = {"ts", "cluster", "group", "topic", "partition", "offset", "lag", "observed"};
+
+/* The state's CommitRows, if its columns are as this code writes them (new reference); NULL
+ * without an exception where they are not: then the history is left to the Python. */
+static PyObject *history_rows(PyObject *state) {
+    PyObject *changes = PyObject_GetAttr(state, name_changes);
+    PyObject *history = changes == NULL ? NULL : PyObject_GetAttr(changes, name_commit_history);
+    Py_XDECREF(changes);
+    for (int c = 0; history != NULL && c < 8; c++) {
+        PyObject *column = PyObject_GetAttrString(history, row_columns[c]);
+        int ok = column == NULL ? -1
+                 : (c >= 1 && c <= 3) ? PyList_CheckExact(column)
+                 : is_array_of(column, c == 4 ? "i" : "q");
+        Py_XDECREF(column);
+        if (ok != 1) {
+            if (ok < 0)
+                PyErr_Clear();
+            Py_CLEAR(history);
+        }
+    }
+    return history;
+}
+
+/* Add the rows gathered to the state's CommitRows, and forget them: 0, or -1 and an exception. */
+static int flush_rows(PyObject *state, Rows *r) {
+    if (r->n == 0)
+        return 0;
+    PyObject *history = history_rows(state);
+    if (history == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "State._changes.commit_history changed its columns while applying");
+        return -1;
+    }
+    int rc = 0;
+    for (int c = 0; rc == 0 && c < 8; c++) {
+        PyObject *column = PyObject_GetAttrString(history, row_columns[c]);
+        if (column == NULL) {
+            rc = -1;
+            break;
+        }
+        if (c >= 1 && c <= 3) {
+            PyObject *rows = c == 1 ? r->clusters : c == 2 ? r->groups : r->topics;
+            rc = PyList_SetSlice(column, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, rows);
+        } else {
+            const void *data = c == 0 ? (const void *)r->ts : c == 4 ? (const void *)r->partition
+                             : c == 5 ? (const void *)r->offset : c == 6 ? (const void *)r->lag
+                             : (const void *)r->observed;
+            size_t size = c == 4 ? sizeof(int32_t) : sizeof(int64_t);
+            PyObject *bytes = PyBytes_FromStringAndSize(data, (Py_ssize_t)(size * (size_t)r->n));
+            PyObject *done = bytes == NULL ? NULL : PyObject_CallMethodOneArg(column, name_frombytes, bytes);
+            Py_XDECREF(bytes);
+            rc = done == NULL ? -1 : 0;
+            Py_XDECREF(done);
+        }
+        Py_DECREF(column);
+    }
+    Py_DECREF(history);
+    r->n = 0;
+    if (PyList_SetSlice(r->clusters, 0, PY_SSIZE_T_MAX, NULL) < 0 || PyList_SetSlice(r->groups, 0, PY_SSIZE_T_MAX, NULL) < 0 ||
+        PyList_SetSlice(r->topics, 0, PY_SSIZE_T_MAX, NULL) < 0)
+        rc = -1;
+    return rc;
+}
 
 /* State._commit for one event: 1 applied, 0 left to the Python (nothing changed), -1 an exception
  * (nothing changed, or the change is whole but for what failed after it: the caller re-applies
  * the batch event by event, which applying twice allows). */
-static int apply_one(const Settings *s, PyObject *clusters, PyObject *ev) {
+static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
     if (Py_TYPE(ev) != (PyTypeObject *)s->commit || PyTuple_GET_SIZE(ev) != 8)
         return 0;
     PyObject *cluster = PyTuple_GET_ITEM(ev, 0), *group = PyTuple_GET_ITEM(ev, 1), *topic = PyTuple_GET_ITEM(ev, 2);
@@ -100,13 +224,22 @@ static int apply_one(const Settings *s, PyObject *clusters, PyObject *ev) {
     PyLong_AsLongLongAndOverflow(observed_obj, &o4);
     if (overflow || o2 || o3 || o4 || offset < 0)
         return 0; /* State._commit refuses it (ValueError) */
+    long long part = 0;
+    if (s->history) {
+        /* CommitRows keeps partitions as int32: the Python's add refuses others (OverflowError) */
+        if (!PyLong_CheckExact(partition))
+            return 0;
+        part = PyLong_AsLongLongAndOverflow(partition, &overflow);
+        if (overflow || part < INT32_MIN || part > INT32_MAX)
+            return 0;
+    }
     PyObject *cs = PyDict_GetItemWithError(clusters, cluster);
     if (cs == NULL)
         return PyErr_Occurred() ? -1 : 0;
     Py_INCREF(cs);
     int rc = -1;
     PyObject *tombstones = NULL, *groups = NULL, *gs = NULL, *deleted = NULL, *windows = NULL, *log_end = NULL;
-    PyObject *arr = NULL, *key = NULL, *seq = NULL, *changes = NULL, *history = NULL, *lag_obj = NULL;
+    PyObject *arr = NULL, *key = NULL, *seq = NULL;
     int64_t *kept = NULL;
     Py_buffer view;
     int viewing = 0;
@@ -230,19 +363,11 @@ static int apply_one(const Settings *s, PyObject *clusters, PyObject *ev) {
     Py_XDECREF(dirty);
     if (added < 0)
         goto done;
-    if (s->history) {
-        /* the newest entry holds this commit whichever branch ran: its lag is the commit's */
-        changes = PyObject_GetAttr(s->state, name_changes);
-        history = changes == NULL ? NULL : PyObject_GetAttr(changes, name_commit_history);
-        lag_obj = history == NULL ? NULL : PyLong_FromLongLong(kept[(m - 1) * FIELDS + LAG]);
-        if (lag_obj == NULL)
-            goto done;
-        PyObject *call[9] = {history, ts_obj, cluster, group, topic, partition, offset_obj, lag_obj, observed_obj};
-        PyObject *r = PyObject_VectorcallMethod(name_add, call, 9 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (r == NULL)
-            goto done;
-        Py_DECREF(r);
-    }
+    if (s->history &&
+        add_row(&s->rows, ts, cluster, group, topic, (int32_t)part, offset,
+                kept[(m - 1) * FIELDS + LAG], /* the newest entry holds this commit whichever branch ran */
+                PyLong_AsLongLong(observed_obj)) < 0)
+        goto done;
     rc = 1;
     goto done;
 handback:
@@ -251,9 +376,6 @@ done:
     if (viewing)
         PyBuffer_Release(&view);
     PyMem_Free(kept);
-    Py_XDECREF(lag_obj);
-    Py_XDECREF(history);
-    Py_XDECREF(changes);
     Py_XDECREF(seq);
     Py_XDECREF(key);
     Py_XDECREF(arr);
@@ -292,18 +414,50 @@ static PyObject *apply_commits(PyObject *module, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_ValueError, "apply_commits: start must be >= 0 and intervals >= 1");
         return NULL;
     }
+    if (s.history) {
+        PyObject *history = history_rows(s.state);
+        if (history == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            return PyLong_FromSsize_t(start); /* history columns of another layout: the Python applies */
+        }
+        Py_DECREF(history);
+        s.rows.clusters = PyList_New(0);
+        s.rows.groups = PyList_New(0);
+        s.rows.topics = PyList_New(0);
+    }
     Py_ssize_t i = start;
-    for (; i < PyList_GET_SIZE(events); i++) {
+    int failed = s.history && (s.rows.clusters == NULL || s.rows.groups == NULL || s.rows.topics == NULL);
+    for (; !failed && i < PyList_GET_SIZE(events); i++) {
         PyObject *ev = PyList_GET_ITEM(events, i);
         Py_INCREF(ev);
         int rc = apply_one(&s, clusters, ev);
         Py_DECREF(ev);
         if (rc < 0)
-            return NULL;
-        if (rc == 0)
+            failed = 1;
+        if (rc <= 0)
             break;
     }
-    return PyLong_FromSsize_t(i);
+    /* the rows of every commit applied, even when one failed (it is applied again, then a replay) */
+    if (s.history && s.rows.n > 0) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (flush_rows(s.state, &s.rows) < 0)
+            failed = 1;
+        if (type != NULL) {
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+        }
+    }
+    PyMem_Free(s.rows.ts);
+    PyMem_Free(s.rows.offset);
+    PyMem_Free(s.rows.lag);
+    PyMem_Free(s.rows.observed);
+    PyMem_Free(s.rows.partition);
+    Py_XDECREF(s.rows.clusters);
+    Py_XDECREF(s.rows.groups);
+    Py_XDECREF(s.rows.topics);
+    return failed ? NULL : PyLong_FromSsize_t(i);
 }
 
 static PyMethodDef methods[] = {
@@ -327,10 +481,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lagd.state._apply",
 PyMODINIT_FUNC PyInit__apply(void) {
     PyObject **names[] = {&name_tombstones, &name_groups,       &name_deleted, &name_windows,     &name_log_end,
                           &name_offsets,    &name_last_commit,  &name_newest_commit, &name_seq, &name_state_seq,
-                          &name_dirty,      &name_changes,      &name_commit_history, &name_add, &name_frombytes};
+                          &name_dirty,      &name_changes,      &name_commit_history, &name_frombytes};
     const char *strings[] = {"tombstones", "groups",      "deleted", "windows",         "log_end",
                              "offsets",    "last_commit", "newest_commit", "seq", "_seq",
-                             "_dirty_windows", "_changes", "commit_history", "add", "frombytes"};
+                             "_dirty_windows", "_changes", "commit_history", "frombytes"};
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if ((*names[k] = PyUnicode_InternFromString(strings[k])) == NULL)
             return NULL;
