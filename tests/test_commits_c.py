@@ -11,6 +11,7 @@ otherwise these tests would pass on the Python alone and say nothing about the C
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -192,12 +193,15 @@ def _both(monkeypatch: pytest.MonkeyPatch, records: list[Any], slices: list[int]
     """(what reading gives, compiled then Python, asserted equal; how many records the C read)."""
     read_by_c = 0
 
-    def counting(*args: Any) -> tuple[int, int, int]:
+    def counting(*args: Any) -> int:
         nonlocal read_by_c
         assert READ is not None
-        got: tuple[int, int, int] = READ(*args)
-        read_by_c += got[1]
-        return got
+        tally, before = args[16], args[16][0]
+        try:
+            stop: int = READ(*args)
+            return stop
+        finally:
+            read_by_c += tally[0] - before
 
     monkeypatch.setattr(offsets_topic, "_read_commits", counting)
     fast = _read(records, slices, **kw)
@@ -285,6 +289,33 @@ def test_the_c_reads_every_usual_commit_the_limits_pass_up_to_their_edges(monkey
     assert read_by_c == 0 and sum(counters["rejected"].values()) == len(beyond)
 
 
+def _args(records: list[Any], start: int = 0, **changed: Any) -> list[Any]:
+    """read_commits' arguments for `records` under the test's limits, some of them changed."""
+    values = dict(
+        records=records,
+        start=start,
+        out=[],
+        keys=codec.commit_keys,
+        keys_max=1 << 18,
+        allowed={},
+        allows=GroupFilter().allows,
+        partition_counts=dict(COUNTS),
+        topics_ok={"orders"},
+        max_group_bytes=1024,
+        max_offset=MAX_OFFSET,
+        oldest=NOW - AGE_MS,
+        newest=NOW + AHEAD_MS,
+        cluster="c1",
+        observed=NOW,
+        commit=Commit,
+        tally=[0, 0],
+    )
+    unknown = set(changed) - set(values)
+    assert not unknown, unknown
+    values.update(changed)  # in place: the arguments keep their order
+    return list(values.values())
+
+
 @needs_c
 def test_read_commits_stops_at_the_first_record_it_leaves_to_the_python() -> None:
     assert READ is not None
@@ -292,13 +323,15 @@ def test_read_commits_stops_at_the_first_record_it_leaves_to_the_python() -> Non
     records = [_record(10, *usual), _record(11, *encode_offset_tombstone("billing", "orders", 1)), _record(12, *usual)]
     codec.commit_keys.clear()
     out: list[Event] = []
-    args = (out, codec.commit_keys, 1 << 18, {"billing": True}, GroupFilter().allows, dict(COUNTS), {"orders"})
-    limits = (1024, MAX_OFFSET, NOW - AGE_MS, NOW + AHEAD_MS, "c1", NOW, Commit)
-    assert READ(records, 0, *args, *limits) == (1, 1, 0)
+    tally = [0, 0]
+    assert READ(*_args(records, 0, out=out, tally=tally, allowed={"billing": True})) == 1
     assert out == [Commit("c1", "billing", "orders", 1, 5, 10, NOW - 10, NOW)] and type(out[0]) is Commit
-    assert READ(records, 2, *args, *limits) == (3, 1, 0)
-    assert READ(records, 3, *args, *limits) == (3, 0, 0)
+    assert READ(*_args(records, 2, out=out, tally=tally, allowed={"billing": True})) == 3
+    assert READ(*_args(records, 3, out=out, tally=tally)) == 3
+    assert tally == [2, 0]
     assert codec.commit_keys == {usual[0]: ("billing", "orders", 1, 1)}
+    # built as the Python builds it: equal, and hashed alike
+    assert hash(out[0]) == hash(Commit("c1", "billing", "orders", 1, 5, 10, NOW - 10, NOW))
 
 
 @needs_c
@@ -307,76 +340,79 @@ def test_read_commits_bounds_the_key_cache() -> None:
     codec.commit_keys.clear()
     records = [_record(i, *encode_offset_commit(f"g{i}", "orders", 1, 5, NOW - 10)) for i in range(10)]
     out: list[Event] = []
-    stop = READ(
-        records,
-        0,
-        out,
-        codec.commit_keys,
-        4,
-        {},
-        GroupFilter().allows,
-        dict(COUNTS),
-        {"orders"},
-        1024,
-        MAX_OFFSET,
-        NOW - AGE_MS,
-        NOW + AHEAD_MS,
-        "c1",
-        NOW,
-        Commit,
-    )
-    assert stop == (10, 10, 0) and len(out) == 10
+    assert READ(*_args(records, out=out, keys_max=4)) == 10 and len(out) == 10
     assert len(codec.commit_keys) == 2  # cleared at 4, then 2 more
+
+
+@needs_c
+def test_read_commits_asks_the_filter_for_a_group_not_judged_yet() -> None:
+    """GroupFilter.allows reads None in its cache as not judged yet; so does the C."""
+    assert READ is not None
+    records = [_record(0, *encode_offset_commit("billing", "orders", 1, 5, NOW - 10))]
+    groups = GroupFilter(deny="^nothing")
+    groups.cache["billing"] = None  # type: ignore[assignment]
+    tally = [0, 0]
+    out: list[Event] = []
+    assert READ(*_args(records, out=out, allowed=groups.cache, allows=groups.allows, tally=tally)) == 1
+    assert len(out) == 1 and tally == [1, 0] and groups.cache["billing"] is True
+
+
+@needs_c
+def test_what_was_read_is_counted_when_a_record_raises() -> None:
+    assert READ is not None
+    records = [_record(i, *encode_offset_commit(g, "orders", 1, 5, NOW - 10)) for i, g in enumerate("aab")]
+
+    def allows(group: str) -> bool:
+        if group == "b":
+            raise RuntimeError("a filter that fails")
+        return True
+
+    out: list[Event] = []
+    tally = [0, 0]
+    with pytest.raises(RuntimeError):
+        READ(*_args(records, out=out, allows=allows, tally=tally))
+    assert len(out) == 2 and tally == [2, 0]
 
 
 @needs_c
 def test_read_commits_refuses_what_it_cannot_read() -> None:
     assert READ is not None
     records = [_record(0, *encode_offset_commit("billing", "orders", 1, 5, NOW - 10))]
-    good: list[Any] = [
-        records,
-        0,
-        [],
-        {},
-        16,
-        {},
-        GroupFilter().allows,
-        dict(COUNTS),
-        {"orders"},
-        1024,
-        MAX_OFFSET,
-        NOW - AGE_MS,
-        NOW + AHEAD_MS,
-        "c1",
-        NOW,
-        Commit,
-    ]
-    assert READ(*good)[0] == 1
+    assert READ(*_args(records)) == 1
     with pytest.raises(TypeError):
-        READ(*good[:15])
-    for index, bad in [
-        (0, tuple(records)),
-        (2, ()),
-        (3, []),
-        (8, ["orders"]),
-        (13, b"c1"),
-        (14, float(NOW)),
-        (15, dict),
-        (15, 3),
-    ]:
-        args = list(good)
-        args[index] = bad
+        READ(*_args(records)[:16])
+    Short = collections.namedtuple("Short", "a b c")
+    bad_values: list[tuple[str, Any]] = [
+        ("records", tuple(records)),
+        ("out", ()),
+        ("keys", []),
+        ("topics_ok", ["orders"]),
+        ("cluster", b"c1"),
+        ("observed", float(NOW)),
+        ("commit", dict),
+        ("commit", 3),
+        ("commit", tuple),
+        ("commit", os.stat_result),  # a C struct sequence: it frees items by its own count
+        ("commit", Short),
+        ("tally", [0]),
+        ("tally", (0, 0)),
+        ("keys_max", 4.0),
+        ("max_offset", True),
+    ]
+    for name, bad in bad_values:
         with pytest.raises(TypeError):
-            READ(*args)
-    with pytest.raises(IndexError):
-        READ(*good[:1], -1, *good[2:])
+            READ(*_args(records, **{name: bad}))
+    for name, bad in [("start", -1), ("keys_max", -1)]:
+        with pytest.raises(IndexError):
+            READ(*_args(records, **{name: bad}))
     with pytest.raises(OverflowError):
-        READ(*good[:11], 2**64, *good[12:])
+        READ(*_args(records, max_offset=2**64))
 
 
 @needs_c
 def test_records_that_are_not_aiokafkas_are_left_to_the_python() -> None:
-    """A record without the attributes, or of other types, is the Python's to judge (as before)."""
+    """A record without the attributes, or of other types, is the Python's to judge (as before);
+    an attribute that fails otherwise than by its absence fails the read."""
     assert READ is not None
 
     class Odd:
@@ -384,7 +420,28 @@ def test_records_that_are_not_aiokafkas_are_left_to_the_python() -> None:
         value = b"\x00\x03"
         offset = 1
 
+    class Failing:
+        key = b"\x00\x01"
+
+        @property
+        def value(self) -> bytes:
+            raise KeyError("a record that fails")
+
     for rec in [object(), Odd(), _record(0, b"\x00\x01", None)]:
-        assert READ(
-            [rec], 0, [], {}, 16, {}, GroupFilter().allows, {}, set(), 1024, MAX_OFFSET, 0, 2**62, "c1", NOW, Commit
-        ) == (0, 0, 0)
+        assert READ(*_args([rec], partition_counts={}, topics_ok=set())) == 0
+    with pytest.raises(KeyError):
+        READ(*_args([Failing()]))
+
+
+@needs_c
+def test_limits_the_c_cannot_hold_leave_every_record_to_the_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Limits past int64, or not plain ints, and a cluster name not a plain str: the Python reads."""
+    records = [_record(0, *encode_offset_commit("billing", "orders", 1, 5, NOW - 10))] * 3
+    groups, counters = GroupFilter(), IngestCounters()
+    for limits, observed in [
+        (EdgeLimits("c1", 1024, -(2**64), AHEAD_MS), NOW),
+        (EdgeLimits("c1", 1024, AGE_MS, AHEAD_MS), 2**64),
+        (EdgeLimits("c1", 1024.0, AGE_MS, AHEAD_MS), NOW),  # type: ignore[arg-type]
+    ]:
+        assert offsets_topic._usual_commits("c1", observed, groups, counters, limits) is None
+    _both(monkeypatch, records, [3], max_group_bytes=-(2**70))

@@ -7,7 +7,7 @@
  *
  * `read_commits` reads records from an index on and stops at the first one it does not read
  * exactly as that Python would (any other record type or value version, a record any limit
- * refuses, a topic not yet checked or a group the filter has not judged yet), returning its index:
+ * refuses, a topic whose name was not checked yet), returning its index:
  * the Python reads that one (counting, logging and skipping what it refuses) and calls again
  * past it. So records keep their order and the Python keeps every decision but the common one.
  *
@@ -94,43 +94,70 @@ static int group_ok(PyObject *group, Py_ssize_t max_group_bytes) {
     return nul == -2 ? -1 : nul == -1;
 }
 
+/* A Commit built as tuple.__new__(Commit, fields) builds one: a named tuple (a class of tuple's
+ * own layout, made in Python: not a C struct sequence, whose items it frees by its own count). */
+static int is_named_tuple(PyTypeObject *commit) {
+    if (commit->tp_base != &PyTuple_Type || !(commit->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
+        commit->tp_basicsize != PyTuple_Type.tp_basicsize || commit->tp_itemsize != PyTuple_Type.tp_itemsize ||
+        commit->tp_dictoffset != 0)
+        return 0;
+    PyObject *fields = PyObject_GetAttrString((PyObject *)commit, "_fields");
+    int ok = fields != NULL && PyTuple_CheckExact(fields) && PyTuple_GET_SIZE(fields) == 8;
+    Py_XDECREF(fields);
+    PyErr_Clear();
+    return ok;
+}
+
+/* An exact int argument as a C integer: 0, or -1 and an exception. */
+static int int_arg(PyObject *arg, long long *out) {
+    if (!PyLong_CheckExact(arg)) {
+        PyErr_SetString(PyExc_TypeError, "read_commits: its numbers must be ints");
+        return -1;
+    }
+    *out = PyLong_AsLongLong(arg);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 16) {
+    (void)self;
+    if (nargs != 17) {
         PyErr_SetString(PyExc_TypeError,
                         "read_commits(records, start, out, keys, keys_max, allowed, allows, partition_counts, "
-                        "topics_ok, max_group_bytes, max_offset, oldest_ts, newest_ts, cluster, observed, commit)");
+                        "topics_ok, max_group_bytes, max_offset, oldest_ts, newest_ts, cluster, observed, commit, "
+                        "tally)");
         return NULL;
     }
     PyObject *records = args[0], *out = args[2], *keys = args[3], *allowed = args[5], *allows = args[6];
-    PyObject *counts = args[7], *topics_ok = args[8], *cluster = args[13], *observed = args[14];
+    PyObject *counts = args[7], *topics_ok = args[8], *cluster = args[13], *observed = args[14], *tally = args[16];
     PyTypeObject *commit = (PyTypeObject *)args[15];
     if (!PyList_CheckExact(records) || !PyList_CheckExact(out) || !PyDict_CheckExact(keys) ||
         !PyDict_CheckExact(allowed) || !PyDict_CheckExact(counts) || !PyAnySet_CheckExact(topics_ok) ||
-        !PyUnicode_CheckExact(cluster) || !PyLong_CheckExact(observed) || !PyType_Check(args[15])) {
+        !PyUnicode_CheckExact(cluster) || !PyLong_CheckExact(observed) || !PyType_Check(args[15]) ||
+        !PyList_CheckExact(tally) || PyList_GET_SIZE(tally) != 2 || !PyLong_CheckExact(PyList_GET_ITEM(tally, 0)) ||
+        !PyLong_CheckExact(PyList_GET_ITEM(tally, 1))) {
         PyErr_SetString(PyExc_TypeError, "read_commits: records and out lists, keys, allowed and partition_counts "
-                                         "dicts, topics_ok a set, cluster a str, observed an int, commit a type");
+                                         "dicts, topics_ok a set, cluster a str, observed an int, commit a type, "
+                                         "tally a list of two ints");
         return NULL;
     }
-    /* Commit: a named tuple of 8 fields, nothing beside them (built as tuple.__new__ builds one) */
-    if (!PyType_IsSubtype(commit, &PyTuple_Type) || commit->tp_basicsize != PyTuple_Type.tp_basicsize ||
-        commit->tp_itemsize != PyTuple_Type.tp_itemsize || commit->tp_dictoffset != 0) {
-        PyErr_SetString(PyExc_TypeError, "read_commits: commit must be a named tuple type");
+    if (!is_named_tuple(commit)) {
+        PyErr_SetString(PyExc_TypeError, "read_commits: commit must be a named tuple type of 8 fields");
         return NULL;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t keys_max = PyLong_AsSsize_t(args[4]);
-    Py_ssize_t max_group_bytes = PyLong_AsSsize_t(args[9]);
-    long long max_offset = PyLong_AsLongLong(args[10]);
-    long long oldest = PyLong_AsLongLong(args[11]);
-    long long newest = PyLong_AsLongLong(args[12]);
-    if (PyErr_Occurred())
+    long long start, keys_max, max_group_bytes, max_offset, oldest, newest;
+    if (int_arg(args[1], &start) < 0 || int_arg(args[4], &keys_max) < 0 || int_arg(args[9], &max_group_bytes) < 0 ||
+        int_arg(args[10], &max_offset) < 0 || int_arg(args[11], &oldest) < 0 || int_arg(args[12], &newest) < 0)
         return NULL;
-    if (start < 0) {
-        PyErr_SetString(PyExc_IndexError, "read_commits: start must be >= 0");
+    if (start < 0 || start > PY_SSIZE_T_MAX || keys_max < 0 || keys_max > PY_SSIZE_T_MAX) {
+        PyErr_SetString(PyExc_IndexError, "read_commits: start and keys_max must be >= 0");
         return NULL;
     }
-    Py_ssize_t read = 0, filtered = 0, i = start;
-    for (; i < PyList_GET_SIZE(records); i++) {
+    if (max_group_bytes > PY_SSIZE_T_MAX)
+        max_group_bytes = PY_SSIZE_T_MAX; /* no name is that long */
+    Py_ssize_t read = 0, filtered = 0, i = (Py_ssize_t)start;
+    Py_ssize_t end = PyList_GET_SIZE(records); /* the records given: none appended meanwhile */
+    int failed = 0;
+    for (; i < end && i < PyList_GET_SIZE(records); i++) {
         PyObject *rec = PyList_GET_ITEM(records, i);
         Py_INCREF(rec);
         PyObject *key = PyObject_GetAttr(rec, name_key);
@@ -140,6 +167,10 @@ static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyObject *k = NULL, *event = NULL;
         int done = 0; /* 1: read (applied or filtered), 0: the Python reads it, -1: an exception */
         if (order == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                done = -1;
+                goto next;
+            }
             PyErr_Clear(); /* the Python meets the same record and says what is wrong with it */
             goto next;
         }
@@ -159,7 +190,7 @@ static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t 
         /* EdgeLimits.commit_problem's checks, its short path only */
         if (offset < 0 || offset >= max_offset || ts < oldest || ts > newest)
             goto next;
-        k = commit_key(keys, key, keys_max);
+        k = commit_key(keys, key, (Py_ssize_t)keys_max);
         if (k == NULL) {
             done = PyErr_Occurred() ? -1 : 0;
             goto next;
@@ -176,14 +207,14 @@ static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t 
             goto next;
         int ok = PySet_Contains(topics_ok, topic);
         if (ok == 1)
-            ok = group_ok(group, max_group_bytes);
+            ok = group_ok(group, (Py_ssize_t)max_group_bytes);
         if (ok != 1) {
             done = ok;
             goto next;
         }
         /* the group filter: its cache, else the filter itself (which fills the cache) */
         PyObject *allow = PyDict_GetItemWithError(allowed, group);
-        if (allow != NULL)
+        if (allow != NULL && allow != Py_None) /* None: not judged yet, as GroupFilter.allows reads it */
             Py_INCREF(allow);
         else if (!PyErr_Occurred())
             allow = PyObject_CallOneArg(allows, group);
@@ -207,6 +238,9 @@ static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t 
             done = -1;
             goto next;
         }
+#if PY_VERSION_HEX >= 0x030E0000
+        ((PyTupleObject *)event)->ob_hash = -1; /* not hashed yet, as tuple_subtype_new leaves it */
+#endif
         PyObject *fields[8] = {cluster, group, topic, partition, offset_obj, order, ts_obj, observed};
         for (int f = 0; f < 8; f++) {
             if (f != 4 && f != 6)
@@ -221,22 +255,49 @@ static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t 
         Py_XDECREF(key);
         Py_XDECREF(value);
         Py_XDECREF(order);
-        if (done < 0)
-            return NULL;
+        if (done < 0) {
+            failed = 1;
+            break;
+        }
         if (done == 0)
             break;
         read++;
     }
-    return Py_BuildValue("nnn", i, read, filtered);
+    /* what was read is counted even when a record raised (its events are in `out` already) */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Py_ssize_t add[2] = {read, filtered};
+    for (int t = 0; t < 2; t++) {
+        if (add[t] == 0)
+            continue;
+        if (PyList_GET_SIZE(tally) != 2) { /* changed by the filter meanwhile */
+            PyErr_SetString(PyExc_TypeError, "read_commits: tally must stay a list of two ints");
+            failed = 1;
+            break;
+        }
+        PyObject *n = PyLong_FromSsize_t(add[t]);
+        PyObject *sum = n == NULL ? NULL : PyNumber_Add(PyList_GET_ITEM(tally, t), n);
+        Py_XDECREF(n);
+        if (sum == NULL || PyList_SetItem(tally, t, sum) < 0) {
+            failed = 1;
+            break;
+        }
+    }
+    if (type != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb); /* the first exception is the one to tell */
+    }
+    return failed ? NULL : PyLong_FromSsize_t(i);
 }
 
 static PyMethodDef methods[] = {
     {"read_commits", (PyCFunction)(void (*)(void))read_commits, METH_FASTCALL,
      "read_commits(records, start, out, keys, keys_max, allowed, allows, partition_counts, topics_ok, "
-     "max_group_bytes, max_offset, oldest_ts, newest_ts, cluster, observed, commit) -> (stop, read, filtered): "
-     "appends the Commit of each record from records[start] on that is a usual offset commit passing the limits "
-     "and the filter (filtered ones are only counted), up to the first record only the Python reads, whose index "
-     "is `stop` (len(records) when none)."},
+     "max_group_bytes, max_offset, oldest_ts, newest_ts, cluster, observed, commit, tally) -> stop: appends the "
+     "Commit of each record from records[start] on that is a usual offset commit passing the limits and the filter "
+     "(filtered ones are only counted), up to the first record only the Python reads, whose index is `stop` "
+     "(len(records) when none); adds the records read and those filtered to tally[0] and tally[1], even when it "
+     "raises."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,4 +21,5 @@ def read_commits(
     cluster: str,
     observed: int,
     commit: type,
-) -> tuple[int, int, int]: ...
+    tally: list[int],
+) -> int: ...

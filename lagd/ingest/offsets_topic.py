@@ -36,7 +36,7 @@ log = logs.get(__name__)
 
 # the usual record read compiled (build_batch), or None where the Python reads it (lagd.compiled)
 _commits = compiled.load("lagd.ingest._commits", Path(__file__).with_name("_commits.c"))
-_read_commits: Callable[..., tuple[int, int, int]] | None = None if _commits is None else _commits.read_commits
+_read_commits: Callable[..., int] | None = None if _commits is None else _commits.read_commits
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1
 
 DECODE_SLICE = 500  # records decoded between two turns of the event loop (about 1.5 ms)
@@ -123,38 +123,49 @@ def _usual_commits(
     appends the Commits of the records from `start` on, counts them as `events_from_record` and
     the filter would, and returns the index of the first record it leaves to them. None where
     only the Python reads: not built, or no limits to check (tests, `lagd decode`)."""
-    if _read_commits is None or limits is None or type(observed) is not int:
+    if _read_commits is None or limits is None or type(observed) is not int or type(cluster) is not str:
+        return None
+    settings = (limits.max_group_bytes, limits.max_commit_age_ms, limits.max_commit_ahead_ms)
+    if any(type(v) is not int for v in settings):
         return None
     # the commit-time limits as EdgeLimits.commit_problem applies them, clamped to int64 (record times are)
     oldest = max(_MIN_Q, observed - limits.max_commit_age_ms)
     newest = min(_MAX_Q, observed + limits.max_commit_ahead_ms)
-    max_group_bytes = min(limits.max_group_bytes, _MAX_Q)
+    if not (_MIN_Q <= oldest <= _MAX_Q and _MIN_Q <= newest <= _MAX_Q):
+        return None  # every commit is refused: the Python says why
+    max_group_bytes = max(-1, min(limits.max_group_bytes, _MAX_Q))
     read_commits = _read_commits
 
     def read(records: list[Any], start: int, out: list[Event]) -> int:
-        stop, read, filtered = read_commits(
-            records,
-            start,
-            out,
-            commit_keys,
-            COMMIT_KEYS_MAX,
-            groups.cache,
-            groups.allows,
-            limits.partition_counts,
-            limits.topics_ok,
-            max_group_bytes,
-            MAX_OFFSET,
-            oldest,
-            newest,
-            cluster,
-            observed,
-            Commit,
-        )
-        if read:
-            by_type = counters.records_by_type
-            by_type["offset_commit"] = by_type.get("offset_commit", 0) + read
-            counters.filtered_groups += filtered
-        return int(stop)
+        counts, ok = limits.partition_counts, limits.topics_ok
+        if type(out) is not list or type(counts) is not dict or type(ok) is not set or type(groups.cache) is not dict:
+            return start  # not what the compiled reader reads: the Python does
+        tally = [0, 0]  # records read, of which filtered: counted even if one raises
+        try:
+            return read_commits(
+                records,
+                start,
+                out,
+                commit_keys,
+                COMMIT_KEYS_MAX,
+                groups.cache,
+                groups.allows,
+                counts,
+                ok,
+                max_group_bytes,
+                MAX_OFFSET,
+                oldest,
+                newest,
+                cluster,
+                observed,
+                Commit,
+                tally,
+            )
+        finally:
+            if tally[0]:
+                by_type = counters.records_by_type
+                by_type["offset_commit"] = by_type.get("offset_commit", 0) + tally[0]
+                counters.filtered_groups += tally[1]
 
     return read
 
