@@ -115,14 +115,22 @@ def _stream(rng: random.Random, n: int) -> list[Event]:
 
 
 def _apply(events: list[Event], settings: dict[str, Any], chunks: list[int]) -> Any:
+    """Apply in these chunks, draining now and then in random steps (as the persister does)."""
     state = State(**settings)
     counters = {"c1": IngestCounters(), "c2": IngestCounters()}
     poison = PoisonLog()
+    rng = random.Random(len(chunks))
+    drained = []
     i = 0
     for size in chunks:
         apply_guarded(state, events[i : i + size], counters, poison)
         i += size
-    return _dump(state), poison.skipped, {c: dataclasses.asdict(v) for c, v in counters.items()}
+        if rng.random() < 0.2:
+            drain = state.start_drain()
+            while not drain.step(rng.choice([1, 2, 7, 100])):
+                pass
+            drained.append(drain.changes.windows)
+    return _dump(state), poison.skipped, {c: dataclasses.asdict(v) for c, v in counters.items()}, drained
 
 
 SETTINGS = [
@@ -161,6 +169,7 @@ def test_the_compiled_apply_changes_the_state_as_the_python(
     monkeypatch.setattr(windows, "_apply_commits", counting)
     fast = _apply(events, settings, chunks)
     monkeypatch.setattr(windows, "_apply_commits", None)
+    monkeypatch.setattr(windows, "_drain_windows", None)
     slow = _apply(events, settings, chunks)
     assert fast == slow
     assert fast[1] > 0  # the odd commits were refused and counted both ways
@@ -240,3 +249,35 @@ def test_a_partition_past_int32_is_left_to_the_python_where_history_is_kept() ->
     later = [Commit("c", "g", "t", big, 2, 2, T0 + 60_000, T0 + 60_000)]
     assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 0, True) == 0
     assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 0, False) == 1
+
+
+DRAIN = windows._drain_windows
+
+
+@needs_c
+def test_the_compiled_drain_copies_windows_as_window_bytes() -> None:
+    """Every kind of key: a window, a partition, topic, group or cluster the state no longer
+    holds (None), a window of another array type and a key of another shape (the Python's)."""
+    assert DRAIN is not None
+    state = State()
+    state.apply_many([Commit("c", "g", "t", p, 10 * p, p + 1, T0 + p, T0 + p) for p in range(3)])
+    state.apply_many([Commit("c", "g", "t", 0, 99, 9, T0 + 60_000, T0 + 60_000)])
+    state._clusters["c"].groups["g"].windows["t"][2] = array("l", [1, 2, 3, 4, 5])  # 8 bytes too, format "l"
+    state._clusters["c"].groups["h"] = windows._Group(windows={"t": {}})
+    keys = [("c", "g", "t", 0), ("c", "g", "t", 1), ("c", "g", "t", 2), ("c", "g", "t", 5), ("c", "g", "u", 0)]
+    keys += [("c", "h", "t", 0), ("c", "nobody", "t", 0), ("d", "g", "t", 0)]
+    for order in (keys, keys[::-1]):
+        fast_drain = windows.Drain(state, windows.Changes(), list(order))
+        while not fast_drain.step(3):
+            pass
+        expected = {k: (windows.window_bytes(a) if (a := state._window_array(*k)) is not None else None) for k in order}
+        assert fast_drain.changes.windows == expected
+        assert list(fast_drain.changes.windows) == list(reversed(order))  # popped from the end, as the Python does
+    left = list(keys)
+    out: dict[Any, Any] = {}
+    assert DRAIN(state._clusters, left, out, 3) == 3 and len(left) == 5  # up to the key it leaves to the Python
+    assert DRAIN(state._clusters, left, out, 9) == 2 and left[-1] == ("c", "g", "t", 2)
+    odd: list[Any] = [("c", "g", "t"), "not a key"]
+    assert DRAIN(state._clusters, odd, out, 5) == 0 and len(odd) == 2
+    with pytest.raises(TypeError):
+        DRAIN(state._clusters, (), out, 1)

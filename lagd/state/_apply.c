@@ -8,6 +8,9 @@
  * commit at or older than the window's newest, a tombstone, numbers past int64), returning its
  * index: the Python applies that one and calls again past it, so events keep their order.
  *
+ * `drain_windows` is Drain.step's copy of the changed windows into the bytes the store writes
+ * (window_bytes), the other half of a commit's cost while the daemon keeps up.
+ *
  * The window layout (fields per entry and their order) is lagd.state.windows' one definition:
  * this code holds a copy, `LAYOUT`, which windows.py compares with its own before using it.
  *
@@ -460,16 +463,126 @@ static PyObject *apply_commits(PyObject *module, PyObject *const *args, Py_ssize
     return failed ? NULL : PyLong_FromSsize_t(i);
 }
 
+/* Drain.step's copy of changed windows, compiled: pops up to `n` keys (cluster, group, topic,
+ * partition) off the end of `keys` and sets out[key] to the window as window_bytes makes it (its
+ * int64s big-endian) or None where the state holds none. Stops early, the key left in place, at
+ * one it does not copy as the Python would (not such a key, or a window not an array of int64):
+ * returns how many it copied. */
+static PyObject *drain_windows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 4 || !PyDict_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyDict_CheckExact(args[2]) ||
+        !PyLong_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "drain_windows(clusters: dict, keys: list, out: dict, n: int)");
+        return NULL;
+    }
+    PyObject *clusters = args[0], *keys = args[1], *out = args[2];
+    Py_ssize_t n = PyLong_AsSsize_t(args[3]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t copied = 0;
+    while (copied < n && PyList_GET_SIZE(keys) > 0) {
+        PyObject *key = PyList_GET_ITEM(keys, PyList_GET_SIZE(keys) - 1);
+        if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 4)
+            break;
+        Py_INCREF(key);
+        PyObject *copy = NULL, *gs = NULL, *windows = NULL, *arr = NULL, *groups = NULL;
+        int rc = -1; /* 1 copied, 0 left to the Python, -1 an exception */
+        PyObject *cs = PyDict_GetItemWithError(clusters, PyTuple_GET_ITEM(key, 0));
+        if (cs == NULL) {
+            rc = PyErr_Occurred() ? -1 : 1; /* no such cluster: no window */
+            goto set;
+        }
+        Py_INCREF(cs);
+        groups = dict_attr(cs, name_groups);
+        Py_DECREF(cs);
+        if (groups == NULL) {
+            rc = PyErr_Occurred() ? -1 : 0;
+            goto set;
+        }
+        gs = PyDict_GetItemWithError(groups, PyTuple_GET_ITEM(key, 1));
+        if (gs == NULL) {
+            rc = PyErr_Occurred() ? -1 : 1;
+            goto set;
+        }
+        Py_INCREF(gs);
+        windows = dict_attr(gs, name_windows);
+        if (windows == NULL) {
+            rc = PyErr_Occurred() ? -1 : 0;
+            goto set;
+        }
+        PyObject *parts = PyDict_GetItemWithError(windows, PyTuple_GET_ITEM(key, 2));
+        if (parts == NULL || (PyDict_CheckExact(parts) && PyDict_GET_SIZE(parts) == 0)) {
+            rc = PyErr_Occurred() ? -1 : 1;
+            goto set;
+        }
+        if (!PyDict_CheckExact(parts)) {
+            rc = 0;
+            goto set;
+        }
+        arr = PyDict_GetItemWithError(parts, PyTuple_GET_ITEM(key, 3));
+        if (arr == NULL) {
+            rc = PyErr_Occurred() ? -1 : 1;
+            goto set;
+        }
+        Py_INCREF(arr);
+        Py_buffer view;
+        if (PyObject_GetBuffer(arr, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear();
+            rc = 0;
+            goto set;
+        }
+        if (view.itemsize == 8 && view.format != NULL && strcmp(view.format, "q") == 0) {
+            copy = PyBytes_FromStringAndSize(NULL, view.len);
+            if (copy != NULL) {
+                const uint64_t *from = (const uint64_t *)view.buf;
+                unsigned char *to = (unsigned char *)PyBytes_AS_STRING(copy);
+                for (Py_ssize_t k = 0; k < view.len / 8; k++) {
+                    uint64_t v = from[k];
+                    for (int b = 7; b >= 0; b--, v >>= 8)
+                        to[8 * k + b] = (unsigned char)(v & 0xff);
+                }
+                rc = 1;
+            }
+        } else
+            rc = 0;
+        PyBuffer_Release(&view);
+    set:
+        if (rc == 1 && PyDict_SetItem(out, key, copy != NULL ? copy : Py_None) < 0)
+            rc = -1;
+        if (rc == 1) {
+            /* pop the key: the last item, unless the dict code above changed the list */
+            Py_ssize_t last = PyList_GET_SIZE(keys) - 1;
+            if (last >= 0 && PyList_GET_ITEM(keys, last) == key && PyList_SetSlice(keys, last, last + 1, NULL) < 0)
+                rc = -1;
+        }
+        Py_XDECREF(copy);
+        Py_XDECREF(arr);
+        Py_XDECREF(windows);
+        Py_XDECREF(gs);
+        Py_XDECREF(groups);
+        Py_DECREF(key);
+        if (rc < 0)
+            return NULL;
+        if (rc == 0)
+            break;
+        copied++;
+    }
+    return PyLong_FromSsize_t(copied);
+}
+
 static PyMethodDef methods[] = {
     {"apply_commits", (PyCFunction)(void (*)(void))apply_commits, METH_FASTCALL,
      "apply_commits(state, clusters, events, start, commit, intervals, min_distance_ms, window_step_ms, "
      "record_history) -> stop: State._commit for each event from events[start] on, up to the first one only the "
      "Python applies, whose index is `stop` (len(events) when none)."},
+    {"drain_windows", (PyCFunction)(void (*)(void))drain_windows, METH_FASTCALL,
+     "drain_windows(clusters, keys, out, n) -> copied: Drain.step's copy of up to n changed windows (window_bytes), "
+     "up to the first key only the Python copies."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lagd.state._apply",
-                                    "The usual commit applied to the state, compiled (windows.State).", -1, methods,
+                                    "The usual commit applied to the state, and changed windows drained, compiled (windows.State, Drain).", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
 /* The SHA-1 of the source this was built from (hatch_build.py passes it): lagd.compiled refuses a

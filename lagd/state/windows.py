@@ -53,6 +53,8 @@ _apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c")
 _apply_commits: Callable[..., int] | None = (
     _apply.apply_commits if _apply is not None and _apply.LAYOUT == (FIELDS, OFFSET, ORDER, TS, OBSERVED, LAG) else None
 )
+# Drain.step's copy of changed windows, compiled where built (it reads no entry: any layout)
+_drain_windows: Callable[..., int] | None = None if _apply is None else _apply.drain_windows
 
 
 COARSE_STEP_MS = 60_000  # a sample leaving the fine tier is kept if this far after the coarse tier's newest
@@ -887,8 +889,15 @@ class Drain:
         keys = self._keys
         windows = self.changes.windows
         window_array = self._state._window_array
-        for _ in range(min(n, len(keys))):
+        left = min(n, len(keys))
+        while left > 0:
+            if _drain_windows is not None and type(windows) is dict:
+                # compiled where built (_apply.c), up to a key it leaves to the loop below
+                left -= _drain_windows(self._state._clusters, keys, windows, left)
+                if left <= 0:
+                    break
             key = keys.pop()
             arr = window_array(*key)
             windows[key] = window_bytes(arr) if arr is not None else None
+            left -= 1
         return not keys
