@@ -281,3 +281,75 @@ def test_the_compiled_drain_copies_windows_as_window_bytes() -> None:
     assert DRAIN(state._clusters, odd, out, 5) == 0 and len(odd) == 2
     with pytest.raises(TypeError):
         DRAIN(state._clusters, (), out, 1)
+
+
+def _one_window(**settings: Any) -> State:
+    state = State(**settings)
+    state.apply_many([Commit("c", "g", "t", 0, 1, 1, T0, T0)])
+    return state
+
+
+@needs_c
+def test_a_negative_kept_log_end_gives_no_lag_below_zero() -> None:
+    """A log end restored from a corrupt row may be negative: the lag is 0, as the Python says,
+    not a difference wrapped around (found by a review, under UBSan)."""
+    assert APPLY is not None
+    fast, slow = _one_window(), _one_window()
+    for state in (fast, slow):
+        state._clusters["c"].log_end["t"] = {0: windows.LogEnd(array("q", [-(2**63)]), array("q", [T0]))}
+        state._clusters["c"].log_end["u"] = {0: None}  # type: ignore[dict-item]
+    later = [Commit("c", "g", "t", 0, 7, 2, T0 + 60_000, T0 + 60_000)]
+    assert APPLY(fast, fast._clusters, later, 0, Commit, 10, 0, 0, True) == 1
+    slow.apply(later[0])
+    assert _dump(fast) == _dump(slow) and fast._clusters["c"].groups["g"].windows["t"][0][-1] == 0
+
+
+@needs_c
+def test_python_code_run_by_a_lookup_cannot_free_what_the_c_reads() -> None:
+    """A key whose comparison drops the dict being searched (a hostile state): the C holds the
+    dicts it searches, so it returns or raises, and never reads freed memory (found by a review)."""
+    assert APPLY is not None
+
+    holder: dict[str, Any] = {}
+
+    class Evil(int):
+        def __hash__(self) -> int:
+            return hash(0)
+
+        def __eq__(self, other: object) -> bool:
+            gone = holder.pop("t", None)  # the state's last reference to the dict being searched
+            if gone is not None:
+                gone.clear()
+            return False
+
+    for kind in ("log_end", "windows"):
+        state = _one_window()
+        state.apply(LogEndSample("c", "t", 0, 50, T0))
+        cs = state._clusters["c"]
+        holder = cs.log_end if kind == "log_end" else cs.groups["g"].windows
+        searched = holder["t"]  # what a lookup of partition 0 searches: an entry of 0's hash comes first
+        searched[Evil(5)] = searched.pop(0)
+        searched[0] = windows.LogEnd() if kind == "log_end" else array("q", [1, 1, T0, T0, windows.NO_LAG])
+        del searched
+        later = [Commit("c", "g", "t", 0, 7, 2, T0 + 60_000, T0 + 60_000)]
+        try:
+            APPLY(state, state._clusters, later, 0, Commit, 10, 0, 0, True)
+        except Exception:
+            pass  # raising is fine; reading freed memory is not
+    odd = Commit("c", "g", "t", True, 7, 3, T0 + 60_000, T0 + 60_000)  # a partition not an int: the Python's
+    assert APPLY(_one_window(), _one_window()._clusters, [odd], 0, Commit, 10, 0, 0, True) == 0
+
+
+@needs_c
+def test_state_of_other_types_leaves_the_commit_to_the_python() -> None:
+    assert APPLY is not None
+    later = [Commit("c", "g", "t", 0, 7, 2, T0 + 60_000, T0 + 60_000)]
+    state = _one_window()
+    state._dirty_windows = list(state._dirty_windows)  # type: ignore[assignment]
+    window = list(state._clusters["c"].groups["g"].windows["t"][0])
+    assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 0, True) == 0
+    assert list(state._clusters["c"].groups["g"].windows["t"][0]) == window  # nothing half done
+    state = _one_window()
+    state._seq = 1.5  # type: ignore[assignment]
+    assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 0, True) == 0
+    assert list(state._clusters["c"].groups["g"].windows["t"][0]) == window

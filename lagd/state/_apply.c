@@ -51,10 +51,18 @@ static int newest_log_end(PyObject *log_end, PyObject *topic, PyObject *partitio
         return PyErr_Occurred() ? -1 : 0;
     if (!PyDict_CheckExact(ends))
         return 1; /* not what the state keeps: the Python applies it */
+    Py_INCREF(ends); /* held: a key's comparison may run Python code */
     PyObject *le = PyDict_GetItemWithError(ends, partition);
+    Py_XINCREF(le);
+    Py_DECREF(ends);
     if (le == NULL)
         return PyErr_Occurred() ? -1 : 0;
+    if (le == Py_None) { /* as none kept, as State._commit reads it */
+        Py_DECREF(le);
+        return 0;
+    }
     PyObject *offsets = PyObject_GetAttr(le, name_offsets);
+    Py_DECREF(le);
     if (offsets == NULL)
         return -1;
     Py_buffer view;
@@ -218,7 +226,7 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
     PyObject *observed_obj = PyTuple_GET_ITEM(ev, 7);
     if (!PyLong_CheckExact(offset_obj) || !PyLong_CheckExact(order_obj) || !PyLong_CheckExact(ts_obj) ||
         !PyLong_CheckExact(observed_obj) || !PyUnicode_CheckExact(cluster) || !PyUnicode_CheckExact(group) ||
-        !PyUnicode_CheckExact(topic))
+        !PyUnicode_CheckExact(topic) || !PyLong_CheckExact(partition))
         return 0;
     int overflow = 0, o2 = 0, o3 = 0, o4 = 0;
     int64_t offset = PyLong_AsLongLongAndOverflow(offset_obj, &overflow);
@@ -242,7 +250,7 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
     Py_INCREF(cs);
     int rc = -1;
     PyObject *tombstones = NULL, *groups = NULL, *gs = NULL, *deleted = NULL, *windows = NULL, *log_end = NULL;
-    PyObject *arr = NULL, *key = NULL, *seq = NULL;
+    PyObject *arr = NULL, *key = NULL, *seq = NULL, *parts = NULL, *dirty = NULL;
     int64_t *kept = NULL;
     Py_buffer view;
     int viewing = 0;
@@ -262,9 +270,12 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
         goto handback; /* offset tombstones: the Python weighs them */
     if ((windows = dict_attr(gs, name_windows)) == NULL)
         goto handback;
-    PyObject *parts = PyDict_GetItemWithError(windows, topic);
-    if (parts == NULL || !PyDict_CheckExact(parts))
+    parts = PyDict_GetItemWithError(windows, topic);
+    if (parts == NULL || !PyDict_CheckExact(parts)) {
+        parts = NULL;
         goto handback; /* a new topic of the group */
+    }
+    Py_INCREF(parts); /* held: a key's comparison may run Python code */
     arr = PyDict_GetItemWithError(parts, partition);
     if (arr == NULL)
         goto handback; /* a new partition */
@@ -288,9 +299,9 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
         goto done;
     }
     if (found) {
-        lag = newest - offset; /* offset >= 0: no overflow */
-        if (lag < 0)
-            lag = 0;
+        /* in 128 bits: a kept log end may be negative (a restored row), and then so is the difference */
+        i128 behind = (i128)newest - (i128)offset;
+        lag = behind < 0 ? 0 : (int64_t)behind;
     }
     /* the window as State._commit leaves it, worked out on a copy, then written back */
     kept = PyMem_Malloc(sizeof(int64_t) * FIELDS * (size_t)(n + 1));
@@ -326,6 +337,47 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
         e[LAG] = lag;
         m += 1;
     }
+    /* What else changes is read and made ready before the window is written back, so that a
+     * failure or an unexpected type leaves nothing half done (the Python then applies it). */
+    PyObject *last = PyObject_GetAttr(gs, name_last_commit);
+    if (last == NULL)
+        goto done;
+    if (!PyLong_CheckExact(last)) {
+        Py_DECREF(last);
+        goto handback;
+    }
+    int newer = PyObject_RichCompareBool(ts_obj, last, Py_GT), newest_too = 0;
+    Py_DECREF(last);
+    if (newer < 0)
+        goto done;
+    if (newer) {
+        PyObject *nc = PyObject_GetAttr(cs, name_newest_commit);
+        if (nc == NULL)
+            goto done;
+        if (nc != Py_None && !PyLong_CheckExact(nc)) {
+            Py_DECREF(nc);
+            goto handback;
+        }
+        newest_too = nc == Py_None ? 1 : PyObject_RichCompareBool(ts_obj, nc, Py_GT);
+        Py_DECREF(nc);
+        if (newest_too < 0)
+            goto done;
+    }
+    PyObject *old = PyObject_GetAttr(s->state, name_state_seq);
+    if (old == NULL)
+        goto done;
+    if (!PyLong_CheckExact(old)) {
+        Py_DECREF(old);
+        goto handback;
+    }
+    seq = PyNumber_Add(old, one);
+    Py_DECREF(old);
+    if (seq == NULL || (dirty = PyObject_GetAttr(s->state, name_dirty)) == NULL)
+        goto done;
+    if (!PySet_CheckExact(dirty))
+        goto handback;
+    if ((key = PyTuple_Pack(4, cluster, group, topic, partition)) == NULL)
+        goto done;
     /* write it back: in place up to the array's length, then grown or cut to m entries */
     Py_ssize_t in_place = m < n ? m : n;
     memcpy(a, kept, sizeof(int64_t) * FIELDS * (size_t)in_place);
@@ -341,30 +393,10 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
     } else if (m < n && PySequence_DelSlice(arr, m * FIELDS, n * FIELDS) < 0)
         goto done;
     /* the group's and the cluster's newest commit times, the change counters, the dirty window */
-    PyObject *last = PyObject_GetAttr(gs, name_last_commit);
-    int newer = last == NULL ? -1 : PyObject_RichCompareBool(ts_obj, last, Py_GT);
-    Py_XDECREF(last);
-    if (newer < 0 || (newer && PyObject_SetAttr(gs, name_last_commit, ts_obj) < 0))
-        goto done;
-    if (newer) {
-        PyObject *nc = PyObject_GetAttr(cs, name_newest_commit);
-        int set = nc == NULL ? -1 : nc == Py_None ? 1 : PyObject_RichCompareBool(ts_obj, nc, Py_GT);
-        Py_XDECREF(nc);
-        if (set < 0 || (set && PyObject_SetAttr(cs, name_newest_commit, ts_obj) < 0))
-            goto done;
-    }
-    PyObject *old = PyObject_GetAttr(s->state, name_state_seq);
-    seq = old == NULL ? NULL : PyNumber_Add(old, one);
-    Py_XDECREF(old);
-    if (seq == NULL || PyObject_SetAttr(s->state, name_state_seq, seq) < 0 || PyObject_SetAttr(gs, name_seq, seq) < 0)
-        goto done;
-    PyObject *dirty = PyObject_GetAttr(s->state, name_dirty);
-    key = PyTuple_Pack(4, cluster, group, topic, partition);
-    int added = dirty == NULL || key == NULL || !PySet_Check(dirty) ? -1 : PySet_Add(dirty, key);
-    if (dirty != NULL && !PySet_Check(dirty) && !PyErr_Occurred())
-        PyErr_SetString(PyExc_TypeError, "State._dirty_windows must be a set");
-    Py_XDECREF(dirty);
-    if (added < 0)
+    if ((newer && PyObject_SetAttr(gs, name_last_commit, ts_obj) < 0) ||
+        (newest_too && PyObject_SetAttr(cs, name_newest_commit, ts_obj) < 0) ||
+        PyObject_SetAttr(s->state, name_state_seq, seq) < 0 || PyObject_SetAttr(gs, name_seq, seq) < 0 ||
+        PySet_Add(dirty, key) < 0)
         goto done;
     if (s->history &&
         add_row(&s->rows, ts, cluster, group, topic, (int32_t)part, offset,
@@ -380,8 +412,10 @@ done:
         PyBuffer_Release(&view);
     PyMem_Free(kept);
     Py_XDECREF(seq);
+    Py_XDECREF(dirty);
     Py_XDECREF(key);
     Py_XDECREF(arr);
+    Py_XDECREF(parts);
     Py_XDECREF(windows);
     Py_XDECREF(deleted);
     Py_XDECREF(gs);
@@ -406,12 +440,22 @@ static PyObject *apply_commits(PyObject *module, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "apply_commits: clusters a dict, events a list, commit a named tuple type");
         return NULL;
     }
+    for (int k = 3; k <= 8; k++)
+        if (k != 4 && !PyLong_CheckExact(args[k]) && !(k == 8 && PyBool_Check(args[k]))) {
+            PyErr_SetString(PyExc_TypeError, "apply_commits: start, the settings and record_history must be ints");
+            return NULL;
+        }
     Py_ssize_t start = PyLong_AsSsize_t(args[3]);
-    s.intervals = PyLong_AsSsize_t(args[5]);
-    s.min_distance = PyLong_AsLongLong(args[6]);
-    s.window_step = PyLong_AsLongLong(args[7]);
-    s.history = PyObject_IsTrue(args[8]);
-    if (PyErr_Occurred() || s.history < 0)
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if ((s.intervals = PyLong_AsSsize_t(args[5])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((s.min_distance = PyLong_AsLongLong(args[6])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((s.window_step = PyLong_AsLongLong(args[7])) == -1 && PyErr_Occurred())
+        return NULL;
+    s.history = args[8] != Py_False && PyLong_AsLong(args[8]) != 0;
+    if (PyErr_Occurred())
         return NULL;
     if (start < 0 || s.intervals < 1) {
         PyErr_SetString(PyExc_ValueError, "apply_commits: start must be >= 0 and intervals >= 1");
@@ -485,7 +529,7 @@ static PyObject *drain_windows(PyObject *module, PyObject *const *args, Py_ssize
         if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 4)
             break;
         Py_INCREF(key);
-        PyObject *copy = NULL, *gs = NULL, *windows = NULL, *arr = NULL, *groups = NULL;
+        PyObject *copy = NULL, *gs = NULL, *windows = NULL, *arr = NULL, *groups = NULL, *parts = NULL;
         int rc = -1; /* 1 copied, 0 left to the Python, -1 an exception */
         PyObject *cs = PyDict_GetItemWithError(clusters, PyTuple_GET_ITEM(key, 0));
         if (cs == NULL) {
@@ -510,15 +554,18 @@ static PyObject *drain_windows(PyObject *module, PyObject *const *args, Py_ssize
             rc = PyErr_Occurred() ? -1 : 0;
             goto set;
         }
-        PyObject *parts = PyDict_GetItemWithError(windows, PyTuple_GET_ITEM(key, 2));
+        parts = PyDict_GetItemWithError(windows, PyTuple_GET_ITEM(key, 2));
         if (parts == NULL || (PyDict_CheckExact(parts) && PyDict_GET_SIZE(parts) == 0)) {
+            parts = NULL;
             rc = PyErr_Occurred() ? -1 : 1;
             goto set;
         }
         if (!PyDict_CheckExact(parts)) {
+            parts = NULL;
             rc = 0;
             goto set;
         }
+        Py_INCREF(parts); /* held: a key's comparison may run Python code */
         arr = PyDict_GetItemWithError(parts, PyTuple_GET_ITEM(key, 3));
         if (arr == NULL) {
             rc = PyErr_Occurred() ? -1 : 1;
@@ -557,6 +604,7 @@ static PyObject *drain_windows(PyObject *module, PyObject *const *args, Py_ssize
         }
         Py_XDECREF(copy);
         Py_XDECREF(arr);
+        Py_XDECREF(parts);
         Py_XDECREF(windows);
         Py_XDECREF(gs);
         Py_XDECREF(groups);
