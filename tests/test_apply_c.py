@@ -297,11 +297,19 @@ def test_a_negative_kept_log_end_gives_no_lag_below_zero() -> None:
     fast, slow = _one_window(), _one_window()
     for state in (fast, slow):
         state._clusters["c"].log_end["t"] = {0: windows.LogEnd(array("q", [-(2**63)]), array("q", [T0]))}
-        state._clusters["c"].log_end["u"] = {0: None}  # type: ignore[dict-item]
     later = [Commit("c", "g", "t", 0, 7, 2, T0 + 60_000, T0 + 60_000)]
     assert APPLY(fast, fast._clusters, later, 0, Commit, 10, 0, 0, True) == 1
     slow.apply(later[0])
     assert _dump(fast) == _dump(slow) and fast._clusters["c"].groups["g"].windows["t"][0][-1] == 0
+    # a log end one short of the commit: 0 too; none kept (None): no lag, applied by the C all the same
+    for newest, lag in ((6, 0), (None, windows.NO_LAG)):
+        fast, slow = _one_window(), _one_window()
+        for state in (fast, slow):
+            kept = None if newest is None else windows.LogEnd(array("q", [newest]), array("q", [T0]))
+            state._clusters["c"].log_end["t"] = {0: kept}  # type: ignore[dict-item]
+        assert APPLY(fast, fast._clusters, later, 0, Commit, 10, 0, 0, True) == 1
+        slow.apply(later[0])
+        assert _dump(fast) == _dump(slow) and fast._clusters["c"].groups["g"].windows["t"][0][-1] == lag
 
 
 @needs_c
