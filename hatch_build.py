@@ -42,8 +42,8 @@ def link_command() -> list[str]:
     return ["cc", "-shared"]  # Python was built with a compiler not installed here
 
 
-class CompileTrend(BuildHookInterface):  # type: ignore[misc]
-    """Compiles the extension in place (an editable install imports it from the source tree)
+class CompileExtensions(BuildHookInterface):  # type: ignore[misc]
+    """Compiles each extension in place (an editable install imports it from the source tree)
     and ships it in a standard wheel."""
 
     PLUGIN_NAME = "custom"

@@ -12,10 +12,7 @@ otherwise these tests would pass on the Python alone and say nothing about the C
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
-import subprocess
-import sys
 from array import array
 from typing import Any
 
@@ -33,7 +30,7 @@ from lagd.model import (
 from lagd.state import windows
 from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.windows import State
-from tests.test_trend_c import _can_compile
+from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 
 APPLY = windows._apply_commits
 needs_c = pytest.mark.skipif(APPLY is None, reason="no C compiler here: lagd applies every commit in Python")
@@ -41,17 +38,15 @@ T0 = 1_700_000_000_000
 
 
 def test_the_compiled_apply_is_built_where_it_can_be() -> None:
-    assert not _can_compile() or APPLY is not None, (
+    assert not can_compile() or APPLY is not None, (
         "a C compiler and Python's headers are here but lagd.state._apply is not importable (or was built for "
-        "another window layout): reinstall lagd (.venv/bin/pip install --no-deps -e .) and read the build's warning"
+        f"another window layout): {REINSTALL}"
     )
 
 
 def test_lagd_no_extensions_applies_in_python() -> None:
-    code = "from lagd.state import windows; print(windows._apply_commits is None)"
-    env = {**os.environ, "LAGD_NO_EXTENSIONS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "True"
+    code = "from lagd.state import windows; print(windows._apply_commits is None, windows._drain_windows is None)"
+    assert printed_without_extensions(code) == "True True"
 
 
 def _plain(value: Any) -> Any:

@@ -17,8 +17,6 @@ import json
 import os
 import random
 import struct
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ from lagd.ingest.offsets_topic import build_batch
 from lagd.ingest.validate import MAX_OFFSET, EdgeLimits
 from lagd.model import Commit, Event, IngestCounters
 from lagd.sim.encode import encode_group_tombstone, encode_offset_commit, encode_offset_tombstone
-from tests.test_trend_c import _can_compile
+from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 
 READ = offsets_topic._read_commits
 needs_c = pytest.mark.skipif(READ is None, reason="no C compiler here: lagd reads every record in Python")
@@ -46,17 +44,14 @@ TOPICS = ["orders", "clicks", "payments.v2", "not-sampled-yet", "bad topic!", "t
 
 
 def test_the_compiled_reader_is_built_where_it_can_be() -> None:
-    assert not _can_compile() or READ is not None, (
-        "a C compiler and Python's headers are here but lagd.ingest._commits is not importable: "
-        "reinstall lagd (.venv/bin/pip install --no-deps -e .) and read the build's warning"
+    assert not can_compile() or READ is not None, (
+        f"a C compiler and Python's headers are here but lagd.ingest._commits is not importable: {REINSTALL}"
     )
 
 
 def test_lagd_no_extensions_reads_in_python() -> None:
     code = "from lagd.ingest import offsets_topic; print(offsets_topic._read_commits is None)"
-    env = {**os.environ, "LAGD_NO_EXTENSIONS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "True"
+    assert printed_without_extensions(code) == "True"
 
 
 @needs_c

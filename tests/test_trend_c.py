@@ -12,14 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import random
-import shlex
-import shutil
 import struct
-import subprocess
-import sys
-import sysconfig
 from array import array
 from collections import Counter
 from pathlib import Path
@@ -34,6 +28,7 @@ from lagd.evaluate import Evaluator, PartitionVerdict, lagd_fast, native, verdic
 from lagd.evaluate.lagd_rules import LagdParams
 from lagd.model import Commit, GroupMembers, GroupStatus, LogEndSample, PartitionOwner, PartitionStatus
 from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
+from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 from tests.test_lagd_fast import C, G, Op, play, random_ticks, traffic
 
 T0 = 1_700_000_000_000
@@ -41,21 +36,9 @@ FIT = lagd_fast._compiled_fit
 needs_fit = pytest.mark.skipif(FIT is None, reason="no C compiler here: lagd runs the Python fit only")
 
 
-def _can_compile() -> bool:
-    """Is there what hatch_build.py needs: a compiler (hatch_build.link_command's, in its order)
-    and Python's headers?"""
-    ldshared = str(sysconfig.get_config_var("LDSHARED") or "")
-    if not (ldshared and shutil.which(shlex.split(ldshared)[0])):
-        ldshared = "cc"
-    link = os.environ.get("LDSHARED") or os.environ.get("CC") or ldshared
-    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    return shutil.which(shlex.split(link)[0]) is not None and headers.exists()
-
-
 def test_the_compiled_fit_is_built_where_it_can_be() -> None:
-    assert not _can_compile() or FIT is not None, (
-        "a C compiler and Python's headers are here but lagd.evaluate._trend is not importable: "
-        "reinstall lagd (.venv/bin/pip install --no-deps -e .) and read the build's warning"
+    assert not can_compile() or FIT is not None, (
+        f"a C compiler and Python's headers are here but lagd.evaluate._trend is not importable: {REINSTALL}"
     )
 
 
@@ -67,9 +50,7 @@ def test_lagd_no_extensions_runs_the_python() -> None:
         "print(lagd_fast._compiled_fit is None, lagd_fast._compiled_moments is None, "
         "lagd_fast._compiled_standing is None, native.describe())"
     )
-    env = {**os.environ, "LAGD_NO_EXTENSIONS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "True True True Python (LAGD_NO_EXTENSIONS is set)"
+    assert printed_without_extensions(code) == "True True True Python (LAGD_NO_EXTENSIONS is set)"
 
 
 @needs_fit
