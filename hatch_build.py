@@ -1,5 +1,6 @@
 """Build hook: compile lagd's optional C code (the rules code, lagd/evaluate/_trend.c; the
-offsets topic's usual record read, lagd/ingest/_commits.c, and applied, lagd/state/_apply.c)
+offsets topic's usual record read, lagd/ingest/_commits.c, and applied, lagd/state/_apply.c; a
+group's partitions as Burrow's JSON, lagd/http/_json.c)
 where a C compiler is found. Without one the wheel is pure Python and lagd runs the same code in
 Python, slower (README, "The two commands"); the build says so and goes on. Only the standard
 library and the compiler Python itself was built with are used, so no build dependency is added.
@@ -18,7 +19,12 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCES = (Path("lagd/evaluate/_trend.c"), Path("lagd/ingest/_commits.c"), Path("lagd/state/_apply.c"))
+SOURCES = (
+    Path("lagd/evaluate/_trend.c"),
+    Path("lagd/ingest/_commits.c"),
+    Path("lagd/state/_apply.c"),
+    Path("lagd/http/_json.c"),
+)
 # Exactly the floating-point operations the Python does, in its order: no fused multiply-adds,
 # no reassociation (tests/test_trend_c.py compares both on random windows).
 FLAGS = ["-O2", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-std=c11", "-Wall"]

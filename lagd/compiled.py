@@ -1,8 +1,9 @@
 """Whether a compiled part of lagd may run: built, from the source beside it, and not turned off.
 
-Each compiled module (`lagd.evaluate._trend`, `lagd.ingest._commits`, `lagd.state._apply`) stands
-in for Python that answers the same, only slower. `LAGD_NO_EXTENSIONS=1` in the environment runs the Python instead
-(to compare them, or to rule the compiled code out when something looks wrong). A build of
+Each compiled module (`lagd.evaluate._trend`, `lagd.ingest._commits`, `lagd.state._apply`,
+`lagd.http._json`) stands in for Python that answers the same, only slower. `LAGD_NO_EXTENSIONS=1`
+in the environment runs the Python instead (to compare them, or to rule the compiled code out
+when something looks wrong). A build of
 another source than the `.c` file beside it (left behind after the source changed: an editable
 install not rebuilt) is not used.
 """

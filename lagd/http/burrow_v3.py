@@ -13,11 +13,12 @@ import zlib
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from lagd import logs
+from lagd import compiled, logs
 from lagd.config import ClusterSettings, Settings
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.http.app import CTX, HOST, Handler, HttpContext, envelope
@@ -25,6 +26,14 @@ from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, TS
 
 log = logs.get(__name__)
+
+# The partitions' JSON written compiled (_json.c), or None where the Python writes it: not built
+# (lagd.compiled), or built for another window entry layout than lagd.state.windows'.
+_json_c = compiled.load("lagd.http._json", Path(__file__).with_name("_json.c"))
+_partitions_json: Callable[..., str | None] | None = (
+    _json_c.partitions_json if _json_c is not None and _json_c.LAYOUT == (FIELDS, OFFSET, TS, OBSERVED, LAG) else None
+)
+_STATUS_VALUES = tuple((status, status.value) for status in PartitionStatus)  # what _json.c writes of a status
 
 
 def consumer_offset(entry: WindowEntry | None) -> dict[str, Any] | None:
@@ -83,14 +92,24 @@ def _partition_json(p: PartitionVerdict, dumps: Callable[[str], str]) -> str:
     )
 
 
+def partitions_json(parts: list[PartitionVerdict]) -> str:
+    """The partitions' JSON objects joined by ", ": compiled where built (_json.c, the same text
+    about ten times faster: it was the larger half of a /lag request), else in Python."""
+    if _partitions_json is not None:
+        written = _partitions_json(parts, _STATUS_VALUES, json.dumps)
+        if written is not None:
+            return written
+    dumps = functools.cache(json.dumps)  # topics and owners repeat on every partition: each encoded once
+    return ", ".join(_partition_json(p, dumps) for p in parts)
+
+
 def group_status_json(v: GroupVerdict, only_bad: bool) -> str:
     """`json.dumps(group_status(v, only_bad))`, written directly: the hot path, several times faster."""
     parts = [p for p in v.partitions if p.status is not PartitionStatus.OK] if only_bad else v.partitions
-    dumps = functools.cache(json.dumps)  # topics and owners repeat on every partition: each encoded once
-    maxlag = _partition_json(v.maxlag, dumps) if v.maxlag is not None else "null"
+    maxlag = partitions_json([v.maxlag]) if v.maxlag is not None else "null"
     return (
         f'{{"cluster": {json.dumps(v.cluster)}, "group": {json.dumps(v.group)}, "status": "{v.status.value}", '
-        f'"complete": {float(v.complete)!r}, "partitions": [{", ".join(_partition_json(p, dumps) for p in parts)}], '
+        f'"complete": {float(v.complete)!r}, "partitions": [{partitions_json(parts)}], '
         f'"partition_count": {v.partition_count}, "maxlag": {maxlag}, "totallag": {v.totallag}}}'
     )
 
