@@ -41,7 +41,9 @@ phase: /lag p50/p99/max, requests/s, longest stall and stalls above 50 ms, commi
 by the feeder per second, the last commit's delay; each phase is judged against the targets.
 
 Limits: the clients, the feeder, Tansu and Postgres share the machine's 2 cores with the
-daemon (its CPU is not isolated).
+daemon (its CPU is not isolated). Each phase prints how much of a core the daemon's event loop
+ran while measuring and how busy the whole machine was (/proc/stat): near 100% the loop also
+waits for a core, and that wait counts in its stalls and latencies like its own work does.
 Run: `python -m bench.bench_http [--groups 1000] [--large-groups 10000] [--partitions 100]
 [--duration 15] [--rate 20000] [--requests 200] [--stall-stacks] [--phases on,off,large]`
 (--stall-stacks prints where the loop was during stalls; on and off are judged when both ran,
@@ -367,6 +369,34 @@ async def _visible_after(base: str, group: str, topic: str, partition: int, offs
     return float("inf")
 
 
+@dataclass(frozen=True)
+class CpuMark:
+    """CPU clocks at one instant: the wall clock, this thread's (the daemon's event loop: the
+    phase runs in it) and the whole machine's busy and total jiffies (/proc/stat; 0 elsewhere)."""
+
+    wall: float
+    loop_thread: float
+    busy: int
+    total: int
+
+    @classmethod
+    def now(cls) -> CpuMark:
+        busy = total = 0
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+            total = sum(fields)
+            busy = total - fields[3] - (fields[4] if len(fields) > 4 else 0)  # less idle and iowait
+        return cls(time.perf_counter(), time.thread_time(), busy, total)
+
+
+def cpu_between(a: CpuMark, b: CpuMark) -> tuple[float, float]:
+    """(the loop thread's CPU share of one core, the machine's busy share of all its cores;
+    NaN where /proc/stat could not be read) between two marks."""
+    wall = b.wall - a.wall
+    machine = (b.busy - a.busy) / (b.total - a.total) if b.total > a.total else float("nan")
+    return (b.loop_thread - a.loop_thread) / wall if wall > 0 else float("nan"), machine
+
+
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(len(s) * q))] if s else float("nan")
@@ -440,11 +470,13 @@ client-id = "lagd-bench-{tag}"
         await loop.run_in_executor(None, recv.recv)  # warm-up done
         say(f"{name}: measuring for {a.duration:.0f} s ({a.requests:,.0f} GET /lag/s, feeder at {a.rate:,} commits/s)")
         probe.measuring = True
+        cpu_from = CpuMark.now()
         scrapes_recv, scrapes_send = ctx.Pipe(duplex=False)
         scraper = ctx.Process(target=_scraper, args=(base, a.duration, scrapes_send))
         scraper.start()
         latencies, errors, elapsed = await loop.run_in_executor(None, recv.recv)
         probe.measuring = False
+        loop_share, machine_busy = cpu_between(cpu_from, CpuMark.now())
         scrapes = await loop.run_in_executor(None, scrapes_recv.recv)
         scraper.join(10)
         clients.join(10)
@@ -484,6 +516,8 @@ client-id = "lagd-bench-{tag}"
         "visible": visible,
         "scrape_ms": max(ms for ms, _ in scrapes),
         "cycle_max": max(probe.cycles, default=0.0),
+        "loop_cpu": loop_share,
+        "machine_busy": machine_busy,
     }
     label = f"cache {'on' if cache_ttl else 'off'}" + (
         f", {a.groups * a.partitions:,} group-partitions" if name == "large" else ""
@@ -495,6 +529,11 @@ client-id = "lagd-bench-{tag}"
     print(
         f"{label}: longest event-loop stall {r['stall']:.1f} ms; {r['stalls_50']} stalls above 50 ms "
         f"({len(stalls):,} probes of {PROBE_S * 1000:.0f} ms)"
+    )
+    print(
+        f"{label}: CPU while measuring: the daemon's event loop ran {loop_share:.0%} of a core; the machine was "
+        f"{machine_busy:.0%} busy ({os.cpu_count()} cores shared by the daemon, Tansu, Postgres, the feeder and the "
+        "clients: where it is near 100%, the loop also waits for a core, and that wait counts in stalls and latency)"
     )
     cycles = sorted(probe.cycles)
     print(
