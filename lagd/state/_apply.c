@@ -512,6 +512,19 @@ static PyObject *apply_commits(PyObject *module, PyObject *const *args, Py_ssize
  * int64s big-endian) or None where the state holds none. Stops early, the key left in place, at
  * one it does not copy as the Python would (not such a key, or a window not an array of int64):
  * returns how many it copied. */
+/* `v` as 8 big-endian bytes at `to`, one byte swap and store where the CPU has them (byte by
+ * byte stores were a third of the drain). */
+static inline void put_be64(unsigned char *to, uint64_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#elif !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_BIG_ENDIAN__
+    for (int b = 7; b >= 0; b--, v >>= 8)
+        to[b] = (unsigned char)(v & 0xff);
+    return;
+#endif
+    memcpy(to, &v, 8);
+}
+
 static PyObject *drain_windows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 4 || !PyDict_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyDict_CheckExact(args[2]) ||
@@ -583,11 +596,8 @@ static PyObject *drain_windows(PyObject *module, PyObject *const *args, Py_ssize
             if (copy != NULL) {
                 const uint64_t *from = (const uint64_t *)view.buf;
                 unsigned char *to = (unsigned char *)PyBytes_AS_STRING(copy);
-                for (Py_ssize_t k = 0; k < view.len / 8; k++) {
-                    uint64_t v = from[k];
-                    for (int b = 7; b >= 0; b--, v >>= 8)
-                        to[8 * k + b] = (unsigned char)(v & 0xff);
-                }
+                for (Py_ssize_t k = 0; k < view.len / 8; k++)
+                    put_be64(to + 8 * k, from[k]);
                 rc = 1;
             }
         } else
