@@ -4,11 +4,12 @@
  * request: writing the JSON in Python took longer than judging the group.
  *
  * `partitions_json` writes exactly the text the Python writes, or returns None for the Python to
- * write it: a field of another type than the usual (an int that is not exactly an int, a
- * complete that is not a float, a status not among those given, entries that are not an array
- * of int64 at least two entries long, numbers past int64). Strings of printable ASCII without
- * quotes or backslashes are written as they are; any other string is given to `dumps`
- * (json.dumps), so its escapes are json's own.
+ * write it: a list or verdict of a subclass (whose reads may run Python code), a field of another
+ * type than the usual (an int that is not exactly an int, a complete that is not a float, a
+ * status not among those given, entries that are not an array.array of int64 at least two
+ * entries long, numbers past int64). Strings of printable ASCII without quotes or backslashes
+ * are written as they are; any other string is given to `dumps` (json.dumps), so its escapes are
+ * json's own.
  *
  * The window entry layout (fields per entry, and where offset, timestamp, observed time and lag
  * are) is lagd.state.windows' one definition: this code holds a copy, `LAYOUT`, which
@@ -28,6 +29,7 @@ enum { OFFSET, ORDER, TS, OBSERVED, LAG, FIELDS };
 
 static PyObject *name_topic, *name_partition, *name_owner, *name_client_id, *name_status, *name_entries;
 static PyObject *name_current_lag, *name_complete;
+static PyObject *array_type; /* array.array: entries must be exactly one */
 
 /* The text written so far: bytes, grown as needed; `ascii` while every byte is below 128. */
 typedef struct {
@@ -200,18 +202,23 @@ static int fields_read(PyObject *p, Fields *f) {
 }
 
 /* One partition's JSON: 1 written, 0 left to the Python (nothing is written then), -1 error. */
-static int put_partition(Out *o, PyObject *p, PyObject *statuses, PyObject *dumps) {
+static int put_partition(Out *o, PyObject *p, PyObject *verdict_type, PyObject *statuses, PyObject *dumps) {
     Fields f = {0};
     Py_buffer view = {0};
     int have_view = 0, rc = -1, ok;
     int64_t partition, current_lag;
-    const int64_t *entries = NULL;
+    int64_t entries[2 * FIELDS];
+    int have_entries = 0;
     PyObject *value;
     Py_ssize_t mark = o->len;
     int ascii = o->ascii;
+    rc = 0; /* anything unusual is the Python's */
+    if (!Py_IS_TYPE(p, (PyTypeObject *)verdict_type))
+        goto done; /* a subclass may read its fields through Python code: the Python reads it */
+    rc = -1;
     if (fields_read(p, &f) < 0)
         goto done;
-    rc = 0; /* from here on, anything unusual is the Python's */
+    rc = 0;
     if (!PyUnicode_CheckExact(f.topic) || !PyUnicode_CheckExact(f.owner) || !PyUnicode_CheckExact(f.client_id) ||
         !PyFloat_CheckExact(f.complete))
         goto done;
@@ -225,8 +232,8 @@ static int put_partition(Out *o, PyObject *p, PyObject *statuses, PyObject *dump
         goto done;
     }
     if (f.entries != Py_None) {
-        if (!PyObject_CheckBuffer(f.entries))
-            goto done;
+        if (!Py_IS_TYPE(f.entries, (PyTypeObject *)array_type))
+            goto done; /* the Python indexes it: only an array's buffer is what indexing reads */
         if (PyObject_GetBuffer(f.entries, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
             PyErr_Clear();
             goto done;
@@ -235,7 +242,10 @@ static int put_partition(Out *o, PyObject *p, PyObject *statuses, PyObject *dump
         if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0 ||
             view.len < (Py_ssize_t)(2 * FIELDS * sizeof(int64_t)))
             goto done;
-        entries = (const int64_t *)view.buf;
+        memcpy(entries, view.buf, sizeof entries);
+        have_entries = 1;
+        PyBuffer_Release(&view);
+        have_view = 0;
     }
     rc = -1;
     if (PUT(o, "{\"topic\": ") < 0 || put_string(o, f.topic, dumps) < 0 || PUT(o, ", \"partition\": ") < 0 ||
@@ -243,11 +253,11 @@ static int put_partition(Out *o, PyObject *p, PyObject *statuses, PyObject *dump
         PUT(o, ", \"client_id\": ") < 0 || put_string(o, f.client_id, dumps) < 0 || PUT(o, ", \"status\": \"") < 0 ||
         put_raw(o, value) < 0 || PUT(o, "\", \"start\": ") < 0)
         goto done;
-    if (entries == NULL ? PUT(o, "null") < 0 : put_entry(o, entries) < 0)
+    if (!have_entries ? PUT(o, "null") < 0 : put_entry(o, entries) < 0)
         goto done;
     if (PUT(o, ", \"end\": ") < 0)
         goto done;
-    if (entries == NULL ? PUT(o, "null") < 0 : put_entry(o, entries + FIELDS) < 0)
+    if (!have_entries ? PUT(o, "null") < 0 : put_entry(o, entries + FIELDS) < 0)
         goto done;
     if (PUT(o, ", \"current_lag\": ") < 0 || put_i64(o, current_lag) < 0 || PUT(o, ", \"complete\": ") < 0)
         goto done;
@@ -266,9 +276,12 @@ done:
 }
 
 static PyObject *partitions_json(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *parts, *statuses, *dumps;
-    if (!PyArg_ParseTuple(args, "O!O!O:partitions_json", &PyList_Type, &parts, &PyTuple_Type, &statuses, &dumps))
+    PyObject *parts, *verdict_type, *statuses, *dumps;
+    if (!PyArg_ParseTuple(args, "OO!O!O:partitions_json", &parts, &PyType_Type, &verdict_type, &PyTuple_Type,
+                          &statuses, &dumps))
         return NULL;
+    if (!PyList_CheckExact(parts))
+        Py_RETURN_NONE; /* a subclass may iterate otherwise: the Python writes it */
     Py_ssize_t n = PyTuple_GET_SIZE(statuses);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyTuple_GET_ITEM(statuses, i);
@@ -277,8 +290,8 @@ static PyObject *partitions_json(PyObject *Py_UNUSED(self), PyObject *args) {
             return NULL;
         }
     }
-    /* The list is held, and each item while it is written: reading an attribute may run Python
-     * code (a property) that changes the list. */
+    /* The list is held, and each item while it is written (items are exact verdicts, whose
+     * fields are slots: reading them runs no Python code, but a dumps may). */
     Py_INCREF(parts);
     Out o = {NULL, 0, 0, 1};
     PyObject *result = NULL;
@@ -287,7 +300,7 @@ static PyObject *partitions_json(PyObject *Py_UNUSED(self), PyObject *args) {
             goto done;
         PyObject *p = PyList_GET_ITEM(parts, i);
         Py_INCREF(p);
-        int rc = put_partition(&o, p, statuses, dumps);
+        int rc = put_partition(&o, p, verdict_type, statuses, dumps);
         Py_DECREF(p);
         if (rc < 0)
             goto done;
@@ -311,8 +324,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"partitions_json", partitions_json, METH_VARARGS,
-     "partitions_json(parts, statuses, dumps) -> str | None: each PartitionVerdict of the list as Burrow's v3 JSON, "
-     "joined by ', ' (burrow_v3._partition_json); None: one is left to the Python."},
+     "partitions_json(parts, verdict_type, statuses, dumps) -> str | None: each PartitionVerdict of the list as "
+     "Burrow's v3 JSON, joined by ', ' (burrow_v3._partition_json); None: the list is left to the Python."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lagd.http._json",
@@ -335,6 +348,17 @@ PyMODINIT_FUNC PyInit__json(void) {
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;
+    PyObject *arrays = PyImport_ImportModule("array");
+    if (arrays == NULL)
+        return NULL;
+    array_type = PyObject_GetAttrString(arrays, "array");
+    Py_DECREF(arrays);
+    if (array_type == NULL)
+        return NULL;
+    if (!PyType_Check(array_type)) {
+        PyErr_SetString(PyExc_TypeError, "array.array is not a type");
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

@@ -6,5 +6,5 @@ SOURCE_SHA1: str
 LAYOUT: tuple[int, int, int, int, int]
 
 def partitions_json(
-    parts: list[Any], statuses: tuple[tuple[Any, str], ...], dumps: Callable[[Any], str]
+    parts: list[Any], verdict_type: type, statuses: tuple[tuple[Any, str], ...], dumps: Callable[[Any], str]
 ) -> str | None: ...

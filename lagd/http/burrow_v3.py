@@ -96,7 +96,7 @@ def partitions_json(parts: list[PartitionVerdict]) -> str:
     """The partitions' JSON objects joined by ", ": compiled where built (_json.c, the same text
     about ten times faster: it was the larger half of a /lag request), else in Python."""
     if _partitions_json is not None:
-        written = _partitions_json(parts, _STATUS_VALUES, json.dumps)
+        written = _partitions_json(parts, PartitionVerdict, _STATUS_VALUES, json.dumps)
         if written is not None:
             return written
     dumps = functools.cache(json.dumps)  # topics and owners repeat on every partition: each encoded once
