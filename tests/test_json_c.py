@@ -280,3 +280,12 @@ def test_a_dumps_that_fails_fails_the_write() -> None:
     assert (
         WRITE([verdict()], PartitionVerdict, burrow_v3._STATUS_VALUES, refuses) is not None
     )  # plain strings need no dumps
+
+
+@needs_c
+def test_a_field_never_set_raises_as_in_python() -> None:
+    unset = PartitionVerdict.__new__(PartitionVerdict)  # slots never assigned: reading one raises
+    with pytest.raises(AttributeError):
+        c_json([verdict(), unset])
+    with pytest.raises(AttributeError):
+        python_json([unset])

@@ -204,21 +204,17 @@ static int fields_read(PyObject *p, Fields *f) {
 /* One partition's JSON: 1 written, 0 left to the Python (nothing is written then), -1 error. */
 static int put_partition(Out *o, PyObject *p, PyObject *verdict_type, PyObject *statuses, PyObject *dumps) {
     Fields f = {0};
-    Py_buffer view = {0};
-    int have_view = 0, rc = -1, ok;
+    int rc, ok, have_entries = 0;
     int64_t partition, current_lag;
     int64_t entries[2 * FIELDS];
-    int have_entries = 0;
     PyObject *value;
     Py_ssize_t mark = o->len;
     int ascii = o->ascii;
-    rc = 0; /* anything unusual is the Python's */
     if (!Py_IS_TYPE(p, (PyTypeObject *)verdict_type))
-        goto done; /* a subclass may read its fields through Python code: the Python reads it */
-    rc = -1;
-    if (fields_read(p, &f) < 0)
+        return 0; /* a subclass may read its fields through Python code: the Python reads it */
+    rc = fields_read(p, &f) < 0 ? -1 : 0; /* from here on, anything unusual is the Python's */
+    if (rc < 0)
         goto done;
-    rc = 0;
     if (!PyUnicode_CheckExact(f.topic) || !PyUnicode_CheckExact(f.owner) || !PyUnicode_CheckExact(f.client_id) ||
         !PyFloat_CheckExact(f.complete))
         goto done;
@@ -234,18 +230,18 @@ static int put_partition(Out *o, PyObject *p, PyObject *verdict_type, PyObject *
     if (f.entries != Py_None) {
         if (!Py_IS_TYPE(f.entries, (PyTypeObject *)array_type))
             goto done; /* the Python indexes it: only an array's buffer is what indexing reads */
+        Py_buffer view;
         if (PyObject_GetBuffer(f.entries, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
             PyErr_Clear();
             goto done;
         }
-        have_view = 1;
-        if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "q") != 0 ||
-            view.len < (Py_ssize_t)(2 * FIELDS * sizeof(int64_t)))
-            goto done;
-        memcpy(entries, view.buf, sizeof entries);
-        have_entries = 1;
+        have_entries = view.itemsize == 8 && view.format != NULL && strcmp(view.format, "q") == 0 &&
+                       view.len >= (Py_ssize_t)sizeof entries;
+        if (have_entries)
+            memcpy(entries, view.buf, sizeof entries);
         PyBuffer_Release(&view);
-        have_view = 0;
+        if (!have_entries)
+            goto done;
     }
     rc = -1;
     if (PUT(o, "{\"topic\": ") < 0 || put_string(o, f.topic, dumps) < 0 || PUT(o, ", \"partition\": ") < 0 ||
@@ -265,8 +261,6 @@ static int put_partition(Out *o, PyObject *p, PyObject *verdict_type, PyObject *
         goto done;
     rc = 1;
 done:
-    if (have_view)
-        PyBuffer_Release(&view);
     fields_clear(&f);
     if (rc != 1) {
         o->len = mark;
