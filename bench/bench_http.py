@@ -62,11 +62,13 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import struct
 import sys
 import tempfile
 import threading
 import time
 import traceback
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +80,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import target
 from bench.bench_catchup import drop_database, free_port, fresh_database, say
+from bench.lean_get import BadResponse, lean_client
 from lagd import collector, daemon, embedded, logs
 from lagd.config import load
 from lagd.notify.watch import DUTY, VerdictWatch
@@ -131,16 +134,39 @@ async def create_topics(bootstrap: str, offsets_topics: list[str], partitions: i
         await producer.stop()
 
 
+class CommitRecords:
+    """The offsets-topic records of the benchmark's commits, byte for byte what
+    `encode_offset_commit` writes (value v3, no metadata), from parts computed once per group:
+    the feeder writes 20,000 a second on the box the daemon runs on, and each CPU-second it
+    spends encoding is one the daemon waits for (building each record from scratch took the
+    feeder about 45% of a core, most of it hashing group names for their offsets partition)."""
+
+    def __init__(self, groups: int) -> None:
+        names = [group_name(g) for g in range(groups)]
+        self.home = [offsets_partition_for(name, OFFSETS_PARTITIONS) for name in names]
+        # a key is the group's and topic's part, then the partition as an int32
+        self.key_head = [encode_offset_commit(name, topic_of(g), 0, 0, 0)[0][:-4] for g, name in enumerate(names)]
+        sample = (names[-1], topic_of(groups - 1), 7, 1 << 40, 1_795_305_600_123)
+        if self.record(groups - 1, *sample[2:])[1:] != encode_offset_commit(*sample, metadata=""):
+            raise RuntimeError("CommitRecords no longer writes what lagd.sim.encode does: fix it to match")
+
+    def record(self, g: int, partition: int, offset: int, ts: int) -> tuple[int, bytes, bytes]:
+        """(offsets partition, key, value) of group `g`'s commit."""
+        return self.home[g], self.key_head[g] + _INT32(partition), _VALUE_V3(3, offset, -1, 0, ts)
+
+
+_INT32 = struct.Struct(">i").pack
+_VALUE_V3 = struct.Struct(">hqihq").pack  # version, offset, leader epoch, metadata "" (length 0), commit time
+
+
 async def _send_commits(
-    producer: AIOKafkaProducer, topic: str, commits: list[tuple[int, int, int, int]]
+    producer: AIOKafkaProducer, topic: str, records: CommitRecords, commits: list[tuple[int, int, int, int]]
 ) -> list[asyncio.Future[Any]]:
     """(group, partition, offset, ts) commits as records in batches per offsets partition."""
     per: dict[int, Any] = {}
     futures = []
     for g, p, offset, ts in commits:
-        name = group_name(g)
-        key, value = encode_offset_commit(name, topic_of(g), p, offset, ts, metadata="")
-        op = offsets_partition_for(name, OFFSETS_PARTITIONS)
+        op, key, value = records.record(g, p, offset, ts)
         b = per.get(op)
         if b is None:
             b = per[op] = producer.create_batch()
@@ -160,11 +186,12 @@ async def prefill(bootstrap: str, topic: str, groups: int, partitions: int) -> i
     try:
         now = int(time.time() * 1000)
         n = 0
+        records = CommitRecords(groups)
         for r in range(ROUNDS):
             ts = now - (ROUNDS - 1 - r) * ROUND_STEP_MS
             offset = LOG_END0 - 10 * (ROUNDS - r)
             commits = [(g, p, offset, ts) for g in range(groups) for p in range(partitions)]
-            await asyncio.gather(*await _send_commits(producer, topic, commits))
+            await asyncio.gather(*await _send_commits(producer, topic, records, commits))
             n += len(commits)
             say(f"prefill {topic}: {n:,}/{groups * partitions * ROUNDS:,} commit records")
         return n
@@ -179,6 +206,7 @@ def _feeder(bootstrap: str, topic: str, groups: int, partitions: int, rate: int,
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_batch_size=BATCH_BYTES, linger_ms=0)
         await producer.start()
         rnd = random.Random(5)
+        records = CommitRecords(groups)
         log_end = [[LOG_END0] * partitions for _ in range(TOPICS)]
         per_tick = rate // 10
         sent = 0
@@ -201,7 +229,7 @@ def _feeder(bootstrap: str, topic: str, groups: int, partitions: int, rate: int,
                 p = rnd.randrange(partitions)
                 offset = log_end[g % TOPICS][p] - rnd.randrange(4)
                 commits.append((g, p, offset, now))
-            pending += await _send_commits(producer, topic, commits)
+            pending += await _send_commits(producer, topic, records, commits)
             sent += per_tick
             last = commits[-1][:3]
             await asyncio.gather(*pending)
@@ -227,15 +255,14 @@ def _clients(base: str, groups: int, rate: float, duration: float, out: Any) -> 
         latencies: list[float] = []
         late: list[float] = []
         errors = 0
-        connector = aiohttp.TCPConnector(limit=0)
-        timeout = aiohttp.ClientTimeout(total=30)
-        async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as session:
+        url = urllib.parse.urlsplit(base)
+        assert url.hostname is not None and url.port is not None
+        async with lean_client(url.hostname, url.port) as client:
             todo = list(range(groups))
 
             async def warm() -> None:  # warm-up: every group asked once, 50 at a time
                 while todo:
-                    async with session.get(f"/v3/kafka/{CLUSTER}/consumer/{group_name(todo.pop())}/lag") as resp:
-                        await resp.read()
+                    await client.get(f"/v3/kafka/{CLUSTER}/consumer/{group_name(todo.pop())}/lag")
 
             await asyncio.gather(*(warm() for _ in range(50)))
             out.send("measuring")
@@ -246,11 +273,10 @@ def _clients(base: str, groups: int, rate: float, duration: float, out: Any) -> 
                 nonlocal errors
                 late.append((time.perf_counter() - due) * 1000)
                 try:
-                    async with session.get(f"/v3/kafka/{CLUSTER}/consumer/{group_name(g)}/lag") as resp:
-                        await resp.read()
-                        if resp.status != 200:
-                            errors += 1
-                except (aiohttp.ClientError, TimeoutError):
+                    status, _ = await client.get(f"/v3/kafka/{CLUSTER}/consumer/{group_name(g)}/lag")
+                    if status != 200:
+                        errors += 1
+                except (OSError, BadResponse, TimeoutError):
                     errors += 1  # timed as what it cost the client
                 latencies.append((time.perf_counter() - due) * 1000)
 
