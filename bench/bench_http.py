@@ -13,17 +13,20 @@ Input: 1,000 groups x 100 partitions (10 topics of 100 partitions; each group re
 10 commits per group-partition, 20 s apart and ending now (byte-exact records from
 lagd.sim.encode, value v3, at the partition a coordinator would pick), so every window is
 full; the daemon reads them from a fresh start and the phase begins once
-/burrow/admin/ready answers 200. Then a feeder process (the simulator's records, written in
-batches with aiokafka) commits 20,000 times a second to random group-partitions and appends
-one record to each of the 1,000 topic partitions every second (log ends move; Tansu's
-ListOffsets LATEST counts batches, so each of those is a batch of one). After 5 s of that,
+/burrow/admin/ready answers 200. Then a feeder process (the simulator's records, built from
+per-group parts computed once and written in batches with aiokafka: `CommitRecords`) commits
+20,000 times a second to random group-partitions and appends one record to each of the 1,000
+topic partitions every second (log ends move; Tansu's ListOffsets LATEST counts batches, so
+each of those is a batch of one). After 5 s of that,
 a client process asks each group's /lag once (50 at a time), then GETs
 /v3/kafka/bench/consumer/<random group>/lag at a fixed 200 requests a second for the measured
 duration, open loop: each request goes out at its scheduled time whether or not earlier
 ones have answered, as a fleet of dashboards polls (a closed loop of N clients measures
 the server's throughput instead: its latency is N / throughput however fast each request
-is). Latency is measured client-side from the scheduled time, so a stall counts in full
-for every request it delays (30 s timeout; a timeout counts as an error and is timed).
+is; the client reads over kept connections with a prebuilt request, `bench.lean_get`, so
+its own CPU takes little from the daemon's box). Latency is measured client-side from the
+scheduled time, so a stall counts in full for every request it delays (30 s timeout; a
+timeout counts as an error and is timed).
 A process of its own scrapes /metrics as a Prometheus would, every 15 s from the start of
 the measured duration (per-partition series: 400,000 of them, about 45 MB), timed apart.
 Meanwhile a task in the daemon's loop sleeps 5 ms in a loop and
