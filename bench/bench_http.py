@@ -83,7 +83,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import target
 from bench.bench_catchup import drop_database, free_port, fresh_database, say
-from bench.lean_get import BadResponse, get_once, lean_client
+from bench.lean_get import BadResponse, lean_client
 from lagd import collector, daemon, embedded, logs
 from lagd.config import load
 from lagd.notify.watch import DUTY, VerdictWatch
@@ -303,14 +303,15 @@ def _scraper(base: str, duration: float, out: Any) -> None:
 
     async def main() -> list[tuple[float, int]]:
         scrapes: list[tuple[float, int]] = []
-        url = urllib.parse.urlsplit(base)
-        assert url.hostname is not None and url.port is not None
-        started = time.perf_counter()
-        while time.perf_counter() - started < duration:
-            t0 = time.perf_counter()
-            status, body = await get_once(url.hostname, url.port, "/metrics")
-            scrapes.append(((time.perf_counter() - t0) * 1000, len(body) if status == 200 else -1))
-            await asyncio.sleep(max(0.0, SCRAPE_EVERY_S - (time.perf_counter() - t0)))
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(base, timeout=timeout) as session:
+            started = time.perf_counter()
+            while time.perf_counter() - started < duration:
+                t0 = time.perf_counter()
+                async with session.get("/metrics") as resp:
+                    body = await resp.read()
+                scrapes.append(((time.perf_counter() - t0) * 1000, len(body) if resp.status == 200 else -1))
+                await asyncio.sleep(max(0.0, SCRAPE_EVERY_S - (time.perf_counter() - t0)))
         return scrapes
 
     out.send(asyncio.run(main()))

@@ -115,54 +115,6 @@ class LeanClient:
         self.idle.clear()
 
 
-async def get_once(host: str, port: int, path: str, timeout: float = 60.0) -> tuple[int, bytes]:
-    """(status, body) of one GET on a connection of its own, which the server closes after its
-    response: for a large page sent in chunks (/metrics), read whole and then unchunked, where
-    aiohttp's client took the scraper process a quarter of a core while a 47 MB page came."""
-    async with asyncio.timeout(timeout):
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
-            data = await reader.read()  # to the end of the connection
-        finally:
-            writer.close()
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
-        raise BadResponse(f"the connection closed before a whole response head ({len(data)} bytes)")
-    lines = data[:end].split(b"\r\n")
-    try:
-        status = int(lines[0].split(b" ", 2)[1])
-    except (IndexError, ValueError):
-        raise BadResponse(f"not an HTTP status line: {lines[0][:80]!r}") from None
-    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(b":") for line in lines[1:])}
-    body = memoryview(data)[end + 4 :]
-    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
-        return status, _unchunked(body)
-    if b"content-length" in headers and len(body) != int(headers[b"content-length"]):
-        raise BadResponse(f"{len(body)} bytes of a body of {int(headers[b'content-length'])}")
-    return status, bytes(body)
-
-
-def _unchunked(body: memoryview) -> bytes:
-    parts: list[memoryview] = []
-    at = 0
-    while True:
-        eol = bytes(body[at : at + 1024]).find(b"\r\n")
-        if eol < 0:
-            raise BadResponse("a chunk without its size line: the body was cut short")
-        try:
-            size = int(bytes(body[at : at + eol]).split(b";", 1)[0], 16)
-        except ValueError:
-            raise BadResponse(f"not a chunk size: {bytes(body[at : at + eol])[:40]!r}") from None
-        at += eol + 2
-        if size == 0:
-            return b"".join(parts)
-        if at + size + 2 > len(body) or body[at + size : at + size + 2] != b"\r\n":
-            raise BadResponse("a chunk shorter than its size: the body was cut short")
-        parts.append(body[at : at + size])
-        at += size + 2
-
-
 @contextlib.asynccontextmanager
 async def lean_client(host: str, port: int) -> AsyncIterator[LeanClient]:
     """A LeanClient closed on exit."""

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from bench.lean_get import BadResponse, _unchunked, get_once, lean_client
+from bench.lean_get import BadResponse, lean_client
 
 
 @pytest.fixture
@@ -31,19 +31,6 @@ async def server() -> AsyncIterator[tuple[str, int, list[str]]]:
         await resp.write_eof()
         return resp
 
-    async def big(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse()
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        for i in range(50):
-            await resp.write(bytes([65 + i % 26]) * (60_000 + i))
-        if request.query.get("cut"):
-            assert request.transport is not None
-            request.transport.close()  # no last chunk: the page is cut short
-            return resp
-        await resp.write_eof()
-        return resp
-
     async def hang_up(request: web.Request) -> web.Response:
         assert request.transport is not None
         request.transport.close()
@@ -57,7 +44,6 @@ async def server() -> AsyncIterator[tuple[str, int, list[str]]]:
     app.router.add_get("/echo/{n}", echo)
     app.router.add_get("/chunked", chunked)
     app.router.add_get("/hang-up", hang_up)
-    app.router.add_get("/big", big)
     app.router.add_get("/slow", slow)
     runner = web.AppRunner(app)
     await runner.setup()
@@ -98,25 +84,3 @@ async def test_what_it_cannot_read_fails(server: tuple[str, int, list[str]]) -> 
         assert client.idle == []  # none of those connections is used again
         status, body = await client.get("/echo/3")  # a new connection after them
         assert (status, body) == (200, b"xxx/echo/3")
-
-
-async def test_get_once_reads_a_page_whole_and_unchunked(server: tuple[str, int, list[str]]) -> None:
-    host, port, _ = server
-    assert await get_once(host, port, "/echo/5") == (200, b"xxxxx/echo/5")  # Content-Length
-    assert await get_once(host, port, "/chunked") == (200, b"part")
-    status, body = await get_once(host, port, "/big")
-    assert status == 200
-    assert body == b"".join(bytes([65 + i % 26]) * (60_000 + i) for i in range(50))
-    with pytest.raises(BadResponse, match="cut short"):
-        await get_once(host, port, "/big?cut=1")
-    with pytest.raises(BadResponse, match="response head"):
-        await get_once(host, port, "/hang-up")
-    with pytest.raises(TimeoutError):
-        await get_once(host, port, "/slow", timeout=0.2)
-
-
-@pytest.mark.parametrize("body", [b"5\r\nab", b"5\r\nabcdeXY0\r\n\r\n", b"5\r\nabcde\r\n", b"zz\r\n"])
-def test_a_garbled_or_cut_chunked_body_is_refused(body: bytes) -> None:
-    with pytest.raises(BadResponse):
-        _unchunked(memoryview(body))
-    assert _unchunked(memoryview(b"5\r\nabcde\r\n2;x=1\r\nfg\r\n0\r\n\r\n")) == b"abcdefg"
