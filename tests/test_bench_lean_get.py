@@ -84,3 +84,21 @@ async def test_what_it_cannot_read_fails(server: tuple[str, int, list[str]]) -> 
         assert client.idle == []  # none of those connections is used again
         status, body = await client.get("/echo/3")  # a new connection after them
         assert (status, body) == (200, b"xxx/echo/3")
+
+
+async def test_a_garbled_content_length_fails() -> None:
+    async def garbled(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: zz\r\n\r\nbody")
+        await writer.drain()
+
+    server = await asyncio.start_server(garbled, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with lean_client("127.0.0.1", port) as client:
+            with pytest.raises(BadResponse, match="Content-Length"):
+                await client.get("/x")
+            assert client.idle == []
+    finally:
+        server.close()
+        await server.wait_closed()
