@@ -1794,6 +1794,151 @@ fail:
     return result;
 }
 
+/* snapshot_rows: snapshot.snapshot_of's loop over a verdict's partitions (see there), or None
+ * where the Python reads them: anything but a list of exact PartitionVerdicts (as this code knows
+ * their slots) with exact str topics, exact int partitions and lags within int64, exact float
+ * completes and lags in seconds, a status among `statuses` (by identity: no Python code runs to
+ * compare them), and entries None or an exact array of int64 long enough to read `end_at` from.
+ * Returns (rows: bytes of ROW native int64 per partition, seconds: bytes of a native double per
+ * partition, topics: the topics in order of first sight, bound, mask): `bound` is true where a
+ * lagging partition's lag in seconds is estimated, `mask` has bit k set where a partition has the
+ * k-th status. With `with_rows` false the bytes are empty and topics (): only bound and mask. */
+#define SNAPSHOT_ROW 5
+static PyObject *snapshot_rows(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_rows(parts, verdict_type, statuses, array_type, end_at, with_rows)");
+        return NULL;
+    }
+    PyObject *parts = args[0], *type = args[1], *statuses = args[2], *array_type = args[3];
+    Py_ssize_t end_at, offsets[VERDICT_FIELDS];
+    int with_rows;
+    if (as_index(args[4], &end_at) < 0 || as_bool(args[5], &with_rows) < 0)
+        return NULL;
+    if (!PyTuple_Check(statuses) || PyTuple_GET_SIZE(statuses) > 62 || !PyType_Check(array_type) || end_at < 0) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_rows: expected a tuple of statuses, the array type, end_at >= 0");
+        return NULL;
+    }
+    if (!PyList_CheckExact(parts))
+        Py_RETURN_NONE; /* a subclass may iterate otherwise: the Python reads it */
+    if (!verdict_layout(type, offsets)) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    enum { F_TOPIC = 0, F_PARTITION = 1, F_STATUS = 2, F_ENTRIES = 3, F_LAG = 4, F_COMPLETE = 5, F_SECONDS = 8,
+           F_ESTIMATED = 9 };
+    /* The list is held; its items are exact verdicts whose slots are read in place, the topics'
+     * dict takes exact str keys and the statuses are found by identity: no Python code runs, so
+     * nothing can change the list while it is read. */
+    Py_INCREF(parts);
+    Py_ssize_t n = PyList_GET_SIZE(parts);
+    PyObject *rows = NULL, *seconds = NULL, *topics = NULL, *order = NULL, *result = NULL, *last_topic = NULL;
+    int64_t *row = NULL, last_index = -1;
+    double *secs = NULL;
+    int bound = 0;
+    unsigned long long mask = 0;
+    rows = PyBytes_FromStringAndSize(NULL, with_rows ? n * SNAPSHOT_ROW * (Py_ssize_t)sizeof(int64_t) : 0);
+    seconds = PyBytes_FromStringAndSize(NULL, with_rows ? n * (Py_ssize_t)sizeof(double) : 0);
+    topics = PyDict_New();
+    order = PyList_New(0);
+    if (rows == NULL || seconds == NULL || topics == NULL || order == NULL)
+        goto done;
+    row = (int64_t *)PyBytes_AS_STRING(rows);
+    secs = (double *)PyBytes_AS_STRING(seconds);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PyList_GET_ITEM(parts, i), *f[VERDICT_FIELDS];
+        if (!Py_IS_TYPE(p, (PyTypeObject *)type))
+            goto python; /* a subclass may read its fields through Python code */
+        for (int k = 0; k < VERDICT_FIELDS; k++)
+            if ((f[k] = *(PyObject **)((char *)p + offsets[k])) == NULL)
+                goto python; /* a slot never set: the Python raises as it would */
+        if (!PyUnicode_CheckExact(f[F_TOPIC]) || !PyLong_CheckExact(f[F_PARTITION]) || !PyLong_CheckExact(f[F_LAG]) ||
+            !PyFloat_CheckExact(f[F_COMPLETE]) || !PyFloat_CheckExact(f[F_SECONDS]) ||
+            !PyBool_Check(f[F_ESTIMATED]))
+            goto python;
+        int overflow = 0;
+        long long partition = PyLong_AsLongLongAndOverflow(f[F_PARTITION], &overflow), lag;
+        if (overflow)
+            goto python;
+        lag = PyLong_AsLongLongAndOverflow(f[F_LAG], &overflow);
+        if (overflow)
+            goto python;
+        Py_ssize_t code = -1;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(statuses); k++)
+            if (PyTuple_GET_ITEM(statuses, k) == f[F_STATUS]) {
+                code = k;
+                break;
+            }
+        if (code < 0)
+            goto python;
+        mask |= 1ULL << code;
+        if (lag > 0 && f[F_ESTIMATED] == Py_True)
+            bound = 1;
+        if (!with_rows)
+            continue;
+        int64_t end = -1;
+        PyObject *entries = f[F_ENTRIES];
+        if (entries != Py_None) {
+            if (!Py_IS_TYPE(entries, (PyTypeObject *)array_type))
+                goto python; /* the Python indexes it: only an array's buffer is what indexing reads */
+            if (PyFloat_AS_DOUBLE(f[F_COMPLETE]) == 1.0) {
+                Py_buffer view;
+                if (PyObject_GetBuffer(entries, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+                    PyErr_Clear();
+                    goto python;
+                }
+                int fits = view.itemsize == 8 && view.format != NULL && strcmp(view.format, "q") == 0 &&
+                           view.len / 8 > end_at;
+                if (fits)
+                    end = ((const int64_t *)view.buf)[end_at];
+                PyBuffer_Release(&view);
+                if (!fits)
+                    goto python;
+            }
+        }
+        if (f[F_TOPIC] != last_topic) {
+            PyObject *known = PyDict_GetItemWithError(topics, f[F_TOPIC]);
+            if (known == NULL) {
+                if (PyErr_Occurred())
+                    goto done;
+                PyObject *index = PyLong_FromSsize_t(PyList_GET_SIZE(order));
+                if (index == NULL || PyDict_SetItem(topics, f[F_TOPIC], index) < 0 ||
+                    PyList_Append(order, f[F_TOPIC]) < 0) {
+                    Py_XDECREF(index);
+                    goto done;
+                }
+                last_index = PyList_GET_SIZE(order) - 1;
+                Py_DECREF(index);
+            } else {
+                last_index = PyLong_AsLongLong(known);
+            }
+            last_topic = f[F_TOPIC]; /* held by the verdict, which the held list holds */
+        }
+        int64_t *r = row + i * SNAPSHOT_ROW;
+        r[0] = last_index;
+        r[1] = partition;
+        r[2] = lag;
+        r[3] = end;
+        r[4] = code;
+        secs[i] = PyFloat_AS_DOUBLE(f[F_SECONDS]);
+    }
+    {
+        PyObject *names = PyList_AsTuple(order);
+        if (names != NULL)
+            result = Py_BuildValue("(OONOK)", rows, seconds, names, bound ? Py_True : Py_False, mask);
+    }
+    goto done;
+python:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(rows);
+    Py_XDECREF(seconds);
+    Py_XDECREF(topics);
+    Py_XDECREF(order);
+    Py_DECREF(parts);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL,
      "moments(arr, fields, offset_at, offsets, ts, run_start, has_coarse, current_lag, at_ms, within, "
@@ -1817,6 +1962,9 @@ static PyMethodDef methods[] = {
      "fit(arr, fields, offset_at, ts_at, offsets, ts, run_start, has_coarse, used, tie_s, min_points, z_enter, "
      "z_leave, allowed_lag_seconds, was_behind) -> (trend | None, used) | None: lagd_fast._fit, compiled; None "
      "where only the Python answers exactly."},
+    {"snapshot_rows", (PyCFunction)(void (*)(void))snapshot_rows, METH_FASTCALL,
+     "snapshot_rows(parts, verdict_type, statuses, array_type, end_at, with_rows) -> (rows, seconds, topics, bound, "
+     "mask) | None: snapshot.snapshot_of's loop over a verdict's partitions; None where only the Python reads them."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -87,3 +87,12 @@ def judge_topic(
     lagd: bool,
     /,
 ) -> int: ...
+def snapshot_rows(
+    parts: list[Any],
+    verdict_type: type,
+    statuses: tuple[Any, ...],
+    array_type: type,
+    end_at: int,
+    with_rows: bool,
+    /,
+) -> tuple[bytes, bytes, tuple[str, ...], bool, int] | None: ...

@@ -1,0 +1,186 @@
+"""The compiled loop of a group snapshot over its partitions (_trend.c: snapshot_rows) reads what
+the Python reads (snapshot._read), or leaves the partitions to it: random verdicts (every status,
+several topics in and out of order, empty and short windows, completes of every kind of float,
+lags at int64's edges, estimated lags in seconds) are read both ways and compared, and each kind of
+unusual field is shown to be the Python's.
+
+Where a C compiler and Python's headers are on this machine the build must have compiled it:
+otherwise these tests would pass on the Python alone and say nothing about the C.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from array import array
+from typing import Any
+
+import pytest
+
+from lagd.evaluate import GroupVerdict, PartitionVerdict, snapshot
+from lagd.model import GroupStatus, PartitionStatus
+from lagd.state.windows import FIELDS, OFFSET
+from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
+
+needs_c = pytest.mark.skipif(
+    snapshot._snapshot_rows is None, reason="no C compiler here: lagd reads the partitions in Python"
+)
+I64 = 2**63
+
+
+def test_the_compiled_loop_is_built_where_it_can_be() -> None:
+    assert not can_compile() or snapshot._snapshot_rows is not None, (
+        f"a C compiler and Python's headers are here but lagd.evaluate._trend is not importable: {REINSTALL}"
+    )
+
+
+def test_lagd_no_extensions_reads_in_python() -> None:
+    code = "from lagd.evaluate import snapshot; print(snapshot._snapshot_rows)"
+    assert printed_without_extensions(code) == "None"
+
+
+def verdict(**changes: Any) -> PartitionVerdict:
+    fields: dict[str, Any] = dict(
+        topic="orders",
+        partition=3,
+        status=PartitionStatus.WARN,
+        entries=array("q", range(100, 100 + 2 * FIELDS)),
+        current_lag=7,
+        complete=1.0,
+        owner="host-1",
+        client_id="client-1",
+        lag_seconds=1.5,
+        lag_seconds_estimated=False,
+        why="",
+        since=None,
+    )
+    fields.update(changes)
+    return PartitionVerdict(**fields)
+
+
+def random_verdict(rnd: random.Random) -> PartitionVerdict:
+    entries = None if rnd.random() < 0.15 else array("q", [rnd.randrange(-I64, I64) for _ in range(2 * FIELDS)])
+    return verdict(
+        topic=rnd.choice(["orders", "payments", "ü-topic", "", "a" * 40]),
+        partition=rnd.choice([0, 1, 7, 2**31, I64 - 1, -1]),
+        status=rnd.choice(list(PartitionStatus)),
+        entries=entries,
+        current_lag=rnd.choice([0, 1, -1, 10**12, I64 - 1, -I64]),
+        complete=rnd.choice([1.0, 0.0, 0.5, 0.9999999999999999, 1.0000000000000002, math.nan, -0.0]),
+        lag_seconds=rnd.choice([0.0, -0.0, 1.5, 1e300, math.inf, math.nan, rnd.random()]),
+        lag_seconds_estimated=rnd.random() < 0.3,
+    )
+
+
+def same(a: snapshot._Read, b: snapshot._Read) -> bool:
+    """Equal reads, NaNs equal where they stand at the same place (bit for bit in the arrays)."""
+    (rows_a, secs_a, *rest_a), (rows_b, secs_b, *rest_b) = a, b
+    return (
+        rows_a == rows_b
+        and (secs_a is None) == (secs_b is None)
+        and (secs_a is None or secs_b is None or secs_a.tobytes() == secs_b.tobytes())
+        and rest_a == rest_b
+    )
+
+
+@needs_c
+@pytest.mark.parametrize("partitions", [True, False])
+def test_random_verdicts_are_read_as_the_python_reads_them(partitions: bool) -> None:
+    rnd = random.Random(29)
+    for _ in range(400):
+        parts = [random_verdict(rnd) for _ in range(rnd.randrange(8))]
+        if rnd.random() < 0.5:
+            parts.sort(key=lambda p: (p.topic, p.partition))  # as verdicts come
+        read = snapshot._read_compiled(parts, partitions)
+        assert read is not None, "every field here is of the usual type: the C must read them"
+        assert same(read, snapshot._read(parts, partitions))
+
+
+@needs_c
+def test_a_snapshot_of_a_group_holds_its_partitions_rows() -> None:
+    parts = [
+        verdict(topic="b", partition=0, status=PartitionStatus.OK, current_lag=0),
+        verdict(topic="b", partition=1, status=PartitionStatus.STOP, current_lag=9, lag_seconds_estimated=True),
+        verdict(topic="a", partition=0, status=PartitionStatus.WARN, complete=0.5, lag_seconds=2.0),
+        verdict(topic="a", partition=1, status=PartitionStatus.WARN, entries=None),
+    ]
+    v = GroupVerdict("c", "g", GroupStatus.ERR, 0.5, parts, 4, parts[1], 25, 3.0, 1000)
+    snap = snapshot.snapshot_of(v)
+    newest = 100 + FIELDS + OFFSET
+    assert snap.topics == ("b", "a")
+    assert list(snap.partition_values()) == [
+        (0, 0, 0, newest, PartitionStatus.OK, 1.5),
+        (0, 1, 9, newest, PartitionStatus.STOP, 1.5),
+        (1, 0, 7, -1, PartitionStatus.WARN, 2.0),  # the window not full: no offset, as Burrow
+        (1, 1, 7, -1, PartitionStatus.WARN, 1.5),
+    ]
+    assert snap.not_ok == ("STOP", "WARN") and snap.lag_seconds_bound
+    assert snapshot.snapshot_of(v, partitions=False).rows is None
+
+
+class Topic(str):
+    pass
+
+
+class Slower(PartitionVerdict):
+    """A verdict whose fields may be read through Python code."""
+
+
+class ArrayLike(array):  # type: ignore[type-arg]
+    pass
+
+
+class Listed(list[Any]):
+    pass
+
+
+UNUSUAL: list[tuple[str, Any]] = [
+    ("a str subclass as topic", lambda: verdict(topic=Topic("orders"))),
+    ("a partition past int64", lambda: verdict(partition=I64)),
+    ("a lag past int64", lambda: verdict(current_lag=-I64 - 1)),
+    ("a bool as partition", lambda: verdict(partition=True)),
+    ("an int as complete", lambda: verdict(complete=1)),
+    ("an int as lag in seconds", lambda: verdict(lag_seconds=2)),
+    ("an int as estimated", lambda: verdict(lag_seconds_estimated=1)),
+    ("a status that is no PartitionStatus", lambda: verdict(status="WARN")),
+    ("entries of an array subclass", lambda: verdict(entries=ArrayLike("q", range(2 * FIELDS)))),
+    ("entries as a list", lambda: verdict(entries=list(range(2 * FIELDS)))),
+    ("entries of int32", lambda: verdict(entries=array("i", range(2 * FIELDS)))),
+    ("a subclass of PartitionVerdict", lambda: Slower(**dataclasses.asdict(verdict()))),
+]
+
+
+@needs_c
+@pytest.mark.parametrize(("what", "make"), UNUSUAL, ids=[w for w, _ in UNUSUAL])
+def test_unusual_fields_are_left_to_the_python(what: str, make: Any) -> None:
+    parts = [verdict(), make()]
+    assert snapshot._read_compiled(parts, True) is None, what
+    v = GroupVerdict("c", "g", GroupStatus.WARN, 1.0, parts, 2, None, 14, 1.5, 1000)
+    try:
+        expected = snapshot._read(parts, True)
+    except (OverflowError, KeyError, AttributeError) as exc:  # a row cannot hold it, or no status: as before
+        with pytest.raises(type(exc)):
+            snapshot.snapshot_of(v)
+    else:  # and the Python reads it
+        snap = snapshot.snapshot_of(v)
+        assert same((snap.rows, snap.seconds, snap.topics, snap.lag_seconds_bound, snap.not_ok), expected)
+
+
+@needs_c
+def test_a_list_subclass_and_short_entries_are_the_pythons() -> None:
+    assert snapshot._read_compiled(Listed([verdict()]), True) is None
+    short = [verdict(entries=array("q", range(FIELDS + OFFSET)))]
+    assert snapshot._read_compiled(short, True) is None
+    with pytest.raises(IndexError):  # as the Python answers a window shorter than its layout
+        snapshot._read(short, True)
+    assert snapshot._read_compiled(short, False) is not None  # without rows, the entries are not read
+
+
+@needs_c
+def test_a_slot_never_set_is_left_to_the_python() -> None:
+    p = verdict()
+    del p.lag_seconds
+    assert snapshot._read_compiled([p], True) is None
+    with pytest.raises(AttributeError):
+        snapshot._read([p], True)
