@@ -197,3 +197,47 @@ def test_a_status_row_is_the_message_with_its_id_encoded_once() -> None:
     assert json.loads(outbox.retained_row("t", {}).payload) == {"event_id": outbox.retained_row("t", {}).event_id}
     gone = outbox.status_row("lagd", replace(change, status=GroupStatus.NOTFOUND, partitions=()))
     assert json.loads(gone.payload)[outbox.CLEAR] is True and gone.event_id != row.event_id
+
+
+ODD = ["", "plain", 'a "quoted" one', "back\\slash", "new\nline\t\x00\x1f\x7f", "ü é ß", "日本語", "😀", "lone \ud800"]
+
+
+class Named(str):
+    pass
+
+
+def test_status_rows_are_written_as_json_dumps_writes_them() -> None:
+    """status_row writes the body directly (not through a dict per partition): for random changes,
+    odd strings and every status included, it is byte for byte the row of json.dumps' body, so the
+    id, and with it the outbox's dedup, is what it always was."""
+    import random
+
+    rnd = random.Random(41)
+
+    def text() -> str:
+        return rnd.choice(ODD) if rnd.random() < 0.6 else "".join(rnd.choice('ab-._ü"\\\n😀') for _ in range(8))
+
+    for _ in range(300):
+        parts = tuple(
+            (text(), rnd.choice([0, 7, 2**40, -1]), rnd.choice(list(PartitionStatus)), text())
+            for _ in range(rnd.randrange(5))
+        )
+        status = rnd.choice(list(GroupStatus))
+        cluster, group = (t if "\ud800" not in t else "g" for t in (text(), text()))  # topics are UTF-8
+        change = GroupChange(cluster, group, status, rnd.choice([0, 1_700_000_000_000]), parts)
+        assert outbox._status_body(change) is not None
+        assert outbox.status_row("lagd", change) == outbox.retained_row(*outbox.group_status_message("lagd", change))
+
+
+@pytest.mark.parametrize(
+    "unusual",
+    [
+        GroupChange("prod", "g", GroupStatus.WARN, 1, (("t", True, PartitionStatus.STOP, "h"),)),
+        GroupChange("prod", "g", GroupStatus.WARN, 1, ((Named("t"), 0, PartitionStatus.STOP, "h"),)),
+        GroupChange("prod", Named("g"), GroupStatus.WARN, 1, ()),
+        GroupChange("prod", "g", GroupStatus.WARN, 1.5, ()),  # type: ignore[arg-type]
+    ],
+)
+def test_a_change_of_unusual_types_is_written_by_json_dumps(unusual: GroupChange) -> None:
+    assert outbox._status_body(unusual) is None
+    assert outbox.status_row("lagd", unusual) == outbox.retained_row(*outbox.group_status_message("lagd", unusual))

@@ -121,15 +121,49 @@ def retained_row(topic: str, payload: dict[str, Any]) -> Retained:
     """The row of a retained message, encoded once, when its change is taken: a burst of changes
     (every group of a cluster going bad at once) encoded together at a flush held the loop
     50-80 ms per 300 statuses of 100 partitions."""
-    body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return _retained(topic, json.dumps(payload, sort_keys=True, separators=(",", ":")))
+
+
+def _retained(topic: str, body: str) -> Retained:
+    """The row of a retained message whose body is its compact JSON with sorted keys."""
     event_id = "status:" + hashlib.sha256(f"{topic}\n{body}".encode()).hexdigest()[:32]
     tail = f'"event_id":{json.dumps(event_id)}}}'
-    return Retained(event_id, topic, f"{body[:-1]},{tail}" if payload else "{" + tail)
+    return Retained(event_id, topic, f"{body[:-1]},{tail}" if body != "{}" else "{" + tail)
 
 
 def status_row(prefix: str, change: GroupChange) -> Retained:
     """`group_status_message` as the row the outbox stores."""
-    return retained_row(*group_status_message(prefix, change))
+    topic = group_status_topic(prefix, change.cluster, change.group)
+    body = _status_body(change)
+    if body is None:
+        return retained_row(*group_status_message(prefix, change))
+    return _retained(topic, body)
+
+
+_string = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (ensure_ascii)
+
+
+def _status_body(change: GroupChange) -> str | None:
+    """`group_status_message`'s body as json.dumps writes it (compact, keys sorted), written
+    directly: a group of 100 bad partitions in 25 us, not 110 (a dict per partition, then sorted
+    and encoded), where a large estate changes thousands of groups at each pass. None for a
+    change of unusual types (an int subclass, a str subclass): json.dumps writes that one."""
+    cluster, group, status, at = change.cluster, change.group, str(change.status), change.at
+    if type(at) is not int or type(cluster) is not str or type(group) is not str:
+        return None
+    parts = []
+    for topic, partition, part_status, owner in change.partitions:
+        if type(partition) is not int or type(topic) is not str or type(owner) is not str:
+            return None
+        parts.append(
+            f'{{"owner":{_string(owner)},"partition":{partition},"status":{_string(str(part_status))},'
+            f'"topic":{_string(topic)}}}'
+        )
+    clear = f'"{CLEAR}":true,' if change.status == GroupStatus.NOTFOUND else ""
+    return (
+        f'{{{clear}"at":{at},"cluster":{_string(cluster)},"group":{_string(group)},'
+        f'"partitions":[{",".join(parts)}],"status":{_string(status)}}}'
+    )
 
 
 # An outbox row, its payload JSON text cast by Postgres (executemany: one statement, rows in order).
