@@ -628,6 +628,164 @@ static PyObject *drain_windows(PyObject *module, PyObject *const *args, Py_ssize
     return PyLong_FromSsize_t(copied);
 }
 
+/* Kafka's placement hash of a group (windows.group_hash: Java's String.hashCode over UTF-16 code
+ * units, then Kafka's Utils.abs). */
+static int64_t java_group_hash(PyObject *s) {
+    uint32_t h = 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c > 0xFFFF) {
+            c -= 0x10000;
+            h = 31u * h + (uint32_t)(0xD800 + (c >> 10));
+            h = 31u * h + (uint32_t)(0xDC00 + (c & 0x3FF));
+        } else {
+            h = 31u * h + (uint32_t)c;
+        }
+    }
+    if (h >= 0x80000000u)
+        return h == 0x80000000u ? 0 : (int64_t)(0x100000000ULL - h);
+    return (int64_t)h;
+}
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 65536;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *grown = PyMem_Realloc(b->data, (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, src, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static int buf_be32(Buf *b, uint32_t v) {
+    unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    return buf_put(b, x, 4);
+}
+
+/* A text field: its length, then its UTF-8 (0: left to the Python, -1: error set). */
+static int buf_text(Buf *b, PyObject *s) {
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(s, &n);
+    if (utf8 == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear(); /* a lone surrogate: the Python's encoder refuses it as it always did */
+        return 0;
+    }
+    if (n > INT32_MAX)
+        return 0;
+    return buf_be32(b, (uint32_t)n) < 0 || buf_put(b, utf8, n) < 0 ? -1 : 1;
+}
+
+/* copy_windows(windows, pos, size, n, gone) -> (data, rows, pos) | None: Store._write_keyed's
+ * rows of the windows table (cluster, group_name, topic, partition, entries, group_hash), up to n
+ * of them from the dict position `pos` on, as the tuples of a binary COPY (no header, no
+ * trailer); a removed window (its bytes None or empty) goes to `gone`. `size` is the dict's size
+ * when the first call began: a dict changed in size since raises, as iterating it would. None
+ * where the Python writes them (asyncpg's encoder refuses what it always refused): a key not of
+ * exact (str, str, str, int), a partition outside int32, a string with a lone surrogate, entries
+ * not exact bytes. Nothing of a call that answers None is appended to `gone`. */
+static PyObject *copy_windows(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyDict_CheckExact(args[0]) || !PyList_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "copy_windows(windows: dict, pos, size, n, gone: list)");
+        return NULL;
+    }
+    PyObject *windows = args[0], *gone = args[4];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), size = PyLong_AsSsize_t(args[2]), n = PyLong_AsSsize_t(args[3]);
+    if ((pos == -1 || size == -1 || n == -1) && PyErr_Occurred())
+        return NULL;
+    if (pos < 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "copy_windows: pos and n must not be negative");
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(windows) != size) {
+        PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+        return NULL;
+    }
+    Buf b = {NULL, 0, 0};
+    Py_ssize_t rows = 0, gone_at = PyList_GET_SIZE(gone);
+    static const char header[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, no extension */
+    if (buf_put(&b, header, 19) < 0)
+        goto fail;
+    PyObject *key, *value, *result = NULL;
+    int rc = 1;
+    /* Nothing below runs Python code (exact str, int and bytes; the list append), so the dict
+     * and the borrowed keys and values stay as they are while they are read. */
+    while (rows < n && PyDict_Next(windows, &pos, &key, &value)) {
+        if (value == Py_None || (PyBytes_CheckExact(value) && PyBytes_GET_SIZE(value) == 0)) {
+            if (PyList_Append(gone, key) < 0)
+                goto fail;
+            continue;
+        }
+        if (!PyBytes_CheckExact(value) || !PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 4)
+            goto python;
+        PyObject *cluster = PyTuple_GET_ITEM(key, 0), *group = PyTuple_GET_ITEM(key, 1),
+                 *topic = PyTuple_GET_ITEM(key, 2), *partition = PyTuple_GET_ITEM(key, 3);
+        if (!PyUnicode_CheckExact(cluster) || !PyUnicode_CheckExact(group) || !PyUnicode_CheckExact(topic) ||
+            !PyLong_CheckExact(partition))
+            goto python;
+        int overflow = 0;
+        long long p = PyLong_AsLongLongAndOverflow(partition, &overflow);
+        if (overflow || p < INT32_MIN || p > INT32_MAX || PyBytes_GET_SIZE(value) > INT32_MAX)
+            goto python;
+        unsigned char count[2] = {0, 6};
+        if (buf_put(&b, count, 2) < 0)
+            goto fail;
+        if ((rc = buf_text(&b, cluster)) <= 0 || (rc = buf_text(&b, group)) <= 0 || (rc = buf_text(&b, topic)) <= 0)
+            goto rc_out;
+        if (buf_be32(&b, 4) < 0 || buf_be32(&b, (uint32_t)(int32_t)p) < 0 ||
+            buf_be32(&b, (uint32_t)PyBytes_GET_SIZE(value)) < 0 ||
+            buf_put(&b, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)) < 0 || buf_be32(&b, 4) < 0 ||
+            buf_be32(&b, (uint32_t)java_group_hash(group)) < 0)
+            goto fail;
+        rows++;
+    }
+    {
+        static const unsigned char trailer[2] = {0xFF, 0xFF}; /* a tuple of -1 fields: the end */
+        if (buf_put(&b, trailer, 2) < 0)
+            goto fail;
+        PyObject *data = PyBytes_FromStringAndSize(b.data, b.len);
+        if (data != NULL)
+            result = Py_BuildValue("(Nnn)", data, rows, pos);
+    }
+    PyMem_Free(b.data);
+    return result;
+rc_out:
+    if (rc < 0)
+        goto fail;
+python:
+    PyMem_Free(b.data);
+    if (PyList_SetSlice(gone, gone_at, PyList_GET_SIZE(gone), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(b.data);
+    {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb); /* the error raised, not one of taking `gone` back */
+        if (PyList_SetSlice(gone, gone_at, PyList_GET_SIZE(gone), NULL) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"apply_commits", (PyCFunction)(void (*)(void))apply_commits, METH_FASTCALL,
      "apply_commits(state, clusters, events, start, commit, intervals, min_distance_ms, window_step_ms, "
@@ -636,6 +794,9 @@ static PyMethodDef methods[] = {
     {"drain_windows", (PyCFunction)(void (*)(void))drain_windows, METH_FASTCALL,
      "drain_windows(clusters, keys, out, n) -> copied: Drain.step's copy of up to n changed windows (window_bytes), "
      "up to the first key only the Python copies."},
+    {"copy_windows", (PyCFunction)(void (*)(void))copy_windows, METH_FASTCALL,
+     "copy_windows(windows, pos, size, n, gone) -> (data, rows, pos) | None: the windows table's rows of up to n "
+     "changed windows as binary COPY tuples; None where the Python writes them."},
     {NULL, NULL, 0, NULL},
 };
 
