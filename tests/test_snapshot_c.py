@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import subprocess
+import sys
 from array import array
 from typing import Any
 
@@ -184,3 +186,42 @@ def test_a_slot_never_set_is_left_to_the_python() -> None:
     assert snapshot._read_compiled([p], True) is None
     with pytest.raises(AttributeError):
         snapshot._read([p], True)
+
+
+@needs_c
+def test_a_collection_that_empties_the_list_before_the_loop_is_survived() -> None:
+    """The compiled loop's first allocations may start a collection whose finalizers change the
+    list (a helper's review crashed it so): its length is read after them. Run in a child, so
+    a crash fails this test instead of the run."""
+    code = """
+import gc
+from array import array
+from lagd.evaluate import snapshot
+from lagd.evaluate.verdicts import PartitionVerdict
+from lagd.model import PartitionStatus
+from lagd.state.windows import FIELDS, OFFSET
+
+parts = [
+    PartitionVerdict(f"t{i}", i, PartitionStatus.WARN, array("q", range(2 * FIELDS)), 5, 1.0, "h", "c", 1.5, False, "", None)
+    for i in range(50)
+]
+emptied = []
+
+class Trap:
+    def __del__(self):
+        emptied.append(True)
+        parts.clear()
+
+held = [{} for _ in range(200)] + [[] for _ in range(200)]  # no free dict or list: the next are allocated
+trap = Trap()
+trap.cycle = trap
+del trap
+gc.set_threshold(1)
+got = snapshot._snapshot_rows(parts, PartitionVerdict, snapshot._STATUS_ORDER, array, FIELDS + OFFSET, True)
+gc.set_threshold(700, 10, 10)
+assert emptied, "the collection did not run where this test needs it"
+assert got is not None and got[0] == b"" and got[2] == (), got
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -1828,20 +1828,24 @@ static PyObject *snapshot_rows(PyObject *Py_UNUSED(self), PyObject *const *args,
     enum { F_TOPIC = 0, F_PARTITION = 1, F_STATUS = 2, F_ENTRIES = 3, F_LAG = 4, F_COMPLETE = 5, F_SECONDS = 8,
            F_ESTIMATED = 9 };
     /* The list is held; its items are exact verdicts whose slots are read in place, the topics'
-     * dict takes exact str keys and the statuses are found by identity: no Python code runs, so
-     * nothing can change the list while it is read. */
+     * dict takes exact str keys and the statuses are found by identity: within the loop no Python
+     * code runs, so nothing can change the list while it is read. */
     Py_INCREF(parts);
-    Py_ssize_t n = PyList_GET_SIZE(parts);
     PyObject *rows = NULL, *seconds = NULL, *topics = NULL, *order = NULL, *result = NULL, *last_topic = NULL;
     int64_t *row = NULL, last_index = -1;
     double *secs = NULL;
     int bound = 0;
     unsigned long long mask = 0;
-    rows = PyBytes_FromStringAndSize(NULL, with_rows ? n * SNAPSHOT_ROW * (Py_ssize_t)sizeof(int64_t) : 0);
-    seconds = PyBytes_FromStringAndSize(NULL, with_rows ? n * (Py_ssize_t)sizeof(double) : 0);
+    /* These two may start a collection (they are tracked), which may run Python code that
+     * changes the list: its length is read after them; bytes are not tracked. */
     topics = PyDict_New();
     order = PyList_New(0);
-    if (rows == NULL || seconds == NULL || topics == NULL || order == NULL)
+    Py_ssize_t n = PyList_GET_SIZE(parts);
+    if (topics == NULL || order == NULL)
+        goto done;
+    rows = PyBytes_FromStringAndSize(NULL, with_rows ? n * SNAPSHOT_ROW * (Py_ssize_t)sizeof(int64_t) : 0);
+    seconds = PyBytes_FromStringAndSize(NULL, with_rows ? n * (Py_ssize_t)sizeof(double) : 0);
+    if (rows == NULL || seconds == NULL)
         goto done;
     row = (int64_t *)PyBytes_AS_STRING(rows);
     secs = (double *)PyBytes_AS_STRING(seconds);
