@@ -21,8 +21,7 @@ import pytest
 from lagd.model import Commit
 from lagd.state import store as store_module
 from lagd.state.changes import Changes, WindowKey
-from lagd.state.store import COPY_WINDOWS_CHUNK as COPY_CHUNK
-from lagd.state.store import Store
+from lagd.state.store import COPY_WINDOWS_BYTES, COPY_WINDOWS_ROWS, Store
 from lagd.state.windows import State, group_hash
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 
@@ -77,21 +76,30 @@ def python_rows(windows: dict[WindowKey, bytes | None]) -> tuple[list[tuple[Any,
     return rows, gone
 
 
-def compiled_rows(windows: dict[WindowKey, bytes | None], n: int) -> tuple[list[tuple[Any, ...]], list[WindowKey]]:
-    """Every row, read `n` at a time from where the last call stopped."""
+def compiled_rows(
+    windows: dict[WindowKey, bytes | None], n: int, max_bytes: int = COPY_WINDOWS_BYTES
+) -> tuple[list[tuple[Any, ...]], list[WindowKey]]:
+    """Every row, read up to `n` rows or about `max_bytes` at a time from where the last call stopped."""
     assert COPY is not None
     gone: list[WindowKey] = []
     rows: list[tuple[Any, ...]] = []
-    pos, size = 0, len(windows)
-    while True:
-        got = COPY(windows, pos, size, n, gone)
+    pos, size, done = 0, len(windows), False
+    while not done:
+        got = COPY(windows, pos, size, n, max_bytes, gone)
         assert got is not None, "every key here is of the usual type: the C must write them"
-        data, count, pos = got
+        data, count, pos, done = got
         decoded = decode(data)
-        assert len(decoded) == count
+        assert len(decoded) == count <= n
+        if count > 1:  # it stopped at the first row past max_bytes
+            assert len(data) - 2 - row_size(decoded[-1]) < max_bytes
         rows += decoded
-        if count < n:
-            return rows, gone
+    return rows, gone
+
+
+def row_size(row: tuple[Any, ...]) -> int:
+    """The bytes of one row in binary COPY: its field count, then each field's length and bytes."""
+    cluster, group, topic, _, entries, _ = row
+    return 2 + 6 * 4 + sum(len(x.encode()) for x in (cluster, group, topic)) + 4 + len(entries) + 4
 
 
 NAMES = ["orders", "g-1", "", "ü-group", "日本", "emoji 😀 group", "\U0010ffff", "a" * 300, "nul\x00in"]
@@ -111,12 +119,21 @@ def random_windows(rnd: random.Random) -> dict[WindowKey, bytes | None]:
 
 
 @needs_c
-@pytest.mark.parametrize("n", [1, 3, COPY_CHUNK])
-def test_random_windows_are_written_as_the_python_builds_them(n: int) -> None:
+@pytest.mark.parametrize(
+    ("n", "max_bytes"),
+    [
+        (1, COPY_WINDOWS_BYTES),
+        (3, COPY_WINDOWS_BYTES),
+        (COPY_WINDOWS_ROWS, 0),
+        (COPY_WINDOWS_ROWS, 500),
+        (COPY_WINDOWS_ROWS, COPY_WINDOWS_BYTES),
+    ],
+)
+def test_random_windows_are_written_as_the_python_builds_them(n: int, max_bytes: int) -> None:
     rnd = random.Random(17)
     for _ in range(300):
         windows = random_windows(rnd)
-        assert compiled_rows(windows, n) == python_rows(windows)
+        assert compiled_rows(windows, n, max_bytes) == python_rows(windows)
 
 
 @needs_c
@@ -134,7 +151,7 @@ def test_the_group_hash_is_kafkas() -> None:
     ]
     groups = list(dict.fromkeys(groups))  # one window each
     windows: dict[WindowKey, bytes | None] = {("c", g, "t", 0): b"x" for g in groups}
-    rows, _ = compiled_rows(windows, COPY_CHUNK)
+    rows, _ = compiled_rows(windows, COPY_WINDOWS_ROWS)
     assert [r[5] for r in rows] == [group_hash(g) for g in groups]
 
 
@@ -159,7 +176,7 @@ def test_unusual_keys_and_values_are_left_to_the_python(what: str, key: Any, val
     assert COPY is not None
     windows: dict[Any, Any] = {("c", "g", "t", 9): None, ("c", "g", "t", 2): b"ok", key: value}
     gone: list[Any] = [("before",)]
-    assert COPY(windows, 0, len(windows), COPY_CHUNK, gone) is None, what
+    assert COPY(windows, 0, len(windows), COPY_WINDOWS_ROWS, COPY_WINDOWS_BYTES, gone) is None, what
     assert gone == [("before",)]  # what this call had put there is taken back
 
 
@@ -167,11 +184,11 @@ def test_unusual_keys_and_values_are_left_to_the_python(what: str, key: Any, val
 def test_a_dict_changed_in_size_between_calls_raises() -> None:
     assert COPY is not None
     windows: dict[WindowKey, bytes | None] = {("c", "g", "t", p): b"x" for p in range(5)}
-    got = COPY(windows, 0, 5, 2, [])
+    got = COPY(windows, 0, 5, 2, COPY_WINDOWS_BYTES, [])
     assert got is not None
     windows[("c", "g", "t", 9)] = b"y"
     with pytest.raises(RuntimeError, match="changed size"):
-        COPY(windows, got[2], 5, 2, [])
+        COPY(windows, got[2], 5, 2, COPY_WINDOWS_BYTES, [])
 
 
 @pytest.fixture
@@ -183,10 +200,10 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 @needs_c
 async def test_a_write_restores_the_same_with_either_path(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Windows written by the compiled COPY (more than one chunk of them), then rewritten with a
-    key it leaves to the Python among them, restore as they were; removed ones are deleted."""
+    """Windows written by the compiled COPY (several chunks of them, by bytes), then rewritten with
+    a key it leaves to the Python among them, restore as they were; removed ones are deleted."""
+    monkeypatch.setattr(store_module, "COPY_WINDOWS_BYTES", 100_000)  # 6,000 windows of 3 commits: 10 chunks
     state = State(intervals=3)
-    assert 60 * 100 > COPY_CHUNK
     state.apply_many(
         [Commit("c", f"g{g}", "orders", p, 10 * g + p, 5, NOV22, NOV22 + 1) for g in range(60) for p in range(100)]
     )

@@ -693,25 +693,28 @@ static int buf_text(Buf *b, PyObject *s) {
     return buf_be32(b, (uint32_t)n) < 0 || buf_put(b, utf8, n) < 0 ? -1 : 1;
 }
 
-/* copy_windows(windows, pos, size, n, gone) -> (data, rows, pos) | None: Store._write_keyed's
- * rows of the windows table (cluster, group_name, topic, partition, entries, group_hash), up to n
- * of them from the dict position `pos` on, as the tuples of a binary COPY (no header, no
- * trailer); a removed window (its bytes None or empty) goes to `gone`. `size` is the dict's size
- * when the first call began: a dict changed in size since raises, as iterating it would. None
- * where the Python writes them (asyncpg's encoder refuses what it always refused): a key not of
- * exact (str, str, str, int), a partition outside int32, a string with a lone surrogate, entries
- * not exact bytes. Nothing of a call that answers None is appended to `gone`. */
+/* copy_windows(windows, pos, size, n, max_bytes, gone) -> (data, rows, pos, done) | None:
+ * Store._write_keyed's rows of the windows table (cluster, group_name, topic, partition, entries,
+ * group_hash) from the dict position `pos` on, up to n of them or until the data passes max_bytes
+ * (a window's size grows with the intervals), as binary COPY data (header, tuples, trailer);
+ * `done` once the dict has no more. A removed window (its bytes None or empty) goes to `gone`.
+ * `size` is the dict's size when the first call began: a dict changed in size since raises, as
+ * iterating it would. None where the Python writes them (asyncpg's encoder refuses what it always
+ * refused): a key not of exact (str, str, str, int), a partition outside int32, a string with a
+ * lone surrogate, entries not exact bytes. What a call that answers None or raises appended to
+ * `gone` is taken back. */
 static PyObject *copy_windows(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyDict_CheckExact(args[0]) || !PyList_CheckExact(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "copy_windows(windows: dict, pos, size, n, gone: list)");
+    if (nargs != 6 || !PyDict_CheckExact(args[0]) || !PyList_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "copy_windows(windows: dict, pos, size, n, max_bytes, gone: list)");
         return NULL;
     }
-    PyObject *windows = args[0], *gone = args[4];
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), size = PyLong_AsSsize_t(args[2]), n = PyLong_AsSsize_t(args[3]);
-    if ((pos == -1 || size == -1 || n == -1) && PyErr_Occurred())
+    PyObject *windows = args[0], *gone = args[5];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), size = PyLong_AsSsize_t(args[2]), n = PyLong_AsSsize_t(args[3]),
+               max_bytes = PyLong_AsSsize_t(args[4]);
+    if ((pos == -1 || size == -1 || n == -1 || max_bytes == -1) && PyErr_Occurred())
         return NULL;
-    if (pos < 0 || n < 0) {
-        PyErr_SetString(PyExc_ValueError, "copy_windows: pos and n must not be negative");
+    if (pos < 0 || n < 1 || max_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "copy_windows: pos and max_bytes must not be negative, n at least 1");
         return NULL;
     }
     if (PyDict_GET_SIZE(windows) != size) {
@@ -727,7 +730,12 @@ static PyObject *copy_windows(PyObject *Py_UNUSED(self), PyObject *const *args, 
     int rc = 1;
     /* Nothing below runs Python code (exact str, int and bytes; the list append), so the dict
      * and the borrowed keys and values stay as they are while they are read. */
-    while (rows < n && PyDict_Next(windows, &pos, &key, &value)) {
+    int done = 0;
+    while (rows < n && (rows == 0 || b.len < max_bytes)) { /* a row at least: every call moves on */
+        if (!PyDict_Next(windows, &pos, &key, &value)) {
+            done = 1;
+            break;
+        }
         if (value == Py_None || (PyBytes_CheckExact(value) && PyBytes_GET_SIZE(value) == 0)) {
             if (PyList_Append(gone, key) < 0)
                 goto fail;
@@ -761,8 +769,8 @@ static PyObject *copy_windows(PyObject *Py_UNUSED(self), PyObject *const *args, 
         if (buf_put(&b, trailer, 2) < 0)
             goto fail;
         PyObject *data = PyBytes_FromStringAndSize(b.data, b.len);
-        if (data != NULL)
-            result = Py_BuildValue("(Nnn)", data, rows, pos);
+        if (data == NULL || (result = Py_BuildValue("(NnnO)", data, rows, pos, done ? Py_True : Py_False)) == NULL)
+            goto fail; /* `data` was taken by Py_BuildValue, even when it failed */
     }
     PyMem_Free(b.data);
     return result;
@@ -795,8 +803,8 @@ static PyMethodDef methods[] = {
      "drain_windows(clusters, keys, out, n) -> copied: Drain.step's copy of up to n changed windows (window_bytes), "
      "up to the first key only the Python copies."},
     {"copy_windows", (PyCFunction)(void (*)(void))copy_windows, METH_FASTCALL,
-     "copy_windows(windows, pos, size, n, gone) -> (data, rows, pos) | None: the windows table's rows of up to n "
-     "changed windows as binary COPY tuples; None where the Python writes them."},
+     "copy_windows(windows, pos, size, n, max_bytes, gone) -> (data, rows, pos, done) | None: the windows table's "
+     "rows of up to n changed windows (about max_bytes) as binary COPY data; None where the Python writes them."},
     {NULL, NULL, 0, NULL},
 };
 
