@@ -212,11 +212,12 @@ class Trap:
         emptied.append(True)
         parts.clear()
 
+gc.collect()  # what it frees goes to the free lists, which the next line empties again
 held = [{} for _ in range(200)] + [[] for _ in range(200)]  # no free dict or list: the next are allocated
 trap = Trap()
 trap.cycle = trap
 del trap
-gc.set_threshold(1)
+gc.set_threshold(1)  # the next tracked allocation, the loop's dict, collects (and empties the list)
 got = snapshot._snapshot_rows(parts, PartitionVerdict, snapshot._STATUS_ORDER, array, FIELDS + OFFSET, True)
 gc.set_threshold(700, 10, 10)
 assert emptied, "the collection did not run where this test needs it"
