@@ -9,7 +9,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from array import array
 from pathlib import Path
+from typing import Any
+
+from lagd.evaluate import PartitionVerdict
+from lagd.model import PartitionStatus
+from lagd.state.windows import NO_LAG
 
 
 def can_compile() -> bool:
@@ -32,3 +38,24 @@ def printed_without_extensions(code: str) -> str:
     env = {**os.environ, "LAGD_NO_EXTENSIONS": "1"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return done.stdout.strip()
+
+
+def verdict(**changes: Any) -> PartitionVerdict:
+    """A lagging partition's verdict with a full window of two entries, `changes` applied: what
+    the compiled writers and readers of verdicts (_json.c, _trend.c's snapshot) are fed."""
+    fields: dict[str, Any] = dict(
+        topic="orders",
+        partition=3,
+        status=PartitionStatus.WARN,
+        entries=array("q", [10, 1, 1000, 1001, 5, 20, 2, 2000, 2001, NO_LAG]),
+        current_lag=7,
+        complete=1.0,
+        owner="host-1",
+        client_id="client-1",
+        lag_seconds=1.5,
+        lag_seconds_estimated=False,
+        why="",
+        since=None,
+    )
+    fields.update(changes)
+    return PartitionVerdict(**fields)

@@ -24,7 +24,7 @@ from lagd.evaluate import PartitionVerdict
 from lagd.http import burrow_v3
 from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAG, NO_LAG
-from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
+from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions, verdict
 
 WRITE = burrow_v3._partitions_json
 needs_c = pytest.mark.skipif(WRITE is None, reason="no C compiler here: lagd writes the JSON in Python")
@@ -51,25 +51,6 @@ def test_the_compiled_writer_is_built_where_it_can_be() -> None:
 
 def test_lagd_no_extensions_writes_in_python() -> None:
     assert printed_without_extensions("from lagd.http import burrow_v3; print(burrow_v3._partitions_json)") == "None"
-
-
-def verdict(**changes: Any) -> PartitionVerdict:
-    fields: dict[str, Any] = dict(
-        topic="orders",
-        partition=3,
-        status=PartitionStatus.WARN,
-        entries=array("q", [10, 1, 1000, 1001, 5, 20, 2, 2000, 2001, NO_LAG]),
-        current_lag=7,
-        complete=1.0,
-        owner="host-1",
-        client_id="client-1",
-        lag_seconds=1.5,
-        lag_seconds_estimated=False,
-        why="",
-        since=None,
-    )
-    fields.update(changes)
-    return PartitionVerdict(**fields)
 
 
 ODD_STRINGS = [

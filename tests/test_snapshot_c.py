@@ -23,7 +23,7 @@ import pytest
 from lagd.evaluate import GroupVerdict, PartitionVerdict, snapshot
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.state.windows import FIELDS, OFFSET
-from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
+from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions, verdict
 
 needs_c = pytest.mark.skipif(
     snapshot._snapshot_rows is None, reason="no C compiler here: lagd reads the partitions in Python"
@@ -40,25 +40,6 @@ def test_the_compiled_loop_is_built_where_it_can_be() -> None:
 def test_lagd_no_extensions_reads_in_python() -> None:
     code = "from lagd.evaluate import snapshot; print(snapshot._snapshot_rows)"
     assert printed_without_extensions(code) == "None"
-
-
-def verdict(**changes: Any) -> PartitionVerdict:
-    fields: dict[str, Any] = dict(
-        topic="orders",
-        partition=3,
-        status=PartitionStatus.WARN,
-        entries=array("q", range(100, 100 + 2 * FIELDS)),
-        current_lag=7,
-        complete=1.0,
-        owner="host-1",
-        client_id="client-1",
-        lag_seconds=1.5,
-        lag_seconds_estimated=False,
-        why="",
-        since=None,
-    )
-    fields.update(changes)
-    return PartitionVerdict(**fields)
 
 
 def random_verdict(rnd: random.Random) -> PartitionVerdict:
@@ -109,7 +90,9 @@ def test_a_snapshot_of_a_group_holds_its_partitions_rows() -> None:
     ]
     v = GroupVerdict("c", "g", GroupStatus.ERR, 0.5, parts, 4, parts[1], 25, 3.0, 1000)
     snap = snapshot.snapshot_of(v)
-    newest = 100 + FIELDS + OFFSET
+    entries = verdict().entries
+    assert entries is not None
+    newest = entries[FIELDS + OFFSET]
     assert snap.topics == ("b", "a")
     assert list(snap.partition_values()) == [
         (0, 0, 0, newest, PartitionStatus.OK, 1.5),
