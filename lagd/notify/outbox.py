@@ -145,9 +145,9 @@ _string = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it 
 
 def _status_body(change: GroupChange) -> str | None:
     """`group_status_message`'s body as json.dumps writes it (compact, keys sorted), written
-    directly: a group of 100 bad partitions in 25 us, not 110 (a dict per partition, then sorted
-    and encoded), where a large estate changes thousands of groups at each pass. None for a
-    change of unusual types (an int subclass, a str subclass): json.dumps writes that one."""
+    directly: the row of a group of 100 bad partitions in 42 us, against 110 us through a dict per
+    partition, sorted and encoded, where a large estate changes thousands of groups at each pass.
+    None for a change of unusual types (an int subclass, a str subclass): json.dumps writes that one."""
     cluster, group, status, at = change.cluster, change.group, str(change.status), change.at
     if type(at) is not int or type(cluster) is not str or type(group) is not str:
         return None
