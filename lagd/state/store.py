@@ -314,7 +314,7 @@ class Store:
         gone_log_end = [k for k, v in ch.log_end.items() if v is None]
         positions = [(c, p, o) for (c, p), o in ch.positions.items()]
         gone_windows: list[WindowKey] = []
-        if not await self._copy_windows(apg, ch.windows, gone_windows, turn):
+        if not await self._upsert_compiled_windows(apg, ch.windows, gone_windows, turn):
             await self._upsert(apg, "windows", _window_rows(ch.windows, hashed, gone_windows), turn)
         for table, gone in (("windows", gone_windows), ("group_members", gone_members), ("log_end", gone_log_end)):
             if gone:
@@ -327,7 +327,7 @@ class Store:
         ):
             await self._upsert(apg, table, rows, turn)
 
-    async def _copy_windows(
+    async def _upsert_compiled_windows(
         self, apg: Any, windows: dict[WindowKey, bytes | None], gone: list[WindowKey], turn: Turn
     ) -> bool:
         """Upsert the changed windows through binary COPY built by compiled code, a chunk at a
