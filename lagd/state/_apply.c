@@ -794,6 +794,161 @@ fail:
     return NULL;
 }
 
+static int buf_reserve(Buf *b, Py_ssize_t n) {
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 65536;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *grown = PyMem_Realloc(b->data, (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown;
+        b->cap = cap;
+    }
+    return 0;
+}
+
+static inline unsigned char *put_be32(unsigned char *to, uint32_t v) {
+    to[0] = (unsigned char)(v >> 24);
+    to[1] = (unsigned char)(v >> 16);
+    to[2] = (unsigned char)(v >> 8);
+    to[3] = (unsigned char)v;
+    return to + 4;
+}
+
+/* An int8 field: its length (8), then the value big-endian. */
+static inline unsigned char *put_field64(unsigned char *to, uint64_t v) {
+    put_be64(put_be32(to, 8), v);
+    return to + 12;
+}
+
+/* A column of CommitRows as a buffer of `itemsize` bytes an item holding at least `stop` items
+ * (0: not one, left to the Python; -1: error set). */
+static int column_view(PyObject *column, Py_buffer *view, Py_ssize_t itemsize, const char *format, Py_ssize_t stop) {
+    if (PyObject_GetBuffer(column, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (view->itemsize != itemsize || view->format == NULL || strcmp(view->format, format) != 0 ||
+        view->len / itemsize < stop) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+#define NO_LAG INT64_MIN /* lagd.state.history.NO_LAG: a null lag */
+
+/* copy_history(ts, cluster, group, topic, partition, offset, lag, observed, start, stop) -> bytes | None:
+ * rows [start, stop) of CommitRows' columns (arrays 'q' and 'i', lists of str) as binary COPY data of
+ * commit_history (ts, cluster, group_name, topic, partition, offset, lag, observed): header, tuples,
+ * trailer; a lag of NO_LAG is NULL. None where the Python writes them (asyncpg's encoder refuses what
+ * it always refused): a column not of that kind or shorter than `stop`, a string not exact or with a
+ * lone surrogate. */
+static PyObject *copy_history(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "copy_history(ts, cluster, group, topic, partition, offset, lag, observed, start, stop)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[8]), stop = PyLong_AsSsize_t(args[9]);
+    if ((start == -1 || stop == -1) && PyErr_Occurred())
+        return NULL;
+    if (start < 0 || stop < start) {
+        PyErr_SetString(PyExc_ValueError, "copy_history: 0 <= start <= stop");
+        return NULL;
+    }
+    PyObject *texts[3] = {args[1], args[2], args[3]};
+    for (int k = 0; k < 3; k++)
+        if (!PyList_CheckExact(texts[k]) || PyList_GET_SIZE(texts[k]) < stop)
+            Py_RETURN_NONE;
+    /* ts, partition, offset, lag, observed */
+    static const int at[5] = {0, 4, 5, 6, 7};
+    Py_buffer views[5];
+    int got = 0, rc = 1;
+    for (; got < 5; got++) {
+        rc = column_view(args[at[got]], &views[got], got == 1 ? 4 : 8, got == 1 ? "i" : "q", stop);
+        if (rc <= 0)
+            break;
+    }
+    Buf b = {NULL, 0, 0};
+    PyObject *result = NULL;
+    if (rc <= 0)
+        goto out;
+    const int64_t *ts = views[0].buf, *offset = views[2].buf, *lag = views[3].buf, *observed = views[4].buf;
+    const int32_t *partition = views[1].buf;
+    static const char header[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, no extension */
+    if (buf_put(&b, header, 19) < 0) {
+        rc = -1;
+        goto out;
+    }
+    /* Nothing below runs Python code (exact lists of exact str, held buffers), so the columns stay
+     * as they are while they are read. */
+    for (Py_ssize_t i = start; i < stop; i++) {
+        const char *utf8[3];
+        Py_ssize_t n[3], need = 70; /* the fixed part: field count, lengths, 4 int64 and an int32 */
+        for (int k = 0; k < 3; k++) {
+            PyObject *text = PyList_GET_ITEM(texts[k], i);
+            if (!PyUnicode_CheckExact(text)) {
+                rc = 0;
+                goto out;
+            }
+            if ((utf8[k] = PyUnicode_AsUTF8AndSize(text, &n[k])) == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+                    rc = -1;
+                    goto out;
+                }
+                PyErr_Clear(); /* a lone surrogate: the Python's encoder refuses it as it always did */
+                rc = 0;
+                goto out;
+            }
+            if (n[k] > INT32_MAX) {
+                rc = 0;
+                goto out;
+            }
+            need += n[k];
+        }
+        if (buf_reserve(&b, need) < 0) {
+            rc = -1;
+            goto out;
+        }
+        unsigned char *to = (unsigned char *)b.data + b.len;
+        *to++ = 0;
+        *to++ = 8;
+        to = put_field64(to, (uint64_t)ts[i]);
+        for (int k = 0; k < 3; k++) {
+            to = put_be32(to, (uint32_t)n[k]);
+            memcpy(to, utf8[k], (size_t)n[k]);
+            to += n[k];
+        }
+        to = put_be32(put_be32(to, 4), (uint32_t)partition[i]);
+        to = put_field64(to, (uint64_t)offset[i]);
+        to = lag[i] == NO_LAG ? put_be32(to, 0xFFFFFFFFu) /* a field of length -1: NULL */
+                              : put_field64(to, (uint64_t)lag[i]);
+        to = put_field64(to, (uint64_t)observed[i]);
+        b.len = (char *)to - b.data;
+    }
+    static const unsigned char trailer[2] = {0xFF, 0xFF}; /* a tuple of -1 fields: the end */
+    if (buf_put(&b, trailer, 2) < 0) {
+        rc = -1;
+        goto out;
+    }
+    result = PyBytes_FromStringAndSize(b.data, b.len);
+    if (result == NULL)
+        rc = -1;
+out:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&views[k]);
+    PyMem_Free(b.data);
+    if (rc < 0)
+        return NULL;
+    if (rc == 0)
+        Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"apply_commits", (PyCFunction)(void (*)(void))apply_commits, METH_FASTCALL,
      "apply_commits(state, clusters, events, start, commit, intervals, min_distance_ms, window_step_ms, "
@@ -802,6 +957,9 @@ static PyMethodDef methods[] = {
     {"drain_windows", (PyCFunction)(void (*)(void))drain_windows, METH_FASTCALL,
      "drain_windows(clusters, keys, out, n) -> copied: Drain.step's copy of up to n changed windows (window_bytes), "
      "up to the first key only the Python copies."},
+    {"copy_history", (PyCFunction)(void (*)(void))copy_history, METH_FASTCALL,
+     "copy_history(ts, cluster, group, topic, partition, offset, lag, observed, start, stop) -> bytes | None: "
+     "commit history rows [start, stop) as binary COPY data, or None where the Python writes them."},
     {"copy_windows", (PyCFunction)(void (*)(void))copy_windows, METH_FASTCALL,
      "copy_windows(windows, pos, size, n, max_bytes, gone) -> (data, rows, pos, done) | None: the windows table's "
      "rows of up to n changed windows (about max_bytes) as binary COPY data; None where the Python writes them."},

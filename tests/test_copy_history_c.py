@@ -1,0 +1,203 @@
+"""Commit history rows written as binary COPY by compiled code (_apply.c: copy_history) are the
+rows the Python hands asyncpg (CommitRows.rows), or are left to it: random rows (astral and
+non-ASCII names, partitions and offsets at their types' edges, null lags) are decoded from the
+COPY bytes and compared; each kind of unusual column is shown to be the Python's; and a write
+through Postgres, in several chunks and with a chunk left to the Python among them, reads back
+the same rows.
+
+Where a C compiler and Python's headers are on this machine the build must have compiled it:
+otherwise these tests would pass on the Python alone and say nothing about the C.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from array import array
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from lagd.state import store as store_module
+from lagd.state.changes import Changes
+from lagd.state.history import NO_LAG, CommitRow, CommitRows
+from lagd.state.store import Store
+from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
+
+COPY = store_module._copy_history
+needs_c = pytest.mark.skipif(COPY is None, reason="no C compiler here: lagd builds the rows in Python")
+NOV22 = 1_795_305_600_000
+HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
+
+
+def test_the_compiled_copy_is_built_where_it_can_be() -> None:
+    assert not can_compile() or COPY is not None, (
+        f"a C compiler and Python's headers are here but lagd.state._apply is not importable: {REINSTALL}"
+    )
+
+
+def test_lagd_no_extensions_builds_the_rows_in_python() -> None:
+    assert printed_without_extensions("from lagd.state import store; print(store._copy_history)") == "None"
+
+
+def decode(data: bytes) -> list[CommitRow]:
+    """The tuples of binary COPY data as commit history rows (its header and trailer checked)."""
+    assert data[: len(HEADER)] == HEADER and data[-2:] == b"\xff\xff"
+    rows: list[CommitRow] = []
+    at = len(HEADER)
+    while at < len(data) - 2:
+        (count,) = struct.unpack_from(">h", data, at)
+        assert count == 8
+        at += 2
+        fields: list[bytes | None] = []
+        for _ in range(count):
+            (n,) = struct.unpack_from(">i", data, at)
+            at += 4
+            fields.append(None if n == -1 else data[at : at + n])
+            at += max(n, 0)
+        ts, cluster, group, topic, partition, offset, lag, observed = fields
+        assert ts and cluster is not None and group is not None and topic is not None and partition and offset
+        assert observed
+        rows.append(
+            (
+                struct.unpack(">q", ts)[0],
+                cluster.decode(),
+                group.decode(),
+                topic.decode(),
+                struct.unpack(">i", partition)[0],
+                struct.unpack(">q", offset)[0],
+                None if lag is None else struct.unpack(">q", lag)[0],
+                struct.unpack(">q", observed)[0],
+            )
+        )
+    assert at == len(data) - 2
+    return rows
+
+
+def compiled(rows: CommitRows, start: int, stop: int) -> bytes | None:
+    assert COPY is not None
+    return COPY(rows.ts, rows.cluster, rows.group, rows.topic, rows.partition, rows.offset, rows.lag, rows.observed,
+                start, stop)  # fmt: skip
+
+
+def random_rows(rnd: random.Random, n: int) -> CommitRows:
+    names = ["c", "prod-eu", "ü-cluster", "組", "g\U0001f600", "", "a" * 300]
+    rows = CommitRows()
+    for _ in range(n):
+        rows.add(
+            rnd.choice([NOV22, 0, -1, 2**63 - 1, -(2**63) + 1, rnd.randrange(2**40)]),
+            rnd.choice(names),
+            rnd.choice(names) + str(rnd.randrange(100)),
+            rnd.choice(names),
+            rnd.choice([0, 1, 2**31 - 1, -(2**31), rnd.randrange(1000)]),
+            rnd.choice([0, 2**63 - 1, -1, rnd.randrange(2**50)]),
+            rnd.choice([NO_LAG, 0, -5, 2**63 - 1, rnd.randrange(10**6)]),
+            rnd.choice([NOV22, rnd.randrange(2**45)]),
+        )
+    return rows
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(5))
+def test_random_rows_are_written_as_the_python_hands_them_to_asyncpg(seed: int) -> None:
+    rnd = random.Random(seed)
+    rows = random_rows(rnd, 500)
+    for start, stop in ((0, 500), (0, 0), (17, 18), (100, 437), (499, 500)):
+        data = compiled(rows, start, stop)
+        assert data is not None
+        assert decode(data) == rows.rows(start, stop)
+
+
+@needs_c
+def test_a_null_lag_is_a_null_field() -> None:
+    rows = CommitRows([(NOV22, "c", "g", "t", 0, 10, None, NOV22), (NOV22, "c", "g", "t", 0, 11, 0, NOV22)])
+    data = compiled(rows, 0, 2)
+    assert data is not None
+    assert [r[6] for r in decode(data)] == [None, 0]
+    assert b"\xff\xff\xff\xff" in data  # a field of length -1
+
+
+class Name(str):
+    """A str subclass: its UTF-8 is whatever it says, so the Python encodes it."""
+
+
+def _with(rows: CommitRows, column: str, value: Any) -> CommitRows:
+    out = CommitRows(rows)
+    setattr(out, column, value)
+    return out
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("what", "column", "value"),
+    [
+        ("a lone surrogate in a group", "group", ["g\ud800", "g"]),
+        ("a str subclass as topic", "topic", [Name("t"), "t"]),
+        ("a cluster that is not a str", "cluster", [b"c", "c"]),
+        ("a tuple of groups, not a list", "group", ("g", "g")),
+        ("timestamps as a list", "ts", [NOV22, NOV22]),
+        ("partitions of 8 bytes", "partition", array("q", [0, 1])),
+        ("offsets as a plain int array", "offset", array("i", [1, 2])),
+        ("a lag column shorter than the rows", "lag", array("q", [5])),
+        ("observed times as bytes", "observed", bytes(16)),
+    ],
+)
+def test_unusual_columns_are_left_to_the_python(what: str, column: str, value: Any) -> None:
+    rows = CommitRows([(NOV22, "c", "g", "t", 0, 10, 1, NOV22), (NOV22 + 1, "c", "g", "t", 1, 11, None, NOV22)])
+    assert compiled(rows, 0, 2) is not None, "the usual rows are compiled"
+    assert compiled(_with(rows, column, value), 0, 2) is None, what
+
+
+@needs_c
+def test_a_range_past_the_rows_is_refused_or_left_to_the_python() -> None:
+    rows = CommitRows([(NOV22, "c", "g", "t", 0, 10, 1, NOV22)])
+    assert compiled(rows, 0, 2) is None  # columns shorter than `stop`: never read past them
+    with pytest.raises(ValueError):
+        compiled(rows, 1, 0)
+    with pytest.raises(ValueError):
+        compiled(rows, -1, 1)
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    s = Store.from_url(database_url)
+    yield s
+    await s.close()
+
+
+async def _history(store: Store) -> list[CommitRow]:
+    async with store._raw() as apg:
+        got = await apg.fetch(
+            'SELECT ts, cluster, group_name, topic, partition, "offset", lag, observed FROM commit_history'
+        )
+    return sorted(tuple(r) for r in got)  # type: ignore[misc]
+
+
+@needs_c
+async def test_a_write_reads_back_the_same_rows_with_either_path(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """4,500 rows in chunks of 1,000 (five COPY calls), one chunk holding a row only the Python
+    writes: every row is in Postgres as it was given, null lags null."""
+    monkeypatch.setattr(store_module, "COPY_HISTORY_ROWS", 1_000)
+    built: list[bool] = []
+
+    def counted(*args: Any) -> bytes | None:
+        assert COPY is not None
+        data = COPY(*args)
+        built.append(data is not None)
+        return data
+
+    monkeypatch.setattr(store_module, "_copy_history", counted)
+    rnd = random.Random(7)
+    given: list[CommitRow] = []
+    for i in range(4_500):
+        group = "g\U0001f600" if i == 2_222 else f"grp-{rnd.randrange(50)}"
+        lag = None if i % 7 == 0 else rnd.randrange(10**6)
+        given.append((NOV22 + i, "c", group, "orders", rnd.randrange(2**31), rnd.randrange(2**62), lag, NOV22 + i))
+    rows = CommitRows(given)
+    rows.group[3_333] = Name(rows.group[3_333])  # its chunk is left to asyncpg's encoder
+    ch = Changes()
+    ch.commit_history = rows
+    await store.write(ch)
+    assert built == [True, True, True, False, True]  # the fourth chunk went to asyncpg's encoder
+    assert await _history(store) == sorted(given)
