@@ -201,3 +201,20 @@ async def test_a_write_reads_back_the_same_rows_with_either_path(store: Store, m
     await store.write(ch)
     assert built == [True, True, True, False, True]  # the fourth chunk went to asyncpg's encoder
     assert await _history(store) == sorted(given)
+
+
+@needs_c
+def test_history_days_are_the_pythons_bounds_and_floored_days() -> None:
+    """The compiled bounds and days of a timestamp column are min, max and each `// DAY_MS` (floored
+    for times before the epoch), at int64's edges too; another kind of column is left to the Python."""
+    days = store_module._history_days
+    assert days is not None
+    day = store_module.DAY_MS
+    rnd = random.Random(3)
+    edges = [0, -1, 1, day, -day, -day - 1, day - 1, 2**63 - 1, -(2**63)]
+    for _ in range(2_000):
+        ts = [rnd.choice([*edges, rnd.randrange(-10 * day, 10 * day)]) for _ in range(rnd.randrange(1, 40))]
+        assert days(array("q", ts)) == (min(ts), max(ts), {t // day for t in ts}), ts
+    for other in (array("q"), array("i", [1]), [1, 2], memoryview(bytes(8))):
+        assert days(other) is None
+    assert store_module.history_days(array("i", [day, 3 * day])) == (day, 3 * day, {1, 3})  # the Python's answer

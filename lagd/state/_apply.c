@@ -949,6 +949,46 @@ out:
     return result;
 }
 
+/* history_days(ts) -> (earliest, latest, days) | None: the smallest and largest of a column of
+ * millisecond timestamps (an array 'q', not empty) and the set of days since the epoch they fall
+ * on (floored, as Python's //), in one pass without an int object per row: the persister needs
+ * them before every write of commit history (a backlog of 500,000 rows took the loop 20-30 ms in
+ * Python). None for a column of another kind or an empty one. */
+static PyObject *history_days(PyObject *Py_UNUSED(self), PyObject *ts_column) {
+    Py_buffer view;
+    if (column_view(ts_column, &view, 8, "q", 1) <= 0)
+        Py_RETURN_NONE;
+    const int64_t *ts = view.buf, day_ms = 86400000;
+    Py_ssize_t n = view.len / 8;
+    int64_t lo = ts[0], hi = ts[0], last_day = 0;
+    PyObject *days = PySet_New(NULL), *result = NULL;
+    if (days == NULL)
+        goto out;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t t = ts[i], day = t / day_ms;
+        if (t % day_ms != 0 && t < 0)
+            day -= 1;
+        if (t < lo)
+            lo = t;
+        if (t > hi)
+            hi = t;
+        if (i == 0 || day != last_day) { /* rows of one day come in runs: a set lookup per run */
+            PyObject *d = PyLong_FromLongLong(day);
+            if (d == NULL || PySet_Add(days, d) < 0) {
+                Py_XDECREF(d);
+                goto out;
+            }
+            Py_DECREF(d);
+            last_day = day;
+        }
+    }
+    result = Py_BuildValue("(LLO)", (long long)lo, (long long)hi, days);
+out:
+    Py_XDECREF(days);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"apply_commits", (PyCFunction)(void (*)(void))apply_commits, METH_FASTCALL,
      "apply_commits(state, clusters, events, start, commit, intervals, min_distance_ms, window_step_ms, "
@@ -957,6 +997,8 @@ static PyMethodDef methods[] = {
     {"drain_windows", (PyCFunction)(void (*)(void))drain_windows, METH_FASTCALL,
      "drain_windows(clusters, keys, out, n) -> copied: Drain.step's copy of up to n changed windows (window_bytes), "
      "up to the first key only the Python copies."},
+    {"history_days", (PyCFunction)history_days, METH_O,
+     "history_days(ts) -> (earliest, latest, days) | None: bounds and days of a column of timestamps."},
     {"copy_history", (PyCFunction)(void (*)(void))copy_history, METH_FASTCALL,
      "copy_history(ts, cluster, group, topic, partition, offset, lag, observed, start, stop) -> bytes | None: "
      "commit history rows [start, stop) as binary COPY data, or None where the Python writes them."},
