@@ -215,6 +215,7 @@ def test_history_days_are_the_pythons_bounds_and_floored_days() -> None:
     for _ in range(2_000):
         ts = [rnd.choice([*edges, rnd.randrange(-10 * day, 10 * day)]) for _ in range(rnd.randrange(1, 40))]
         assert days(array("q", ts)) == (min(ts), max(ts), {t // day for t in ts}), ts
-    for other in (array("q"), array("i", [1]), [1, 2], memoryview(bytes(8))):
+    others: list[Any] = [array("q"), array("i", [1]), [1, 2], memoryview(bytes(8))]
+    for other in others:
         assert days(other) is None
     assert store_module.history_days(array("i", [day, 3 * day])) == (day, 3 * day, {1, 3})  # the Python's answer
