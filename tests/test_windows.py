@@ -21,7 +21,7 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
-from lagd.state.windows import State, entries_of, window_from_bytes
+from lagd.state.windows import LOG_END_WEIGHT, State, entries_of, window_from_bytes
 
 C, G, T = "c1", "g1", "t1"
 
@@ -468,6 +468,28 @@ def test_a_drain_in_slices_writes_no_window_older_than_its_positions() -> None:
     assert {key[3] for key in second.windows} == {0, 1, 2, 3}  # every one changed again: drained again
     assert sorted(r[5] for r in second.commit_history) == [200] * 4
     assert all(entries_of(drained(data))[-1].offset == 200 for data in second.windows.values())
+
+
+def test_log_end_samples_are_drained_in_slices_after_the_windows() -> None:
+    """A partition's log-end samples cost LOG_END_WEIGHT windows of a drain's work: a thousand of
+    them are copied a slice at a time, after the windows, each as it stands when its step comes
+    (a sample added between slices is in it, and drained again next time)."""
+    s = State(intervals=5)
+    s.apply_many([commit(100, 1, partition=p) for p in range(3)])
+    s.apply_many([sample(10, 1, partition=p) for p in range(1_000)])
+    drain = s.start_drain()
+    assert len(drain) == 3 + LOG_END_WEIGHT * 1_000 and drain.rows_left == 1_003
+    assert not drain.step(3 + 10 * LOG_END_WEIGHT)  # the windows, then ten partitions' samples
+    assert len(drain.changes.windows) == 3 and len(drain.changes.log_end) == 10
+    assert not drain.step(1)  # always some progress: one partition's samples
+    assert len(drain.changes.log_end) == 11
+    s.apply_many([sample(20, 2, partition=p) for p in range(1_000)])  # the sampler goes on between slices
+    assert drain.step(len(drain)) and len(drain) == 0
+    got = drain.changes.log_end
+    assert len(got) == 1_000
+    assert sum(1 for offsets, _ in got.values() if offsets == [10]) == 11  # copied before the new samples
+    assert sum(1 for offsets, _ in got.values() if offsets == [10, 20]) == 989
+    assert len(s.drain_changes().log_end) == 1_000  # each changed again: drained again
 
 
 def test_a_window_removed_between_slices_is_drained_as_removed() -> None:

@@ -20,7 +20,15 @@ def copy_windows(
     windows: dict[Any, bytes | None], pos: int, size: int, n: int, max_bytes: int, gone: list[Any]
 ) -> tuple[bytes, int, int, bool] | None: ...
 def copy_history(
-    ts: Any, cluster: list[str], group: list[str], topic: list[str], partition: Any, offset: Any, lag: Any,
-    observed: Any, start: int, stop: int,
+    ts: Any,
+    cluster: list[str],
+    group: list[str],
+    topic: list[str],
+    partition: Any,
+    offset: Any,
+    lag: Any,
+    observed: Any,
+    start: int,
+    stop: int,
 ) -> bytes | None: ...
 def history_days(ts: Any) -> tuple[int, int, set[int]] | None: ...

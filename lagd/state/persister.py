@@ -164,7 +164,7 @@ async def collect(wb: WriteBehind) -> None:
     Cancelled midway, the drain is finished before it ends, so nothing drained is lost.
     """
     drain = wb.state.start_drain()
-    turn = wb.turn if keeping_up(wb, len(drain)) else plain_turn
+    turn = wb.turn if keeping_up(wb, drain.rows_left) else plain_turn
     try:
         while len(drain) > DRAIN_SLICE:
             drain.step(DRAIN_SLICE)

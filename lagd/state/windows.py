@@ -315,11 +315,7 @@ class State:
     def start_drain(self) -> Drain:
         """A drain_changes to be finished a slice at a time (`Drain.step`), so that one over
         hundreds of thousands of changed windows never holds the loop."""
-        drain = Drain(self, self._changes, list(self._dirty_windows))
-        # The log-end samples changed (one list copy per partition, bounded by the topics' partitions).
-        for pkey in self._dirty_log_end:
-            le = self._log_end(*pkey)
-            drain.changes.log_end[pkey] = None if le is None else le.history()
+        drain = Drain(self, self._changes, list(self._dirty_windows), list(self._dirty_log_end))
         self._dirty_windows = set()
         self._dirty_log_end = set()
         self._changes = Changes()
@@ -863,33 +859,49 @@ class State:
         return parts.get(partition) if parts else None
 
 
+# What copying a partition's log-end samples (LogEnd.history: 700-800 numbers at the default
+# lag-samples) costs, counted in windows copied: about 26 us against 1-2 (a thousand partitions'
+# samples taken at once held the loop 26 ms at every flush of bench_http).
+LOG_END_WEIGHT = 20
+
+
 class Drain:
-    """A drain of State's changes, its changed windows copied `step` windows at a time.
+    """A drain of State's changes, its changed windows and log-end samples copied a step at a time.
 
     History rows, reader positions and keyed changes are taken when the drain starts; each
-    window is copied when its step comes. Apply may run between steps: a window it changes is
-    copied as it then stands (and is dirty again for the next drain), so no window written is
-    older than the reader positions written with it, and re-reading from them is harmless.
+    window and each partition's log-end samples are copied when their step comes (windows
+    first). Apply may run between steps: a window it changes is copied as it then stands (and
+    is dirty again for the next drain), so no window written is older than the reader
+    positions written with it, and re-reading from them is harmless; log-end samples likewise.
     """
 
-    __slots__ = ("_keys", "_state", "changes")
+    __slots__ = ("_keys", "_log_end_keys", "_state", "changes")
 
-    def __init__(self, state: State, changes: Changes, keys: list[WindowKey]) -> None:
+    def __init__(
+        self, state: State, changes: Changes, keys: list[WindowKey], log_end_keys: list[PartitionKey] | None = None
+    ) -> None:
         self._state = state
         self._keys = keys
+        self._log_end_keys = log_end_keys or []
         self.changes = changes
 
     def __len__(self) -> int:
-        """Windows left to copy."""
-        return len(self._keys)
+        """Work left, in windows to copy (a partition's log-end samples count LOG_END_WEIGHT)."""
+        return len(self._keys) + LOG_END_WEIGHT * len(self._log_end_keys)
+
+    @property
+    def rows_left(self) -> int:
+        """Changed windows and partitions' log-end samples left to copy: rows the store will write."""
+        return len(self._keys) + len(self._log_end_keys)
 
     def step(self, n: int) -> bool:
-        """Copy up to `n` more changed windows, in the form the store writes (window_bytes);
-        True once every one is copied."""
+        """Copy up to `n` windows' worth more (`__len__`): changed windows in the form the store
+        writes (window_bytes), then log-end samples (LogEnd.history); True once all are copied."""
         keys = self._keys
         windows = self.changes.windows
         window_array = self._state._window_array
         left = min(n, len(keys))
+        rest = n - left
         while left > 0:
             if _drain_windows is not None and type(windows) is dict:
                 # compiled where built (_apply.c), up to a key it leaves to the loop below
@@ -900,4 +912,14 @@ class Drain:
             arr = window_array(*key)
             windows[key] = window_bytes(arr) if arr is not None else None
             left -= 1
-        return not keys
+        if rest > 0 and self._log_end_keys:
+            self._copy_log_ends(max(1, rest // LOG_END_WEIGHT))
+        return not keys and not self._log_end_keys
+
+    def _copy_log_ends(self, n: int) -> None:
+        pkeys = self._log_end_keys
+        log_end, log_end_of = self.changes.log_end, self._state._log_end
+        for _ in range(min(n, len(pkeys))):
+            pkey = pkeys.pop()
+            le = log_end_of(*pkey)
+            log_end[pkey] = None if le is None else le.history()
