@@ -12,6 +12,7 @@ otherwise these tests would pass on the Python alone and say nothing about the C
 from __future__ import annotations
 
 import random
+import sys
 import struct
 from array import array
 from collections.abc import AsyncIterator
@@ -219,3 +220,48 @@ def test_history_days_are_the_pythons_bounds_and_floored_days() -> None:
     for other in others:
         assert days(other) is None
     assert store_module.history_days(array("i", [day, 3 * day])) == (day, 3 * day, {1, 3})  # the Python's answer
+
+
+def _aligned_off(values: list[int]) -> memoryview:
+    """An int64 column one byte off alignment (a slice of a larger buffer)."""
+    raw = bytearray(1 + 8 * len(values))
+    raw[1:] = array("q", values).tobytes()
+    return memoryview(raw)[1:].cast("q")
+
+
+@needs_c
+def test_columns_off_alignment_are_read_as_they_are() -> None:
+    rows = CommitRows([(NOV22, "c", "g", "t", 0, 10, None, NOV22), (NOV22 + 1, "c", "g", "t", 1, 11, 7, NOV22 + 2)])
+    data = COPY(_aligned_off(list(rows.ts)), rows.cluster, rows.group, rows.topic, rows.partition,  # type: ignore[misc]
+                _aligned_off(list(rows.offset)), rows.lag, rows.observed, 0, 2)  # fmt: skip
+    assert data is not None and decode(data) == rows.rows()
+    days = store_module._history_days
+    assert days is not None and days(_aligned_off([NOV22, 5])) == (5, NOV22, {0, NOV22 // store_module.DAY_MS})
+
+
+@needs_c
+def test_rows_too_large_for_one_copy_message_are_left_to_the_python() -> None:
+    """Postgres refuses a message over 1 GB, and a chunk goes as one: rows whose names make a
+    chunk larger than 64 MB are the Python's, which asyncpg sends in parts."""
+    rows = CommitRows([(NOV22, "c", "g" * (40 << 20), "t", 0, 10, 1, NOV22)] * 2)
+    assert compiled(rows, 0, 1) is not None  # 40 MB: one message
+    assert compiled(rows, 0, 2) is None
+
+
+@needs_c
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="a Python class can offer a buffer (__buffer__) from 3.12 on")
+def test_a_buffer_that_empties_the_lists_is_not_read_past() -> None:
+    """Taking a column's buffer may run Python code: the lists' lengths are checked after it."""
+    rows = CommitRows([(NOV22, "c", "g", "t", p, 10, 1, NOV22) for p in range(1_000)])
+
+    class Emptying:
+        def __buffer__(self, flags: int) -> memoryview:
+            rows.cluster.clear()
+            rows.group.clear()
+            rows.topic.clear()
+            return memoryview(rows.offset)
+
+    assert COPY is not None
+    got = COPY(rows.ts, rows.cluster, rows.group, rows.topic, rows.partition, Emptying(), rows.lag, rows.observed,
+               0, 1_000)  # fmt: skip
+    assert got is None

@@ -840,6 +840,22 @@ static int column_view(PyObject *column, Py_buffer *view, Py_ssize_t itemsize, c
 }
 
 #define NO_LAG INT64_MIN /* lagd.state.history.NO_LAG: a null lag */
+/* The most COPY data one call builds: it goes to Postgres as one message, and Postgres refuses
+ * messages over 1 GB. Only names of hundreds of KB come near it; those rows go to the Python. */
+#define COPY_HISTORY_MAX_BYTES ((Py_ssize_t)1 << 26)
+
+/* The i-th int64 or int32 of a column whose buffer may not be aligned (a memoryview slice). */
+static inline int64_t load64(const char *base, Py_ssize_t i) {
+    int64_t v;
+    memcpy(&v, base + 8 * i, 8);
+    return v;
+}
+
+static inline int32_t load32(const char *base, Py_ssize_t i) {
+    int32_t v;
+    memcpy(&v, base + 4 * i, 4);
+    return v;
+}
 
 /* copy_history(ts, cluster, group, topic, partition, offset, lag, observed, start, stop) -> bytes | None:
  * rows [start, stop) of CommitRows' columns (arrays 'q' and 'i', lists of str) as binary COPY data of
@@ -862,7 +878,7 @@ static PyObject *copy_history(PyObject *Py_UNUSED(self), PyObject *const *args, 
     }
     PyObject *texts[3] = {args[1], args[2], args[3]};
     for (int k = 0; k < 3; k++)
-        if (!PyList_CheckExact(texts[k]) || PyList_GET_SIZE(texts[k]) < stop)
+        if (!PyList_CheckExact(texts[k]))
             Py_RETURN_NONE;
     /* ts, partition, offset, lag, observed */
     static const int at[5] = {0, 4, 5, 6, 7};
@@ -877,8 +893,14 @@ static PyObject *copy_history(PyObject *Py_UNUSED(self), PyObject *const *args, 
     PyObject *result = NULL;
     if (rc <= 0)
         goto out;
-    const int64_t *ts = views[0].buf, *offset = views[2].buf, *lag = views[3].buf, *observed = views[4].buf;
-    const int32_t *partition = views[1].buf;
+    /* The lists' lengths are read only now: taking a buffer may run Python code (__buffer__). */
+    for (int k = 0; k < 3; k++)
+        if (PyList_GET_SIZE(texts[k]) < stop) {
+            rc = 0;
+            goto out;
+        }
+    const char *ts = views[0].buf, *partition = views[1].buf, *offset = views[2].buf, *lag = views[3].buf,
+               *observed = views[4].buf;
     static const char header[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, no extension */
     if (buf_put(&b, header, 19) < 0) {
         rc = -1;
@@ -910,6 +932,10 @@ static PyObject *copy_history(PyObject *Py_UNUSED(self), PyObject *const *args, 
             }
             need += n[k];
         }
+        if (b.len + need > COPY_HISTORY_MAX_BYTES) { /* huge names: asyncpg's encoder sends them in parts */
+            rc = 0;
+            goto out;
+        }
         if (buf_reserve(&b, need) < 0) {
             rc = -1;
             goto out;
@@ -917,17 +943,18 @@ static PyObject *copy_history(PyObject *Py_UNUSED(self), PyObject *const *args, 
         unsigned char *to = (unsigned char *)b.data + b.len;
         *to++ = 0;
         *to++ = 8;
-        to = put_field64(to, (uint64_t)ts[i]);
+        to = put_field64(to, (uint64_t)load64(ts, i));
         for (int k = 0; k < 3; k++) {
             to = put_be32(to, (uint32_t)n[k]);
             memcpy(to, utf8[k], (size_t)n[k]);
             to += n[k];
         }
-        to = put_be32(put_be32(to, 4), (uint32_t)partition[i]);
-        to = put_field64(to, (uint64_t)offset[i]);
-        to = lag[i] == NO_LAG ? put_be32(to, 0xFFFFFFFFu) /* a field of length -1: NULL */
-                              : put_field64(to, (uint64_t)lag[i]);
-        to = put_field64(to, (uint64_t)observed[i]);
+        to = put_be32(put_be32(to, 4), (uint32_t)load32(partition, i));
+        to = put_field64(to, (uint64_t)load64(offset, i));
+        int64_t lag_i = load64(lag, i);
+        to = lag_i == NO_LAG ? put_be32(to, 0xFFFFFFFFu) /* a field of length -1: NULL */
+                              : put_field64(to, (uint64_t)lag_i);
+        to = put_field64(to, (uint64_t)load64(observed, i));
         b.len = (char *)to - b.data;
     }
     static const unsigned char trailer[2] = {0xFF, 0xFF}; /* a tuple of -1 fields: the end */
@@ -958,14 +985,15 @@ static PyObject *history_days(PyObject *Py_UNUSED(self), PyObject *ts_column) {
     Py_buffer view;
     if (column_view(ts_column, &view, 8, "q", 1) <= 0)
         Py_RETURN_NONE;
-    const int64_t *ts = view.buf, day_ms = 86400000;
+    const char *ts = view.buf;
+    const int64_t day_ms = 86400000;
     Py_ssize_t n = view.len / 8;
-    int64_t lo = ts[0], hi = ts[0], last_day = 0;
+    int64_t lo = load64(ts, 0), hi = lo, last_day = 0;
     PyObject *days = PySet_New(NULL), *result = NULL;
     if (days == NULL)
         goto out;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t t = ts[i], day = t / day_ms;
+        int64_t t = load64(ts, i), day = t / day_ms;
         if (t % day_ms != 0 && t < 0)
             day -= 1;
         if (t < lo)
