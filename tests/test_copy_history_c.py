@@ -12,8 +12,8 @@ otherwise these tests would pass on the Python alone and say nothing about the C
 from __future__ import annotations
 
 import random
-import sys
 import struct
+import sys
 from array import array
 from collections.abc import AsyncIterator
 from typing import Any
