@@ -655,7 +655,7 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
-static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+static int buf_reserve(Buf *b, Py_ssize_t n) {
     if (b->len + n > b->cap) {
         Py_ssize_t cap = b->cap ? b->cap : 65536;
         while (cap < b->len + n)
@@ -668,6 +668,12 @@ static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
         b->data = grown;
         b->cap = cap;
     }
+    return 0;
+}
+
+static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0)
+        return -1;
     memcpy(b->data + b->len, src, (size_t)n);
     b->len += n;
     return 0;
@@ -792,22 +798,6 @@ fail:
         PyErr_Restore(type, value, tb);
     }
     return NULL;
-}
-
-static int buf_reserve(Buf *b, Py_ssize_t n) {
-    if (b->len + n > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap : 65536;
-        while (cap < b->len + n)
-            cap *= 2;
-        char *grown = PyMem_Realloc(b->data, (size_t)cap);
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->data = grown;
-        b->cap = cap;
-    }
-    return 0;
 }
 
 static inline unsigned char *put_be32(unsigned char *to, uint32_t v) {
