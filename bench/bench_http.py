@@ -404,6 +404,15 @@ async def _wait_ready(base: str, timeout: float) -> float:
     raise RuntimeError(f"lagd not ready after {timeout:.0f} s")
 
 
+async def _backlog_waited(base: str) -> float:
+    """lagd_store_backlog_wait_seconds_total from /metrics: how long apply has waited for Postgres."""
+    async with aiohttp.ClientSession(base) as session, session.get("/metrics") as resp:
+        for line in (await resp.text()).splitlines():
+            if line.startswith("lagd_store_backlog_wait_seconds_total "):
+                return float(line.split()[1])
+    return float("nan")
+
+
 async def _visible_after(base: str, group: str, topic: str, partition: int, offset: int, timeout: float = 60) -> float:
     started = time.perf_counter()
     async with aiohttp.ClientSession(base) as session:
@@ -513,6 +522,7 @@ client-id = "lagd-bench-{tag}"
     try:
         ready_s = await _wait_ready(base, 900)
         say(f"{name}: lagd ready (read {a.groups * a.partitions * ROUNDS:,} commits) after {ready_s:.1f} s")
+        waited_at_ready = await _backlog_waited(base)
         feed_stop = ctx.Event()
         feed_recv, feed_send = ctx.Pipe(duplex=False)
         feeder = ctx.Process(
@@ -541,6 +551,7 @@ client-id = "lagd-bench-{tag}"
         sent, feed_s, (g, p, offset) = await loop.run_in_executor(None, feed_recv.recv)
         feeder.join(10)
         visible = await _visible_after(base, group_name(g), topic_of(g), p, offset)
+        waited = await _backlog_waited(base) - waited_at_ready
     finally:
         stop.set()
         with contextlib.suppress(Exception):
@@ -576,6 +587,7 @@ client-id = "lagd-bench-{tag}"
         "loop_cpu": loop_share,
         "machine_busy": machine_busy,
         "loop_waited": loop_waited,
+        "backlog_waited": waited,
     }
     label = f"cache {'on' if cache_ttl else 'off'}" + (
         f", {a.groups * a.partitions:,} group-partitions" if name == "large" else ""
@@ -611,7 +623,8 @@ client-id = "lagd-bench-{tag}"
     print(
         f"{label}: feeder wrote {r['commits']:,.0f} commits/s (asked {a.rate:,}/s); its last commit visible "
         f"{r['visible']:.2f} s after it stopped; lagd ready {ready_s:.1f} s after start "
-        f"({time.perf_counter() - started:.0f} s phase)"
+        f"({time.perf_counter() - started:.0f} s phase); from ready to that commit shown, apply waited "
+        f"{waited:.1f} s for Postgres (lagd_store_backlog_wait_seconds_total: the write backlog full)"
     )
     return r
 

@@ -171,6 +171,7 @@ async def test_apply_waits_for_a_write_when_the_backlog_is_full_and_never_in_an_
         # waits until the persister (woken by the wait itself, not its hour-long interval) has written
         await asyncio.wait_for(persister.wait_for_room(wb), 30)
         assert not persister.backlog_full(wb) and state.undrained() == 0
+        assert wb.status.backlog_wait_seconds > 0  # counted: lagd_store_backlog_wait_seconds_total
         assert count(database_url, "SELECT count(*) FROM commit_history WHERE group_name = 'g'") == 30
     finally:
         task.cancel()
@@ -187,6 +188,7 @@ async def test_apply_waits_for_a_write_when_the_backlog_is_full_and_never_in_an_
         state.apply(Commit("c", "g", "t", 0, i, i, NOV22 + i, NOV22 + i))
     assert not persister.backlog_full(wb)  # ingest never waits for a database that is away
     await asyncio.wait_for(persister.wait_for_room(wb), 1)
+    assert wb.status.backlog_wait_seconds == 0
     await away.close()
 
 

@@ -268,6 +268,13 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
         _Family(
             out, "lagd_store_quarantined_total", "counter", "Rows Postgres refused, kept in the quarantine table"
         ).add("", int(getattr(st, "quarantined", 0)))
+        _Family(
+            out,
+            "lagd_store_backlog_wait_seconds_total",
+            "counter",
+            "Time apply waited for Postgres because the write backlog was full: verdicts fell behind the offsets "
+            "topic by that much (a slow or overloaded Postgres)",
+        ).add("", float(getattr(st, "backlog_wait_seconds", 0.0)))
     pub = health.publisher
     if pub is not None:
         _Family(out, "lagd_mqtt_connected", "gauge", "1 while connected to the MQTT broker").add(

@@ -39,6 +39,7 @@ class PersisterStatus:
     healthy: bool = True  # False while writes fail
     failed_writes: int = 0  # failed write attempts (total)
     quarantined: int = 0  # rows Postgres refused, moved to the quarantine table (total)
+    backlog_wait_seconds: float = 0.0  # time apply waited for Postgres with the backlog full (total)
 
 
 # Flushes' worth of changes that may wait for Postgres before apply waits: 1M at the default
@@ -116,11 +117,18 @@ def backlog_full(wb: WriteBehind) -> bool:
 
 async def wait_for_room(wb: WriteBehind) -> None:
     """Called by apply after each batch: while the backlog is full, ask for a write and wait
-    for it (memory stays bounded by the backlog, not by how fast the readers fetch)."""
-    while backlog_full(wb):
-        wb.room.clear()
-        wb.wake.set()
-        await wb.room.wait()
+    for it (memory stays bounded by the backlog, not by how fast the readers fetch). The time
+    waited is counted: verdicts lag behind the offsets topic by that much."""
+    if not backlog_full(wb):
+        return
+    started = time.monotonic()
+    try:
+        while backlog_full(wb):
+            wb.room.clear()
+            wb.wake.set()
+            await wb.room.wait()
+    finally:
+        wb.status.backlog_wait_seconds += time.monotonic() - started
 
 
 def drop_oldest_history(pending: Changes, limit: int) -> int:
