@@ -307,20 +307,19 @@ def history_events(
         "FROM log_end_history"
     )
     where = "ts BETWEEN %(start)s AND %(end)s" + (" AND cluster = %(cluster)s" if cluster is not None else "")
+    of_group = "hashtext(group_name) = hashtext(%(group)s) AND group_name = %(group)s"  # the index (lagd.db.schema)
     conn = psycopg2.connect(url)
     try:
         conn.set_session(readonly=True)
         log_end_where = where
         if group is not None:
             with conn.cursor() as cur:
-                cur.execute(
-                    f"SELECT DISTINCT topic FROM commit_history WHERE {where} AND group_name = %(group)s", params
-                )
+                cur.execute(f"SELECT DISTINCT topic FROM commit_history WHERE {where} AND {of_group}", params)
                 params["topics"] = [row[0] for row in cur.fetchall()]
             log_end_where += " AND topic = ANY(%(topics)s::text[])"
         query = (
             f"{log_ends} WHERE {log_end_where} UNION ALL "
-            f"{commits} WHERE {where}{' AND group_name = %(group)s' if group is not None else ''} "
+            f"{commits} WHERE {where}{f' AND {of_group}' if group is not None else ''} "
             'ORDER BY ts, kind, cluster, topic, partition, group_name, "offset"'
         )
         with conn.cursor(name="lagd_replay") as cur:

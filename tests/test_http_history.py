@@ -4,15 +4,18 @@ in Postgres from the history tables the store writes (real Store, real Postgres,
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from lagd.config import async_database_url
-from lagd.http.lagd_api import HISTORY_MAX_POINTS, history_step
+from lagd.http.lagd_api import HISTORY_MAX_POINTS, HISTORY_SQL, history_step
+from lagd.http.page import first_commit_query
 from lagd.state.changes import Changes
 from lagd.state.store import Store
 from tests.http_state import build_context, serve
@@ -47,6 +50,11 @@ async def api(database_url: str) -> AsyncIterator[aiohttp.ClientSession]:
         (T0 + 5 * S, "c", "g", "t", 1, 40, 10, T0 + 5 * S),  # reached 40 by T0 (a lower bound): 5 s
         (T0 + 25 * S, "c", "g", "t", 1, 50, 0, T0 + 25 * S),
         (T0 + 15 * S, "c", "other", "t", 0, 0, 150, T0 + 15 * S),  # another group: not counted
+        # two names of one hashtext (the history's index key, found by a search over g1..g300000)
+        (T0 + 5 * S, "c", "g33130", "t", 0, 90, 10, T0 + 5 * S),
+        (T0 + 5 * S, "c", "g198868", "t", 0, 70, 30, T0 + 5 * S),
+        (T0 + 6 * S, "c", "g198868", "t", 1, 45, 5, T0 + 6 * S),
+        (T0 + 5 * S, "other-cluster", "g", "t", 0, 0, 100, T0 + 5 * S),  # g of another cluster: not counted
     ]
     await Store(engine).write(changes)
     try:
@@ -77,6 +85,39 @@ async def test_one_bucket_and_empty_ranges(api: aiohttp.ClientSession) -> None:
     assert (status, body["points"]) == (200, [])
     status, body = await get(api, "/lagd/v1/consumer/c/nobody/history")
     assert (status, body["points"]) == (200, [])
+
+
+async def test_names_of_one_hash_and_clusters_stay_apart(api: aiohttp.ClientSession) -> None:
+    """The index finds a group by a hash of its name: each query still compares the name and cluster."""
+    span = f"from={T0}&to={T0 + 60 * S}&step=60"
+    _, body = await get(api, f"/lagd/v1/consumer/c/g33130/history?{span}")
+    assert body["points"] == [{"bucket": T0, "lag": 10, "lag_seconds_max": 5.0, "commits": 1}]
+    _, body = await get(api, f"/lagd/v1/consumer/c/g198868/history?{span}")
+    assert body["points"] == [{"bucket": T0, "lag": 35, "lag_seconds_max": 6.0, "commits": 2}]
+
+
+async def test_one_groups_history_is_read_through_the_index(database_url: str) -> None:
+    """Every commit is a history row and a day partition holds millions: the history of one group
+    (the API's, the status page's) must be an index scan on the hash of its name."""
+    engine = create_async_engine(async_database_url(database_url))
+    changes = Changes()
+    changes.commit_history += [(T0 + i * S, "c", f"g{i % 50}", "t", i % 4, i, 0, T0 + i * S) for i in range(400)]
+    params = {"cluster": "c", "grp": "g7", "t0": T0, "t1": T0 + 600 * S, "look0": T0, "step_ms": 60 * S}
+    first = first_commit_query("c", "g7", T0).compile(engine.sync_engine, compile_kwargs={"literal_binds": True})
+    try:
+        await Store(engine).write(changes)
+        async with engine.connect() as conn:
+            await conn.execute(sa.text("SET enable_seqscan = off"))  # small tables: what an index can serve, it does
+            history_plan = "\n".join(
+                row[0] for row in await conn.execute(sa.text("EXPLAIN " + HISTORY_SQL.text), params)
+            )
+            first_plan = "\n".join(row[0] for row in await conn.execute(sa.text(f"EXPLAIN {first}")))
+    finally:
+        await engine.dispose()
+    for plan in (history_plan, first_plan):
+        scans = [line for line in plan.splitlines() if "on commit_history" in line]
+        assert scans and all("Index" in line for line in scans), plan
+        assert re.search(r"Index Cond: \(+hashtext\(group_name\) =", plan), plan
 
 
 async def test_at_most_500_points(api: aiohttp.ClientSession) -> None:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -156,7 +157,11 @@ commit_history = Table(
     Column("observed", BigInteger, nullable=False),
     postgresql_partition_by="RANGE (ts)",
 )
-Index("ix_commit_history_key", commit_history.c.cluster, commit_history.c.group_name, commit_history.c.ts)
+# A group's history is found by a hash of its name (queries add `hashtext(group_name) =
+# hashtext(:group)` and compare the name itself): an int key costs Postgres 80 ms of CPU per
+# 20,000 rows COPYed into a day of 3M rows, where (cluster, group_name, ts) cost 190 ms (median of
+# eight COPYs each, 2026-11-28; migration 0008). At 20,000 commits/s that is a tenth of a core.
+Index("ix_commit_history_group", func.hashtext(commit_history.c.group_name), commit_history.c.ts)
 
 log_end_history = Table(
     "log_end_history",

@@ -396,13 +396,21 @@ async def index(request: web.Request) -> web.Response:
     return web.Response(text=render(ctx, incidents, groups, now, histories, missing), content_type="text/html")
 
 
+def first_commit_query(cluster: str, group: str, since: int) -> sa.Select[tuple[int | None]]:
+    """The group's first stored commit at or after `since`, found through the history's index
+    (a hash of the group's name: lagd.db.schema)."""
+    t = schema.commit_history
+    return sa.select(sa.func.min(t.c.ts).label("first")).where(
+        sa.func.hashtext(t.c.group_name) == sa.func.hashtext(group),
+        t.c.cluster == cluster,
+        t.c.group_name == group,
+        t.c.ts >= since,
+    )
+
+
 async def _first_commit(ctx: HttpContext, cluster: str, group: str, since: int) -> tuple[bool, int | None]:
     """Whether the database answered, and the group's first stored commit at or after `since`."""
-    t = schema.commit_history
-    stmt = sa.select(sa.func.min(t.c.ts).label("first")).where(
-        t.c.cluster == cluster, t.c.group_name == group, t.c.ts >= since
-    )
-    rows = await _rows(ctx, stmt)
+    rows = await _rows(ctx, first_commit_query(cluster, group, since))
     if rows is None:
         return False, None
     return True, None if not rows or rows[0]["first"] is None else int(rows[0]["first"])
