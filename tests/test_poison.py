@@ -88,17 +88,16 @@ async def test_a_batch_postgres_refuses_is_written_around_its_poison_rows(databa
         ]
         assert rows(database_url, "SELECT cluster, partition, next_offset FROM reader_positions") == [("c", 0, 6)]
         assert rows(database_url, "SELECT count(*) FROM commit_history WHERE group_name = 'good'") == [(2,)]
+        # the long name's history row is kept (its index holds a hash of the name, migration 0008);
+        # its window's key is too long for the windows' index
+        assert rows(database_url, "SELECT length(group_name) FROM commit_history WHERE group_name <> 'good'") == [
+            (len(LONG),)
+        ]
         quarantined = rows(
             database_url, "SELECT table_name, cluster, row_key, error, times FROM quarantine ORDER BY id"
         )
-        assert sorted(q[0] for q in quarantined) == [
-            "commit_history",
-            "commit_history",
-            "group_tombstones",
-            "windows",
-            "windows",
-        ]
-        assert wb.status.quarantined == 5 and wb.status.healthy
+        assert sorted(q[0] for q in quarantined) == ["commit_history", "group_tombstones", "windows", "windows"]
+        assert wb.status.quarantined == 4 and wb.status.healthy
         assert all(q[1] == "c" and q[4] == 1 and "\x00" not in q[2] for q in quarantined)
         # The poison window changes again: its quarantine row is updated, not duplicated.
         state.apply(Commit("c", LONG, "orders", 0, 14, 7, now + 1, now + 1))
@@ -136,7 +135,7 @@ async def test_quarantined_rows_are_listed_and_removed_with_the_admin_token(data
             async with http.get(f"{base}/lagd/v1/quarantine") as answer:
                 assert answer.status == 200
                 listed = (await answer.json())["quarantine"]
-            assert sorted(q["table"] for q in listed) == ["commit_history", "commit_history", "windows", "windows"]
+            assert sorted(q["table"] for q in listed) == ["commit_history", "windows", "windows"]
             assert all(q["cluster"] == "c" and q["times"] == 1 and q["size"] > 0 and q["error"] for q in listed)
             nul = next(q for q in listed if q["table"] == "windows" and "nul" in q["key"])
             assert "\\x00" in nul["key"] and nul["first_at"] == now
@@ -149,7 +148,7 @@ async def test_quarantined_rows_are_listed_and_removed_with_the_admin_token(data
             async with http.delete(url, headers=auth) as answer:
                 assert answer.status == 404
             async with http.delete(f"{base}/lagd/v1/quarantine", headers=auth) as answer:
-                assert await answer.json() == {"removed": 3}
+                assert await answer.json() == {"removed": 2}
             async with http.get(f"{base}/lagd/v1/quarantine") as answer:
                 assert (await answer.json())["quarantine"] == []
     finally:
