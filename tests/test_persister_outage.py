@@ -168,10 +168,11 @@ async def test_apply_waits_for_a_write_when_the_backlog_is_full_and_never_in_an_
         for i in range(30):
             state.apply(Commit("c", "g", "t", 0, i, i, NOV22 + i, NOV22 + i))
         assert persister.backlog_full(wb)  # 30 history rows and a window past 20
-        # waits until the persister (woken by the wait itself, not its hour-long interval) has written
+        # waits until the persister (woken by the wait itself, not its hour-long interval) has taken them
         await asyncio.wait_for(persister.wait_for_room(wb), 30)
         assert not persister.backlog_full(wb) and state.undrained() == 0
         assert wb.status.backlog_wait_seconds > 0  # counted: lagd_store_backlog_wait_seconds_total
+        assert await persister.flush(wb)  # after the write in progress: nothing more to write
         assert count(database_url, "SELECT count(*) FROM commit_history WHERE group_name = 'g'") == 30
     finally:
         task.cancel()
@@ -190,6 +191,46 @@ async def test_apply_waits_for_a_write_when_the_backlog_is_full_and_never_in_an_
     await asyncio.wait_for(persister.wait_for_room(wb), 1)
     assert wb.status.backlog_wait_seconds == 0
     await away.close()
+
+
+async def test_apply_waits_for_what_waits_beyond_the_write_in_progress_not_for_that_write(database_url: str) -> None:
+    """Once a write has taken the waiting changes, apply goes on while Postgres takes it, and
+    waits again only when more than the bound wait beyond it: a catch-up that ends with a big
+    write must not hold every verdict back for the whole of that write. Postgres is held up by
+    another connection's lock on the windows table."""
+    state = State()
+    store = Store.from_url(database_url)
+    wb = WriteBehind(store=store, state=state, flush_interval=3600.0, backlog_max_changes=20)
+    blocker = await asyncpg.connect(database_url)
+    lock = blocker.transaction()
+    await lock.start()
+    await blocker.execute("LOCK TABLE windows IN ACCESS EXCLUSIVE MODE")
+    task = asyncio.create_task(persister.run(wb))
+    try:
+        for i in range(30):
+            state.apply(Commit("c", "g", "t", 0, i, i, NOV22 + i, NOV22 + i))
+        assert persister.backlog_full(wb)
+        await asyncio.wait_for(persister.wait_for_room(wb), 30)  # a write took them; Postgres holds it
+        assert wb.in_flight == 31 and state.undrained() == 0 and not persister.backlog_full(wb)
+        for i in range(30, 60):
+            state.apply(Commit("c", "g", "t", 0, i, i, NOV22 + i, NOV22 + i))
+        assert persister.backlog_full(wb)  # 30 history rows and a window beyond the write in progress
+        waiting = asyncio.create_task(persister.wait_for_room(wb))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not waiting.done() and wb.in_flight == 31  # the write is held: nothing takes the rest
+        await lock.rollback()  # Postgres goes on: the first write ends, the next takes the rest
+        await asyncio.wait_for(waiting, 30)
+        assert not persister.backlog_full(wb) and state.undrained() == 0
+        assert await persister.flush(wb)
+        assert count(database_url, "SELECT count(*) FROM commit_history WHERE group_name = 'g'") == 60
+        assert wb.in_flight == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await blocker.close()
+        await store.close()
 
 
 async def test_a_collect_cancelled_between_slices_keeps_all_it_took() -> None:

@@ -42,15 +42,18 @@ class PersisterStatus:
     backlog_wait_seconds: float = 0.0  # time apply waited for Postgres with the backlog full (total)
 
 
-# Flushes' worth of changes that may wait for Postgres before apply waits: 1M at the default
-# flush-max-changes, half the outage buffer (buffer-max-changes), so it adds no memory ceiling an
-# outage does not already have (history rows are ~70 B in columns, lagd.state.history; a changed
-# window ~450 B of stored bytes, so up to ~500 MB at a million group-partitions). It must
-# hold what arrives while one big write is in progress, or apply stops for that whole write.
-# Measured on the catch-up bench (500k records): at 15 flushes apply stopped once for 2-2.9 s
-# while Postgres took a 300k-change write (6.0-8.6 s in all); at 50 it never waits (4.6-4.7 s);
-# at 5 catch-up waited for Postgres a fifth of its time.
-BACKLOG_FLUSHES = 50
+# Flushes' worth of changes that may wait for Postgres beyond the write in progress before apply
+# waits: 500k at the default flush-max-changes. The write in progress holds at most about as
+# many, so in all about 1M, half the outage buffer (buffer-max-changes): it adds no memory
+# ceiling an outage does not already have (history rows are ~70 B in columns, lagd.state.history;
+# a changed window ~450 B of stored bytes, so up to ~500 MB at a million group-partitions).
+# Until 2026-11-28 the write in progress counted against a bound of 1M: a catch-up that ended
+# with a big write then held apply (and so every verdict) for the whole of that write, 14.1 s at
+# 1M group-partitions in bench_http. Measured on the catch-up bench (500k records) with that
+# older count: at 15 flushes apply stopped once for 2-2.9 s while Postgres took a 300k-change
+# write (6.0-8.6 s in all); at 50 it never waited (4.6-4.7 s); at 5 catch-up waited for Postgres
+# a fifth of its time.
+BACKLOG_FLUSHES = 25
 DRAIN_SLICE = 1_000  # changed windows copied per turn of the loop (1-2 ms)
 
 
@@ -64,10 +67,10 @@ class WriteBehind:
     flush_interval: float = 1.0
     flush_max_changes: int = 20_000
     buffer_max_changes: int = 2_000_000
-    # While Postgres takes writes, apply waits for the write in progress once this many changes
-    # are waiting (BACKLOG_FLUSHES flushes' worth): catch-up then runs at Postgres' pace instead
-    # of piling history rows up in memory. During an outage nothing waits (see buffer_max_changes).
-    backlog_max_changes: int = 1_000_000
+    # While Postgres takes writes, apply waits once this many changes wait beyond the write in
+    # progress (BACKLOG_FLUSHES flushes' worth): catch-up then runs at Postgres' pace instead of
+    # piling history rows up in memory. During an outage nothing waits (see buffer_max_changes).
+    backlog_max_changes: int = 500_000
     retention_days: int = 14
     retention_every: float = 3600.0
     backoff_max: float = 30.0
@@ -75,6 +78,7 @@ class WriteBehind:
     clock: Clock = wall_ms  # stamps writes, history and retention (lagd.clock)
     turn: Turn = plain_turn  # awaited between drain slices (lagd.turns)
     pending: Changes = field(default_factory=Changes)
+    in_flight: int = 0  # changes of the write in progress (pending's size when it began; 0 between writes)
     status: PersisterStatus = field(default_factory=PersisterStatus)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     room: asyncio.Event = field(default_factory=asyncio.Event)  # set when apply may go on (see backlog_max_changes)
@@ -110,15 +114,17 @@ class WriteBehind:
 
 
 def backlog_full(wb: WriteBehind) -> bool:
-    """Should apply wait for the write in progress? Only while Postgres takes writes and more
-    than backlog_max_changes wait, counting what State has not handed over yet."""
-    return wb.status.healthy and wb.pending.size() + wb.state.undrained() > wb.backlog_max_changes
+    """Should apply wait? Only while Postgres takes writes and more than backlog_max_changes
+    wait beyond the write in progress, counting what State has not handed over yet. The write
+    in progress itself does not count: apply goes on while Postgres takes it."""
+    waiting = wb.pending.size() - wb.in_flight + wb.state.undrained()
+    return wb.status.healthy and waiting > wb.backlog_max_changes
 
 
 async def wait_for_room(wb: WriteBehind) -> None:
     """Called by apply after each batch: while the backlog is full, ask for a write and wait
-    for it (memory stays bounded by the backlog, not by how fast the readers fetch). The time
-    waited is counted: verdicts lag behind the offsets topic by that much."""
+    until one takes what waits (memory stays bounded by the backlog, not by how fast the readers
+    fetch). The time waited is counted: verdicts lag behind the offsets topic by that much."""
     if not backlog_full(wb):
         return
     started = time.monotonic()
@@ -207,12 +213,16 @@ async def _flush(wb: WriteBehind) -> bool:
         await collect(wb)
         if not wb.pending:
             return True
+        wb.in_flight = wb.pending.size()
+        wb.room.set()  # what waited is in this write now: apply goes on while Postgres takes it
         started = time.monotonic()
         try:
             await asyncio.wait_for(_write(wb), wb.write_timeout)
         except Exception as exc:
             _failed(wb, exc)
             return False
+        finally:
+            wb.in_flight = 0
         took = time.monotonic() - started
         written = wb.pending.size()
         wb.pending = Changes()
