@@ -104,8 +104,9 @@ class WriteBehind:
             flush_interval=st.flush_interval,
             flush_max_changes=st.flush_max_changes,
             buffer_max_changes=st.buffer_max_changes,
+            # waiting plus the write in progress: at most half the outage buffer, as before
             backlog_max_changes=min(
-                BACKLOG_FLUSHES * st.flush_max_changes, max(st.flush_max_changes, st.buffer_max_changes // 2)
+                BACKLOG_FLUSHES * st.flush_max_changes, max(st.flush_max_changes, st.buffer_max_changes // 4)
             ),
             retention_days=st.history_retention_days,
             clock=clock,
