@@ -587,7 +587,6 @@ client-id = "lagd-bench-{tag}"
         "loop_cpu": loop_share,
         "machine_busy": machine_busy,
         "loop_waited": loop_waited,
-        "backlog_waited": waited,
     }
     label = f"cache {'on' if cache_ttl else 'off'}" + (
         f", {a.groups * a.partitions:,} group-partitions" if name == "large" else ""

@@ -307,7 +307,9 @@ def history_events(
         "FROM log_end_history"
     )
     where = "ts BETWEEN %(start)s AND %(end)s" + (" AND cluster = %(cluster)s" if cluster is not None else "")
-    of_group = "hashtext(group_name) = hashtext(%(group)s) AND group_name = %(group)s"  # the index (lagd.db.schema)
+    from lagd.db.schema import history_of_group  # SQLAlchemy is needed only when reading from the database
+
+    of_group = history_of_group("%(group)s")
     conn = psycopg2.connect(url)
     try:
         conn.set_session(readonly=True)

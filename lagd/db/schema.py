@@ -163,6 +163,14 @@ commit_history = Table(
 # eight COPYs each, 2026-11-28; migration 0008). At 20,000 commits/s that is a tenth of a core.
 Index("ix_commit_history_group", func.hashtext(commit_history.c.group_name), commit_history.c.ts)
 
+
+def history_of_group(param: str) -> str:
+    """SQL selecting one group's commit_history rows through ix_commit_history_group: the hash
+    of the name for the index, the name itself so two names of one hash never mix. `param` is
+    the group's placeholder in the caller's paramstyle (":grp", "%(group)s")."""
+    return f"hashtext(group_name) = hashtext({param}) AND group_name = {param}"
+
+
 log_end_history = Table(
     "log_end_history",
     metadata,

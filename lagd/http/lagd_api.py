@@ -344,8 +344,9 @@ HISTORY_SQL = sa.text(
     """
 WITH c AS (
     SELECT ts, topic, partition, "offset", lag FROM commit_history
-    WHERE hashtext(group_name) = hashtext(:grp) AND cluster = :cluster AND group_name = :grp
-        AND ts >= :t0 AND ts < :t1
+    WHERE """
+    + schema.history_of_group(":grp")
+    + """ AND cluster = :cluster AND ts >= :t0 AND ts < :t1
 ), tp AS (
     SELECT DISTINCT topic, partition FROM c
 ), l AS (

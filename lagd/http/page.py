@@ -401,10 +401,7 @@ def first_commit_query(cluster: str, group: str, since: int) -> sa.Select[tuple[
     (a hash of the group's name: lagd.db.schema)."""
     t = schema.commit_history
     return sa.select(sa.func.min(t.c.ts).label("first")).where(
-        sa.func.hashtext(t.c.group_name) == sa.func.hashtext(group),
-        t.c.cluster == cluster,
-        t.c.group_name == group,
-        t.c.ts >= since,
+        sa.text(schema.history_of_group(":grp")).bindparams(grp=group), t.c.cluster == cluster, t.c.ts >= since
     )
 
 
