@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiomqtt
 import asyncpg
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from lagd import embedded
@@ -792,3 +792,34 @@ async def test_a_takeover_reconciles_every_group_in_slices(
     assert sorted(set(groups)) == [f"g{i:02d}" for i in range(40)]
     runs = "".join("g" if e != "-" else "-" for e in events).split("-")
     assert max(len(r) for r in runs) == 1  # never two groups without a turn for the loop between
+
+
+async def test_a_record_of_many_rows_stores_them_all_in_order_a_statement_at_a_time(engine: AsyncEngine) -> None:
+    """A takeover's reconcile records a status row per group (10,000 at 1M group-partitions):
+    the rows go ROWS_PER_STATEMENT per statement, so the loop runs between them, and are
+    stored in the order given, with every incident member, in one transaction."""
+    n = outbox.ROWS_PER_STATEMENT * 2 + 7
+    incidents = IncidentEngine(RULES)
+    events: list[IncidentEvent] = []
+    retained = []
+    for g in range(n):
+        change = GroupChange("prod", f"g{g:05d}", GroupStatus.ERR, T0)
+        events += incidents.apply(change)
+        retained.append(outbox.status_row("lagd", change))
+    statements: list[int] = []
+
+    def count(conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
+        if statement.startswith("INSERT INTO outbox"):
+            statements.append(len(params) if executemany else 1)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        await outbox.record(engine, "prod", events, incidents.save_rows("prod", {outbox.SAVED_BY: "t1"}), retained)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    async with engine.connect() as conn:
+        topics = (await conn.execute(select(outbox_table.c.topic).order_by(outbox_table.c.id))).scalars().all()
+        members = (await conn.execute(select(func.count()).select_from(incident_members))).scalar_one()
+    assert topics[len(events) :] == [r.topic for r in retained]  # status rows after the events, in order
+    assert members == n  # one incident holding every group
+    assert max(statements) == outbox.ROWS_PER_STATEMENT and sum(statements) == len(events) + n
