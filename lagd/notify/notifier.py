@@ -90,6 +90,182 @@ class _Attempt:
     retained: int
 
 
+class Notifier:
+    """One process's incident notifier: the engine, the leases it holds per cluster, and per
+    cluster what is not recorded yet (`held`), the stored state it continues (`stored`) and the
+    records that seemed to fail (`attempts`). `run_notifier` drives it."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: NotifySettings,
+        changes: VerdictSource,
+        lease_retry: float = LEASE_RETRY,
+        *,
+        clock: Clock = wall_ms,
+        turn: Turn = plain_turn,
+    ) -> None:
+        self.engine = engine
+        self.changes = changes
+        self.lease_retry = lease_retry
+        self.clock = clock
+        self.turn = turn
+        self.prefix = settings.topic_prefix
+        self.incidents = IncidentEngine(Rules.from_settings(settings))
+        self.leases: dict[str, Lease] = {}
+        self.held: dict[str, _Unrecorded] = {}
+        self.stored: dict[str, outbox.Fence] = {}  # the stored state each cluster's engine state continues
+        self.attempts: dict[str, list[_Attempt]] = {}  # failed records since the last success
+        self.unreconciled: set[str] = set()  # taken over before the feed had a snapshot
+
+    def hold(self, cluster: str) -> _Unrecorded:
+        return self.held.setdefault(cluster, _Unrecorded())
+
+    async def take_over(self, cluster: str) -> None:
+        """Just became leader of `cluster`: settle which state to continue, then catch up."""
+        try:
+            state = await outbox.load_engine_state(self.engine, cluster)
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("cannot read the incident state; leaving the lease for now", cluster=cluster, error=str(exc))
+            await self.leases[cluster].release()
+            return
+        found = outbox.Fence.of(state)
+        pend = self.held.get(cluster)
+        for attempt in self.attempts.pop(cluster, []):
+            if found == outbox.Fence(True, attempt.token):
+                # a record that seemed to fail did commit: what it carried is stored
+                if pend is not None:
+                    del pend.events[: attempt.events]
+                    del pend.retained[: attempt.retained]
+                self.stored[cluster] = found
+        if self.stored.get(cluster) != found:
+            if pend is not None and pend.events:
+                log.warning(
+                    "another instance recorded incidents meanwhile; dropping events this one did not record",
+                    cluster=cluster,
+                    dropped=len(pend.events),
+                )
+            self.held.pop(cluster, None)
+            self.incidents.drop_cluster(cluster)
+            if state is not None:
+                try:
+                    self.incidents.load_cluster(cluster, state)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.error("cannot restore incident state; starting afresh", cluster=cluster, error=str(exc))
+                    self.incidents.drop_cluster(cluster)
+            self.stored[cluster] = found
+        await self.reconcile(cluster)
+
+    async def reconcile(self, cluster: str) -> None:
+        """Replay the current verdicts of the cluster's groups into the engine and record the outcome."""
+        snap = self.changes.snapshot(cluster)
+        if snap is None:
+            self.unreconciled.add(cluster)  # no complete picture yet: again on a later tick
+            return
+        self.unreconciled.discard(cluster)
+        pend = self.hold(cluster)
+        before = len(pend.events)
+        seen: set[str] = set()
+        slices = Slices(SLICE_S, self.turn)  # thousands of groups: the loop gets its turns
+        for ch in snap:
+            seen.add(ch.group)
+            pend.events.extend(self.incidents.apply(ch))
+            pend.retained.append(outbox.status_row(self.prefix, ch))
+            await slices.turn()
+        now = self.clock()
+        for group in sorted(self.incidents.members(cluster)):
+            if group not in seen:  # in an open incident, but gone
+                gone = GroupChange(cluster, group, GroupStatus.NOTFOUND, now)
+                pend.events.extend(self.incidents.apply(gone))
+                pend.retained.append(outbox.status_row(self.prefix, gone))
+        pend.dirty = True
+        log.info(
+            "incident state caught up with current verdicts",
+            cluster=cluster,
+            groups=len(snap),
+            events=len(pend.events) - before,
+        )
+        await self.flush(cluster)
+
+    async def ensure_lease(self, cluster: str, retry: bool) -> bool:
+        """Whether we lead `cluster`; a new or `retry`ed lease asks Postgres again."""
+        lease = self.leases.get(cluster)
+        if lease is None:
+            lease = self.leases[cluster] = Lease(self.engine, cluster)
+            retry = True
+        was = lease.is_leader
+        if retry or (not was and time.monotonic() - lease.tried_at >= self.lease_retry):
+            await lease.refresh()
+        if lease.is_leader and not was:
+            await self.take_over(cluster)
+        return lease.is_leader
+
+    async def flush(self, cluster: str) -> None:
+        """Record what `cluster` holds unrecorded with the engine state, fenced on the stored one."""
+        lease = self.leases.get(cluster)
+        pend = self.held.get(cluster)
+        if lease is None or not lease.is_leader or pend is None or not pend.any():
+            return
+        token = uuid.uuid4().hex
+        state = self.incidents.save_rows(cluster, {outbox.SAVED_BY: token})
+        slices = Slices(SLICE_S, self.turn)  # a full save of 10,000 members of 100 partitions: 331 ms of encoding
+        while state.encode(MEMBERS_PER_STEP):
+            await slices.turn()
+        fence = self.stored.get(cluster, outbox.Fence(False))
+        try:
+            await outbox.record(
+                self.engine, cluster, pend.events, state, pend.retained, self.prefix, fence=fence, clock=self.clock
+            )
+        except outbox.StateConflict as exc:
+            log.warning("another instance writes this cluster's incidents; leaving it the lease", error=str(exc))
+            self.incidents.save_failed(cluster)
+            await lease.release()  # taken over again later, from the state then stored
+            return
+        except (SQLAlchemyError, OSError) as exc:
+            self.incidents.save_failed(cluster)
+            self.attempts.setdefault(cluster, []).append(_Attempt(token, len(pend.events), len(pend.retained)))
+            log.warning("recording incident events failed; retrying on the next tick", cluster=cluster, error=str(exc))
+            return
+        self.attempts.pop(cluster, None)
+        self.stored[cluster] = outbox.Fence(True, token)
+        self.held[cluster] = _Unrecorded()
+
+    async def take(self, change: GroupChange) -> None:
+        """A verdict change: into the engine where we lead its cluster, recorded at once when it
+        made incident events (its retained status waits for the next tick)."""
+        if not await self.ensure_lease(change.cluster, retry=False):
+            return
+        pend = self.hold(change.cluster)
+        pend.events.extend(self.incidents.apply(change))
+        pend.retained.append(outbox.status_row(self.prefix, change))
+        pend.dirty = True
+        if pend.events:
+            await self.flush(change.cluster)
+
+    async def refresh_leases(self) -> None:
+        """Ask Postgres again about every lease (a standby takes over a lapsed one here)."""
+        for cluster in list(self.leases):
+            await self.ensure_lease(cluster, retry=True)
+
+    async def tick(self) -> None:
+        """Once a second: clusters reconciled that wait for it, the engine's timed events
+        taken, and everything held recorded."""
+        for cluster in sorted(self.unreconciled):
+            if self.leases[cluster].is_leader:
+                await self.reconcile(cluster)
+        led = {cluster for cluster, lease in self.leases.items() if lease.is_leader}
+        for ev in self.incidents.tick(self.clock(), led):
+            pend = self.hold(ev.cluster)
+            pend.events.append(ev)
+            pend.dirty = True
+        for cluster in list(self.held):
+            await self.flush(cluster)
+
+    async def release_leases(self) -> None:
+        for lease in self.leases.values():
+            await lease.release()
+
+
 async def run_notifier(
     engine: AsyncEngine,
     settings: NotifySettings,
@@ -106,131 +282,13 @@ async def run_notifier(
     and for the outbox rows recorded; the tick and lease intervals run on the loop's clock.
     A reconcile over every group awaits `turn` between its slices (lagd.turns).
     """
-    rules = Rules.from_settings(settings)
-    prefix = settings.topic_prefix
-    incidents = IncidentEngine(rules)
-    leases: dict[str, Lease] = {}
-    held: dict[str, _Unrecorded] = {}
-    stored: dict[str, outbox.Fence] = {}  # the stored state each cluster's engine state continues
-    attempts: dict[str, list[_Attempt]] = {}  # failed records since the last success
-    unreconciled: set[str] = set()  # taken over before the feed had a snapshot
+    notifier = Notifier(engine, settings, changes, lease_retry, clock=clock, turn=turn)
     loop = asyncio.get_running_loop()
-    next_tick = loop.time()
-    next_lease = loop.time()
-
-    def hold(cluster: str) -> _Unrecorded:
-        return held.setdefault(cluster, _Unrecorded())
-
-    async def take_over(cluster: str) -> None:
-        """Just became leader of `cluster`: settle which state to continue, then catch up."""
-        try:
-            state = await outbox.load_engine_state(engine, cluster)
-        except (SQLAlchemyError, OSError) as exc:
-            log.warning("cannot read the incident state; leaving the lease for now", cluster=cluster, error=str(exc))
-            await leases[cluster].release()
-            return
-        found = outbox.Fence.of(state)
-        pend = held.get(cluster)
-        for attempt in attempts.pop(cluster, []):
-            if found == outbox.Fence(True, attempt.token):
-                # a record that seemed to fail did commit: what it carried is stored
-                if pend is not None:
-                    del pend.events[: attempt.events]
-                    del pend.retained[: attempt.retained]
-                stored[cluster] = found
-        if stored.get(cluster) != found:
-            if pend is not None and pend.events:
-                log.warning(
-                    "another instance recorded incidents meanwhile; dropping events this one did not record",
-                    cluster=cluster,
-                    dropped=len(pend.events),
-                )
-            held.pop(cluster, None)
-            incidents.drop_cluster(cluster)
-            if state is not None:
-                try:
-                    incidents.load_cluster(cluster, state)
-                except (ValueError, KeyError, TypeError) as exc:
-                    log.error("cannot restore incident state; starting afresh", cluster=cluster, error=str(exc))
-                    incidents.drop_cluster(cluster)
-            stored[cluster] = found
-        await reconcile(cluster)
-
-    async def reconcile(cluster: str) -> None:
-        """Replay the current verdicts of the cluster's groups into the engine and record the outcome."""
-        snap = changes.snapshot(cluster)
-        if snap is None:
-            unreconciled.add(cluster)  # no complete picture yet: again on a later tick
-            return
-        unreconciled.discard(cluster)
-        pend = hold(cluster)
-        before = len(pend.events)
-        seen: set[str] = set()
-        slices = Slices(SLICE_S, turn)  # thousands of groups: the loop gets its turns
-        for ch in snap:
-            seen.add(ch.group)
-            pend.events.extend(incidents.apply(ch))
-            pend.retained.append(outbox.status_row(prefix, ch))
-            await slices.turn()
-        now = clock()
-        for group in sorted(incidents.members(cluster)):
-            if group not in seen:  # in an open incident, but gone
-                gone = GroupChange(cluster, group, GroupStatus.NOTFOUND, now)
-                pend.events.extend(incidents.apply(gone))
-                pend.retained.append(outbox.status_row(prefix, gone))
-        pend.dirty = True
-        log.info(
-            "incident state caught up with current verdicts",
-            cluster=cluster,
-            groups=len(snap),
-            events=len(pend.events) - before,
-        )
-        await flush(cluster)
-
-    async def ensure_lease(cluster: str, retry: bool) -> bool:
-        """Whether we lead `cluster`; a new or `retry`ed lease asks Postgres again."""
-        lease = leases.get(cluster)
-        if lease is None:
-            lease = leases[cluster] = Lease(engine, cluster)
-            retry = True
-        was = lease.is_leader
-        if retry or (not was and time.monotonic() - lease.tried_at >= lease_retry):
-            await lease.refresh()
-        if lease.is_leader and not was:
-            await take_over(cluster)
-        return lease.is_leader
-
-    async def flush(cluster: str) -> None:
-        lease = leases.get(cluster)
-        pend = held.get(cluster)
-        if lease is None or not lease.is_leader or pend is None or not pend.any():
-            return
-        token = uuid.uuid4().hex
-        state = incidents.save_rows(cluster, {outbox.SAVED_BY: token})
-        slices = Slices(SLICE_S, turn)  # a full save of 10,000 members of 100 partitions: 331 ms of encoding
-        while state.encode(MEMBERS_PER_STEP):
-            await slices.turn()
-        fence = stored.get(cluster, outbox.Fence(False))
-        try:
-            await outbox.record(engine, cluster, pend.events, state, pend.retained, prefix, fence=fence, clock=clock)
-        except outbox.StateConflict as exc:
-            log.warning("another instance writes this cluster's incidents; leaving it the lease", error=str(exc))
-            incidents.save_failed(cluster)
-            await lease.release()  # taken over again later, from the state then stored
-            return
-        except (SQLAlchemyError, OSError) as exc:
-            incidents.save_failed(cluster)
-            attempts.setdefault(cluster, []).append(_Attempt(token, len(pend.events), len(pend.retained)))
-            log.warning("recording incident events failed; retrying on the next tick", cluster=cluster, error=str(exc))
-            return
-        attempts.pop(cluster, None)
-        stored[cluster] = outbox.Fence(True, token)
-        held[cluster] = _Unrecorded()
-
+    next_tick = next_lease = loop.time()
     try:
         with contextlib.suppress(SQLAlchemyError, OSError):
             for known in await outbox.engine_state_clusters(engine):
-                await ensure_lease(known, retry=True)
+                await notifier.ensure_lease(known, retry=True)
         while not stop.is_set():
             timeout = max(0.0, next_tick - loop.time())
             try:
@@ -238,29 +296,12 @@ async def run_notifier(
             except TimeoutError:
                 change = None
             if change is not None:
-                if await ensure_lease(change.cluster, retry=False):
-                    pend = hold(change.cluster)
-                    pend.events.extend(incidents.apply(change))
-                    pend.retained.append(outbox.status_row(prefix, change))
-                    pend.dirty = True
-                    if pend.events:
-                        await flush(change.cluster)
+                await notifier.take(change)
                 continue
             next_tick = loop.time() + TICK
             if loop.time() >= next_lease:
-                for cluster in list(leases):
-                    await ensure_lease(cluster, retry=True)
+                await notifier.refresh_leases()
                 next_lease = loop.time() + lease_retry
-            for cluster in sorted(unreconciled):
-                if leases[cluster].is_leader:
-                    await reconcile(cluster)
-            led = {cluster for cluster, lease in leases.items() if lease.is_leader}
-            for ev in incidents.tick(clock(), led):
-                pend = hold(ev.cluster)
-                pend.events.append(ev)
-                pend.dirty = True
-            for cluster in list(held):
-                await flush(cluster)
+            await notifier.tick()
     finally:
-        for lease in leases.values():
-            await lease.release()
+        await notifier.release_leases()
