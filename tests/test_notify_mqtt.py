@@ -545,7 +545,7 @@ async def test_a_takeover_catches_up_on_verdict_changes_nobody_recorded(engine: 
     assert got[-1]["event"] == "resolved" and got[-2]["severity"] == "ERR"
     assert [p["event_id"] for p in got] == [f"{got[0]['id']}:{n}" for n in range(1, len(got) + 1)]
     retained = await outbox.pending(engine, 100)
-    assert [r.payload["status"] for r in retained if r.topic.endswith("/g2/status")][-1] == "NOTFOUND"
+    assert [json.loads(r.payload)["status"] for r in retained if r.topic.endswith("/g2/status")][-1] == "NOTFOUND"
 
 
 async def test_a_database_outage_neither_drops_nor_reuses_event_ids(

@@ -22,7 +22,7 @@ from lagd.config import NotifySettings, async_database_url
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify import outbox, schemas
 from lagd.notify.incidents import GroupChange, IncidentEngine, Rules
-from lagd.notify.mqtt import AvailabilityStatus, PublisherStatus, announce_availability, publish_outbox
+from lagd.notify.mqtt import AvailabilityStatus, PublisherStatus, announce_availability, publish_outbox, wire_body
 from tests.netcut import Cuttable
 
 T0 = 1_700_000_000_000
@@ -241,3 +241,23 @@ def test_status_rows_are_written_as_json_dumps_writes_them() -> None:
 def test_a_change_of_unusual_types_is_written_by_json_dumps(unusual: GroupChange) -> None:
     assert outbox._status_body(unusual) is None
     assert outbox.status_row("lagd", unusual) == outbox.retained_row(*outbox.group_status_message("lagd", unusual))
+
+
+async def test_payloads_go_out_as_postgres_stores_them_and_only_a_retained_clear_goes_out_empty(
+    engine: AsyncEngine,
+) -> None:
+    """The publisher sends each payload's stored JSON text as it is (no decode and encode again
+    per message); a retained clear goes out empty, and a group merely named like the clear key
+    does not."""
+    named = GroupChange("prod", '"$clear": true', GroupStatus.WARN, T0)
+    gone = GroupChange("prod", "g1", GroupStatus.NOTFOUND, T0)
+    incidents = IncidentEngine(RULES)
+    events = incidents.apply(named)
+    rows = [outbox.status_row("p", named), outbox.status_row("p", gone)]
+    await outbox.record(engine, "prod", events, incidents.dump_cluster("prod"), rows, "p")
+    stored = await outbox.pending(engine, 10)
+    assert [r.retain for r in stored] == [False, True, True]
+    event, status, clear = stored
+    assert wire_body(event) == event.payload.encode() and json.loads(event.payload)["event"] == "opened"
+    assert json.loads(wire_body(status)) == json.loads(rows[0].payload)  # the named group's WARN
+    assert wire_body(clear) == b""

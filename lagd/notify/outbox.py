@@ -60,7 +60,7 @@ class OutboxRow:
     id: int
     event_id: str
     topic: str
-    payload: dict[str, Any]
+    payload: str  # the message's JSON as Postgres writes its jsonb (keys in its order, ", " and ": ")
     retain: bool
 
 
@@ -334,12 +334,13 @@ async def pending(engine: AsyncEngine, limit: int = 500) -> list[OutboxRow]:
     """Undelivered messages, oldest first."""
     async with engine.connect() as conn:
         result = await conn.execute(
-            select(outbox.c.id, outbox.c.event_id, outbox.c.topic, outbox.c.payload, outbox.c.retain)
+            # the payload as text: published as it is, never decoded and encoded again
+            select(outbox.c.id, outbox.c.event_id, outbox.c.topic, cast(outbox.c.payload, Text), outbox.c.retain)
             .where(outbox.c.delivered_at.is_(None))
             .order_by(outbox.c.id)
             .limit(limit)
         )
-        return [OutboxRow(r.id, r.event_id, r.topic, r.payload, r.retain) for r in result]
+        return [OutboxRow(r[0], r[1], r[2], r[3], r[4]) for r in result]
 
 
 async def pending_count(engine: AsyncEngine) -> int:
