@@ -61,7 +61,8 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[str], str]]:
 async def test_prometheus_stores_every_series_of_a_scrape(
     prometheus: Callable[[str], str], settle: Settle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(metrics, "CHUNK_PIECES", 7)  # many chunks, lines split across them
+    monkeypatch.setattr(metrics, "CHUNK_CHARS", 500)  # many chunks
+    monkeypatch.setattr(metrics, "BLOCK_LINES", 7)  # and lines joined into many blocks as they render
     ctx = build_context()
     ctx.snapshots = Snapshots()
     progress = ReaderProgress()

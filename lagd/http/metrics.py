@@ -37,7 +37,13 @@ STATUS_INDEX: dict[str, int] = {
 }
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-CHUNK_PIECES = 5_000  # pieces (about one line each) joined, encoded and written at a time: ~600 KB
+CHUNK_CHARS = 1 << 19  # text joined, encoded and written at a time: about 512 KB
+# Lines a family keeps apart before they are joined into one block while the page renders. A
+# list of one string per line is traversed item by item by the garbage collector: the 400k lines
+# of a page at 100k group-partitions made each young collection 20 ms and each middle one 8 ms
+# while the page was rendered and sent (bench_http: /metrics steps of 14-16 ms). Blocks of this
+# many lines keep every list short.
+BLOCK_LINES = 4_096
 
 
 def _esc(value: str) -> str:
@@ -57,15 +63,28 @@ def _num(value: float | int) -> str:
 
 
 class _Family:
-    """One metric family: HELP and TYPE once, then its samples."""
+    """One metric family: HELP and TYPE once, then its samples (`out`: lines not yet joined into
+    `blocks`, see BLOCK_LINES)."""
 
     def __init__(self, out: list[str], name: str, kind: str, help_text: str) -> None:
         self.out = out
         self.name = name
+        self.blocks: list[str] = []
         out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
 
     def add(self, labels: str, value: float | int) -> None:
         self.out.append(f"{self.name}{{{labels}}} {_num(value)}\n" if labels else f"{self.name} {_num(value)}\n")
+
+    def settle(self) -> None:
+        """Join the lines so far into one block once there are BLOCK_LINES of them (`out` is
+        emptied in place: the render appends to it through a local name)."""
+        if len(self.out) >= BLOCK_LINES:
+            self.blocks.append("".join(self.out))
+            self.out.clear()
+
+    def text(self) -> list[str]:
+        """The family's text in order: its blocks, then what is not joined yet."""
+        return [*self.blocks, "".join(self.out)]
 
 
 def group_snapshots(
@@ -154,6 +173,8 @@ def render_steps(
                 pstatus_out.append(f"{pstatus_n}{{{plab}{STATUS_INDEX[status.value]}\n")
                 seconds = repr(lag_s) if math.isfinite(lag_s) else _num(lag_s)  # as _num writes a float
                 pseconds_out.append(f"{pseconds_n}{{{plab}{seconds}\n")
+        for f in families:
+            f.settle()
         yield
     health.evaluation_seconds_last = time.process_time() - started
     if per_partition:
@@ -168,9 +189,10 @@ def render_steps(
                     continue
                 for partition, offset in enumerate(state.topic_offsets(cluster, topic) or ()):
                     offsets_f.add(f'cluster="{_esc(cluster)}",topic="{_esc(topic)}",partition="{partition}"', offset)
+                offsets_f.settle()
                 yield
     for f in families:
-        out.extend(f.out)
+        out.extend(f.text())
     _health(out, health, now_ms)
 
 
@@ -393,10 +415,18 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def _chunks(pieces: list[str], turn: Turn) -> AsyncIterator[bytes]:
-    """The page, CHUNK_PIECES pieces at a time, encoded as it is sent (chunked transfer)."""
-    for start in range(0, len(pieces), CHUNK_PIECES):
-        yield "".join(pieces[start : start + CHUNK_PIECES]).encode()
-        await turn()
+    """The page, about CHUNK_CHARS of text at a time, encoded as it is sent (chunked transfer)."""
+    batch: list[str] = []
+    size = 0
+    for piece in pieces:
+        batch.append(piece)
+        size += len(piece)
+        if size >= CHUNK_CHARS:
+            yield "".join(batch).encode()
+            batch, size = [], 0
+            await turn()
+    if batch:
+        yield "".join(batch).encode()
 
 
 def add_routes(app: web.Application) -> None:
