@@ -51,8 +51,9 @@ event loop ran while measuring, how much of the time it waited for a core (the t
 schedstat), and how busy the whole machine was (/proc/stat): that wait counts in its stalls
 and latencies like its own work does.
 Run: `python -m bench.bench_http [--groups 1000] [--large-groups 10000] [--partitions 100]
-[--duration 15] [--rate 20000] [--requests 200] [--stall-stacks] [--phases on,off,large]`
-(--stall-stacks prints where the loop was during stalls; on and off are judged when both ran,
+[--duration 15] [--rate 20000] [--requests 200] [--stall-stacks] [--slow-steps] [--phases on,off,large]`
+(--stall-stacks prints where the loop was during stalls, --slow-steps its longest steps with their
+CPU time apart from their wall time, bench.steps; on and off are judged when both ran,
 large when all three did: fewer phases are a look).
 """
 
@@ -87,6 +88,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from bench import target
 from bench.bench_catchup import drop_database, free_port, fresh_database, say
 from bench.lean_get import BadResponse, lean_client
+from bench.steps import StepTimer
 from lagd import collector, daemon, embedded, logs
 from lagd.config import load
 from lagd.notify.watch import DUTY, VerdictWatch
@@ -509,6 +511,9 @@ client-id = "lagd-bench-{tag}"
     stop = asyncio.Event()
     probe = Probe(stacks=collections.Counter() if a.stall_stacks else None)
     probe_task = asyncio.create_task(probe.run())
+    steps = StepTimer() if a.slow_steps else None
+    if steps is not None:
+        steps.install()
     started = time.perf_counter()
     watch_run = VerdictWatch.run
 
@@ -537,12 +542,16 @@ client-id = "lagd-bench-{tag}"
         await loop.run_in_executor(None, recv.recv)  # warm-up done
         say(f"{name}: measuring for {a.duration:.0f} s ({a.requests:,.0f} GET /lag/s, feeder at {a.rate:,} commits/s)")
         probe.measuring = True
+        if steps is not None:
+            steps.measuring = True
         cpu_from = CpuMark.now()
         scrapes_recv, scrapes_send = ctx.Pipe(duplex=False)
         scraper = ctx.Process(target=_scraper, args=(base, a.duration, scrapes_send))
         scraper.start()
         latencies, errors, elapsed, client_late = await loop.run_in_executor(None, recv.recv)
         probe.measuring = False
+        if steps is not None:
+            steps.measuring = False
         loop_share, machine_busy, loop_waited = cpu_between(cpu_from, CpuMark.now())
         scrapes = await loop.run_in_executor(None, scrapes_recv.recv)
         scraper.join(10)
@@ -557,6 +566,8 @@ client-id = "lagd-bench-{tag}"
         with contextlib.suppress(Exception):
             await asyncio.wait_for(lagd, 15)
         VerdictWatch.run = watch_run  # type: ignore[method-assign]
+        if steps is not None:
+            steps.uninstall()
         probe_task.cancel()
         drop_database(admin_url, dbname)
     n = len(latencies)
@@ -569,6 +580,12 @@ client-id = "lagd-bench-{tag}"
             for g, xs in probe.gc_pauses.items()
         )
     )
+    if steps is not None:
+        say(
+            f"{name}: the loop's longest steps while measuring (wall and the loop thread's CPU; the task, and where it suspended after):"
+        )
+        for line in steps.report():
+            say(line)
     if probe.stacks:
         say(f"{name}: where the loop was when it ran > 50 ms late (10 ms samples, most frequent first):")
         for where, count in probe.stacks.most_common(15):
@@ -693,6 +710,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=15.0)
     ap.add_argument("--rate", type=int, default=20_000, help="commits/s written by the feeder")
     ap.add_argument("--stall-stacks", action="store_true", help="print where the loop was during stalls")
+    ap.add_argument(
+        "--slow-steps", action="store_true", help="print the loop's longest steps, wall and CPU (bench.steps)"
+    )
     ap.add_argument(
         "--phases",
         default="on,off,large",
