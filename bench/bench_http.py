@@ -511,7 +511,7 @@ client-id = "lagd-bench-{tag}"
     stop = asyncio.Event()
     probe = Probe(stacks=collections.Counter() if a.stall_stacks else None)
     probe_task = asyncio.create_task(probe.run())
-    steps = StepTimer() if a.slow_steps else None
+    steps = StepTimer(lambda: probe.measuring) if a.slow_steps else None
     if steps is not None:
         steps.install()
     started = time.perf_counter()
@@ -542,16 +542,12 @@ client-id = "lagd-bench-{tag}"
         await loop.run_in_executor(None, recv.recv)  # warm-up done
         say(f"{name}: measuring for {a.duration:.0f} s ({a.requests:,.0f} GET /lag/s, feeder at {a.rate:,} commits/s)")
         probe.measuring = True
-        if steps is not None:
-            steps.measuring = True
         cpu_from = CpuMark.now()
         scrapes_recv, scrapes_send = ctx.Pipe(duplex=False)
         scraper = ctx.Process(target=_scraper, args=(base, a.duration, scrapes_send))
         scraper.start()
         latencies, errors, elapsed, client_late = await loop.run_in_executor(None, recv.recv)
         probe.measuring = False
-        if steps is not None:
-            steps.measuring = False
         loop_share, machine_busy, loop_waited = cpu_between(cpu_from, CpuMark.now())
         scrapes = await loop.run_in_executor(None, scrapes_recv.recv)
         scraper.join(10)

@@ -1,7 +1,7 @@
 """The event loop's long steps, each timed in wall time and in the loop thread's CPU time.
 
 A stall the probe sees is either a step that computes for long (CPU close to wall) or a loop
-thread waiting for a core or the GIL (CPU far below wall). py-spy shows where CPU goes, not which
+thread waiting for a core, the GIL or a blocking call (CPU far below wall). py-spy shows where CPU goes, not which
 steps hold the loop; this shows those steps, with the task that ran and where it suspended after
 (the step ran from its previous suspension to that point). Used by bench_http --slow-steps.
 It wraps `asyncio.events.Handle._run` for the bench process (the daemon runs in it) while installed.
@@ -46,10 +46,10 @@ def describe(handle: asyncio.Handle) -> str:
 
 @dataclass
 class StepTimer:
-    """Records every step longer than `threshold_s` while `measuring` (see the module doc)."""
+    """Records every step longer than `threshold_s` while `measuring()` says so (see the module doc)."""
 
+    measuring: Callable[[], bool]
     threshold_s: float = 0.010
-    measuring: bool = False
     steps: list[Step] = field(default_factory=list)
     _original: Callable[[asyncio.Handle], None] | None = None
 
@@ -61,7 +61,7 @@ class StepTimer:
             wall, cpu = time.perf_counter(), time.thread_time()
             original(handle)
             took = time.perf_counter() - wall
-            if took > timer.threshold_s and timer.measuring:
+            if took > timer.threshold_s and timer.measuring():
                 timer.steps.append(Step(took * 1000, (time.thread_time() - cpu) * 1000, describe(handle)))
 
         asyncio.events.Handle._run = _run  # type: ignore[method-assign,assignment]
@@ -78,6 +78,6 @@ class StepTimer:
         computing = sum(1 for s in self.steps if s.cpu_ms >= 0.8 * s.wall_ms)
         lines.append(
             f"  {len(self.steps)} steps over {self.threshold_s * 1000:.0f} ms, {computing} of them computing "
-            "(CPU at least 80% of wall: the rest waited for a core or the GIL)"
+            "(CPU at least 80% of wall: the rest waited for a core, the GIL or a blocking call)"
         )
         return lines

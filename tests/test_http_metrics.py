@@ -310,7 +310,7 @@ async def test_each_snapshot_hands_the_loop_back_between_slices(monkeypatch: pyt
 
 def test_a_page_joined_in_blocks_as_it_renders_is_the_same_page(monkeypatch: pytest.MonkeyPatch) -> None:
     """Lines are joined into blocks while the page renders (a list of a string per line made
-    every collection of the garbage collector walk them): same text, far fewer pieces."""
+    every collection of the garbage collector walk them): the same text, joined as it renders."""
     ctx = build_context(build_settings(metrics_detail="partition"))
 
     def page(block_lines: int) -> list[str]:

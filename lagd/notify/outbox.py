@@ -179,7 +179,7 @@ async def _execute_many(conn: AsyncConnection, stmt: Any, rows: Sequence[dict[st
         await conn.execute(stmt, rows[start : start + ROWS_PER_STATEMENT])
 
 
-# An outbox row, its payload JSON text cast by Postgres (executemany: one statement, rows in order).
+# An outbox row, its payload JSON text cast by Postgres (executemany, _execute_many: rows in order).
 _OUTBOX_ROW = (
     insert(outbox)
     .values(
@@ -277,7 +277,7 @@ def _state_value(state: dict[str, Any] | StateRows) -> Any:
     return cast(literal(state.header, Text), JSONB) if isinstance(state, StateRows) else state
 
 
-# A member row, its stored form as JSON text cast by Postgres (executemany: one statement).
+# A member row, its stored form as JSON text cast by Postgres (executemany, _execute_many).
 _MEMBER_ROW = insert(incident_members).values(
     cluster=bindparam("cluster"),
     incident_id=bindparam("incident_id"),

