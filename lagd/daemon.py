@@ -569,6 +569,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             if handover is None and settings.notify.enabled:
                 await resume_open_incidents(store.engine, watch)
             watch.store_behind = functools.partial(persister.backlog_full, wb)
+            watch.store_advice = lambda: wb.status.postgres_advice
             health.sights = watch.sights
             if handover is not None:
                 handover.watch = watch

@@ -477,6 +477,21 @@ def test_blind_hint_names_postgres_when_ingest_waits_for_the_store() -> None:
     assert "Postgres" in hints[1] and "lagd_store_pending_changes" in hints[1]
 
 
+def test_blind_hint_adds_what_to_change_in_postgres_when_its_checkpoints_slow_the_writes() -> None:
+    hints = []
+    for advice in (None, "Raise max_wal_size"):
+        watch, _ = watch_of(healthy_progress(T0), Clock(T0))
+        watch.store_behind = lambda: True
+        watch.store_advice = lambda advice=advice: advice
+        feed_commits(watch, "g", range(0, 2))
+        with capture_logs() as logged:
+            watch.judge_sights(T0 + 600_000)
+        hints += [e["hint"] for e in logged if e["event"].startswith("lagd cannot see the cluster")]
+    assert len(hints) == 2
+    assert hints[0].startswith("Postgres takes") and "max_wal_size" not in hints[0]
+    assert hints[1] == f"{hints[0]}. Raise max_wal_size"
+
+
 HELD_AT = T0 + 900_000
 
 

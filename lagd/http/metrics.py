@@ -297,6 +297,16 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
             "Time apply waited for Postgres because the write backlog was full: verdicts fell behind the offsets "
             "topic by that much (a slow or overloaded Postgres)",
         ).add("", float(getattr(st, "backlog_wait_seconds", 0.0)))
+        forced = getattr(st, "requested_checkpoints", None)
+        if forced is not None:
+            _Family(
+                out,
+                "lagd_store_postgres_requested_checkpoints",
+                "gauge",
+                "Checkpoints Postgres ran on request (most often its WAL filling max_wal_size) in the last 10 minutes, "
+                "as lagd last read them: 3 or more and its window writes fill the WAL with whole pages (README: Postgres for a "
+                "large estate)",
+            ).add("", int(forced))
     pub = health.publisher
     if pub is not None:
         _Family(out, "lagd_mqtt_connected", "gauge", "1 while connected to the MQTT broker").add(

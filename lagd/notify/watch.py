@@ -122,6 +122,8 @@ class VerdictWatch:
     # True while ingest waits for Postgres (lagd.state.persister.backlog_full): then a reader
     # that falls behind is held up by the store, not by the brokers, and the hint says so
     store_behind: Callable[[], bool] | None = None
+    # what to change in Postgres while its checkpoints slow the writes (lagd.state.checkpoints)
+    store_advice: Callable[[], str | None] | None = None
     # what the list pages (/metrics, /lagd/v1/groups, the status page) read of each verdict judged
     snapshots: Snapshots | None = None
     turn: Turn = plain_turn  # awaited between the slices of a pass (lagd.turns: requests first)
@@ -184,10 +186,12 @@ class VerdictWatch:
 
     def _blind_hint(self) -> str:
         if self.store_behind is not None and self.store_behind():
-            return (
+            hint = (
                 "Postgres takes lagd's writes slower than lagd reads (lagd_store_pending_changes is at its "
                 "bound): check Postgres' load and disk; lagd reads on as fast as it can write"
             )
+            advice = self.store_advice() if self.store_advice is not None else None
+            return hint if advice is None else f"{hint}. {advice}"
         return "check that the brokers are reachable; lagd resumes judging once they answer"
 
     def _behind_hint(self) -> str:

@@ -22,6 +22,7 @@ from lagd import logs
 from lagd.clock import Clock, wall_ms
 from lagd.config import StorageSettings
 from lagd.state.changes import Changes
+from lagd.state.checkpoints import SAMPLE_EVERY_S, CheckpointPressure
 from lagd.state.store import Store, is_poison
 from lagd.state.windows import State
 from lagd.turns import Turn, plain_turn
@@ -42,6 +43,8 @@ class PersisterStatus:
     failed_writes: int = 0  # failed write attempts (total)
     quarantined: int = 0  # rows Postgres refused, moved to the quarantine table (total)
     backlog_wait_seconds: float = 0.0  # time apply waited for Postgres with the backlog full (total)
+    requested_checkpoints: int | None = None  # checkpoints Postgres ran on request lately (lagd.state.checkpoints)
+    postgres_advice: str | None = None  # what to change in Postgres' WAL settings, while checkpoints come often
 
 
 # Flushes' worth of changes that may wait for Postgres beyond the write in progress before apply
@@ -92,6 +95,10 @@ class WriteBehind:
     _outage_started: float | None = None
     _last_retention: float | None = None
     _drops_logged: bool = False  # the buffer-full error is logged once per outage
+    checkpoints: CheckpointPressure = field(default_factory=CheckpointPressure)
+    checkpoint_every: float = SAMPLE_EVERY_S
+    _last_checkpoint_sample: float | None = None
+    _advice_logged: float | None = None  # when the Postgres advice was last logged (once an hour)
 
     @classmethod
     def from_settings(
@@ -316,9 +323,37 @@ async def run(wb: WriteBehind) -> None:
             backoff = wb.flush_interval
             next_attempt = 0.0
             await _retention(wb)
+            await sample_checkpoints(wb)
         else:
             next_attempt = loop.time() + backoff
             backoff = min(backoff * 2, wb.backoff_max)
+
+
+ADVICE_EVERY_S = 3600.0  # how often the Postgres advice is logged again while it holds
+
+
+async def sample_checkpoints(wb: WriteBehind) -> None:
+    """Now and then, read Postgres' checkpoint counters; while requested checkpoints come often,
+    keep the advice for the hints and /metrics, and log it (once an hour)."""
+    now = time.monotonic()
+    if wb._last_checkpoint_sample is not None and now - wb._last_checkpoint_sample < wb.checkpoint_every:
+        return
+    wb._last_checkpoint_sample = now
+    try:
+        wb.checkpoints.add(await wb.store.checkpoint_sample())
+    except Exception as exc:  # only a diagnosis: the writes go on without it
+        log.debug("postgres checkpoint statistics not read", error=f"{exc.__class__.__name__}: {exc}")
+        return
+    st = wb.status
+    st.requested_checkpoints = wb.checkpoints.requested_recently()
+    st.postgres_advice = wb.checkpoints.advice()
+    if st.postgres_advice is None:
+        wb._advice_logged = None
+    elif wb._advice_logged is None or now - wb._advice_logged >= ADVICE_EVERY_S:
+        wb._advice_logged = now
+        log.warning(
+            "postgres checkpoints come often: lagd's writes fill its WAL with whole pages", hint=st.postgres_advice
+        )
 
 
 async def final_flush(wb: WriteBehind, timeout: float) -> bool:

@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import re
+import time
 from array import array
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from lagd import compiled, logs
 from lagd.config import Secret, async_database_url
 from lagd.model import GroupMembers, PartitionOwner
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
+from lagd.state.checkpoints import CheckpointSample
 from lagd.state.history import CommitRows, as_commit_rows
 from lagd.state.windows import State, entries_of, group_hash, offsets_partition, window_from_bytes
 from lagd.turns import Turn, plain_turn
@@ -575,6 +577,20 @@ class Store:
         async with self._raw() as apg:
             rows = await apg.fetch("SELECT partition, next_offset FROM reader_positions WHERE cluster = $1", cluster)
         return {r[0]: r[1] for r in rows}
+
+    async def checkpoint_sample(self) -> CheckpointSample:
+        """Postgres' checkpoint counters and WAL settings now (lagd.state.checkpoints); the
+        statistics views are readable by any role. Postgres 17 moved the counters to
+        pg_stat_checkpointer."""
+        async with self._raw() as apg:
+            if await apg.fetchval("SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL"):
+                sql = "SELECT num_requested, num_timed FROM pg_stat_checkpointer"
+            else:
+                sql = "SELECT checkpoints_req, checkpoints_timed FROM pg_stat_bgwriter"
+            requested, timed = await apg.fetchrow(sql)
+            size = await apg.fetchval("SELECT current_setting('max_wal_size')")
+            compression = await apg.fetchval("SELECT current_setting('wal_compression')")
+        return CheckpointSample(time.monotonic(), int(requested), int(timed), str(size), str(compression))
 
     async def ping(self, timeout: float = 2.0) -> bool:
         """True when Postgres answers a trivial query within `timeout` seconds."""
