@@ -49,7 +49,9 @@ their share of the cores, but their wake-ups do not preempt the daemon: they sta
 machines of their own); the clients do not. Each phase prints how much of a core the daemon's
 event loop ran while measuring, how much of the time it waited for a core (the thread's
 schedstat), and how busy the whole machine was (/proc/stat): that wait counts in its stalls
-and latencies like its own work does.
+and latencies like its own work does. It also prints what Postgres wrote to its WAL while
+measuring (pg_stat_wal: MB/s, whole pages, checkpoints on request and on the timer; the whole
+server's, lagd.state.checkpoints says why they matter).
 Run: `python -m bench.bench_http [--groups 1000] [--large-groups 10000] [--partitions 100]
 [--duration 15] [--rate 20000] [--requests 200] [--stall-stacks] [--slow-steps] [--phases on,off,large]`
 (--stall-stacks prints where the loop was during stalls, --slow-steps its longest steps with their
@@ -82,6 +84,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psycopg2  # type: ignore[import-untyped]
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -454,6 +457,51 @@ class CpuMark:
         return cls(time.perf_counter(), time.thread_time(), busy, total, waited)
 
 
+@dataclass(frozen=True)
+class WalMark:
+    """Postgres' WAL and checkpoint counters at one instant (pg_stat_wal, Postgres 14+; the
+    checkpoint counts from pg_stat_bgwriter or, from 17, pg_stat_checkpointer): the machine's
+    whole Postgres, lagd's database and any other."""
+
+    wal_bytes: int
+    full_pages: int  # pages written whole into the WAL (the first change after a checkpoint)
+    requested: int  # checkpoints run on request (mostly the WAL filling max_wal_size)
+    timed: int
+
+    @classmethod
+    def read(cls, admin_url: str) -> WalMark | None:
+        try:
+            conn = psycopg2.connect(admin_url)
+        except psycopg2.Error:
+            return None
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT wal_bytes, wal_fpi FROM pg_stat_wal")
+                wal_bytes, fpi = cur.fetchone()
+                cur.execute("SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL")
+                if cur.fetchone()[0]:
+                    cur.execute("SELECT num_requested, num_timed FROM pg_stat_checkpointer")
+                else:
+                    cur.execute("SELECT checkpoints_req, checkpoints_timed FROM pg_stat_bgwriter")
+                requested, timed = cur.fetchone()
+            return cls(int(wal_bytes), int(fpi), int(requested), int(timed))
+        except psycopg2.Error:
+            return None
+        finally:
+            conn.close()
+
+
+def wal_between(a: WalMark | None, b: WalMark | None, seconds: float) -> str:
+    """What Postgres wrote to its WAL between two marks, for the phase's report."""
+    if a is None or b is None or seconds <= 0:
+        return "not read (pg_stat_wal needs Postgres 14 or newer)"
+    return (
+        f"{(b.wal_bytes - a.wal_bytes) / seconds / 1e6:.1f} MB/s of WAL, {(b.full_pages - a.full_pages) / seconds:,.0f} "
+        f"whole pages/s in it, {b.requested - a.requested} checkpoints on request and {b.timed - a.timed} timed"
+    )
+
+
 def cpu_between(a: CpuMark, b: CpuMark) -> tuple[float, float, float]:
     """(the loop thread's CPU share of one core, the machine's busy share of all its cores, the
     share of the time the loop's thread waited for a core; NaN where /proc could not be read)
@@ -541,6 +589,7 @@ client-id = "lagd-bench-{tag}"
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, recv.recv)  # warm-up done
         say(f"{name}: measuring for {a.duration:.0f} s ({a.requests:,.0f} GET /lag/s, feeder at {a.rate:,} commits/s)")
+        wal_from = await asyncio.to_thread(WalMark.read, admin_url)
         probe.measuring = True
         cpu_from = CpuMark.now()
         scrapes_recv, scrapes_send = ctx.Pipe(duplex=False)
@@ -548,7 +597,9 @@ client-id = "lagd-bench-{tag}"
         scraper.start()
         latencies, errors, elapsed, client_late = await loop.run_in_executor(None, recv.recv)
         probe.measuring = False
-        loop_share, machine_busy, loop_waited = cpu_between(cpu_from, CpuMark.now())
+        cpu_to = CpuMark.now()
+        loop_share, machine_busy, loop_waited = cpu_between(cpu_from, cpu_to)
+        wal = wal_between(wal_from, await asyncio.to_thread(WalMark.read, admin_url), cpu_to.wall - cpu_from.wall)
         scrapes = await loop.run_in_executor(None, scrapes_recv.recv)
         scraper.join(10)
         clients.join(10)
@@ -621,6 +672,10 @@ client-id = "lagd-bench-{tag}"
         f"{loop_waited:.0%} of the time; the machine was {machine_busy:.0%} busy ({os.cpu_count()} cores shared by "
         "the daemon, Tansu, Postgres, the feeder and the clients: the loop's wait for a core counts in stalls and "
         "latency like its own work does)"
+    )
+    print(
+        f"{label}: Postgres while measuring (all of it, not only lagd's database): {wal} (lagd.state.checkpoints: "
+        "whole pages and checkpoints on request are what its stock WAL settings cost a large estate)"
     )
     cycles = sorted(probe.cycles)
     print(
