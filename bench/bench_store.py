@@ -2,12 +2,25 @@
 
 Run: `python -m bench.bench_store [--partitions 100000] [--history 1000000]`. Uses a scratch
 database it creates and drops. Targets (issue 4): restore of 100k group-partitions ≤ 10 s.
+
+`--sustained SECONDS [--windows 1000000] [--rate 20000]` measures instead what a large estate's
+steady writes cost Postgres: `--windows` stored windows, then every second `--rate` of them
+changed (random) and as many commit history rows, written by `Store.write` as the persister
+does, for SECONDS; then the same load with the changed windows appended by COPY to a table of
+the same columns without a key (what windows written as a log would cost: not what lagd does
+today), each on a fresh database. Per mode: Postgres' CPU (every Postgres process of the machine,
+from /proc: the checkpointer and WAL writer included), WAL MB/s, whole pages written into the
+WAL per second, checkpoints on request, and the seconds that took longer than a second. On the
+machine's Postgres as it is configured (lagd.state.checkpoints: its WAL settings are most of it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
+import os
+import random
 import time
 import uuid
 from typing import Any
@@ -89,12 +102,129 @@ async def measure(url: str, partitions: int, intervals: int, history: int) -> di
     return out
 
 
+def postgres_cpu_seconds() -> float:
+    """CPU seconds used so far by every Postgres process of this machine (/proc)."""
+    ticks = 0
+    for proc in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(f"{proc}/cmdline", "rb") as f:
+                if not f.read().startswith(b"postgres"):
+                    continue
+            with open(f"{proc}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _wal(url: str) -> tuple[int, int, int]:
+    conn = psycopg2.connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT wal_bytes, wal_fpi FROM pg_stat_wal")
+            wal_bytes, fpi = cur.fetchone()
+            cur.execute("SELECT checkpoints_req FROM pg_stat_bgwriter")  # Postgres 15/16, as Debian 12 has
+            return int(wal_bytes), int(fpi), int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: bool) -> dict[str, float]:
+    """`windows` stored, then `rate` of them changed a second with as many history rows (see the doc)."""
+    store = Store.from_url(url)
+    apg = None
+    try:
+        full = window_changes(windows, 10)
+        keys = list(full.windows)
+        for i in range(0, windows, 100_000):
+            ch = Changes()
+            ch.windows = {k: full.windows[k] for k in keys[i : i + 100_000]}
+            await store.write(ch)
+        if as_log:
+            import asyncpg
+
+            apg = await asyncpg.connect(url)
+            await apg.execute("CREATE TABLE window_log (LIKE windows)")
+        _admin_url_exec(url, "CHECKPOINT")
+        rnd = random.Random(1)
+        wal0, cpu0, t0 = _wal(url), postgres_cpu_seconds(), time.perf_counter()
+        writes = late = 0
+        while time.perf_counter() - t0 < seconds:
+            began = time.perf_counter()
+            ch = Changes()
+            changed = {k: full.windows[k] for k in rnd.sample(keys, rate)}
+            ch.commit_history = CommitRows(
+                (NOV22 + writes * 1000 + i, "bench", k[1], "topic", k[3], i, 1, NOV22 + i)
+                for i, k in enumerate(changed)
+            )
+            if apg is not None:
+                await apg.copy_records_to_table("window_log", records=[(*k, v, 0) for k, v in changed.items()])
+            else:
+                ch.windows = changed
+            await store.write(ch)
+            writes += 1
+            took = time.perf_counter() - began
+            if took < 1.0:
+                await asyncio.sleep(1.0 - took)
+            else:
+                late += 1
+        elapsed = time.perf_counter() - t0
+        wal1, cpu1 = _wal(url), postgres_cpu_seconds()
+        return {
+            "writes": writes,
+            "late": late,
+            "cores": (cpu1 - cpu0) / elapsed,
+            "wal_mb_s": (wal1[0] - wal0[0]) / elapsed / 1e6,
+            "full_pages_s": (wal1[1] - wal0[1]) / elapsed,
+            "requested": wal1[2] - wal0[2],
+        }
+    finally:
+        if apg is not None:
+            await apg.close()
+        await store.close()
+
+
+def _admin_url_exec(url: str, sql: str) -> None:
+    conn = psycopg2.connect(url)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
+def main_sustained(seconds: float, windows: int, rate: int) -> None:
+    for as_log in (False, True):
+        name = f"lagd_bench_{uuid.uuid4().hex[:8]}"
+        _admin(f"CREATE DATABASE {name}")
+        url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+        try:
+            upgrade(url)
+            f = asyncio.run(sustained(url, windows, rate, seconds, as_log))
+        finally:
+            _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        mode = "windows appended to a table without a key (a log)" if as_log else "windows upserted (lagd today)"
+        print(
+            f"sustained {rate:,} changed windows of {windows:,} and {rate:,} history rows a second, {mode}: "
+            f"Postgres {f['cores']:.2f} cores, {f['wal_mb_s']:.1f} MB/s of WAL, {f['full_pages_s']:,.0f} whole pages/s, "
+            f"{f['requested']:.0f} checkpoints on request; {f['late']:.0f} of {f['writes']:.0f} writes over 1 s"
+        )
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--partitions", type=int, default=100_000)
     ap.add_argument("--intervals", type=int, default=10)
     ap.add_argument("--history", type=int, default=1_000_000)
+    ap.add_argument("--sustained", type=float, default=0.0, help="seconds of steady writes instead (see the doc)")
+    ap.add_argument("--windows", type=int, default=1_000_000)
+    ap.add_argument("--rate", type=int, default=20_000)
     args = ap.parse_args(argv)
+    if args.sustained:
+        main_sustained(args.sustained, args.windows, args.rate)
+        return {}
     name = f"lagd_bench_{uuid.uuid4().hex[:8]}"
     _admin(f"CREATE DATABASE {name}")
     url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
