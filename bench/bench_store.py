@@ -28,6 +28,7 @@ from typing import Any
 import psycopg2  # type: ignore[import-untyped]
 
 from bench import target
+from bench.bench_http import WalMark
 from lagd.db.migrate import upgrade
 from lagd.model import WindowEntry
 from lagd.state.changes import Changes, CommitRows
@@ -38,8 +39,8 @@ ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 NOV22 = 1_795_305_600_000
 
 
-def _admin(sql: str) -> None:
-    conn = psycopg2.connect(ADMIN_URL)
+def _admin(sql: str, url: str = ADMIN_URL) -> None:
+    conn = psycopg2.connect(url)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
@@ -118,18 +119,6 @@ def postgres_cpu_seconds() -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _wal(url: str) -> tuple[int, int, int]:
-    conn = psycopg2.connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT wal_bytes, wal_fpi FROM pg_stat_wal")
-            wal_bytes, fpi = cur.fetchone()
-            cur.execute("SELECT checkpoints_req FROM pg_stat_bgwriter")  # Postgres 15/16, as Debian 12 has
-            return int(wal_bytes), int(fpi), int(cur.fetchone()[0])
-    finally:
-        conn.close()
-
-
 async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: bool) -> dict[str, float]:
     """`windows` stored, then `rate` of them changed a second with as many history rows (see the doc)."""
     store = Store.from_url(url)
@@ -146,9 +135,9 @@ async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: b
 
             apg = await asyncpg.connect(url)
             await apg.execute("CREATE TABLE window_log (LIKE windows)")
-        _admin_url_exec(url, "CHECKPOINT")
+        _admin("CHECKPOINT", url)
         rnd = random.Random(1)
-        wal0, cpu0, t0 = _wal(url), postgres_cpu_seconds(), time.perf_counter()
+        wal0, cpu0, t0 = WalMark.read(url), postgres_cpu_seconds(), time.perf_counter()
         writes = late = 0
         while time.perf_counter() - t0 < seconds:
             began = time.perf_counter()
@@ -170,29 +159,21 @@ async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: b
             else:
                 late += 1
         elapsed = time.perf_counter() - t0
-        wal1, cpu1 = _wal(url), postgres_cpu_seconds()
+        wal1, cpu1 = WalMark.read(url), postgres_cpu_seconds()
+        if wal0 is None or wal1 is None:
+            raise SystemExit("pg_stat_wal not readable: --sustained needs Postgres 14 or newer")
         return {
             "writes": writes,
             "late": late,
             "cores": (cpu1 - cpu0) / elapsed,
-            "wal_mb_s": (wal1[0] - wal0[0]) / elapsed / 1e6,
-            "full_pages_s": (wal1[1] - wal0[1]) / elapsed,
-            "requested": wal1[2] - wal0[2],
+            "wal_mb_s": (wal1.wal_bytes - wal0.wal_bytes) / elapsed / 1e6,
+            "full_pages_s": (wal1.full_pages - wal0.full_pages) / elapsed,
+            "requested": wal1.requested - wal0.requested,
         }
     finally:
         if apg is not None:
             await apg.close()
         await store.close()
-
-
-def _admin_url_exec(url: str, sql: str) -> None:
-    conn = psycopg2.connect(url)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-    finally:
-        conn.close()
 
 
 def main_sustained(seconds: float, windows: int, rate: int) -> None:
