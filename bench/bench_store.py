@@ -11,7 +11,8 @@ the same columns without a key (what windows written as a log would cost: not wh
 today), each on a fresh database. Per mode: Postgres' CPU (every Postgres process of the machine,
 from /proc: the checkpointer and WAL writer included), WAL MB/s, whole pages written into the
 WAL per second, checkpoints on request, and the seconds that took longer than a second. On the
-machine's Postgres as it is configured (lagd.state.checkpoints: its WAL settings are most of it).
+machine's Postgres as it is configured (its WAL settings move the WAL figures, not the CPU:
+lagd.state.checkpoints).
 """
 
 from __future__ import annotations
@@ -109,8 +110,9 @@ def postgres_cpu_seconds() -> float:
     for proc in glob.glob("/proc/[0-9]*"):
         try:
             with open(f"{proc}/cmdline", "rb") as f:
-                if not f.read().startswith(b"postgres"):
-                    continue
+                arg0 = f.read().split(b"\0", 1)[0]
+            if not (arg0.startswith(b"postgres") or arg0.endswith(b"/postgres")):  # backends, the postmaster
+                continue
             with open(f"{proc}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             ticks += int(fields[11]) + int(fields[12])

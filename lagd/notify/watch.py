@@ -122,7 +122,7 @@ class VerdictWatch:
     # True while ingest waits for Postgres (lagd.state.persister.backlog_full): then a reader
     # that falls behind is held up by the store, not by the brokers, and the hint says so
     store_behind: Callable[[], bool] | None = None
-    # what to change in Postgres while its checkpoints slow the writes (lagd.state.checkpoints)
+    # what to change in Postgres' WAL settings while its checkpoints come often (lagd.state.checkpoints)
     store_advice: Callable[[], str | None] | None = None
     # what the list pages (/metrics, /lagd/v1/groups, the status page) read of each verdict judged
     snapshots: Snapshots | None = None
