@@ -96,6 +96,7 @@ from lagd import collector, daemon, embedded, logs
 from lagd.config import load
 from lagd.notify.watch import DUTY, VerdictWatch
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
+from lagd.state.checkpoints import HAS_CHECKPOINTER_SQL, counters_sql
 
 CLUSTER = "bench"
 TOPICS = 10
@@ -479,11 +480,8 @@ class WalMark:
             with conn.cursor() as cur:
                 cur.execute("SELECT wal_bytes, wal_fpi FROM pg_stat_wal")
                 wal_bytes, fpi = cur.fetchone()
-                cur.execute("SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL")
-                if cur.fetchone()[0]:
-                    cur.execute("SELECT num_requested, num_timed FROM pg_stat_checkpointer")
-                else:
-                    cur.execute("SELECT checkpoints_req, checkpoints_timed FROM pg_stat_bgwriter")
+                cur.execute(HAS_CHECKPOINTER_SQL)
+                cur.execute(counters_sql(cur.fetchone()[0]))
                 requested, timed = cur.fetchone()
             return cls(int(wal_bytes), int(fpi), int(requested), int(timed))
         except psycopg2.Error:

@@ -34,6 +34,18 @@ SAMPLE_EVERY_S = 60.0  # how often the persister samples (one cheap query)
 REQUESTED_MIN = 3
 
 
+# Where Postgres keeps the checkpoint counters: pg_stat_bgwriter up to 16, pg_stat_checkpointer
+# from 17. Ask HAS_CHECKPOINTER_SQL first, then the query `counters_sql` names, for (requested, timed).
+HAS_CHECKPOINTER_SQL = "SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL"
+
+
+def counters_sql(has_checkpointer: bool) -> str:
+    """The query for (checkpoints run on request, checkpoints run by the timer)."""
+    if has_checkpointer:
+        return "SELECT num_requested, num_timed FROM pg_stat_checkpointer"
+    return "SELECT checkpoints_req, checkpoints_timed FROM pg_stat_bgwriter"
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointSample:
     """Postgres' checkpoint counters and WAL settings at one moment."""

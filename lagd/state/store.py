@@ -29,7 +29,7 @@ from lagd import compiled, logs
 from lagd.config import Secret, async_database_url
 from lagd.model import GroupMembers, PartitionOwner
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
-from lagd.state.checkpoints import CheckpointSample
+from lagd.state.checkpoints import HAS_CHECKPOINTER_SQL, CheckpointSample, counters_sql
 from lagd.state.history import CommitRows, as_commit_rows
 from lagd.state.windows import State, entries_of, group_hash, offsets_partition, window_from_bytes
 from lagd.turns import Turn, plain_turn
@@ -583,13 +583,10 @@ class Store:
         statistics views are readable by any role. Postgres 17 moved the counters to
         pg_stat_checkpointer."""
         async with self._raw() as apg:
-            if await apg.fetchval("SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL"):
-                sql = "SELECT num_requested, num_timed FROM pg_stat_checkpointer"
-            else:
-                sql = "SELECT checkpoints_req, checkpoints_timed FROM pg_stat_bgwriter"
-            requested, timed = await apg.fetchrow(sql)
-            size = await apg.fetchval("SELECT current_setting('max_wal_size')")
-            compression = await apg.fetchval("SELECT current_setting('wal_compression')")
+            counters = counters_sql(await apg.fetchval(HAS_CHECKPOINTER_SQL))
+            requested, timed, size, compression = await apg.fetchrow(
+                f"SELECT c.*, current_setting('max_wal_size'), current_setting('wal_compression') FROM ({counters}) c"
+            )
         return CheckpointSample(time.monotonic(), int(requested), int(timed), str(size), str(compression))
 
     async def ping(self, timeout: float = 2.0) -> bool:
