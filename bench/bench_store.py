@@ -3,12 +3,16 @@
 Run: `python -m bench.bench_store [--partitions 100000] [--history 1000000]`. Uses a scratch
 database it creates and drops. Targets (issue 4): restore of 100k group-partitions ≤ 10 s.
 
+The first figures are a single daemon's (windows appended to the window log); `--keyed` takes
+them for the keyed table workers (lagd.scale) upsert instead.
+
 `--sustained SECONDS [--windows 1000000] [--rate 20000]` measures instead what a large estate's
 steady writes cost Postgres: `--windows` stored windows, then every second `--rate` of them
 changed (random) and as many commit history rows, written by `Store.write` as the persister
-does, for SECONDS; then the same load with the changed windows appended by COPY to a table of
-the same columns without a key (what windows written as a log would cost: not what lagd does
-today), each on a fresh database. Per mode: Postgres' CPU (every Postgres process of the machine,
+does, for SECONDS, in two modes, each on a fresh database: as a single daemon writes them
+(appended to the window log, and as many windows again copied into a new generation, as the
+persister's copy does: lagd.state.window_log), and as workers write them (upserted into the
+keyed table). Per mode: Postgres' CPU (every Postgres process of the machine,
 from /proc: the checkpointer and WAL writer included), WAL MB/s, whole pages written into the
 WAL per second, checkpoints on request, and the seconds that took longer than a second. On the
 machine's Postgres as it is configured (its WAL settings move the WAL figures, not the CPU:
@@ -34,6 +38,7 @@ from lagd.db.migrate import upgrade
 from lagd.model import WindowEntry
 from lagd.state.changes import Changes, CommitRows
 from lagd.state.store import Store
+from lagd.state.window_log import WindowCopy
 from lagd.state.windows import State, flat_window, window_bytes
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -76,8 +81,8 @@ def history_changes(rows: int) -> Changes:
     return ch
 
 
-async def measure(url: str, partitions: int, intervals: int, history: int) -> dict[str, float]:
-    store = Store.from_url(url)
+async def measure(url: str, partitions: int, intervals: int, history: int, keyed: bool) -> dict[str, float]:
+    store = Store.from_url(url, windows_log=not keyed)
     out: dict[str, float] = {}
     try:
         first = window_changes(partitions, intervals)
@@ -87,9 +92,9 @@ async def measure(url: str, partitions: int, intervals: int, history: int) -> di
         out["insert_group_partitions_per_s"] = partitions / took
         again = window_changes(partitions, intervals, round_=1)
         t = time.perf_counter()
-        await store.write(again)  # every row conflicts: the update path
+        await store.write(again)  # every key again: appended to the log, or the update path when keyed
         took = time.perf_counter() - t
-        out["upsert_group_partitions_per_s"] = partitions / took
+        out["rewrite_group_partitions_per_s"] = partitions / took
         hist = history_changes(history)
         t = time.perf_counter()
         await store.write(hist)
@@ -123,8 +128,9 @@ def postgres_cpu_seconds() -> float:
 
 async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: bool) -> dict[str, float]:
     """`windows` stored, then `rate` of them changed a second with as many history rows (see the doc)."""
-    store = Store.from_url(url)
-    apg = None
+    store = Store.from_url(url, windows_log=as_log)
+    copy = WindowCopy()
+    copied = 0  # windows of the copy in progress written
     try:
         full = window_changes(windows, 10)
         keys = list(full.windows)
@@ -132,11 +138,6 @@ async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: b
             ch = Changes()
             ch.windows = {k: full.windows[k] for k in keys[i : i + 100_000]}
             await store.write(ch)
-        if as_log:
-            import asyncpg
-
-            apg = await asyncpg.connect(url)
-            await apg.execute("CREATE TABLE window_log (LIKE windows)")
         _admin("CHECKPOINT", url)
         rnd = random.Random(1)
         wal0, cpu0, t0 = WalMark.read(url), postgres_cpu_seconds(), time.perf_counter()
@@ -149,11 +150,17 @@ async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: b
                 (NOV22 + writes * 1000 + i, "bench", k[1], "topic", k[3], i, 1, NOV22 + i)
                 for i, k in enumerate(changed)
             )
-            if apg is not None:
-                await apg.copy_records_to_table("window_log", records=[(*k, v, 0) for k, v in changed.items()])
-            else:
-                ch.windows = changed
+            ch.windows = changed
             await store.write(ch)
+            if as_log:  # the persister's copy after the write: a slice as large as it
+                if copied == 0:
+                    generation = await store.open_generation()
+                part = keys[copied : copied + copy.slice_size(rate)]
+                await store.append_copy({k: full.windows[k] for k in part})
+                copied += len(part)
+                if copied >= windows:
+                    await store.complete_generation(generation)
+                    copied = 0
             writes += 1
             took = time.perf_counter() - began
             if took < 1.0:
@@ -173,13 +180,11 @@ async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: b
             "requested": wal1.requested - wal0.requested,
         }
     finally:
-        if apg is not None:
-            await apg.close()
         await store.close()
 
 
 def main_sustained(seconds: float, windows: int, rate: int) -> None:
-    for as_log in (False, True):
+    for as_log in (True, False):
         name = f"lagd_bench_{uuid.uuid4().hex[:8]}"
         _admin(f"CREATE DATABASE {name}")
         url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
@@ -188,7 +193,7 @@ def main_sustained(seconds: float, windows: int, rate: int) -> None:
             f = asyncio.run(sustained(url, windows, rate, seconds, as_log))
         finally:
             _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        mode = "windows appended to a table without a key (a log)" if as_log else "windows upserted (lagd today)"
+        mode = "windows appended to the log and copied (a single daemon)" if as_log else "windows upserted (workers)"
         print(
             f"sustained {rate:,} changed windows of {windows:,} and {rate:,} history rows a second, {mode}: "
             f"Postgres {f['cores']:.2f} cores, {f['wal_mb_s']:.1f} MB/s of WAL, {f['full_pages_s']:,.0f} whole pages/s, "
@@ -204,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ap.add_argument("--sustained", type=float, default=0.0, help="seconds of steady writes instead (see the doc)")
     ap.add_argument("--windows", type=int, default=1_000_000)
     ap.add_argument("--rate", type=int, default=20_000)
+    ap.add_argument("--keyed", action="store_true", help="windows upserted into the keyed table, as workers write them")
     args = ap.parse_args(argv)
     if args.sustained:
         main_sustained(args.sustained, args.windows, args.rate)
@@ -213,12 +219,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
     try:
         upgrade(url)
-        figures: dict[str, Any] = asyncio.run(measure(url, args.partitions, args.intervals, args.history))
+        figures: dict[str, Any] = asyncio.run(measure(url, args.partitions, args.intervals, args.history, args.keyed))
     finally:
         _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     p = args.partitions
-    print(f"write {p} group-partitions (insert): {figures['insert_group_partitions_per_s']:,.0f} /s")
-    print(f"write {p} group-partitions (upsert over existing): {figures['upsert_group_partitions_per_s']:,.0f} /s")
+    how = "upserted into the keyed table (workers)" if args.keyed else "appended to the window log"
+    print(f"write {p} group-partitions, {how}: {figures['insert_group_partitions_per_s']:,.0f} /s")
+    print(f"write the same {p} again: {figures['rewrite_group_partitions_per_s']:,.0f} /s")
     print(f"write {args.history} commit history rows: {figures['history_rows_per_s']:,.0f} rows/s")
     print(f"restore {p} group-partitions (intervals {args.intervals}): {figures['restore_seconds']:.2f} s")
     target(f"full restore of {p:,} group-partitions", figures["restore_seconds"], "<=", 10, "s")

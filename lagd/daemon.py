@@ -303,6 +303,8 @@ async def _restore(rt: Runtime, store: Store, migrate: bool) -> dict[tuple[str, 
 
         await _in_thread(upgrade, rt.settings.storage.database_url.reveal())
     started = time.monotonic()
+    if rt.settings.scale.enabled:
+        await store.fold_log()  # workers write `windows`: what a single daemon logged goes there first
     positions = await store.restore(rt.state, groups=not rt.settings.scale.enabled)
     log.info(
         "state restored",
@@ -461,7 +463,8 @@ async def _run(rt: Runtime, migrate: bool) -> None:
     log.info(
         "lagd starting", clusters=list(settings.clusters), listen=settings.http.listen, rules_code=native.describe()
     )
-    store = Store.from_url(settings.storage.database_url)
+    # workers share a cluster's windows, so they upsert them; a single daemon appends (lagd.state.window_log)
+    store = Store.from_url(settings.storage.database_url, windows_log=not settings.scale.enabled)
     clock = rt.clock
     wb = WriteBehind.from_settings(store, rt.state, rt.persist_wake, settings.storage, clock=clock, turn=rt.turns.turn)
     publisher = PublisherStatus()

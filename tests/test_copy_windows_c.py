@@ -191,9 +191,9 @@ def test_a_dict_changed_in_size_between_calls_raises() -> None:
         COPY(windows, got[2], 5, 2, COPY_WINDOWS_BYTES, [])
 
 
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    s = Store.from_url(database_url)
+@pytest.fixture(params=[True, False], ids=["appended to the log", "upserted, as workers write them"])
+async def store(database_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    s = Store.from_url(database_url, windows_log=request.param)
     yield s
     await s.close()
 

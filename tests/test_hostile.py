@@ -303,7 +303,7 @@ async def test_the_daemon_survives_hostile_records_and_keeps_working(
                     database_url,
                     # the newest entry's offset: the first int64 of the last 40-byte entry
                     "SELECT partition, ('x' || encode(substring(entries FROM length(entries) - 39 FOR 8), 'hex'))"
-                    "::bit(64)::bigint FROM windows WHERE group_name = %s",
+                    "::bit(64)::bigint FROM current_windows WHERE group_name = %s",
                     healthy,
                 )
                 positions = dict(sql(database_url, "SELECT partition, next_offset FROM reader_positions"))

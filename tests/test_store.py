@@ -114,7 +114,7 @@ async def test_rewrite_is_idempotent_and_none_deletes(store: Store, database_url
     keyed = hand_changes()
     keyed.commit_history, keyed.log_end_history, keyed.status_history = [], [], []
     await store.write(keyed)  # the same keyed state again changes nothing
-    assert query(database_url, "SELECT count(*) FROM windows") == [(2,)]
+    assert query(database_url, "SELECT count(*) FROM current_windows") == [(2,)]
     assert query(database_url, "SELECT count(*) FROM reader_positions") == [(3,)]
 
     later = Changes()

@@ -24,6 +24,7 @@ from lagd.config import StorageSettings
 from lagd.state.changes import Changes
 from lagd.state.checkpoints import SAMPLE_EVERY_S, CheckpointPressure
 from lagd.state.store import Store, is_poison
+from lagd.state.window_log import WindowCopy
 from lagd.state.windows import State
 from lagd.turns import Turn, plain_turn
 
@@ -99,6 +100,7 @@ class WriteBehind:
     checkpoint_every: float = SAMPLE_EVERY_S
     _last_checkpoint_sample: float | None = None
     _advice_logged: float | None = None  # when the Postgres advice was last logged (once an hour)
+    window_copy: WindowCopy = field(default_factory=WindowCopy)  # the store's window log (lagd.state.window_log)
 
     @classmethod
     def from_settings(
@@ -252,7 +254,42 @@ async def _flush(wb: WriteBehind) -> bool:
             wb._outage_started = None
             wb._drops_logged = False
         await discard(done, wb.turn if keeping_up(wb) else plain_turn)
+        await copy_windows(wb, len(done.windows))
         return True
+
+
+async def copy_windows(wb: WriteBehind, appended: int) -> None:
+    """After a write (nothing drained waits: an older value written after a newer copy would
+    win at restore), copy the next slice of every window into the window log's newest
+    generation, beginning a copy when one is due; once it is complete, the older generations
+    go. A failed slice abandons the copy (the next one starts afresh; the log keeps every
+    window meanwhile); it is not an outage, the next write says whether Postgres is away."""
+    store, copy = wb.store, wb.window_copy
+    if not store.windows_log:
+        return
+    copy.appended += appended
+    try:
+        if copy.due(store.generation, wb.state.partitions_tracked()):
+            copy.begin(await store.open_generation(), wb.state.window_groups())
+        if copy.generation is None:
+            return
+        drain = wb.state.start_copy(copy.next_keys(wb.state, copy.slice_size(appended)))
+        turn = wb.turn if keeping_up(wb) else plain_turn
+        while not drain.step(DRAIN_SLICE):
+            await turn()
+        await store.append_copy(drain.changes.windows, turn=turn)
+        if copy.complete:
+            generation = copy.generation
+            dropped = await store.complete_generation(generation)
+            copy.finish()
+            log.debug("window log compacted", generation=generation, dropped_generations=dropped)
+    except Exception as exc:
+        copy.abandon()
+        log.warning(
+            "copying windows into a new generation of the window log failed; starting afresh after the next write",
+            error=f"{exc.__class__.__name__}: {exc}",
+            hint="the log keeps every window meanwhile; check Postgres if writes fail too",
+        )
 
 
 async def discard(done: Changes, turn: Turn) -> None:

@@ -169,16 +169,24 @@ def _window_rows(
 
 
 class Store:
-    """Reads and writes lagd's live state and history in Postgres (one engine, many calls)."""
+    """Reads and writes lagd's live state and history in Postgres (one engine, many calls).
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    `windows_log`: changed windows are appended to the generation of window_log that
+    `generation` names (opened at the first write), not upserted into `windows`; the persister
+    copies every window into a new generation now and then (`open_generation`, `append_copy`,
+    `complete_generation`). Workers (lagd.scale) share a cluster's windows and upsert them.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, windows_log: bool = True) -> None:
         self.engine = engine
+        self.windows_log = windows_log
+        self.generation: int | None = None  # the window_log generation writes append to
         self._known_partitions: set[str] = set()
         self.skipped_history = 0  # history rows with timestamps no calendar day holds
 
     @classmethod
-    def from_url(cls, url: str | Secret) -> Store:
-        return cls(create_engine(url))
+    def from_url(cls, url: str | Secret, *, windows_log: bool = True) -> Store:
+        return cls(create_engine(url), windows_log=windows_log)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -204,6 +212,8 @@ class Store:
         log_end_rows = self._placeable(changes.log_end_history)
         async with self._raw() as apg:
             try:
+                if self.windows_log and changes.windows and self.generation is None:
+                    await self._open_generation(apg)
                 await self._ensure_partitions(apg, "commit_history", commit_days)
                 await self._ensure_partitions(apg, "log_end_history", {day_of(r[0]) for r in log_end_rows})
                 async with apg.transaction():
@@ -357,7 +367,9 @@ class Store:
         gone_log_end = [k for k, v in ch.log_end.items() if v is None]
         positions = [(c, p, o) for (c, p), o in ch.positions.items()]
         gone_windows: list[WindowKey] = []
-        if not await self._upsert_compiled_windows(apg, ch.windows, gone_windows, turn):
+        if self.windows_log:
+            await self._append_windows(apg, ch.windows, hashed, turn)
+        elif not await self._upsert_compiled_windows(apg, ch.windows, gone_windows, turn):
             await self._upsert(apg, "windows", _window_rows(ch.windows, hashed, gone_windows), turn)
         for table, gone in (("windows", gone_windows), ("group_members", gone_members), ("log_end", gone_log_end)):
             if gone:
@@ -369,6 +381,131 @@ class Store:
             ("reader_positions", positions),
         ):
             await self._upsert(apg, table, rows, turn)
+
+    async def _append_windows(
+        self, apg: Any, windows: dict[WindowKey, bytes | None], hashed: Callable[[str], int], turn: Turn
+    ) -> None:
+        """Append `windows` to the current generation of window_log, a removed one as an empty
+        `entries`: binary COPY built by compiled code a chunk at a time where it is built, else
+        (or from a row it leaves to the Python on) tuples for asyncpg's encoder. A row appended
+        twice is harmless: the newest of a key wins."""
+        if not windows:
+            return
+        table = f"window_log_{self.generation}"
+        columns = list(_KEYED["windows"][0])
+        gone: list[WindowKey] = []
+        pos, size = 0, len(windows)
+        while _copy_windows is not None:
+            got = _copy_windows(windows, pos, size, COPY_WINDOWS_ROWS, COPY_WINDOWS_BYTES, gone)
+            if got is None:
+                gone.clear()
+                break  # the Python appends them all below (again: harmless)
+            data, copied, pos, done = got
+            if copied:
+                await apg.copy_to_table(table, source=memoryview(data), columns=columns, format="binary")
+                await turn()
+            if done:
+                await self._append_rows(apg, table, [(*k, b"", hashed(k[1])) for k in gone], turn)
+                return
+        await self._append_rows(apg, table, ((*k, v or b"", hashed(k[1])) for k, v in windows.items()), turn)
+
+    @staticmethod
+    async def _append_rows(apg: Any, table: str, rows: Iterable[tuple[Any, ...]], turn: Turn) -> None:
+        it = iter(rows)
+        while chunk := list(itertools.islice(it, COPY_CHUNK)):
+            await apg.copy_records_to_table(table, records=chunk, columns=list(_KEYED["windows"][0]))
+            await turn()
+
+    async def _open_generation(self, apg: Any) -> int:
+        """Start the next generation of window_log (its own transaction: DDL); writes append to it."""
+        async with apg.transaction():
+            generation = await apg.fetchval("SELECT coalesce(max(generation), 0) + 1 FROM window_generations")
+            # started_at is Postgres' time: a record for operators, nothing reads it
+            await apg.execute(
+                "INSERT INTO window_generations (generation, started_at) "
+                "VALUES ($1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)",
+                generation,
+            )
+            await apg.execute(
+                f'CREATE TABLE "window_log_{generation}" PARTITION OF window_log '
+                f"(generation DEFAULT {int(generation)}) FOR VALUES IN ({int(generation)})"
+            )
+        self.generation = int(generation)
+        return self.generation
+
+    async def open_generation(self) -> int:
+        """Start the next generation of window_log, which writes then append to; returns it."""
+        async with self._raw() as apg:
+            return await self._open_generation(apg)
+
+    async def append_copy(self, windows: dict[WindowKey, bytes | None], *, turn: Turn = plain_turn) -> int:
+        """Append a slice of the copy of every window (lagd.state.window_log) to the current
+        generation, in a transaction of its own. Rows Postgres refuses for what they hold (the
+        write that carried them quarantined them) are left out, found by halving the slice as
+        `write_isolating` does; returns how many were."""
+        pending = [windows]
+        skipped = 0
+        while pending:
+            part = pending.pop()
+            try:
+                await self._append_copy(part, turn)
+            except Exception as exc:
+                if not is_poison(exc):
+                    raise
+                if len(part) == 1:
+                    skipped += 1
+                    continue
+                items = list(part.items())
+                half = len(items) // 2
+                pending.extend((dict(items[half:]), dict(items[:half])))
+        return skipped
+
+    async def _append_copy(self, windows: dict[WindowKey, bytes | None], turn: Turn) -> None:
+        hashed = functools.cache(group_hash)
+        async with self._raw() as apg, apg.transaction():
+            await apg.execute("SET LOCAL synchronous_commit = off")
+            await self._append_windows(apg, windows, hashed, turn)
+
+    async def complete_generation(self, generation: int) -> int:
+        """Mark `generation` complete (every window was copied into it) and drop the ones
+        before it, and what `windows` still held from before the log; returns how many
+        generations were dropped."""
+        async with self._raw() as apg, apg.transaction():
+            await apg.execute(
+                "UPDATE window_generations SET completed_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
+                "WHERE generation = $1",
+                generation,
+            )
+            older = await apg.fetch("SELECT generation FROM window_generations WHERE generation < $1", generation)
+            for (g,) in older:
+                await apg.execute(f'DROP TABLE IF EXISTS "window_log_{int(g)}"')
+            await apg.execute("DELETE FROM window_generations WHERE generation < $1", generation)
+            if await apg.fetchval("SELECT EXISTS (SELECT 1 FROM windows)"):
+                await apg.execute("TRUNCATE windows")
+        return len(older)
+
+    async def fold_log(self) -> int:
+        """Move what window_log holds into `windows` and drop the log; returns how many windows
+        it held. A worker (lagd.scale) calls it before restoring: workers write `windows`, and a
+        log left by a single daemon before them would otherwise be newer than what they write.
+        Workers starting together take turns (an advisory lock); the first one folds."""
+        async with self._raw() as apg, apg.transaction():
+            await apg.execute("SELECT pg_advisory_xact_lock(hashtext('lagd.window_log'))")
+            generations = [r[0] for r in await apg.fetch("SELECT generation FROM window_generations")]
+            if not generations:
+                return 0
+            # the view current_windows (migration 0009) says which window each key holds
+            await apg.execute("CREATE TEMP TABLE _folded ON COMMIT DROP AS SELECT * FROM current_windows")
+            await apg.execute("TRUNCATE windows")
+            folded = await apg.fetchval(
+                "WITH kept AS (INSERT INTO windows (cluster, group_name, topic, partition, entries, group_hash) "
+                "SELECT * FROM _folded RETURNING 1) SELECT count(*) FROM kept"
+            )
+            for g in generations:
+                await apg.execute(f'DROP TABLE IF EXISTS "window_log_{int(g)}"')
+            await apg.execute("DELETE FROM window_generations")
+        log.info("windows moved from the log into the windows table for workers", windows=folded)
+        return int(folded)
 
     async def _upsert_compiled_windows(
         self, apg: Any, windows: dict[WindowKey, bytes | None], gone: list[WindowKey], turn: Turn
@@ -472,6 +609,7 @@ class Store:
         async with self._raw() as apg, apg.transaction(isolation="repeatable_read", readonly=True):
             if groups:
                 await self._restore_groups(apg, state, "", lambda cluster, group: True)
+                await self._restore_log(apg, state)
             if log_end:
                 async for r in apg.cursor(
                     "SELECT cluster, topic, partition, offsets, ts FROM log_end", prefetch=FETCH_CHUNK
@@ -537,6 +675,19 @@ class Store:
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     @staticmethod
+    async def _restore_log(apg: Any, state: State) -> None:
+        """The windows of window_log, over what `windows` held: the newest row of each key in
+        the generations from the last complete one on (Postgres finds them: at 1M
+        group-partitions the log holds a few million rows); an empty one removes the window."""
+        base = await apg.fetchval(_BASE_GENERATION_SQL)
+        async for r in apg.cursor(_NEWEST_LOGGED_SQL, base, prefetch=FETCH_CHUNK):
+            key = (r[0], r[1], r[2], r[3])
+            if r[4]:
+                state.restore_window(key, entries_of(window_from_bytes(r[4])))
+            else:
+                state.restore_removal(key)
+
+    @staticmethod
     async def _restore_groups(
         apg: Any,
         state: State,
@@ -598,6 +749,17 @@ class Store:
             return False
         return True
 
+
+# The first generation of window_log the restore reads: the last complete one (0: none yet,
+# every generation is read, over what `windows` holds).
+_BASE_GENERATION_SQL = "SELECT coalesce(max(generation), 0) FROM window_generations WHERE completed_at IS NOT NULL"
+# The newest row of each key from generation $1 on. The log is read twice, not through a
+# common table expression: that would be materialised, entries and all.
+_NEWEST_LOGGED_SQL = (
+    "SELECT l.cluster, l.group_name, l.topic, l.partition, l.entries FROM window_log l JOIN ("
+    "SELECT max(seq) AS seq FROM window_log WHERE generation >= $1 "
+    "GROUP BY cluster, group_name, topic, partition) newest ON l.seq = newest.seq WHERE l.generation >= $1"
+)
 
 # Postgres refuses these for what a row holds, not because it is away; retrying cannot help:
 # 22 data exception (NUL in text, bad encoding, out of range), 23 integrity constraint

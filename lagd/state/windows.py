@@ -321,6 +321,25 @@ class State:
         self._changes = Changes()
         return drain
 
+    def window_groups(self) -> list[tuple[str, str]]:
+        """Every (cluster, group) holding windows now: what a copy of every window walks
+        (lagd.state.window_log), a group at a time."""
+        return [(c, g) for c, cs in self._clusters.items() for g, gs in cs.groups.items() if gs.windows]
+
+    def window_keys(self, cluster: str, group: str) -> list[WindowKey]:
+        """The keys of a group's windows now (none once it is gone)."""
+        cs = self._clusters.get(cluster)
+        gs = cs.groups.get(group) if cs is not None else None
+        if gs is None:
+            return []
+        return [(cluster, group, t, p) for t, parts in gs.windows.items() for p in parts]
+
+    def start_copy(self, keys: list[WindowKey]) -> Drain:
+        """A Drain of the windows of `keys` as they stand, whether changed or not, recording
+        nothing: a copy of every window is written this way a slice at a time; a key with no
+        window left is copied as removed."""
+        return Drain(self, Changes(), keys)
+
     def record_status(self, cluster: str, group: str, status: str, ts: int) -> None:
         """Note a group verdict change for the history the trends job rolls up."""
         self._changes.status_history.append((ts, cluster, group, status))
@@ -679,6 +698,19 @@ class State:
         if cs.newest_commit is None or gs.last_commit > cs.newest_commit:
             cs.newest_commit = gs.last_commit
         gs.seq = self._next_seq()
+
+    def restore_removal(self, key: WindowKey) -> None:
+        """Forget a restored window the store's log marks as removed later (records no change);
+        a group left with no window and no members goes too."""
+        cluster, group, topic, partition = key
+        cs = self._clusters.get(cluster)
+        gs = cs.groups.get(group) if cs is not None else None
+        if cs is None or gs is None or partition not in gs.windows.get(topic, {}):
+            return
+        self._drop_partition(cluster, cs, group, gs, topic, partition)
+        self._dirty_windows.discard(key)
+        if not gs.windows and group not in cs.members:
+            del cs.groups[group]
 
     def restore_members(self, members: GroupMembers) -> None:
         cs = self._cluster(members.cluster)
