@@ -1,19 +1,21 @@
-"""Postgres checkpoint pressure: when lagd's window writes fill Postgres' WAL with whole pages.
+"""Postgres checkpoint pressure: when lagd's writes fill Postgres' WAL with whole pages.
 
-lagd rewrites each changed window in place. After every Postgres checkpoint the first change
-to each page writes the whole page (8 KB) into the WAL, not only the row. At a million
-group-partitions the changes reach most of the windows table's pages between two checkpoints,
-so on a Postgres with the stock `max_wal_size = 1GB` the whole pages fill the WAL, which forces
-the next checkpoint, and so on: the WAL Postgres writes to disk (and ships to its replicas)
-grows several times over. Measured on a 2-core box on 2026-11-28:
+After every Postgres checkpoint the first change to each page writes the whole page (8 KB) into
+the WAL, not only the row. Workers (lagd.scale) rewrite each changed window in place: at a
+million group-partitions the changes reach most of the windows table's pages between two
+checkpoints, so on a Postgres with the stock `max_wal_size = 1GB` the whole pages fill the WAL,
+which forces the next checkpoint, and so on. A single daemon appends windows to a log
+(lagd.state.window_log), which writes few whole pages, but a catch-up's writes still fill the
+stock WAL in seconds. Measured on a 2-core box on 2026-11-28:
 - `python -m bench.bench_store --sustained 60` (20,000 changed windows of 1M and 20,000 history
-  rows a second): stock settings 39.4 MB/s of WAL, 8,345 whole pages a second, 4 checkpoints on
-  request a minute; with `max_wal_size = 8GB` and `wal_compression = lz4` 9.6 MB/s, 2,082, none.
-- `bench_http` at 1M group-partitions while measuring: 63.9 MB/s of WAL and 10,609 whole pages a
-  second against 12.0 MB/s and none.
-What the settings do not change: Postgres' CPU (0.62-0.64 of a core either way in bench_store),
-nor, on that box, lagd's latencies (`/lag` p99 74 ms stock, 165 ms tuned: within the noise of
-single runs). They save disk writes and replication traffic; README: Postgres for a large estate.
+  rows a second), windows upserted: stock settings 39.4 MB/s of WAL, 8,345 whole pages a second,
+  4 checkpoints on request a minute; with `max_wal_size = 8GB` and `wal_compression = lz4` 9.6
+  MB/s, 2,082, none. Appended to the log and copied: 24.0 MB/s, 128 whole pages a second, 2 a
+  minute with the stock settings.
+- `bench_http` at 1M group-partitions while measuring, windows upserted: 63.9 MB/s of WAL and
+  10,609 whole pages a second against 12.0 MB/s and none; appended: 14.7 MB/s and 28, stock.
+What the settings do not change: Postgres' CPU, nor lagd's latencies within the noise of single
+runs. They save disk writes and replication traffic; README: Postgres for a large estate.
 
 Postgres counts the checkpoints it ran on request apart from those of its timer; the persister
 samples both now and then (`Store.checkpoint_sample`). This module keeps the samples of the
@@ -95,8 +97,8 @@ class CheckpointPressure:
         text = (
             f"Postgres ran {requested} checkpoints on request in the last {minutes} min ({timed} on its timer), most "
             f"likely because the WAL filled max_wal_size ({last.max_wal_size}): after each, the first change to "
-            "every page of the windows table goes whole into the WAL (to disk and to replicas), which fills it "
-            "again. Raise max_wal_size (8GB at a million group-partitions)"
+            "every page lagd writes goes whole into the WAL (to disk and to replicas), which fills it again. "
+            "Raise max_wal_size (8GB at a million group-partitions)"
         )
         if last.wal_compression in ("off", "false", "0", ""):
             text += " and set wal_compression = lz4"
