@@ -21,7 +21,7 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
-from lagd.state.windows import LOG_END_WEIGHT, State, entries_of, window_from_bytes
+from lagd.state.windows import LOG_END_WEIGHT, State, entries_of, flat_window, window_from_bytes
 
 C, G, T = "c1", "g1", "t1"
 
@@ -353,6 +353,27 @@ def test_restore_records_no_changes_and_keeps_newest() -> None:
     assert s.group_topics(C, "old") is None
     s.apply(commit(4, 4))
     assert s.window(C, G, T, 0)[-1].lag == 16
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [WindowEntry(1, 1, 10, 11, 5), WindowEntry(2, 2, 20, 21, None), WindowEntry(3, 3, 30, 31, 4)],  # as stored
+        [WindowEntry(3, 3, 30, 31, None), WindowEntry(1, 1, 10, 11, 5), WindowEntry(2, 2, 40, 21, 4)],  # out of order
+        [WindowEntry(7, 9, 70, 71, 0)],
+    ],
+)
+def test_a_stored_flat_window_restores_as_its_entries_do(entries: list[WindowEntry]) -> None:
+    """restore_flat takes the stored array as it is when in order (the fast path) and goes
+    through restore_window otherwise: either way the same window, newest kept, last commit."""
+    flat, slow = State(intervals=2), State(intervals=2)
+    flat.restore_flat((C, G, T, 0), flat_window(entries))
+    slow.restore_window((C, G, T, 0), entries)
+    assert flat.window(C, G, T, 0) == slow.window(C, G, T, 0) and len(flat.window(C, G, T, 0)) == min(2, len(entries))
+    assert flat.last_commit(C, G) == slow.last_commit(C, G)
+    assert flat.partitions_tracked() == 1 and not flat.drain_changes()
+    flat.restore_flat((C, G, T, 1), array("q"))  # nothing stored: nothing restored
+    assert flat.partitions_tracked() == 1
 
 
 def test_reads_of_unknown_things() -> None:

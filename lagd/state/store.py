@@ -31,7 +31,7 @@ from lagd.model import GroupMembers, PartitionOwner
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
 from lagd.state.checkpoints import HAS_CHECKPOINTER_SQL, CheckpointSample, counters_sql
 from lagd.state.history import CommitRows, as_commit_rows
-from lagd.state.windows import State, entries_of, group_hash, offsets_partition, window_from_bytes
+from lagd.state.windows import State, group_hash, offsets_partition, window_from_bytes
 from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
@@ -683,7 +683,7 @@ class Store:
         async for r in apg.cursor(_NEWEST_LOGGED_SQL, base, prefetch=FETCH_CHUNK):
             key = (r[0], r[1], r[2], r[3])
             if r[4]:
-                state.restore_window(key, entries_of(window_from_bytes(r[4])))
+                state.restore_flat(key, window_from_bytes(r[4]))
             else:
                 state.restore_removal(key)
 
@@ -707,7 +707,7 @@ class Store:
             f"SELECT cluster, group_name, topic, partition, entries FROM windows {where}", *args, prefetch=FETCH_CHUNK
         ):
             if keep(r[0], r[1]):
-                state.restore_window((r[0], r[1], r[2], r[3]), entries_of(window_from_bytes(r[4])))
+                state.restore_flat((r[0], r[1], r[2], r[3]), window_from_bytes(r[4]))
         async for r in apg.cursor(
             f"SELECT cluster, group_name, member_order, state, owners FROM group_members {where}",
             *args,
