@@ -237,6 +237,8 @@ async def test_a_copy_that_fails_starts_afresh_and_the_log_keeps_every_window(da
         state.apply(Commit("c", "g", "t", 0, 6, 20, NOV22 + 1, NOV22 + 1))
         assert await persister.flush(wb)
         assert wb.window_copy.copied == store.generation
+        # the copy started afresh in the generation the writes append to: no other was opened
+        assert query(database_url, "SELECT generation FROM window_generations") == [(store.generation,)]
         restored = State()
         await store.restore(restored)
         assert windows_of(restored) == windows_of(state)

@@ -262,15 +262,20 @@ async def copy_windows(wb: WriteBehind, appended: int) -> None:
     """After a write (nothing drained waits: an older value written after a newer copy would
     win at restore), copy the next slice of every window into the window log's newest
     generation, beginning a copy when one is due; once it is complete, the older generations
-    go. A failed slice abandons the copy (the next one starts afresh; the log keeps every
-    window meanwhile); it is not an outage, the next write says whether Postgres is away."""
+    go. A failed slice abandons the copy (the next one starts afresh in the same generation; the
+    log keeps every window meanwhile); it is not an outage, the next write says whether Postgres
+    is away."""
     store, copy = wb.store, wb.window_copy
     if not store.windows_log:
         return
     copy.appended += appended
     try:
         if copy.due(store.generation, wb.state.partitions_tracked()):
-            copy.begin(await store.open_generation(), wb.state.window_groups())
+            # into the generation writes append to unless a copy completed in it (at start, or
+            # after a failed copy): a new one only when the older ones are to go
+            current = store.generation
+            generation = current if current is not None and current != copy.copied else await store.open_generation()
+            copy.begin(generation, wb.state.window_groups())
         if copy.generation is None:
             return
         drain = wb.state.start_copy(copy.next_keys(wb.state, copy.slice_size(appended)))

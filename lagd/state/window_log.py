@@ -73,5 +73,6 @@ class WindowCopy:
         self.copied, self.generation = self.generation, None
 
     def abandon(self) -> None:
-        """A slice failed: the next copy starts afresh in a new generation."""
+        """A slice failed: the next copy starts afresh (into the same generation: every window
+        it holds was written after it began, so a copy taken later still covers the older ones)."""
         self.generation, self.groups = None, []
