@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-import psycopg2  # type: ignore[import-untyped]
 
 from lagd import daemon
 from lagd.config import Settings, parse
@@ -24,6 +23,7 @@ from lagd.state import persister
 from lagd.state.persister import WriteBehind
 from lagd.state.store import Store
 from tests.http_state import TOKEN, build_context, serve
+from tests.postgres import query
 
 Settle = Callable[..., Awaitable[Any]]
 
@@ -51,16 +51,6 @@ async def test_one_poison_event_neither_stops_the_apply_task_nor_loses_its_batch
         task.cancel()
 
 
-def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 # Longer than a btree index row may be, even compressed (a repeated letter would compress to fit).
 LONG = "".join(random.Random(9000).choices(string.ascii_letters + string.digits, k=9000))
 
@@ -84,18 +74,18 @@ async def test_a_batch_postgres_refuses_is_written_around_its_poison_rows(databa
         assert await persister.flush(wb)
         # the window log has no index, so the long name's window is kept (in the keyed table of
         # workers its key is too long for the index: test_a_worker_quarantines_a_key_too_long_to_index)
-        assert rows(database_url, "SELECT length(group_name), partition FROM current_windows ORDER BY 2, 1") == [
+        assert query(database_url, "SELECT length(group_name), partition FROM current_windows ORDER BY 2, 1") == [
             (4, 0),
             (len(LONG), 0),
             (4, 1),
         ]
-        assert rows(database_url, "SELECT cluster, partition, next_offset FROM reader_positions") == [("c", 0, 6)]
-        assert rows(database_url, "SELECT count(*) FROM commit_history WHERE group_name = 'good'") == [(2,)]
+        assert query(database_url, "SELECT cluster, partition, next_offset FROM reader_positions") == [("c", 0, 6)]
+        assert query(database_url, "SELECT count(*) FROM commit_history WHERE group_name = 'good'") == [(2,)]
         # the long name's history row is kept (its index holds a hash of the name, migration 0008)
-        assert rows(database_url, "SELECT length(group_name) FROM commit_history WHERE group_name <> 'good'") == [
+        assert query(database_url, "SELECT length(group_name) FROM commit_history WHERE group_name <> 'good'") == [
             (len(LONG),)
         ]
-        quarantined = rows(
+        quarantined = query(
             database_url, "SELECT table_name, cluster, row_key, error, times FROM quarantine ORDER BY id"
         )
         assert sorted(q[0] for q in quarantined) == ["commit_history", "group_tombstones", "windows"]
@@ -103,11 +93,11 @@ async def test_a_batch_postgres_refuses_is_written_around_its_poison_rows(databa
         assert all(q[1] == "c" and q[4] == 1 and "\x00" not in q[2] for q in quarantined)
         # The copy of every window into the log's new generation leaves the poison one out and
         # completes: the older generations are dropped.
-        assert rows(database_url, "SELECT count(*) FROM window_generations WHERE completed_at IS NOT NULL") == [(1,)]
+        assert query(database_url, "SELECT count(*) FROM window_generations WHERE completed_at IS NOT NULL") == [(1,)]
         # The poison window changes again: its quarantine row is updated, not duplicated.
         state.apply(Commit("c", "nul\x00", "orders", 1, 14, 7, now + 1, now + 1))
         assert await persister.flush(wb)
-        again = rows(database_url, "SELECT table_name, times FROM quarantine WHERE table_name = 'windows'")
+        again = query(database_url, "SELECT table_name, times FROM quarantine WHERE table_name = 'windows'")
         assert again == [("windows", 2)]
     finally:
         await store.close()
@@ -125,9 +115,9 @@ async def test_a_worker_quarantines_a_key_too_long_to_index(database_url: str) -
     wb = WriteBehind(store, state, clock=lambda: now)
     try:
         assert await persister.flush(wb)
-        assert rows(database_url, "SELECT group_name FROM windows") == [("good",)]
-        assert rows(database_url, "SELECT table_name FROM quarantine") == [("windows",)]
-        assert rows(database_url, "SELECT count(*) FROM window_generations") == [(0,)]
+        assert query(database_url, "SELECT group_name FROM windows") == [("good",)]
+        assert query(database_url, "SELECT table_name FROM quarantine") == [("windows",)]
+        assert query(database_url, "SELECT count(*) FROM window_generations") == [(0,)]
         assert wb.status.quarantined == 1 and wb.status.healthy
     finally:
         await store.close()

@@ -25,19 +25,10 @@ from lagd.model import (
 from lagd.state.changes import Changes
 from lagd.state.store import DAY_MS, Store, partition_name
 from lagd.state.windows import State, flat_window, window_bytes
+from tests.postgres import query
 
 NOV22 = 1_795_305_600_000  # 2026-11-22T00:00:00Z
 assert NOV22 % DAY_MS == 0
-
-
-def query(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
-import psycopg2  # type: ignore[import-untyped]
 import pytest
 from alembic import command
 
@@ -21,18 +20,9 @@ from lagd.state.persister import WriteBehind
 from lagd.state.store import Store
 from lagd.state.window_log import MIN_APPENDED, MIN_SLICE, WindowCopy
 from lagd.state.windows import State, flat_window, window_bytes
+from tests.postgres import query
 
 NOV22 = 1_795_305_600_000  # 2026-11-22T00:00:00Z
-
-
-def query(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 @pytest.fixture
