@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import random
@@ -86,6 +87,18 @@ def test_300_groups_failing_within_a_minute_make_one_incident_with_bounded_updat
     assert len(last.partitions) == 300
     assert [e.event_id for e in events] == [f"{events[0].incident_id}:{n}" for n in (1, 2, 3)]
     assert engine.open_incidents("prod") == [events[0].incident_id]
+
+
+def test_an_incidents_members_hold_what_the_collector_stops_tracking() -> None:
+    """An incident keeps each member's partitions, topics and hosts while it is open: tuples of
+    plain values, which the collector stops tracking, so its full passes do not visit each
+    partition of a large incident (143 ms a pass at 1M group-partitions while they were lists)."""
+    engine = IncidentEngine(RULES)
+    run(engine, broker_outage(), until=T0 + 90_000)
+    gc.collect()
+    members = [m for inc in engine._clusters["prod"].open.values() for m in inc.members.values()]
+    assert len(members) == 300 and all(m.partitions for m in members)
+    assert not any(gc.is_tracked(v) for m in members for v in (m.partitions, m.topics, m.hosts))
 
 
 def test_recovery_gives_one_resolve_after_hold_time() -> None:

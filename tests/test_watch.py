@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import random
 import time
 from collections.abc import Callable
@@ -577,6 +578,17 @@ def test_a_group_taken_over_keeps_its_warn_held_by_hysteresis() -> None:
     assert taker.scan(HELD_AT) == 0  # judged WARN, as published: no change, no alert cleared
     assert taker.statuses[(C, "g")] is GroupStatus.WARN
     assert taker.evaluator.group(C, "g", HELD_AT).partitions[0].rule == "still-behind"
+
+
+def test_a_changes_partitions_hold_plain_values_the_collector_stops_tracking() -> None:
+    """The feed keeps every group's latest change for as long as lagd runs: its partitions are
+    tuples of plain values (the status as a str), which the collector stops tracking at its first
+    look, so a full collection does not walk a million of them at 1M group-partitions."""
+    _, published = held_warn()
+    assert published.partitions == ((T, 0, "WARN", published.partitions[0][3]),)
+    assert all(type(status) is str for _, _, status, _ in published.partitions)
+    gc.collect()
+    assert not any(gc.is_tracked(p) for p in published.partitions)
 
 
 def test_a_partition_turning_warn_in_a_warn_group_is_offered_and_kept_at_takeover() -> None:

@@ -51,8 +51,12 @@ from lagd.model import GroupStatus, PartitionStatus
 
 EventKind = Literal["opened", "updated", "resolved"]
 MemberKind = Literal["group", "mirror", "cluster"]
-# (topic, partition, status, owner host) of a group's non-OK partitions.
-PartitionInfo = tuple[str, int, PartitionStatus, str]
+# (topic, partition, status, owner host) of a group's non-OK partitions, the status as its plain
+# str (PartitionStatus.X.value): a tuple of atomic values, which the collector stops tracking at
+# its first look. The feed keeps every group's latest change; with the enum members in them, at
+# 1M group-partitions 666k such tuples made each full collection (every 5 minutes,
+# lagd.collector) hold the loop 366 ms (bench_http, a probe of the collector).
+PartitionInfo = tuple[str, int, str, str]
 
 _RANK = {GroupStatus.NOTFOUND: 0, GroupStatus.OK: 0, GroupStatus.WARN: 1, GroupStatus.ERR: 2}
 
@@ -143,12 +147,14 @@ class _Member:
     status: str
     ok_since: int | None
     # (topic, partition, status, owner) of each partition not OK: tuples of a str, an int and two
-    # strs, which the collector stops tracking at its first look (a list each kept every one of a
-    # large incident's partitions in its middle and full passes: 60k lists in a middle collection
-    # of 87k objects at 1M group-partitions in bench_http).
-    partitions: list[tuple[str, int, str, str]] = field(default_factory=list)
-    topics: list[str] = field(default_factory=list)
-    hosts: list[str] = field(default_factory=list)
+    # strs, in tuples, which the collector stops tracking at its first looks (a list each kept
+    # every one of a large incident's partitions in its middle and full passes: 60k lists in a
+    # middle collection of 87k objects at 1M group-partitions in bench_http; and in lists, a full
+    # collection still visited each of them: 143 ms a pass at 1M with lists, 366 ms before that
+    # with the statuses as enum members).
+    partitions: tuple[tuple[str, int, str, str], ...] = ()
+    topics: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
     kind: str = "group"
 
 
@@ -305,9 +311,9 @@ class IncidentEngine:
         member = _Member(
             status=status,
             ok_since=None if _bad(status, self.rules) else change.at,
-            partitions=[(t, p, str(s), h) for t, p, s, h in change.partitions],
-            topics=sorted(set(change.topics) | {t for t, _, _, _ in change.partitions}),
-            hosts=sorted(set(change.hosts) | {h for _, _, _, h in change.partitions if h}),
+            partitions=tuple((t, p, str(s), h) for t, p, s, h in change.partitions),
+            topics=tuple(sorted(set(change.topics) | {t for t, _, _, _ in change.partitions})),
+            hosts=tuple(sorted(set(change.hosts) | {h for _, _, _, h in change.partitions if h})),
             kind=change.kind,
         )
         current = next((inc for inc in cl.open.values() if change.group in inc.members), None)
@@ -689,7 +695,7 @@ def open_members(cluster: str, data: dict[str, Any]) -> dict[str, GroupChange]:
                 group,
                 GroupStatus(m.status),
                 inc.opened_at,
-                tuple((str(t), int(p), PartitionStatus(st), str(h)) for t, p, st, h in m.partitions),
+                tuple((str(t), int(p), PartitionStatus(st).value, str(h)) for t, p, st, h in m.partitions),
                 tuple(m.topics),
                 tuple(m.hosts),
             )
@@ -717,9 +723,9 @@ def _load_incident(raw: dict[str, Any]) -> _Incident:
             _Member(
                 status=m["status"],
                 ok_since=None if m["ok_since"] is None else int(m["ok_since"]),
-                partitions=[tuple(p) for p in m["partitions"]],
-                topics=list(m["topics"]),
-                hosts=list(m["hosts"]),
+                partitions=tuple(tuple(p) for p in m["partitions"]),
+                topics=tuple(m["topics"]),
+                hosts=tuple(m["hosts"]),
                 kind=str(m.get("kind", "group")),
             ),
         )

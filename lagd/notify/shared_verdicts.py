@@ -121,7 +121,9 @@ def decode_change(cluster: str, group: str, status: str, at: int, body: Any) -> 
         group=group,
         status=GroupStatus(status),
         at=int(at),
-        partitions=tuple((str(t), int(p), PartitionStatus(s), str(h)) for t, p, s, h in body.get("partitions", ())),
+        partitions=tuple(
+            (str(t), int(p), PartitionStatus(s).value, str(h)) for t, p, s, h in body.get("partitions", ())
+        ),
         topics=tuple(str(t) for t in body.get("topics", ())),
         hosts=tuple(str(h) for h in body.get("hosts", ())),
         kind=kind,

@@ -75,7 +75,7 @@ def group_change(verdict: GroupVerdict, at: int) -> GroupChange:
         group=verdict.group,
         status=verdict.status,
         at=at,
-        partitions=tuple((p.topic, p.partition, p.status, p.owner) for p in bad),
+        partitions=tuple((p.topic, p.partition, p.status.value, p.owner) for p in bad),  # plain strs: PartitionInfo
         topics=tuple(sorted({p.topic for p in bad})),
         hosts=tuple(sorted({p.owner for p in bad if p.owner})),
     )
@@ -223,10 +223,10 @@ class VerdictWatch:
         partitions that were not OK keep their status as the rules' prior (hysteresis)."""
         for group, change in published.items():
             self.statuses.setdefault((cluster, group), change.status)
-            if change.partitions:
-                not_ok = hash(tuple((t, p, s) for t, p, s, _ in change.partitions))
-                self.not_ok.setdefault((cluster, group), (not_ok, change.at))
-            self.evaluator.take_over(cluster, group, ((t, p, s) for t, p, s, _ in change.partitions), change.at)
+            bad = tuple((t, p, PartitionStatus(s)) for t, p, s, _ in change.partitions)
+            if bad:
+                self.not_ok.setdefault((cluster, group), (hash(bad), change.at))
+            self.evaluator.take_over(cluster, group, bad, change.at)
 
     def scan(self, now: int) -> int:
         """One whole pass over every group at once; returns how many changed status."""
