@@ -84,6 +84,7 @@ _KEYED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "reader_positions": (("cluster", "partition", "next_offset"), ("cluster", "partition")),
 }
 _KEY_TYPES = {"cluster": "text", "group_name": "text", "topic": "text", "partition": "int"}
+_WINDOW_COLUMNS = list(_KEYED["windows"][0])  # a window's row, in the keyed table and in the log alike
 
 
 def create_engine(url: str | Secret, **kwargs: Any) -> AsyncEngine:
@@ -386,35 +387,44 @@ class Store:
         self, apg: Any, windows: dict[WindowKey, bytes | None], hashed: Callable[[str], int], turn: Turn
     ) -> None:
         """Append `windows` to the current generation of window_log, a removed one as an empty
-        `entries`: binary COPY built by compiled code a chunk at a time where it is built, else
-        (or from a row it leaves to the Python on) tuples for asyncpg's encoder. A row appended
-        twice is harmless: the newest of a key wins."""
+        `entries`: COPY built by compiled code where it is built, else (or from a row it leaves to
+        the Python on) tuples for asyncpg's encoder. A row appended twice is harmless: the newest
+        of a key wins."""
         if not windows:
             return
         table = f"window_log_{self.generation}"
-        columns = list(_KEYED["windows"][0])
         gone: list[WindowKey] = []
+        if await self._copy_compiled_windows(apg, windows, table, gone, turn):
+            rows: Iterable[tuple[Any, ...]] = [(*k, b"", hashed(k[1])) for k in gone]
+        else:  # every row again, those copied included
+            rows = ((*k, v or b"", hashed(k[1])) for k, v in windows.items())
+        it = iter(rows)
+        while chunk := list(itertools.islice(it, COPY_CHUNK)):
+            await apg.copy_records_to_table(table, records=chunk, columns=_WINDOW_COLUMNS)
+            await turn()
+
+    @staticmethod
+    async def _copy_compiled_windows(
+        apg: Any, windows: dict[WindowKey, bytes | None], table: str, gone: list[WindowKey], turn: Turn
+    ) -> bool:
+        """COPY the rows of `windows` into `table` as binary data built by compiled code, a chunk
+        at a time (removed ones go to `gone`); False where it is not built, or a row is one it
+        leaves to the Python: then what it copied stays in `table` and `gone` is empty."""
+        if _copy_windows is None:
+            return False
         pos, size = 0, len(windows)
-        while _copy_windows is not None:
+        while True:
             got = _copy_windows(windows, pos, size, COPY_WINDOWS_ROWS, COPY_WINDOWS_BYTES, gone)
             if got is None:
                 gone.clear()
-                break  # the Python appends them all below (again: harmless)
-            data, copied, pos, done = got
-            if copied:
-                await apg.copy_to_table(table, source=memoryview(data), columns=columns, format="binary")
+                return False
+            data, rows, pos, done = got
+            if rows:
+                # bytes would be taken for a path
+                await apg.copy_to_table(table, source=memoryview(data), columns=_WINDOW_COLUMNS, format="binary")
                 await turn()
             if done:
-                await self._append_rows(apg, table, [(*k, b"", hashed(k[1])) for k in gone], turn)
-                return
-        await self._append_rows(apg, table, ((*k, v or b"", hashed(k[1])) for k, v in windows.items()), turn)
-
-    @staticmethod
-    async def _append_rows(apg: Any, table: str, rows: Iterable[tuple[Any, ...]], turn: Turn) -> None:
-        it = iter(rows)
-        while chunk := list(itertools.islice(it, COPY_CHUNK)):
-            await apg.copy_records_to_table(table, records=chunk, columns=list(_KEYED["windows"][0]))
-            await turn()
+                return True
 
     async def _open_generation(self, apg: Any) -> int:
         """Start the next generation of window_log (its own transaction: DDL); writes append to it."""
@@ -515,30 +525,13 @@ class Store:
         stays staged and `gone` is empty: `_upsert` writes them all)."""
         if _copy_windows is None:
             return False
-        pos, size, staged = 0, len(windows), False
-        while True:
-            got = _copy_windows(windows, pos, size, COPY_WINDOWS_ROWS, COPY_WINDOWS_BYTES, gone)
-            if got is None:
-                if staged:
-                    await apg.execute('DELETE FROM "_stage_windows"')
-                gone.clear()
-                return False
-            data, rows, pos, done = got
-            if rows:
-                if not staged:
-                    await self._stage(apg, "windows")
-                    staged = True
-                await apg.copy_to_table(
-                    "_stage_windows",
-                    source=memoryview(data),  # bytes would be taken for a path
-                    columns=list(_KEYED["windows"][0]),
-                    format="binary",
-                )
-                await turn()
-            if done:
-                break
-        if staged:
-            await apg.execute(_upsert_sql("windows"))
+        if not windows:
+            return True
+        await self._stage(apg, "windows")
+        if not await self._copy_compiled_windows(apg, windows, "_stage_windows", gone, turn):
+            await apg.execute('DELETE FROM "_stage_windows"')
+            return False
+        await apg.execute(_upsert_sql("windows"))
         return True
 
     async def _upsert(self, apg: Any, table: str, rows: Iterable[tuple[Any, ...]], turn: Turn) -> None:
