@@ -12,7 +12,7 @@ def query(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     conn = psycopg2.connect(url)
     try:
         with conn, conn.cursor() as cur:
-            cur.execute(sql, args)
+            cur.execute(sql, args or None)  # no arguments: a literal % stays as it is
             return list(cur.fetchall()) if cur.description else []
     finally:
         conn.close()

@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-import psycopg2  # type: ignore[import-untyped]
 import pytest
 from aiokafka import AIOKafkaProducer
 from hypothesis import HealthCheck, given, settings
@@ -52,6 +51,7 @@ from lagd.sim.encode import (
 )
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 from lagd.state.guard import PoisonLog, apply_guarded
+from tests.postgres import query
 
 Settle = Callable[..., Awaitable[Any]]
 
@@ -214,16 +214,6 @@ async def metric_values(session: aiohttp.ClientSession, port: int, name: str) ->
     return {m.group(1): float(m.group(2)) for m in re.finditer(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.M)}
 
 
-def sql(url: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(query, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 @pytest.mark.slow
 async def test_the_daemon_survives_hostile_records_and_keeps_working(
     kafka: str, database_url: str, unique: str, settle: Settle
@@ -299,20 +289,20 @@ async def test_the_daemon_survives_hostile_records_and_keeps_working(
             # Still persisting: the healthy group's newest offsets and the reader positions past
             # every hostile record reach Postgres; nothing needed quarantine.
             def persisted() -> bool:
-                rows = sql(
+                rows = query(
                     database_url,
                     # the newest entry's offset: the first int64 of the last 40-byte entry
                     "SELECT partition, ('x' || encode(substring(entries FROM length(entries) - 39 FOR 8), 'hex'))"
                     "::bit(64)::bigint FROM current_windows WHERE group_name = %s",
                     healthy,
                 )
-                positions = dict(sql(database_url, "SELECT partition, next_offset FROM reader_positions"))
+                positions = dict(query(database_url, "SELECT partition, next_offset FROM reader_positions"))
                 return dict(rows) == last and all(positions.get(p, 0) >= n for p, n in hostile_end.items())
 
             await settle(persisted, timeout=20, what="windows and reader positions persisted")
             async with session.get(f"http://127.0.0.1:{port}/metrics") as answer:
                 assert "\nlagd_store_healthy 1\n" in await answer.text()
-            assert sql(database_url, "SELECT count(*) FROM quarantine") == [(0,)]
+            assert query(database_url, "SELECT count(*) FROM quarantine") == [(0,)]
             assert not task.done()
     finally:
         stop.set()

@@ -24,7 +24,8 @@ import pytest
 
 from lagd import embedded
 from lagd.jobs.spark import find_java
-from tests.test_jobs_trends import EXPECTED_TRENDS, T0, S, _same, _sql, _trends
+from tests.postgres import query
+from tests.test_jobs_trends import EXPECTED_TRENDS, T0, S, _same, _trends
 from tests.test_jobs_trends import history as history  # the fixture: a small history with known rollups
 
 pytestmark = pytest.mark.slow
@@ -170,7 +171,7 @@ def test_trends_job_on_a_standalone_cluster(standalone: Standalone, history: str
     assert "trends done" in [e["event"] for e in events]
     # T0 lies ahead of the machine's clock: no status second has passed yet, but every commit counts.
     _same(_trends(history), EXPECTED_TRENDS)
-    assert _sql(history, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'lagd_stage_%'")[0][0] == 0
+    assert query(history, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'lagd_stage_%'")[0][0] == 0
 
     apps = [a for a in standalone.state()["completedapps"] if a["name"] == "lagd-trends"]
     assert len(apps) == 1, standalone.state()

@@ -14,19 +14,10 @@ from lagd.config import parse
 from lagd.jobs.spark import JobError, explain, find_java, find_jdbc_jar, jdbc_options
 from lagd.jobs.trends import main as trends_main
 from lagd.jobs.trends import parse_time, plan_range, run_trends
+from tests.postgres import query
 
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z, on an hour boundary
 S = 1000  # one second in ms
-
-
-def _sql(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 def _insert(url: str, table: str, rows: list[tuple[Any, ...]]) -> None:
@@ -43,8 +34,8 @@ def _insert(url: str, table: str, rows: list[tuple[Any, ...]]) -> None:
 def history(database_url: str) -> Iterator[str]:
     """A database with the history partitions in place and a small hand-written history."""
     # The history tables are range-partitioned; a DEFAULT partition holds any test time.
-    _sql(database_url, "CREATE TABLE commit_history_default PARTITION OF commit_history DEFAULT")
-    _sql(database_url, "CREATE TABLE log_end_history_default PARTITION OF log_end_history DEFAULT")
+    query(database_url, "CREATE TABLE commit_history_default PARTITION OF commit_history DEFAULT")
+    query(database_url, "CREATE TABLE log_end_history_default PARTITION OF log_end_history DEFAULT")
     # commit_history: (ts, cluster, group, topic, partition, offset, lag, observed)
     _insert(
         database_url,
@@ -118,7 +109,7 @@ EXPECTED_STATUS = {
 
 
 def _trends(url: str) -> dict[tuple[int, int, str], tuple[Any, ...]]:
-    rows = _sql(
+    rows = query(
         url,
         "SELECT step, bucket, group_name, lag_min, lag_mean, lag_max, lag_last, lag_seconds_max, consume_rate, "
         "produce_rate, cluster, topic, partition FROM trends",
@@ -128,12 +119,12 @@ def _trends(url: str) -> dict[tuple[int, int, str], tuple[Any, ...]]:
 
 
 def _status(url: str) -> dict[tuple[int, int, str], float]:
-    rows = _sql(url, "SELECT step, bucket, status, seconds FROM trend_status WHERE cluster = 'c' AND group_name = 'g'")
+    rows = query(url, "SELECT step, bucket, status, seconds FROM trend_status WHERE cluster = 'c' AND group_name = 'g'")
     return {(r[0], r[1], r[2]): r[3] for r in rows}
 
 
 def _watermark(url: str) -> int:
-    return int(_sql(url, "SELECT watermark FROM job_watermarks WHERE job = 'trends'")[0][0])
+    return int(query(url, "SELECT watermark FROM job_watermarks WHERE job = 'trends'")[0][0])
 
 
 def _quiet(line: str) -> None:
@@ -158,12 +149,12 @@ def test_known_history_gives_exact_rollups_and_rerun_changes_nothing(spark: Any,
     # A range inside the hour is widened to the whole hour: the same buckets, the same values.
     again = run_trends(spark, history, T0 + 1800 * S, T0 + 2400 * S, progress=_quiet, partitions=3, now_ms=T0 + 180 * S)
     assert (again.start_ms, again.end_ms) == (T0, T0 + 3600 * S)
-    assert _sql(history, "SELECT count(*) FROM trends")[0][0] == 6
-    assert _sql(history, "SELECT count(*) FROM trend_status")[0][0] == 7
+    assert query(history, "SELECT count(*) FROM trends")[0][0] == 6
+    assert query(history, "SELECT count(*) FROM trend_status")[0][0] == 7
     _same(_trends(history), EXPECTED_TRENDS)
     _same(_status(history), EXPECTED_STATUS)
     # No staging table is left behind.
-    assert _sql(history, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'lagd_stage_%'")[0][0] == 0
+    assert query(history, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'lagd_stage_%'")[0][0] == 0
 
 
 def test_continues_from_the_watermark(spark: Any, history: str) -> None:
@@ -219,7 +210,7 @@ def test_lag_seconds_without_a_log_end_sample_is_null(spark: Any, history: str) 
         ],
     )
     run_trends(spark, history, T0, T0 + 3600 * S, progress=_quiet, partitions=2, now_ms=T0 + 180 * S)
-    rows = _sql(
+    rows = query(
         history,
         "SELECT step, bucket, lag_max, lag_seconds_max, produce_rate FROM trends "
         "WHERE group_name = 'g3' ORDER BY step, bucket",
@@ -232,7 +223,7 @@ def test_lag_seconds_without_a_log_end_sample_is_null(spark: Any, history: str) 
     # The other partition's figures are as before.
     got = {
         (r[0], r[1], r[2]): r[3]
-        for r in _sql(history, "SELECT step, bucket, group_name, lag_seconds_max FROM trends WHERE partition = 0")
+        for r in query(history, "SELECT step, bucket, group_name, lag_seconds_max FROM trends WHERE partition = 0")
     }
     assert got == pytest.approx({k: v[4] for k, v in EXPECTED_TRENDS.items()})
 
@@ -267,7 +258,7 @@ def test_empty_range_says_what_to_do_before_spark_starts(capsys: Any) -> None:
 
 def test_spark_error_is_two_lines_without_a_trace(spark: Any, database_url: str, capsys: Any, monkeypatch: Any) -> None:
     # A database whose commit history table is missing: the JDBC read fails inside Spark (Py4JJavaError).
-    _sql(database_url, "DROP TABLE commit_history")
+    query(database_url, "DROP TABLE commit_history")
     monkeypatch.setattr("lagd.jobs.trends.session_for", lambda *a, **kw: _KeepRunning(spark))
     args = argparse.Namespace(start=str(T0), end=str(T0 + 3600 * S), master=None)
     assert trends_main(_settings(database_url), args) == 1

@@ -25,12 +25,12 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import psycopg2
 import pytest
 
 from lagd.embedded import free_low_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
+from tests.postgres import query
 
 Settle = Callable[..., Awaitable[Any]]
 pytestmark = pytest.mark.slow
@@ -150,12 +150,6 @@ async def judged_groups(session: aiohttp.ClientSession, w: Worker) -> set[str]:
     return set(re.findall(r'^burrow_kafka_consumer_status\{[^}]*consumer_group="([^"]+)"', text, re.M))
 
 
-def sql(database_url: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
-    with psycopg2.connect(database_url) as conn, conn.cursor() as cur:
-        cur.execute(query, args)
-        return list(cur.fetchall())
-
-
 @pytest.mark.parametrize("count", [2, 3])
 async def test_workers_share_groups_and_survive_a_sigkill(
     count: int,
@@ -196,15 +190,15 @@ async def test_workers_share_groups_and_survive_a_sigkill(
             await settle(lambda: answers_everything(session, workers, groups), timeout=30, what="every answer")
 
             async def incident_open() -> bool:
-                rows = sql(database_url, "SELECT payload FROM outbox WHERE topic LIKE %s", f"lagd-lagd-{unique}/%")
+                rows = query(database_url, "SELECT payload FROM outbox WHERE topic LIKE %s", f"lagd-lagd-{unique}/%")
                 return any(stopped in json.dumps(r[0]) and '"open' in json.dumps(r[0]) for r in rows)
 
             await settle(incident_open, timeout=60, what="the stopped group's incident opened")
             statuses_before = dict(
-                sql(database_url, "SELECT group_name, status FROM group_verdicts WHERE cluster = 'sim'")
+                query(database_url, "SELECT group_name, status FROM group_verdicts WHERE cluster = 'sim'")
             )
             assert statuses_before.get(stopped) == "ERR", statuses_before
-            outbox_before = {r[0] for r in sql(database_url, "SELECT event_id FROM outbox")}
+            outbox_before = {r[0] for r in query(database_url, "SELECT event_id FROM outbox")}
             owned = [await judged_groups(session, w) for w in workers]
             victim = next(w for w, mine in zip(workers, owned, strict=True) if stopped in mine)
             survivors = [w for w in workers if w is not victim]
@@ -233,7 +227,7 @@ async def test_workers_share_groups_and_survive_a_sigkill(
                 assert w.proc.wait(20) == 0
 
         # No verdict changed because of the kill (from the kill to the end of the feed).
-        changed = sql(
+        changed = query(
             database_url,
             "SELECT group_name, status FROM status_history WHERE cluster = 'sim' AND ts >= %s AND ts < %s",
             int(killed_at),
@@ -243,12 +237,12 @@ async def test_workers_share_groups_and_survive_a_sigkill(
         # No incident event after the kill: the stopped group's incident was neither reopened nor repeated.
         new = [
             p
-            for e, p in sql(database_url, "SELECT event_id, payload FROM outbox ORDER BY id")
+            for e, p in query(database_url, "SELECT event_id, payload FROM outbox ORDER BY id")
             if e not in outbox_before
         ]
         assert [p for p in new if "incident" in json.dumps(p)] == [], new
         # Every commit the simulator wrote is in the history exactly once.
-        rows = sql(
+        rows = query(
             database_url, 'SELECT group_name, topic, partition, "offset" FROM commit_history WHERE cluster = %s', "sim"
         )
         history = Counter((g, t, p, o) for g, t, p, o in rows)
