@@ -10,8 +10,9 @@ them for the keyed table workers (lagd.scale) upsert instead.
 steady writes cost Postgres: `--windows` stored windows, then every second `--rate` of them
 changed (random) and as many commit history rows, written by `Store.write` as the persister
 does, for SECONDS, in two modes, each on a fresh database: as a single daemon writes them
-(appended to the window log, and as many windows again copied into a new generation, as the
-persister's copy does: lagd.state.window_log), and as workers write them (upserted into the
+(appended to the window log, each write followed by the persister's own copy of every window
+into a new generation, `persister.copy_windows` over a State holding the same windows:
+lagd.state.window_log), and as workers write them (upserted into the
 keyed table). Per mode: Postgres' CPU (every Postgres process of the machine,
 from /proc: the checkpointer and WAL writer included), WAL MB/s, whole pages written into the
 WAL per second, checkpoints on request, and the seconds that took longer than a second. On the
@@ -36,10 +37,11 @@ from bench import target
 from bench.bench_http import WalMark
 from lagd.db.migrate import upgrade
 from lagd.model import WindowEntry
+from lagd.state import persister
 from lagd.state.changes import Changes, CommitRows
+from lagd.state.persister import WriteBehind
 from lagd.state.store import Store
-from lagd.state.window_log import WindowCopy
-from lagd.state.windows import State, flat_window, window_bytes
+from lagd.state.windows import State, flat_window, window_bytes, window_from_bytes
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 NOV22 = 1_795_305_600_000
@@ -129,11 +131,15 @@ def postgres_cpu_seconds() -> float:
 async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: bool) -> dict[str, float]:
     """`windows` stored, then `rate` of them changed a second with as many history rows (see the doc)."""
     store = Store.from_url(url, windows_log=as_log)
-    copy = WindowCopy()
-    copied = 0  # windows of the copy in progress written
     try:
         full = window_changes(windows, 10)
         keys = list(full.windows)
+        state = State(intervals=10)  # what the persister's copy reads: the same windows
+        for k in keys:
+            data = full.windows[k]
+            assert data is not None
+            state.restore_flat(k, window_from_bytes(data))
+        wb = WriteBehind(store=store, state=state)
         for i in range(0, windows, 100_000):
             ch = Changes()
             ch.windows = {k: full.windows[k] for k in keys[i : i + 100_000]}
@@ -152,15 +158,7 @@ async def sustained(url: str, windows: int, rate: int, seconds: float, as_log: b
             )
             ch.windows = changed
             await store.write(ch)
-            if as_log:  # the persister's copy after the write: a slice as large as it
-                if copied == 0:
-                    generation = await store.open_generation()
-                part = keys[copied : copied + copy.slice_size(rate)]
-                await store.append_copy({k: full.windows[k] for k in part})
-                copied += len(part)
-                if copied >= windows:
-                    await store.complete_generation(generation)
-                    copied = 0
+            await persister.copy_windows(wb, len(changed))  # after each write, as the persister runs it
             writes += 1
             took = time.perf_counter() - began
             if took < 1.0:
