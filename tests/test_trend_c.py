@@ -779,7 +779,7 @@ def standing_both(
     got = standing(packed, 0, arr, le, lag, at, behind, compiled._cparams, lagd_fast._C_SAID)
     judge = lagd_fast.LagdJudge(LagdParams())
     judge._cparams = None
-    judge.begin({"t": (array("q", [0]), packed)})
+    judge.begin({"t": array("q", [0]).tobytes() + packed})  # partition 0, then its facts
     judge.topic("t")
     try:
         want: object = judge.judge(0, arr, le, lag, at, PartitionStatus.WARN if behind else None)
