@@ -336,7 +336,19 @@ def test_read_commits_bounds_the_key_cache() -> None:
     records = [_record(i, *encode_offset_commit(f"g{i}", "orders", 1, 5, NOW - 10)) for i in range(10)]
     out: list[Event] = []
     assert READ(*_args(records, out=out, keys_max=4)) == 10 and len(out) == 10
-    assert len(codec.commit_keys) == 2  # cleared at 4, then 2 more
+    # full at 4, the oldest (4 // 64 + 1 = 1) dropped before each new one: the newest 4 stay
+    assert list(codec.commit_keys) == [r.key for r in records[6:]]
+
+
+def test_the_python_bounds_the_key_cache_the_same_way() -> None:
+    codec.commit_keys.clear()
+    keys = [encode_offset_commit(f"g{i}", "orders", 1, 5, NOW - 10)[0] for i in range(10)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(codec, "COMMIT_KEYS_MAX", 4)
+        for key in keys:
+            codec._commit_key(key)
+    assert list(codec.commit_keys) == keys[6:]
+    codec.commit_keys.clear()
 
 
 @needs_c

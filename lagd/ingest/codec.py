@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import struct
 import sys
 from collections.abc import Callable
@@ -483,6 +484,14 @@ COMMIT_KEYS_MAX = 1 << 18
 _V3EMPTY = struct.Struct(">hqihq")
 
 
+def _evict_oldest(keys: dict[bytes, tuple[str, str, int, int]], keys_max: int) -> None:
+    """Drop the oldest 64th of a full key cache (a dict keeps its insertion order). Cleared whole
+    when full, the cache held the loop 15-17 ms at a time at 1M group-partitions (bench_http),
+    where its 262,144 keys are a quarter of those in use; the compiled reader does the same."""
+    for key in list(itertools.islice(keys, keys_max // 64 + 1)):
+        del keys[key]
+
+
 def _commit_key(key: bytes) -> tuple[str, str, int, int]:
     """(group, topic, partition, key type) of an offset key, remembered: the same few keys
     (one per group-partition) recur in every commit, and the strings they share are interned."""
@@ -505,7 +514,7 @@ def _commit_key(key: bytes) -> tuple[str, str, int, int]:
     topic = key[p + 2 : q].decode("utf-8", "replace")
     partition: int = _I.unpack_from(key, q)[0]
     if len(commit_keys) >= COMMIT_KEYS_MAX:
-        commit_keys.clear()
+        _evict_oldest(commit_keys, COMMIT_KEYS_MAX)
     k = (sys.intern(group), sys.intern(topic), partition, rtype)
     commit_keys[bytes(key)] = k
     return k
