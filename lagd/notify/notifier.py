@@ -290,11 +290,20 @@ async def run_notifier(
             for known in await outbox.engine_state_clusters(engine):
                 await notifier.ensure_lease(known, retry=True)
         while not stop.is_set():
-            timeout = max(0.0, next_tick - loop.time())
-            try:
-                change = await asyncio.wait_for(changes.get(), timeout=timeout)
-            except TimeoutError:
-                change = None
+            change: GroupChange | None = None
+            if not changes.empty() and loop.time() < next_tick:
+                # One waiting: taken as it is, after a turn of the loop (requests first). Through
+                # wait_for each change cost a task and a timer: 500 changes a second at 1M
+                # group-partitions (bench_http).
+                await turn()
+                if changes.empty():
+                    continue
+                change = changes.get_nowait()
+            else:
+                try:
+                    change = await asyncio.wait_for(changes.get(), timeout=max(0.0, next_tick - loop.time()))
+                except TimeoutError:
+                    change = None
             if change is not None:
                 await notifier.take(change)
                 continue
