@@ -654,9 +654,8 @@ def _members_noun(kinds: set[str]) -> str:
 
 def _member_fields(m: _Member) -> dict[str, Any]:
     """A member as stored, its tuples as they are, to be written as JSON text (which writes a
-    tuple as a list): a list per partition was 100 objects a member for the collector to count,
-    and a save of many members set off young collections inside the notifier's steps (12-15 ms
-    steps at 1M group-partitions)."""
+    tuple as a list, so the text is the same): a list per partition was 100 objects a member
+    for the young collections to count while a save of thousands of members is encoded."""
     out: dict[str, Any] = {
         "status": m.status,
         "ok_since": m.ok_since,
