@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from bench import target
+from lagd.ingest.codec import CommitKeys
 from lagd.ingest.records import events_from_record
 from lagd.model import IngestCounters
 from lagd.sim.encode import (
@@ -96,13 +97,14 @@ def run(records: int = 200_000, rounds: int = 20, chunk: int = 20_000) -> dict[s
     best_cpu = best_wall = float("inf")
     walls = []
     counters = IngestCounters()
+    keys = CommitKeys()  # the offset keys remembered, as a reader does
     events = 0
     for r in range(rounds):
         part = chunks[r % len(chunks)]
         gc.collect()
         c0, w0 = time.process_time(), time.perf_counter()
         for order, (key, value) in enumerate(part):
-            events += len(events_from_record("bench", key, value, order, 0, counters))
+            events += len(events_from_record("bench", key, value, order, 0, counters, keys=keys))
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         best_cpu, best_wall = min(best_cpu, cpu / len(part)), min(best_wall, wall / len(part))
         walls.append(wall / len(part))

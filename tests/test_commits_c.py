@@ -162,7 +162,7 @@ def _mix(rng: random.Random, n: int) -> list[ConsumerRecord[bytes, bytes]]:
 
 def _read(records: list[ConsumerRecord[bytes, bytes]], slices: list[int], max_group_bytes: int = 1024) -> Any:
     """Everything reading `records` (in slices of these sizes) gives and changes."""
-    codec.commit_keys.clear()
+    keys = codec.CommitKeys()
     groups = GroupFilter(deny="^denied")
     counters = IngestCounters()
     limits = EdgeLimits("c1", max_group_bytes, AGE_MS, AHEAD_MS, partition_counts=dict(COUNTS))
@@ -170,7 +170,7 @@ def _read(records: list[ConsumerRecord[bytes, bytes]], slices: list[int], max_gr
     positions = []
     i = 0
     for size in slices:
-        positions.append(build_batch("c1", 7, records[i : i + size], NOW, groups, counters, out, None, limits))
+        positions.append(build_batch("c1", 7, records[i : i + size], NOW, groups, counters, out, None, limits, keys))
         i += size
     types = [type(e) for e in out]
     return (
@@ -180,7 +180,7 @@ def _read(records: list[ConsumerRecord[bytes, bytes]], slices: list[int], max_gr
         dataclasses.asdict(counters),
         dataclasses.asdict(limits),
         groups.cache,
-        dict(codec.commit_keys),
+        keys.known,
     )
 
 
@@ -290,7 +290,7 @@ def _args(records: list[Any], start: int = 0, **changed: Any) -> list[Any]:
         records=records,
         start=start,
         out=[],
-        keys=codec.commit_keys,
+        keys={},
         keys_max=1 << 18,
         allowed={},
         allows=GroupFilter().allows,
@@ -316,15 +316,15 @@ def test_read_commits_stops_at_the_first_record_it_leaves_to_the_python() -> Non
     assert READ is not None
     usual = encode_offset_commit("billing", "orders", 1, 5, NOW - 10)
     records = [_record(10, *usual), _record(11, *encode_offset_tombstone("billing", "orders", 1)), _record(12, *usual)]
-    codec.commit_keys.clear()
+    keys: dict[bytes, codec.KeyFields] = {}
     out: list[Event] = []
     tally = [0, 0]
-    assert READ(*_args(records, 0, out=out, tally=tally, allowed={"billing": True})) == 1
+    assert READ(*_args(records, 0, out=out, keys=keys, tally=tally, allowed={"billing": True})) == 1
     assert out == [Commit("c1", "billing", "orders", 1, 5, 10, NOW - 10, NOW)] and type(out[0]) is Commit
-    assert READ(*_args(records, 2, out=out, tally=tally, allowed={"billing": True})) == 3
-    assert READ(*_args(records, 3, out=out, tally=tally)) == 3
+    assert READ(*_args(records, 2, out=out, keys=keys, tally=tally, allowed={"billing": True})) == 3
+    assert READ(*_args(records, 3, out=out, keys=keys, tally=tally)) == 3
     assert tally == [2, 0]
-    assert codec.commit_keys == {usual[0]: ("billing", "orders", 1, 1)}
+    assert keys == {usual[0]: ("billing", "orders", 1, 1)}
     # built as the Python builds it: equal, and hashed alike
     assert hash(out[0]) == hash(Commit("c1", "billing", "orders", 1, 5, 10, NOW - 10, NOW))
 
@@ -332,23 +332,20 @@ def test_read_commits_stops_at_the_first_record_it_leaves_to_the_python() -> Non
 @needs_c
 def test_read_commits_bounds_the_key_cache() -> None:
     assert READ is not None
-    codec.commit_keys.clear()
     records = [_record(i, *encode_offset_commit(f"g{i}", "orders", 1, 5, NOW - 10)) for i in range(10)]
     out: list[Event] = []
-    assert READ(*_args(records, out=out, keys_max=4)) == 10 and len(out) == 10
+    keys: dict[bytes, codec.KeyFields] = {}
+    assert READ(*_args(records, out=out, keys=keys, keys_max=4)) == 10 and len(out) == 10
     # full at 4, the oldest (4 // 64 + 1 = 1) dropped before each new one: the newest 4 stay
-    assert list(codec.commit_keys) == [r.key for r in records[6:]]
+    assert list(keys) == [r.key for r in records[6:]]
 
 
 def test_the_python_bounds_the_key_cache_the_same_way() -> None:
-    codec.commit_keys.clear()
     keys = [encode_offset_commit(f"g{i}", "orders", 1, 5, NOW - 10)[0] for i in range(10)]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(codec, "COMMIT_KEYS_MAX", 4)
-        for key in keys:
-            codec._commit_key(key)
-    assert list(codec.commit_keys) == keys[6:]
-    codec.commit_keys.clear()
+    known = codec.CommitKeys(max_keys=4)
+    for key in keys:
+        known.fields(key)
+    assert list(known.known) == keys[6:]
 
 
 @needs_c
@@ -450,5 +447,5 @@ def test_limits_the_c_cannot_hold_leave_every_record_to_the_python(monkeypatch: 
         (EdgeLimits("c1", 1024, AGE_MS, AHEAD_MS), 2**64),
         (EdgeLimits("c1", 1024.0, AGE_MS, AHEAD_MS), NOW),  # type: ignore[arg-type]
     ]:
-        assert offsets_topic._usual_commits("c1", observed, groups, counters, limits) is None
+        assert offsets_topic._usual_commits("c1", observed, groups, counters, limits, codec.CommitKeys()) is None
     _both(monkeypatch, records, [3], max_group_bytes=-(2**70))

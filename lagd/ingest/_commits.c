@@ -53,8 +53,8 @@ static int evict_oldest(PyObject *keys, Py_ssize_t keys_max) {
     return 0;
 }
 
-/* A commit key's (group, topic, partition, key type) from `keys` (codec's cache of them, a new
- * key decoded and added as codec._commit_key does): a new reference; NULL without an exception
+/* A commit key's (group, topic, partition, key type) from `keys` (the reader's CommitKeys.known, a new
+ * key decoded and added as CommitKeys.fields does): a new reference; NULL without an exception
  * where the key is not one the Python would read as a commit's (it reads and refuses it). */
 static PyObject *commit_key(PyObject *keys, PyObject *key, Py_ssize_t keys_max) {
     PyObject *k = PyDict_GetItemWithError(keys, key);

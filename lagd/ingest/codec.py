@@ -477,14 +477,35 @@ class _Reader:
 # --- offset commits (hot path) ----------------------------------------------------------
 
 
-# (group, topic, partition, key type) of each offset key read, at most COMMIT_KEYS_MAX of them;
-# the compiled reader of the usual record (offsets_topic, _commits.c) reads and fills it too
-commit_keys: dict[bytes, tuple[str, str, int, int]] = {}
 COMMIT_KEYS_MAX = 1 << 18
 _V3EMPTY = struct.Struct(">hqihq")
+KeyFields = tuple[str, str, int, int]  # (group, topic, partition, key type) of an offset key
 
 
-def _evict_oldest(keys: dict[bytes, tuple[str, str, int, int]], keys_max: int) -> None:
+class CommitKeys:
+    """The (group, topic, partition, key type) of the offset keys one reader has read, at most
+    `max_keys` of them: the same few keys (one per group-partition) recur in every commit, and
+    the strings they share are interned. Each reader owns one; the compiled reader of the usual
+    record (offsets_topic, `_commits.c`) reads and fills `known` too."""
+
+    __slots__ = ("known", "max_keys")
+
+    def __init__(self, max_keys: int = COMMIT_KEYS_MAX) -> None:
+        self.known: dict[bytes, KeyFields] = {}
+        self.max_keys = max_keys
+
+    def fields(self, key: bytes) -> KeyFields:
+        """The fields of `key`, read once and then remembered."""
+        k = self.known.get(key)
+        if k is None:
+            k = _commit_key(key)
+            if len(self.known) >= self.max_keys:
+                _evict_oldest(self.known, self.max_keys)
+            self.known[bytes(key)] = k
+        return k
+
+
+def _evict_oldest(keys: dict[bytes, KeyFields], keys_max: int) -> None:
     """Drop the oldest 64th of a full key cache (a dict keeps its insertion order). Cleared whole
     when full, the cache held the loop 15-17 ms at a time at 1M group-partitions (bench_http),
     where its 262,144 keys are a quarter of those in use; the compiled reader does the same."""
@@ -492,9 +513,8 @@ def _evict_oldest(keys: dict[bytes, tuple[str, str, int, int]], keys_max: int) -
         del keys[key]
 
 
-def _commit_key(key: bytes) -> tuple[str, str, int, int]:
-    """(group, topic, partition, key type) of an offset key, remembered: the same few keys
-    (one per group-partition) recur in every commit, and the strings they share are interned."""
+def _commit_key(key: bytes) -> KeyFields:
+    """(group, topic, partition, key type) of an offset key, its strings interned."""
     n = len(key)
     if n < 4:
         raise _truncated(4, 0, n)
@@ -513,26 +533,20 @@ def _commit_key(key: bytes) -> tuple[str, str, int, int]:
         raise _truncated(tlen + 4, p + 2, n - p - 2)
     topic = key[p + 2 : q].decode("utf-8", "replace")
     partition: int = _I.unpack_from(key, q)[0]
-    if len(commit_keys) >= COMMIT_KEYS_MAX:
-        _evict_oldest(commit_keys, COMMIT_KEYS_MAX)
-    k = (sys.intern(group), sys.intern(topic), partition, rtype)
-    commit_keys[bytes(key)] = k
-    return k
+    return (sys.intern(group), sys.intern(topic), partition, rtype)
 
 
 CommitFields = tuple[str, str, int, int, int, str, int, int, int, int, "bytes | None"]
 
 
-def commit_fields(key: bytes, value: bytes) -> CommitFields:
+def commit_fields(key: bytes, value: bytes, keys: CommitKeys | None = None) -> CommitFields:
     """The fields of an offset commit (key type 0 or 1, non-null value) as a plain tuple:
     (group, topic, partition, offset, leader_epoch, metadata, commit_timestamp,
-    expire_timestamp, key_version, value_version, topic_id).
+    expire_timestamp, key_version, value_version, topic_id). `keys` remembers the keys read.
 
     The hot path of ingest: flat code and precompiled structs, no object per field.
     """
-    k = commit_keys.get(key)
-    if k is None:
-        k = _commit_key(key)
+    k = _commit_key(key) if keys is None else keys.fields(key)
     group, topic, partition, rtype = k
     n = len(value)
     if n < 2:
@@ -946,8 +960,9 @@ _MEMBER_KEYED = frozenset({5, 7, 8})
 _KIP848 = frozenset({3, 4, 5, 6, 7, 8, 16})
 
 
-def decode(key: bytes, value: bytes | None) -> Record:
-    """Decode one `__consumer_offsets` record; raises only `DecodeError`."""
+def decode(key: bytes, value: bytes | None, keys: CommitKeys | None = None) -> Record:
+    """Decode one `__consumer_offsets` record; raises only `DecodeError`. `keys` remembers the
+    offset keys read (a reader's own; see `CommitKeys`)."""
     if key is None:
         raise DecodeError("null_key", "record has no key (corrupt offsets-topic record)")
     if type(key) is not bytes:
@@ -961,7 +976,7 @@ def decode(key: bytes, value: bytes | None) -> Record:
     try:
         if rtype == 1 or rtype == 0:
             if value is not None:
-                return _new_commit(*commit_fields(key, value))
+                return _new_commit(*commit_fields(key, value, keys))
             r = _Reader(key, 2)
             group = r.string("group")
             topic = r.string("topic")

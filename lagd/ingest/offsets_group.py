@@ -30,6 +30,7 @@ from aiokafka.structs import TopicPartition
 from lagd import logs
 from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
+from lagd.ingest.codec import CommitKeys
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import client_options, close_quietly, reconnecting, start_client
 from lagd.ingest.offsets_topic import (
@@ -101,6 +102,7 @@ class _Shared:
     consumer: Any = None
     counters: IngestCounters | None = None
     failed: AssignmentFailed | None = None  # set by a rebalance callback that failed: the session ends
+    keys: CommitKeys = field(default_factory=CommitKeys)  # the offset keys read (codec.CommitKeys)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -209,10 +211,13 @@ async def read_offsets_as_worker(
     kip848 = ConsumerGroupOwners(resumed=True)
     kip848.seed([])
     limits = EdgeLimits.for_cluster(cluster)
+    keys = CommitKeys()  # kept across sessions: the keys do not change
     warned: set[str] = set()
     await reconnecting(
         lambda: _session(
-            _Shared(cluster, handover, progress, kip848, assignment, applied=applied, put=put, counters=counters),
+            _Shared(
+                cluster, handover, progress, kip848, assignment, applied=applied, put=put, counters=counters, keys=keys
+            ),
             group_id,
             session_timeout_s,
             put,
@@ -307,6 +312,7 @@ async def _session(
                         limits,
                         clock=clock,
                         turn=turn if short else plain_turn,  # requests first unless the topic holds more
+                        keys=sh.keys,
                     )
                 owned = sh.assignment.owned
                 if owned and await reading.note(mine, short, loop.time() >= positions_at, owned, clock(), owned):

@@ -23,7 +23,7 @@ from aiokafka.structs import TopicPartition
 from lagd import compiled, logs
 from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
-from lagd.ingest.codec import COMMIT_KEYS_MAX, commit_keys
+from lagd.ingest.codec import CommitKeys
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, start_consumer
 from lagd.ingest.progress import ReaderProgress
@@ -76,6 +76,7 @@ def build_batch(
     out: list[Event],
     kip848: ConsumerGroupOwners | None = None,
     limits: EdgeLimits | None = None,
+    keys: CommitKeys | None = None,
 ) -> int | None:
     """Append the events of one partition's fetched records (then its position) to `out`.
 
@@ -84,13 +85,16 @@ def build_batch(
     records `limits` refuses are counted and skipped, and the position still moves past them.
     The usual record (an offset commit every check passes) is read by the compiled code where
     it is built (`_commits.c`), every other one by `events_from_record`, in the records' order.
+    `keys` is the reader's memory of the offset keys it has read; without it, each call reads
+    its keys afresh.
     """
     records = records if type(records) is list else list(records)
     if not records:
         return None
+    keys = CommitKeys() if keys is None else keys
     allows = groups.allows
     append = out.append
-    usual = _usual_commits(cluster, observed, groups, counters, limits)
+    usual = _usual_commits(cluster, observed, groups, counters, limits, keys)
     i, n = 0, len(records)
     while i < n:
         if usual is not None:
@@ -100,7 +104,16 @@ def build_batch(
         rec = records[i]
         i += 1
         events = events_from_record(
-            cluster, rec.key, rec.value, rec.offset, observed, counters, kip848=kip848, limits=limits, source=partition
+            cluster,
+            rec.key,
+            rec.value,
+            rec.offset,
+            observed,
+            counters,
+            kip848=kip848,
+            limits=limits,
+            source=partition,
+            keys=keys,
         )
         for ev in events:
             group = getattr(ev, "group", None)
@@ -117,7 +130,12 @@ UsualCommits = Callable[[list[Any], int, list[Event]], int]
 
 
 def _usual_commits(
-    cluster: str, observed: int, groups: GroupFilter, counters: IngestCounters, limits: EdgeLimits | None
+    cluster: str,
+    observed: int,
+    groups: GroupFilter,
+    counters: IngestCounters,
+    limits: EdgeLimits | None,
+    keys: CommitKeys,
 ) -> UsualCommits | None:
     """The compiled reader of the usual record for one fetch's slice: `(records, start, out)`
     appends the Commits of the records from `start` on, counts them as `events_from_record` and
@@ -146,8 +164,8 @@ def _usual_commits(
                 records,
                 start,
                 out,
-                commit_keys,
-                COMMIT_KEYS_MAX,
+                keys.known,
+                keys.max_keys,
                 groups.cache,
                 groups.allows,
                 counts,
@@ -204,6 +222,7 @@ async def read_offsets_topic(
         owners.seed(m for m in members if m.cluster == cluster.name)
     warned: set[str] = set()
     limits = EdgeLimits.for_cluster(cluster)
+    keys = CommitKeys()  # kept across sessions: the keys do not change
     await reconnecting(
         lambda: _session(
             cluster,
@@ -220,6 +239,7 @@ async def read_offsets_topic(
             limits,
             clock=clock,
             turn=turn,
+            keys=keys,
         ),
         stop,
         counters,
@@ -246,8 +266,10 @@ async def _session(
     *,
     clock: Clock = wall_ms,
     turn: Turn = plain_turn,
+    keys: CommitKeys | None = None,
 ) -> None:
     topic = cluster.offsets_topic
+    keys = CommitKeys() if keys is None else keys
     warned = set() if warned is None else warned
     limits = EdgeLimits.for_cluster(cluster) if limits is None else limits
     # Metadata of every topic (the consumer's own covers only what is assigned to it).
@@ -307,6 +329,7 @@ async def _session(
                     limits,
                     clock=clock,
                     turn=turn if short else plain_turn,  # requests first unless the topic holds more
+                    keys=keys,
                 )
             catching_up = not progress.caught_up
             due = loop.time() >= positions_at
@@ -448,8 +471,11 @@ async def _apply_batch(
     *,
     clock: Clock = wall_ms,
     turn: Turn = plain_turn,
+    keys: CommitKeys | None = None,
 ) -> None:
-    """Emit one fetch's events (with positions), then move the reader's own positions on."""
+    """Emit one fetch's events (with positions), then move the reader's own positions on.
+    `keys`: the reader's memory of the offset keys it has read (`codec.CommitKeys`)."""
+    keys = CommitKeys() if keys is None else keys
     observed = clock()
     out: list[Event] = []
     advanced: list[tuple[int, int]] = []
@@ -459,7 +485,7 @@ async def _apply_batch(
             # after aiokafka built the fetch's records, itself a few ms), requests first.
             await turn()
             part = records[i : i + DECODE_SLICE]
-            pos = build_batch(cluster, tp.partition, part, observed, groups, counters, out, kip848, limits)
+            pos = build_batch(cluster, tp.partition, part, observed, groups, counters, out, kip848, limits, keys)
             if pos is not None:
                 advanced.append((tp.partition, pos))
     if out:

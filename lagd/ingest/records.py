@@ -27,6 +27,7 @@ from operator import attrgetter, itemgetter
 
 from lagd import logs
 from lagd.ingest.codec import (
+    CommitKeys,
     ConsumerGroupCurrentMemberAssignment,
     ConsumerGroupMemberMetadata,
     ConsumerGroupPartitionMetadata,
@@ -236,13 +237,15 @@ def events_from_record(
     kip848: ConsumerGroupOwners | None = None,
     limits: EdgeLimits | None = None,
     source: int | None = None,
+    keys: CommitKeys | None = None,
 ) -> list[Event]:
     """The events of one `__consumer_offsets` record at offset `order` of its partition.
 
     `kip848` folds KIP-848 membership into GroupMembers (see the module docstring). `limits`
     range-checks every field (lagd.ingest.validate; the reader always passes its cluster's):
     a record that fails is counted, logged with its position (`source` partition, `order`)
-    and skipped. Without limits records are only decoded (tests, `lagd decode`).
+    and skipped. Without limits records are only decoded (tests, `lagd decode`). `keys` is the
+    reader's memory of the offset keys it has read (`codec.CommitKeys`).
     """
     if key is None:
         _skip(counters, limits, "null_key", source, order, observed, "record without a key")
@@ -250,7 +253,7 @@ def events_from_record(
         return []
     try:
         if value is not None and type(key) is bytes and key[:2] in _COMMIT_TYPES:  # the hot path: no record object
-            f = commit_fields(key, value)
+            f = commit_fields(key, value, keys)
             by_type = counters.records_by_type  # count_record, inlined
             by_type["offset_commit"] = by_type.get("offset_commit", 0) + 1
             if limits is not None:
@@ -261,7 +264,7 @@ def events_from_record(
             if kip848 is not None and f[10] is not None:
                 kip848.learn_topic(f[10], f[1])
             return [_tuple_new(Commit, (cluster, f[0], f[1], f[2], f[3], order, f[6], observed))]
-        rec = decode(key, value)
+        rec = decode(key, value, keys)
     except DecodeError as exc:
         counters.count_error(exc.reason)
         _skip(counters, limits, exc.reason, source, order, observed, str(exc))
