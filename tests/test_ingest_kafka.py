@@ -371,6 +371,45 @@ class GatedStore:
         self.events.extend(batch)
 
 
+async def test_a_reader_takes_its_turns_after_requests_until_it_falls_behind(kafka: str, unique: str) -> None:
+    """Between slices of a fetch the reader lets waiting requests go first (lagd.turns) unless
+    the broker's last answer leaves `behind` records or more to read past the fetch: a full
+    fetch alone is no sign (under 20,000 commits/s nearly every fetch comes back full)."""
+    topic = f"left-{unique}"
+    await create_topic(kafka, topic, 1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka)
+    await producer.start()
+    try:
+        for i in range(60):  # one record per batch (Tansu quirk)
+            await producer.send_and_wait(topic, b"v", key=b"k%d" % i, partition=0)
+    finally:
+        await producer.stop()
+    tp = TopicPartition(topic, 0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka, enable_auto_commit=False)
+    await consumer.start()
+
+    async def requests_first() -> None:
+        await asyncio.sleep(0)
+
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        turns: list[tuple[int, int, Any]] = []
+        read = 0
+        while read < 60:
+            fetched = await consumer.getmany(timeout_ms=5_000, max_records=5)
+            if not fetched.get(tp):
+                continue
+            read = fetched[tp][-1].offset + 1
+            turn = offsets_topic.fetch_turn(consumer, fetched, requests_first, behind=20)
+            turns.append((read, offsets_topic.records_left(consumer, fetched), turn))
+    finally:
+        await close_quietly(consumer.stop)
+    assert all(left == 60 - read for read, left, _ in turns)  # the broker answered: 60 records in all
+    assert [turn is requests_first for _, left, turn in turns] == [left < 20 for _, left, _ in turns]
+    assert turns[0][2] is offsets_topic.plain_turn and turns[-1][2] is requests_first
+
+
 async def test_a_reader_working_through_a_backlog_is_behind_not_cut_off(
     kafka: str, unique: str, settle: Settle, monkeypatch: pytest.MonkeyPatch
 ) -> None:

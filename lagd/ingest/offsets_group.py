@@ -41,6 +41,7 @@ from lagd.ingest.offsets_topic import (
     _caught_up_now,
     _emitter,
     _Reading,
+    fetch_turn,
     partition_counts,
     reread_outside,
 )
@@ -311,7 +312,7 @@ async def _session(
                         sh.kip848,
                         limits,
                         clock=clock,
-                        turn=turn if short else plain_turn,  # requests first unless the topic holds more
+                        turn=fetch_turn(consumer, mine, turn),
                         keys=sh.keys,
                     )
                 owned = sh.assignment.owned

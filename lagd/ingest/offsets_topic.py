@@ -58,6 +58,32 @@ POSITION_WAIT_S = 0.2
 POSITIONS_EVERY_S = 1.0
 # At most this often, a commit for a partition beyond a topic's known count refreshes metadata.
 STALE_COUNTS_REFRESH_S = 5.0
+# Records left to read past a fetch, by the broker's last answers, from which the reader has
+# fallen behind and takes its turns at once instead of after waiting requests (lagd.turns).
+# A full fetch was the sign before, but under 20,000 commits/s a busy loop fetches about every
+# 25 ms, so nearly every fetch came back full and the reader went ahead of requests in the
+# steady state: at 1M group-partitions (bench_http) the steps requests waited behind most.
+BEHIND_RECORDS = 10_000
+
+
+def records_left(consumer: Any, fetched: dict[Any, list[Any]]) -> int:
+    """Records past `fetched` in its partitions, by the broker's last answers (the last stable
+    offset, or the high watermark where there is none)."""
+    left = 0
+    for tp, records in fetched.items():
+        if records:
+            end = consumer.last_stable_offset(tp)
+            if end is None or end < 0:
+                end = consumer.highwater(tp)
+            if type(end) is int:
+                left += max(0, end - int(records[-1].offset) - 1)
+    return left
+
+
+def fetch_turn(consumer: Any, fetched: dict[Any, list[Any]], turn: Turn, behind: int = BEHIND_RECORDS) -> Turn:
+    """The turn to take between slices of this fetch: `turn` (requests first) while the reader
+    keeps up, the loop's plain turn once `behind` records or more are left (BEHIND_RECORDS)."""
+    return turn if records_left(consumer, fetched) < behind else plain_turn
 
 
 def _emitter(target: Emit | asyncio.Queue[list[Event]]) -> Emit:
@@ -328,7 +354,7 @@ async def _session(
                     kip848,
                     limits,
                     clock=clock,
-                    turn=turn if short else plain_turn,  # requests first unless the topic holds more
+                    turn=fetch_turn(consumer, fetched, turn),
                     keys=keys,
                 )
             catching_up = not progress.caught_up
