@@ -262,16 +262,28 @@ async def start_http(ctx: HttpContext) -> web.AppRunner:
 
 
 def report_requests(runner: web.AppRunner, turns: Turns) -> None:
-    """Tell `turns` of every request the server builds and of its handler starting (lagd.turns),
-    through the server's public request factory and handler, before it accepts connections."""
+    """Tell `turns` of every request as soon as its head is parsed, and of its handler starting
+    (lagd.turns), before the server accepts connections.
+
+    aiohttp answers a request over three turns of the loop: its bytes read and parsed, its
+    Request built, its handler run. Reported when built, a request still waited behind a slice
+    of every busy background task in the turn between parse and build; reported when parsed,
+    they already wait for it there. Where the server's connections do not count the requests
+    they parse (`_ParsedRequests.counts`), a request is reported when built instead."""
     server = runner.server
     if server is None:
         raise RuntimeError("the HTTP runner is not set up: call runner.setup() first")
-    build, handle = server.request_factory, server.request_handler
+    build, handle, connected = server.request_factory, server.request_handler, server.connection_made
 
-    def built(*args: Any) -> web.BaseRequest:
-        turns.arrived()
-        return build(*args)
+    def made(handler: web.RequestHandler, transport: asyncio.Transport) -> None:
+        connected(handler, transport)
+        if _ParsedRequests.counts(handler):
+            transport.set_protocol(_ParsedRequests(handler, turns))
+
+    def built(message: Any, payload: Any, protocol: Any, *args: Any) -> web.BaseRequest:
+        if not _ParsedRequests.counts(protocol):
+            turns.arrived()
+        return build(message, payload, protocol, *args)
 
     async def handled(request: web.BaseRequest) -> web.StreamResponse:
         turns.started()
@@ -279,6 +291,42 @@ def report_requests(runner: web.AppRunner, turns: Turns) -> None:
 
     server.request_factory = built
     server.request_handler = handled
+    setattr(server, "connection_made", made)  # noqa: B010 (a method replaced on this server only)
+
+
+class _ParsedRequests(asyncio.Protocol):
+    """A connection's protocol in front of aiohttp's own, telling `turns` of each request its
+    bytes complete, in the turn of the loop they are read (see `report_requests`)."""
+
+    __slots__ = ("handler", "turns")
+
+    def __init__(self, handler: web.RequestHandler, turns: Turns) -> None:
+        self.handler = handler
+        self.turns = turns
+
+    @staticmethod
+    def counts(handler: object) -> bool:
+        """Does this aiohttp's connection count the requests it parses?"""
+        return type(getattr(handler, "_request_count", None)) is int
+
+    def data_received(self, data: bytes) -> None:
+        handler = self.handler
+        before: int = handler._request_count  # type: ignore[attr-defined]
+        handler.data_received(data)
+        for _ in range(handler._request_count - before):  # type: ignore[attr-defined]
+            self.turns.arrived()
+
+    def eof_received(self) -> None:
+        self.handler.eof_received()  # aiohttp's returns None: the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
 
 
 def bound_port(runner: web.AppRunner) -> int:
