@@ -823,3 +823,41 @@ async def test_a_record_of_many_rows_stores_them_all_in_order_a_statement_at_a_t
     assert topics[len(events) :] == [r.topic for r in retained]  # status rows after the events, in order
     assert members == n  # one incident holding every group
     assert max(statements) == outbox.ROWS_PER_STATEMENT and sum(statements) == len(events) + n
+
+
+async def test_rows_of_large_json_go_a_bounded_amount_of_text_per_statement(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Status rows and incident members of groups of many partitions are KBs each: a statement
+    carries at most TEXT_PER_STATEMENT characters of their JSON (at least one row), so the loop
+    runs while Postgres takes each; every row is stored, in order."""
+    incidents = IncidentEngine(RULES)
+    events: list[IncidentEvent] = []
+    retained = []
+    for g in range(9):
+        parts = tuple(("orders", p, PartitionStatus.STOP, "broker-1") for p in range(20 if g != 4 else 200))
+        change = GroupChange("prod", f"g{g}", GroupStatus.ERR, T0, partitions=parts)
+        events += incidents.apply(change)
+        retained.append(outbox.status_row("lagd", change))
+    sizes = [len(r.payload) for r in retained]
+    assert sizes[4] > 4 * sizes[0]
+    monkeypatch.setattr(outbox, "TEXT_PER_STATEMENT", 2 * sizes[0] + 10)  # two usual rows a statement
+    statements: list[int] = []
+
+    def count(conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
+        if statement.startswith("INSERT INTO outbox"):
+            statements.append(len(params) if executemany else 1)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        await outbox.record(engine, "prod", [], incidents.save_rows("prod", {outbox.SAVED_BY: "t1"}), retained)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    async with engine.connect() as conn:
+        payloads = (await conn.execute(select(outbox_table.c.payload).order_by(outbox_table.c.id))).scalars().all()
+        members = (await conn.execute(select(func.count()).select_from(incident_members))).scalar_one()
+    assert [p["group"] for p in payloads] == [f"g{g}" for g in range(9)]
+    assert [len(p["partitions"]) for p in payloads] == [20] * 4 + [200] + [20] * 4
+    assert members == 9
+    # g0 g1 | g2 g3 | g4 (alone: larger than a statement's text) | g5 g6 | g7 g8
+    assert statements == [2, 2, 1, 2, 2]

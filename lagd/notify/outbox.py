@@ -171,12 +171,29 @@ def _status_body(change: GroupChange) -> str | None:
 # held the loop 41 ms while they were encoded (bench_http, 1M group-partitions, loop steps
 # timed). Between statements the loop runs while Postgres answers.
 ROWS_PER_STATEMENT = 500
+# And characters of JSON text per statement: at 1M group-partitions about 500 groups of 100
+# partitions change status a second, so a tick stores 500 status rows and as many incident members
+# of 6.4 KB each; 500 of those a statement held the loop 10-15 ms while SQLAlchemy and asyncpg
+# took them (bench_http --slow-steps), 40 of them about 1 ms.
+TEXT_PER_STATEMENT = 256 * 1024
 
 
-async def _execute_many(conn: AsyncConnection, stmt: Any, rows: Sequence[dict[str, Any]]) -> None:
-    """`stmt` for every row, ROWS_PER_STATEMENT rows per round trip, in order."""
-    for start in range(0, len(rows), ROWS_PER_STATEMENT):
-        await conn.execute(stmt, rows[start : start + ROWS_PER_STATEMENT])
+async def _execute_many(conn: AsyncConnection, stmt: Any, rows: Sequence[dict[str, Any]], text: str = "") -> None:
+    """`stmt` for every row, in order, a round trip per ROWS_PER_STATEMENT rows or, where the
+    rows carry JSON text under the key `text`, per TEXT_PER_STATEMENT characters of it (at
+    least one row a statement)."""
+    start, n = 0, len(rows)
+    while start < n:
+        end = min(start + ROWS_PER_STATEMENT, n)
+        if text:
+            size = 0
+            for i in range(start, end):
+                size += len(rows[i][text])
+                if size > TEXT_PER_STATEMENT:
+                    end = max(i, start + 1)
+                    break
+        await conn.execute(stmt, rows[start:end])
+        start = end
 
 
 # An outbox row, its payload JSON text cast by Postgres (executemany, _execute_many: rows in order).
@@ -262,7 +279,7 @@ async def record(
             for r in retained
         )
         if rows:
-            await _execute_many(conn, _OUTBOX_ROW, rows)
+            await _execute_many(conn, _OUTBOX_ROW, rows, "payload")
         if fence is None:
             st = insert(incident_engine_state).values(cluster=cluster, state=state)
             await conn.execute(
@@ -303,7 +320,10 @@ async def _write_members(conn: AsyncConnection, cluster: str, state: dict[str, A
             set_={"body": stmt.excluded.body},
         )
     await _execute_many(
-        conn, stmt, [{"cluster": cluster, "incident_id": i, "member": m, "body": body} for i, m, body in state.members]
+        conn,
+        stmt,
+        [{"cluster": cluster, "incident_id": i, "member": m, "body": body} for i, m, body in state.members],
+        "body",
     )
 
 
