@@ -22,6 +22,7 @@ class Step:
     wall_ms: float
     cpu_ms: float
     what: str  # the task and where it suspended after the step, or the callback
+    began: str = ""  # where the task was suspended before the step (it resumed there)
 
 
 def suspended_at(coro: Any, depth: int = 3) -> str:
@@ -44,6 +45,13 @@ def describe(handle: asyncio.Handle) -> str:
     return repr(handle)[:120]
 
 
+def resumed_at(handle: asyncio.Handle) -> str:
+    """Where the task a handle steps is suspended now, so where the step resumes it ("" for a
+    plain callback): with `describe` after the step, the span of code the step ran."""
+    task = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+    return suspended_at(task.get_coro(), depth=4) if isinstance(task, asyncio.Task) else ""
+
+
 @dataclass
 class StepTimer:
     """Records every step longer than `threshold_s` while `measuring()` says so (see the module doc)."""
@@ -58,11 +66,12 @@ class StepTimer:
         timer = self
 
         def _run(handle: asyncio.Handle) -> None:
+            began = resumed_at(handle) if timer.measuring() else ""
             wall, cpu = time.perf_counter(), time.thread_time()
             original(handle)
             took = time.perf_counter() - wall
             if took > timer.threshold_s and timer.measuring():
-                timer.steps.append(Step(took * 1000, (time.thread_time() - cpu) * 1000, describe(handle)))
+                timer.steps.append(Step(took * 1000, (time.thread_time() - cpu) * 1000, describe(handle), began))
 
         asyncio.events.Handle._run = _run  # type: ignore[method-assign,assignment]
 
@@ -74,7 +83,10 @@ class StepTimer:
     def report(self, n: int = 12) -> list[str]:
         """The `n` longest steps by wall time, then how many there were in all."""
         longest = sorted(self.steps, key=lambda s: -s.wall_ms)[:n]
-        lines = [f"  wall {s.wall_ms:6.1f} ms, cpu {s.cpu_ms:6.1f} ms  {s.what}" for s in longest]
+        lines = [
+            f"  wall {s.wall_ms:6.1f} ms, cpu {s.cpu_ms:6.1f} ms  {s.what}" + (f" from [{s.began}]" if s.began else "")
+            for s in longest
+        ]
         computing = sum(1 for s in self.steps if s.cpu_ms >= 0.8 * s.wall_ms)
         lines.append(
             f"  {len(self.steps)} steps over {self.threshold_s * 1000:.0f} ms, {computing} of them computing "
