@@ -19,6 +19,8 @@ import gc
 import time
 from collections.abc import Callable
 
+from lagd.turns import Turn, plain_turn
+
 # Young-generation threshold of the automatic collector. Ingest allocates a few short-lived
 # objects per record (decoded fields, events, batches), freed by reference counting; the
 # default (700) runs a collection every few hundred records, a fifth of catch-up's CPU. Higher
@@ -62,12 +64,15 @@ async def pace(
     middle_every_s: float = MIDDLE_EVERY_S,
     full_every_s: float = FULL_EVERY_S,
     clock: Callable[[], float] = time.monotonic,
+    turn: Turn = plain_turn,
 ) -> None:
-    """Collect on the loop's clock until cancelled (see the module doc)."""
+    """Collect on the loop's clock until cancelled (see the module doc). `turn` is taken before
+    each collection (lagd.turns): requests waiting then go first."""
     start = clock()
     middle_at, full_at = start + middle_every_s, start + full_every_s
     while True:
         await asyncio.sleep(young_every_s)
+        await turn()
         now = clock()
         generation = due_generation(now, middle_at, full_at)
         gc.collect(generation)

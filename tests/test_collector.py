@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from lagd import collector
+from lagd.turns import Turns
 
 
 def test_tune_makes_young_collections_rarer_and_leaves_full_ones_to_the_pacer() -> None:
@@ -141,3 +142,18 @@ async def test_pace_frees_cyclic_garbage_with_the_automatic_collector_off(collec
     with pytest.raises(asyncio.CancelledError):
         await task
     assert gone() is None and seen[0] == 0
+
+
+async def test_pace_lets_a_waiting_request_go_before_it_collects(collections: Collections) -> None:
+    turns = Turns(max_wait_s=60.0)
+    turns.arrived()  # a request parsed, its handler not started
+    task = asyncio.create_task(collector.pace(0.0, turn=turns.turn))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert collections.seen == []  # it waits for the request's handler before collecting
+    turns.started()
+    seen = await collections.wait_for(1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen[0] == 0

@@ -191,11 +191,12 @@ async def collect_while_a_request_waits(flush_max_changes: int) -> tuple[bool, i
 
 
 async def test_the_persister_waits_for_requests_while_it_keeps_up_and_not_once_it_is_behind() -> None:
-    # keeping up: the changes are within two flushes' worth, so its slices wait for the request
+    # keeping up: the changes are within KEEPING_UP_FLUSHES flushes' worth, so its slices wait
     finished, taken = await collect_while_a_request_waits(flush_max_changes=20_000)
     assert not finished and taken == persister.DRAIN_SLICE * 2 + 5
-    # behind: more than two flushes' worth waits, so it takes its turns at once
-    finished, taken = await collect_while_a_request_waits(flush_max_changes=500)
+    # behind: more than that waits (2,005 changes, 5 x 300), so it takes its turns at once
+    assert persister.KEEPING_UP_FLUSHES * 300 < persister.DRAIN_SLICE * 2 + 5
+    finished, taken = await collect_while_a_request_waits(flush_max_changes=300)
     assert finished and taken == persister.DRAIN_SLICE * 2 + 5
 
 
@@ -218,8 +219,10 @@ async def apply_while_a_request_waits(batches: int) -> int:
 
 
 async def test_apply_waits_for_requests_while_it_keeps_up_and_not_with_batches_queued_behind() -> None:
-    # one batch: its first slice, then the request goes first
-    assert await apply_while_a_request_waits(1) == daemon.APPLY_SLICE
-    # two or more batches queued behind the one applied: apply has fallen behind and takes its
-    # turns at once (the first two of four whole); with one behind it, the request goes first again
-    assert await apply_while_a_request_waits(4) == 2 * 2 * daemon.APPLY_SLICE + daemon.APPLY_SLICE
+    # one batch: the request goes first, before its first slice
+    assert await apply_while_a_request_waits(1) == 0
+    # APPLY_BEHIND_BATCHES or more queued behind the one applied: apply has fallen behind and
+    # takes its turns at once (the first two whole); with fewer behind, the request goes first again
+    behind = daemon.APPLY_BEHIND_BATCHES
+    assert await apply_while_a_request_waits(behind + 2) == 2 * 2 * daemon.APPLY_SLICE
+    assert await apply_while_a_request_waits(behind) == 0

@@ -6,6 +6,7 @@ Pure parts only (State, Evaluator, the feed, a real ReaderProgress); time is inj
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import random
@@ -26,6 +27,7 @@ from lagd.notify import watch as watch_module
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.notify.watch import CATCHING_UP_EVERY_MS, DUTY, VerdictWatch, cluster_member, pause_after, share_wait
+from lagd.turns import Turns
 
 C, T = "prod", "events"
 T0 = 1_700_000_000_000
@@ -280,6 +282,36 @@ async def test_the_time_between_two_passes_is_kept_as_the_cycle(monkeypatch: pyt
     await second.wait()
     task.cancel()
     assert 0.05 + pauses[0] <= watch.cycle_seconds < 5.0
+
+
+async def test_a_pass_waits_for_a_request_that_came_during_the_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the pause between passes (and after a duty wait), the watch takes its turn before
+    judging: a request that came meanwhile goes first (lagd.turns)."""
+    watch, _ = watch_of(healthy_progress(T0 + 59_000), Clock(T0 + 59_000))
+    feed_commits(watch, "g", range(0, 60))
+    turns = Turns(max_wait_s=60.0)
+    watch.turn = turns.turn
+    passes: list[float] = []
+    second = asyncio.Event()
+
+    def paced(every_s: float, elapsed_s: float) -> float:
+        passes.append(elapsed_s)
+        if len(passes) == 1:
+            turns.arrived()  # a request parsed while the watch pauses
+        else:
+            second.set()
+        return 0.0
+
+    monkeypatch.setattr(watch_module, "pause_after", paced)
+    task = asyncio.create_task(watch.run())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert len(passes) == 1  # the second pass waits for the request's handler
+    turns.started()
+    await asyncio.wait_for(second.wait(), 5.0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def first_pass(

@@ -336,8 +336,10 @@ class VerdictWatch:
                         # first after a catch-up judges every group) never holds the loop back
                         # to back while requests wait
                         await asyncio.sleep(share_wait(held, duty))
+                        await self.turn()  # requests that came meanwhile go before the next slice
                         turned = time.perf_counter()
                     mark = turned
             busy += time.perf_counter() - mark
             self.pass_seconds = busy
             await asyncio.sleep(pause_after(every_s, time.perf_counter() - started))
+            await self.turn()  # requests that came meanwhile go before the next pass

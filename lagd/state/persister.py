@@ -180,11 +180,19 @@ def drop_oldest_history(pending: Changes, limit: int) -> int:
     return dropped
 
 
+# Flushes' worth of changes waiting up to which the writes keep up (`keeping_up`). Under 20,000
+# commits/s a second of changes is one flush's worth (flush_max_changes), so at two the persister
+# was often "behind" in the steady state and went ahead of waiting requests; five is still a
+# fifth of the backlog at which apply waits (BACKLOG_FLUSHES).
+KEEPING_UP_FLUSHES = 5
+
+
 def keeping_up(wb: WriteBehind, draining: int = 0) -> bool:
-    """Do the writes keep up (at most two flushes' worth of changes waiting)? Then requests
-    waiting for the loop go before the persister's next slice (lagd.turns); once it falls
-    behind, it takes its turns at once, so ingest never waits on a persister the API starved."""
-    return wb.pending.size() + draining <= 2 * wb.flush_max_changes
+    """Do the writes keep up (at most KEEPING_UP_FLUSHES flushes' worth of changes waiting)?
+    Then requests waiting for the loop go before the persister's next slice (lagd.turns); once
+    it falls behind, it takes its turns at once, so ingest never waits on a persister the API
+    starved."""
+    return wb.pending.size() + draining <= KEEPING_UP_FLUSHES * wb.flush_max_changes
 
 
 async def collect(wb: WriteBehind) -> None:
