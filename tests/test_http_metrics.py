@@ -78,6 +78,9 @@ def health_context(detail: str = "partition", **http: Any) -> HttpContext:
     ctx.health.counters = {"prod": counters}
     ctx.health.progress = {"prod": progress}
     ctx.health.persister = PersisterStatus(
+        log_appended=900,
+        log_copy_groups_left=7,
+        log_copies=2,
         pending=12,
         write_seconds_last=0.25,
         dropped_history=3,
@@ -188,7 +191,8 @@ async def test_lagd_health_series_exact() -> None:
         "lagd_store_dropped_history_total", "lagd_mqtt_connected", "lagd_mqtt_publish_leader", "lagd_outbox_pending",
         "lagd_mqtt_published_total", "lagd_event_loop_lag_seconds", "lagd_event_loop_stalls_total",
         "lagd_verdict_pass_seconds", "lagd_verdict_cycle_seconds", "lagd_store_backlog_wait_seconds_total",
-        "lagd_store_postgres_requested_checkpoints",
+        "lagd_store_postgres_requested_checkpoints", "lagd_store_window_log_appended_windows",
+        "lagd_store_window_log_copy_groups_left", "lagd_store_window_log_copies_total",
     )} == {
         "lagd_store_pending_changes": 12, "lagd_store_write_seconds": 0.25, "lagd_store_healthy": 0,
         "lagd_store_dropped_history_total": 3, "lagd_mqtt_connected": 1, "lagd_mqtt_publish_leader": 1,
@@ -196,6 +200,8 @@ async def test_lagd_health_series_exact() -> None:
         "lagd_mqtt_published_total": 17, "lagd_event_loop_lag_seconds": 0.07, "lagd_event_loop_stalls_total": 2,
         "lagd_verdict_pass_seconds": 0.125, "lagd_verdict_cycle_seconds": 2.5,
         "lagd_store_backlog_wait_seconds_total": 1.5, "lagd_store_postgres_requested_checkpoints": 4,
+        "lagd_store_window_log_appended_windows": 900, "lagd_store_window_log_copy_groups_left": 7,
+        "lagd_store_window_log_copies_total": 2,
     }  # fmt: skip
     seconds = flat["lagd_evaluation_seconds"]
     assert seconds is not None and seconds >= 0.0

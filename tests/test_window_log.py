@@ -201,6 +201,10 @@ async def test_copies_between_flushes_keep_the_log_bounded_and_the_restore_exact
             assert logged <= 4 * max(state.partitions_tracked(), 600) + 200, step
             copies += wb.window_copy.copied is not None and wb.window_copy.copied != last
             last = wb.window_copy.copied
+            # what /metrics shows of the log
+            assert wb.status.log_copies == copies and wb.status.log_appended == wb.window_copy.appended
+            running = wb.window_copy.generation is not None
+            assert wb.status.log_copy_groups_left == (len(wb.window_copy.groups) if running else 0)
         assert copies >= 3
         completed = query(database_url, "SELECT generation FROM window_generations WHERE completed_at IS NOT NULL")
         assert completed == [(wb.window_copy.copied,)]

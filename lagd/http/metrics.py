@@ -292,6 +292,25 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
         ).add("", int(getattr(st, "quarantined", 0)))
         _Family(
             out,
+            "lagd_store_window_log_appended_windows",
+            "gauge",
+            "Windows appended to the window log since its last copy began; the next copy (which lets the older "
+            "generations go) begins once they reach the windows lagd holds",
+        ).add("", int(getattr(st, "log_appended", 0)))
+        _Family(
+            out,
+            "lagd_store_window_log_copy_groups_left",
+            "gauge",
+            "Groups left to copy in the window log's running copy",
+        ).add("", int(getattr(st, "log_copy_groups_left", 0)))
+        _Family(
+            out,
+            "lagd_store_window_log_copies_total",
+            "counter",
+            "Copies of every window into the window log completed since start (each drops the generations before it)",
+        ).add("", int(getattr(st, "log_copies", 0)))
+        _Family(
+            out,
             "lagd_store_backlog_wait_seconds_total",
             "counter",
             "Time apply waited for Postgres because the write backlog was full: verdicts fell behind the offsets "

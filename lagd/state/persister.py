@@ -46,6 +46,11 @@ class PersisterStatus:
     backlog_wait_seconds: float = 0.0  # time apply waited for Postgres with the backlog full (total)
     requested_checkpoints: int | None = None  # checkpoints Postgres ran on request lately (lagd.state.checkpoints)
     postgres_advice: str | None = None  # what to change in Postgres' WAL settings, while checkpoints come often
+    # the window log (lagd.state.window_log): windows appended since the last copy began (the
+    # next begins once they reach State's), groups left to copy, copies completed since start
+    log_appended: int = 0
+    log_copy_groups_left: int = 0
+    log_copies: int = 0
 
 
 # Flushes' worth of changes that may wait for Postgres beyond the write in progress before apply
@@ -278,6 +283,16 @@ async def copy_windows(wb: WriteBehind, appended: int) -> None:
         return
     copy.appended += appended
     try:
+        await _copy_slice(wb, appended)
+    finally:
+        wb.status.log_appended = copy.appended
+        wb.status.log_copy_groups_left = len(copy.groups) if copy.generation is not None else 0
+
+
+async def _copy_slice(wb: WriteBehind, appended: int) -> None:
+    """`copy_windows`' slice: begin a copy when due, copy the next slice, complete the copy."""
+    store, copy = wb.store, wb.window_copy
+    try:
         if copy.due(store.generation, wb.state.partitions_tracked()):
             # into the generation writes append to unless a copy completed in it (at start, or
             # after a failed copy): a new one only when the older ones are to go
@@ -295,6 +310,7 @@ async def copy_windows(wb: WriteBehind, appended: int) -> None:
             generation = copy.generation
             dropped = await store.complete_generation(generation)
             copy.finish()
+            wb.status.log_copies += 1
             log.debug("window log compacted", generation=generation, dropped_generations=dropped)
     except Exception as exc:
         copy.abandon()
