@@ -794,6 +794,22 @@ async def test_a_takeover_reconciles_every_group_in_slices(
     assert max(len(r) for r in runs) == 1  # never two groups without a turn for the loop between
 
 
+async def record_counting(engine: AsyncEngine, *args: Any) -> dict[str, list[int]]:
+    """`outbox.record(engine, *args)`, and the rows of each INSERT statement it ran, by table."""
+    inserts: dict[str, list[int]] = {}
+
+    def count(conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
+        if statement.startswith("INSERT INTO "):
+            inserts.setdefault(statement.split()[2], []).append(len(params) if executemany else 1)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        await outbox.record(engine, *args)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    return inserts
+
+
 async def test_a_record_of_many_rows_stores_them_all_in_order_a_statement_at_a_time(engine: AsyncEngine) -> None:
     """A takeover's reconcile records a status row per group (10,000 at 1M group-partitions):
     the rows go ROWS_PER_STATEMENT per statement, so the loop runs between them, and are
@@ -806,17 +822,10 @@ async def test_a_record_of_many_rows_stores_them_all_in_order_a_statement_at_a_t
         change = GroupChange("prod", f"g{g:05d}", GroupStatus.ERR, T0)
         events += incidents.apply(change)
         retained.append(outbox.status_row("lagd", change))
-    statements: list[int] = []
-
-    def count(conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
-        if statement.startswith("INSERT INTO outbox"):
-            statements.append(len(params) if executemany else 1)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
-    try:
-        await outbox.record(engine, "prod", events, incidents.save_rows("prod", {outbox.SAVED_BY: "t1"}), retained)
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    inserts = await record_counting(
+        engine, "prod", events, incidents.save_rows("prod", {outbox.SAVED_BY: "t1"}), retained
+    )
+    statements = inserts["outbox"]
     async with engine.connect() as conn:
         topics = (await conn.execute(select(outbox_table.c.topic).order_by(outbox_table.c.id))).scalars().all()
         members = (await conn.execute(select(func.count()).select_from(incident_members))).scalar_one()
@@ -842,22 +851,14 @@ async def test_rows_of_large_json_go_a_bounded_amount_of_text_per_statement(
     sizes = [len(r.payload) for r in retained]
     assert sizes[4] > 4 * sizes[0]
     monkeypatch.setattr(outbox, "TEXT_PER_STATEMENT", 2 * sizes[0] + 10)  # two usual rows a statement
-    statements: list[int] = []
-
-    def count(conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
-        if statement.startswith("INSERT INTO outbox"):
-            statements.append(len(params) if executemany else 1)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
-    try:
-        await outbox.record(engine, "prod", [], incidents.save_rows("prod", {outbox.SAVED_BY: "t1"}), retained)
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    inserts = await record_counting(engine, "prod", [], incidents.save_rows("prod", {outbox.SAVED_BY: "t1"}), retained)
+    statements = inserts["outbox"]
     async with engine.connect() as conn:
         payloads = (await conn.execute(select(outbox_table.c.payload).order_by(outbox_table.c.id))).scalars().all()
         members = (await conn.execute(select(func.count()).select_from(incident_members))).scalar_one()
     assert [p["group"] for p in payloads] == [f"g{g}" for g in range(9)]
     assert [len(p["partitions"]) for p in payloads] == [20] * 4 + [200] + [20] * 4
+    assert len(inserts["incident_members"]) > 1 and sum(inserts["incident_members"]) == 9
     assert members == 9
     # g0 g1 | g2 g3 | g4 (alone: larger than a statement's text) | g5 g6 | g7 g8
     assert statements == [2, 2, 1, 2, 2]
