@@ -94,6 +94,7 @@ class _Shared:
     progress: ReaderProgress
     kip848: ConsumerGroupOwners
     assignment: Assignment
+    keys: CommitKeys  # the offset keys read (codec.CommitKeys), kept across sessions
     next_offsets: dict[int, int] = field(default_factory=dict)
     # the consumer's own positions as last asked (offsets_topic._session), of owned partitions
     asked: dict[int, int] = field(default_factory=dict)
@@ -103,7 +104,6 @@ class _Shared:
     consumer: Any = None
     counters: IngestCounters | None = None
     failed: AssignmentFailed | None = None  # set by a rebalance callback that failed: the session ends
-    keys: CommitKeys = field(default_factory=CommitKeys)  # the offset keys read (codec.CommitKeys)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -216,9 +216,7 @@ async def read_offsets_as_worker(
     warned: set[str] = set()
     await reconnecting(
         lambda: _session(
-            _Shared(
-                cluster, handover, progress, kip848, assignment, applied=applied, put=put, counters=counters, keys=keys
-            ),
+            _Shared(cluster, handover, progress, kip848, assignment, keys, applied=applied, put=put, counters=counters),
             group_id,
             session_timeout_s,
             put,

@@ -292,10 +292,9 @@ async def _session(
     *,
     clock: Clock = wall_ms,
     turn: Turn = plain_turn,
-    keys: CommitKeys | None = None,
+    keys: CommitKeys,
 ) -> None:
     topic = cluster.offsets_topic
-    keys = CommitKeys() if keys is None else keys
     warned = set() if warned is None else warned
     limits = EdgeLimits.for_cluster(cluster) if limits is None else limits
     # Metadata of every topic (the consumer's own covers only what is assigned to it).
@@ -497,11 +496,10 @@ async def _apply_batch(
     *,
     clock: Clock = wall_ms,
     turn: Turn = plain_turn,
-    keys: CommitKeys | None = None,
+    keys: CommitKeys,
 ) -> None:
     """Emit one fetch's events (with positions), then move the reader's own positions on.
     `keys`: the reader's memory of the offset keys it has read (`codec.CommitKeys`)."""
-    keys = CommitKeys() if keys is None else keys
     observed = clock()
     out: list[Event] = []
     advanced: list[tuple[int, int]] = []
