@@ -22,8 +22,8 @@ cache off), interleaved with the code before: at 200 requests/s p99 70-91 ms aga
 (three pairs); at 400/s p99 138 ms against 245 ms, the last commit shown after 0.28 s against 2.8 s.
 At 1M group-partitions (bench_http --phases large), reporting requests when parsed rather than
 built took /lag p50 from 6.9 to 4.4-4.6 ms, and the reader's turns decided by records left
-rather than by a full fetch took p99 from 32 to 20-21 ms in three runs where the loop ran 68-74%
-of a core; in runs where it ran 83-88%, 20.9-31.7 ms.
+rather than by a full fetch took p99 from 32 ms to 19.9-22.0 ms in six of nine runs (the loop
+68-83% of a core) and 25.3-31.7 ms in the other three (80-88%).
 """
 
 from __future__ import annotations
