@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from lagd.evaluate import Evaluator, PartitionVerdict, lagd_fast, native, verdicts
 from lagd.evaluate.lagd_rules import LagdParams
+from lagd.evaluate.snapshot import snapshot_of
 from lagd.model import Commit, GroupMembers, GroupStatus, LogEndSample, PartitionOwner, PartitionStatus
 from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
@@ -363,26 +364,40 @@ def test_hostile_numbers_get_the_pythons_answer(samples: list[tuple[int, int]], 
     assert compiled is None or same(compiled, python), (compiled, python)
 
 
-def _judged_alike(compiled: Evaluator, python: Evaluator, now: int) -> None:
-    """Both evaluators give the same verdict, reasons to the type of every number, and re-check."""
+def _judged_alike(
+    compiled: Evaluator, python: Evaluator, now: int, snapshots: tuple[Evaluator, Evaluator] | None = None
+) -> None:
+    """Both evaluators give the same verdict, reasons to the type of every number, and re-check.
+    With `snapshots` (a twin of each, judging the same groups at the same times only through
+    Evaluator.snapshot): each twin's snapshot is the snapshot of its evaluator's verdict, and it
+    keeps the same since-tracking, facts and re-check."""
     got, want = compiled.group(C, G, now), python.group(C, G, now)
     assert got == want
     assert [repr(p.why) for p in got.partitions] == [repr(p.why) for p in want.partitions]
     assert compiled._due.get((C, G)) == python._due.get((C, G))
     assert compiled._facts == python._facts  # the same facts kept, to the byte
     assert compiled._since == python._since  # and each partition's status since the same time
+    for evaluator, verdict, twin in zip((compiled, python), (got, want), snapshots, strict=True) if snapshots else ():
+        assert twin.snapshot(C, G, now) == snapshot_of(verdict)
+        assert (twin._due.get((C, G)), twin._facts, twin._since) == (
+            evaluator._due.get((C, G)),
+            evaluator._facts,
+            evaluator._since,
+        )
 
 
 def _drive(state: State, settings_: dict[str, float], history: list[Op], rules: str = "lagd") -> None:
     """Apply `history` (test_lagd_fast's operations) to `state`, judging at each evaluation by
     two fast evaluators: one with the compiled code (the judgements `standing` and `fresh`, the
     pass over a topic's partitions), one without."""
-    compiled = Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
-    python = Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
+    compiled, python, *twins = (
+        Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
+        for _ in range(4)
+    )
     assert compiled._judge._cparams is not None
-    python._judge._cparams = None  # the Python judges its kept facts
+    python._judge._cparams = twins[1]._judge._cparams = None  # the Python judges its kept facts
     for now in play(state, history):
-        _judged_alike(compiled, python, now)
+        _judged_alike(compiled, python, now, (twins[0], twins[1]))
 
 
 def _drive_all(rng: random.Random, rules: str = "lagd") -> None:
@@ -540,15 +555,14 @@ def test_the_compiled_pass_judges_every_kind_of_partition_as_the_python(
         "min_history_ms": 20_000,
         "stop_after_ms": rng.choice([40_000, 4_000]),
     }
-    compiled = Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)
-    python = Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)
-    python._judge._cparams = None
+    compiled, python, *twins = (Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_) for _ in range(4))
+    python._judge._cparams = twins[1]._judge._cparams = None
     owners = tuple(
         PartitionOwner(topic, p, f"/10.0.0.{p}", f"consumer-{p}") for topic in ("a", "b") for p in range(0, 10, 3)
     )
     state.apply(GroupMembers(C, G, 1, owners))
     taken = [("a", 1, PartitionStatus.WARN), ("b", 2, PartitionStatus.STOP), ("a", 4, PartitionStatus.WARN)]
-    for evaluator in (compiled, python):
+    for evaluator in (compiled, python, *twins):
         evaluator.take_over(C, G, taken, T0 - 60_000)
     head = {("a", p): 10_000 for p in range(8)} | {("b", p): 10_000 for p in range(5)}
     now = T0
@@ -566,9 +580,9 @@ def test_the_compiled_pass_judges_every_kind_of_partition_as_the_python(
             offset = max(0, min(head.get((topic, p), 10_000), 2**62) - rng.choice([0, 10, 100, 2_000]))
             state.apply(Commit(C, G, topic, p, offset, order, now, now))
         blind = rng.random() < 0.2
-        for evaluator in (compiled, python):
+        for evaluator in (compiled, python, *twins):
             evaluator.blind_since = (lambda cluster, at: at - 30_000) if blind else (lambda cluster, at: None)
-        _judged_alike(compiled, python, now)
+        _judged_alike(compiled, python, now, (twins[0], twins[1]))
     assert {"empty", "caught-up"} <= set(answered), answered
     assert handed, "nothing handed back to the Python"
 
@@ -588,7 +602,7 @@ def _pass_args(n: int = 4) -> dict[str, Any]:
     return {
         "context": evaluator._pass_context,
         "judge": evaluator._judge,
-        "tally": [0, 0, -1, -1, 0, 0.0, 2**63 - 1],
+        "tally": [0, 0, -1, -1, 0, 0.0, 2**63 - 1, 0, 0],
         "topic": "t",
         "start": 0,
         "stop": n,
@@ -672,6 +686,41 @@ def test_the_compiled_pass_refuses_what_it_cannot_read() -> None:
 
     a["owners"] = {DroppingKey(p): None for p in range(4)}
     judge_topic(*a.values())
+
+    a = _pass_args()  # rows: into bytearrays only, whole rows only
+    for rows, seconds in ((b"", bytearray()), (bytearray(), array("d")), (bytearray(b"x"), bytearray())):
+        with pytest.raises(TypeError, match="bytearrays"):
+            judge_topic(*a.values(), rows, seconds, 0)
+    with pytest.raises(TypeError, match="20 with rows"):
+        judge_topic(*a.values(), bytearray())
+
+
+@needs_fit
+def test_the_compiled_pass_writes_rows_instead_of_verdicts() -> None:
+    """With rows (Evaluator.snapshot's call) the pass appends each partition as a snapshot row and
+    its lag in seconds, builds no PartitionVerdict, and keeps the same since-tracking, tally and
+    facts as when it builds verdicts; the tally's last two say which statuses it saw and whether a
+    lag in seconds is a bound."""
+    judge_topic = verdicts.compiled_pass
+    assert judge_topic is not None
+    full, lean = _pass_args(), _pass_args()
+    lean["windows"], lean["log_ends"] = full["windows"], full["log_ends"]  # kept facts name the windows they read
+    rows, seconds = bytearray(), bytearray()
+    assert judge_topic(*full.values()) == 4 and judge_topic(*lean.values(), rows, seconds, 3) == 4
+    assert lean["partitions"] == [] and len(full["partitions"]) == 4
+    assert lean["tally"] == full["tally"] and lean["since"] == full["since"]
+    assert lean["judge"]._new == full["judge"]._new and lean["judge"]._new_ids == full["judge"]._new_ids
+    want = snapshot_of(verdicts.GroupVerdict(C, G, GroupStatus.WARN, 1.0, full["partitions"], 4, None, 0, 0.0, 0))
+    assert want.rows is not None and want.seconds is not None
+    # the snapshot's topic index 0 is this pass's 3
+    assert [(3, *r[1:]) for r in struct.iter_unpack("=5q", want.rows)] == list(struct.iter_unpack("=5q", rows))
+    assert bytes(seconds) == want.seconds
+    statuses = list(PartitionStatus)
+    mask = lean["tally"][7]
+    assert {statuses[k].value for k in range(len(statuses)) if mask >> k & 1} == {
+        p.status.value for p in full["partitions"]
+    }
+    assert lean["tally"][8] == any(p.current_lag > 0 and p.lag_seconds_estimated for p in full["partitions"])
 
 
 @needs_fit

@@ -19,8 +19,7 @@ from structlog.testing import capture_logs
 from bench import bench_quality as quality
 from lagd.config import ClusterSettings, EvaluatorSettings, Settings
 from lagd.core import build_core
-from lagd.evaluate import GroupVerdict
-from lagd.evaluate.snapshot import Snapshots
+from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.notify import watch as watch_module
@@ -210,13 +209,13 @@ def test_while_the_reader_is_behind_a_group_is_judged_again_only_when_its_moment
     change it (here: STOP, a minute after its last commit) or goes back; not at every pass."""
     progress, watch, feed = judged_ok_lagging()
     evaluated = []
-    group = watch.evaluator.group
+    snapshot = watch.evaluator.snapshot
 
-    def counted(c: str, g: str, now: int, *, cache: bool = True) -> GroupVerdict:
+    def counted(c: str, g: str, now: int) -> GroupSnapshot:
         evaluated.append(now)
-        return group(c, g, now, cache=cache)
+        return snapshot(c, g, now)
 
-    watch.evaluator.group = counted  # type: ignore[method-assign]
+    watch.evaluator.snapshot = counted  # type: ignore[method-assign]
     later = T0 + 3_600_000
     watch.state.apply(LogEndSample(C, T, 0, 10_000_000, later))  # records wait; the sampler is fresh
     for k in range(20):  # each second a fetch reads 5 s further, through T0 + 60 s, 65 s, ... 155 s
@@ -383,8 +382,8 @@ async def test_run_hands_the_loop_back_during_a_pass() -> None:
     all_judged = asyncio.Event()
     on_change = watch._on_change
 
-    def noted(verdict: GroupVerdict, now: int) -> None:
-        on_change(verdict, now)
+    def noted(snap: GroupSnapshot, now: int) -> None:
+        on_change(snap, now)
         if len(watch.statuses) == 50:
             all_judged.set()
 
@@ -424,14 +423,14 @@ def test_skipping_groups_that_are_not_due_changes_no_status(
     progress.mark_caught_up()
     watch = VerdictWatch(state, evaluator, settings.clusters, {cluster: progress}, None, lambda: 0)
     judged = 0
-    group = evaluator.group
+    snapshot = evaluator.snapshot
 
-    def counted(c: str, g: str, now: int, *, cache: bool = True) -> GroupVerdict:
+    def counted(c: str, g: str, now: int) -> GroupSnapshot:
         nonlocal judged
         judged += 1
-        return group(c, g, now, cache=cache)
+        return snapshot(c, g, now)
 
-    evaluator.group = counted  # type: ignore[method-assign]
+    evaluator.snapshot = counted  # type: ignore[method-assign]
     seen: list[str] = []
     order = 0
     fed = 0  # seconds in which new commits or samples came

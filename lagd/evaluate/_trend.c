@@ -1110,7 +1110,9 @@ enum {
 };
 
 /* The group summary the pass folds in (verdicts._Tally's order). */
-enum { T_WORST, T_TOTALLAG, T_MAXLAG, T_BEST_LAG, T_FULL, T_MAX_SECONDS, T_RECHECK, T_COUNT };
+/* T_MASK: bit k set where a partition has the k-th status; T_BOUND: 1 where a lagging partition's lag
+ * in seconds is only a bound (what a snapshot says of the group: snapshot.GroupSnapshot). */
+enum { T_WORST, T_TOTALLAG, T_MAXLAG, T_BEST_LAG, T_FULL, T_MAX_SECONDS, T_RECHECK, T_MASK, T_BOUND, T_COUNT };
 
 #define SINCE_SHIFT 8 /* verdicts._SHIFT */
 
@@ -1260,7 +1262,7 @@ static int book_keep(Book *b, PyObject *key, PyObject *packed) {
 /* The group summary as the pass reads it: 1, or 0 where a number is past int64 (hostile lags
  * summed): the Python goes on with it. */
 typedef struct {
-    int64_t worst, totallag, maxlag, best_lag, full, recheck;
+    int64_t worst, totallag, maxlag, best_lag, full, recheck, mask, bound;
     double max_seconds;
 } Tally;
 
@@ -1269,7 +1271,7 @@ static int tally_read(PyObject *list, Tally *t) {
         PyErr_SetString(PyExc_TypeError, "expected the group summary list (verdicts._Tally)");
         return -1;
     }
-    int64_t *ints[] = {&t->worst, &t->totallag, &t->maxlag, &t->best_lag, &t->full, NULL, &t->recheck};
+    int64_t *ints[] = {&t->worst, &t->totallag, &t->maxlag, &t->best_lag, &t->full, NULL, &t->recheck, &t->mask, &t->bound};
     int declined = 0;
     for (int k = 0; k < T_COUNT; k++) {
         PyObject *v = PyList_GET_ITEM(list, k);
@@ -1290,7 +1292,7 @@ static int tally_read(PyObject *list, Tally *t) {
 }
 
 static int tally_write(PyObject *list, const Tally *t) {
-    int64_t ints[] = {t->worst, t->totallag, t->maxlag, t->best_lag, t->full, 0, t->recheck};
+    int64_t ints[] = {t->worst, t->totallag, t->maxlag, t->best_lag, t->full, 0, t->recheck, t->mask, t->bound};
     for (int k = 0; k < T_COUNT; k++) {
         PyObject *v = k == T_MAX_SECONDS ? PyFloat_FromDouble(t->max_seconds) : PyLong_FromLongLong(ints[k]);
         if (v == NULL || PyList_SetItem(list, k, v) < 0)
@@ -1473,14 +1475,39 @@ static int judge_flat(const Partition *x, const Params *p, int64_t now_ms, Py_ss
     return rising ? FLAT_WARN : FLAT_PROGRESSING;
 }
 
+/* A partition as a snapshot row (snapshot.ROW: topic index, partition, current lag, the newest
+ * offset or -1 where the window is not full, status code) and its lag in seconds, appended to
+ * `rows` and `seconds` (bytearrays; -1: an exception is set). */
+#define ROW_INTS 5
+static int append_row(PyObject *rows, PyObject *seconds, int64_t topic_index, int64_t partition, int64_t current_lag,
+                      int64_t end, int64_t code, double lag_s) {
+    int64_t row[ROW_INTS] = {topic_index, partition, current_lag, end, code};
+    return append_bytes(rows, (const char *)row, sizeof row) < 0 ||
+                   append_bytes(seconds, (const char *)&lag_s, sizeof lag_s) < 0
+               ? -1
+               : 0;
+}
+
 static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 17) {
-        PyErr_SetString(PyExc_TypeError, "judge_topic takes 17 arguments");
+    if (nargs != 17 && nargs != 20) {
+        PyErr_SetString(PyExc_TypeError, "judge_topic takes 17 arguments, or 20 with rows");
         return NULL;
     }
     PyObject *ctx = args[0], *judge = args[1], *tally_list = args[2], *topic = args[3], *parts = args[6],
              *log_ends = args[7], *owners = args[8], *partitions = args[11];
+    /* rows: each partition as a snapshot row (append_row) instead of a PartitionVerdict */
+    PyObject *rows = nargs == 20 && args[17] != Py_None ? args[17] : NULL, *row_seconds = NULL;
+    Py_ssize_t topic_index = 0;
+    if (rows != NULL) {
+        row_seconds = args[18];
+        if (!PyByteArray_CheckExact(rows) || !PyByteArray_CheckExact(row_seconds) ||
+            PyByteArray_GET_SIZE(rows) % (ROW_INTS * 8) || as_index(args[19], &topic_index)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "judge_topic: expected rows and seconds as bytearrays");
+            return NULL;
+        }
+    }
     Py_ssize_t start, stop, intervals;
     long long now_ms, judged_at;
     double minimum;
@@ -1565,7 +1592,8 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         goto fail;
     }
     const int64_t mask = (1 << SINCE_SHIFT) - 1;
-    int has_owners = PyDict_GET_SIZE(owners) > 0;
+    int has_owners = rows == NULL && PyDict_GET_SIZE(owners) > 0; /* rows name no owner */
+#define JUDGED() (rows != NULL ? PyByteArray_GET_SIZE(rows) / (ROW_INTS * 8) : PyList_GET_SIZE(partitions))
     /* what an iteration holds: its partition number, window, log end and owner */
 #define LET_GO()                                                                                                       \
     do {                                                                                                               \
@@ -1606,8 +1634,16 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (!full) { /* no commits: OK, complete 0, no lag (Burrow's empty ring) */
             int64_t seen = prior && (prior & mask) == ok_code ? prior >> SINCE_SHIFT : now_ms;
             if (t.best_lag < 0) {
-                t.maxlag = PyList_GET_SIZE(partitions);
+                t.maxlag = JUDGED();
                 t.best_lag = 0;
+            }
+            t.mask |= (int64_t)1 << ok_code;
+            if (rows != NULL) {
+                LET_GO();
+                if (append_row(rows, row_seconds, topic_index, k, 0, -1, ok_code, 0.0) < 0)
+                    goto fail;
+                since_v[k] = (int64_t)((uint64_t)seen << SINCE_SHIFT) | ok_code;
+                continue;
             }
             verdict = verdict_of(type, offsets, topic, key, ok, Py_None, 0, 0.0, owner, no_owner, 0.0, le == NULL,
                                  PyTuple_GET_ITEM(empty, 0), seen, PyTuple_GET_ITEM(empty, 1));
@@ -1746,9 +1782,12 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (n >= intervals)
             t.full++;
         if (current_lag > t.best_lag) {
-            t.maxlag = PyList_GET_SIZE(partitions);
+            t.maxlag = JUDGED();
             t.best_lag = current_lag;
         }
+        t.mask |= (int64_t)1 << code;
+        if (current_lag > 0 && estimated)
+            t.bound = 1;
         if (s.status != ok) {
             Py_ssize_t rank;
             if (as_index(PyTuple_GET_ITEM(ranks, code), &rank))
@@ -1757,6 +1796,17 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
                 t.worst = rank;
         }
         int64_t seen = prior && (prior & mask) == code ? prior >> SINCE_SHIFT : now_ms;
+        if (rows != NULL) {
+            int64_t end = n >= intervals ? x.arr.v[x.arr.n - fields + p.at_offset] : -1;
+            if (append_row(rows, row_seconds, topic_index, k, current_lag, end, code, seconds) < 0)
+                goto fail_partition;
+            since_v[k] = (int64_t)((uint64_t)seen << SINCE_SHIFT) | code;
+            give_back(&x);
+            LET_GO();
+            said_release(&s);
+            Py_XDECREF(packed);
+            continue;
+        }
         entries = entries_of(PyTuple_GET_ITEM(ctx, CTX_ENTRIES), &x.arr, fields);
         if (entries == NULL)
             goto fail_partition;
@@ -1782,6 +1832,7 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
         goto fail;
     }
 #undef LET_GO
+#undef JUDGED
     if (book_save(judge, &b) < 0 || tally_write(tally_list, &t) < 0)
         goto fail;
 out:
@@ -1959,9 +2010,10 @@ static PyMethodDef methods[] = {
      "None where only the Python answers exactly."},
     {"judge_topic", (PyCFunction)(void (*)(void))judge_topic, METH_FASTCALL,
      "judge_topic(context, judge, tally, topic, start, stop, windows, log_ends, owners, since_before, since, "
-     "partitions, now_ms, judged_at, intervals, minimum_complete, lagd) -> int: verdicts.Evaluator._evaluate's loop "
-     "over the partitions start..stop-1 of a topic, under lagd's rules or Burrow's; returns the first it leaves to "
-     "the Python (stop: none)."},
+     "partitions, now_ms, judged_at, intervals, minimum_complete, lagd[, rows, seconds, topic_index]) -> int: "
+     "verdicts.Evaluator._evaluate's loop over the partitions start..stop-1 of a topic, under lagd's rules or "
+     "Burrow's, each a PartitionVerdict appended to partitions, or with rows a snapshot row; returns the first it "
+     "leaves to the Python (stop: none)."},
     {"fit", (PyCFunction)(void (*)(void))fit, METH_FASTCALL,
      "fit(arr, fields, offset_at, ts_at, offsets, ts, run_start, has_coarse, used, tie_s, min_points, z_enter, "
      "z_leave, allowed_lag_seconds, was_behind) -> (trend | None, used) | None: lagd_fast._fit, compiled; None "

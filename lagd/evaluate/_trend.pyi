@@ -85,6 +85,9 @@ def judge_topic(
     intervals: int,
     minimum_complete: float,
     lagd: bool,
+    rows: bytearray | None = None,  # given: each partition a snapshot row (snapshot.ROW), not a verdict
+    seconds: bytearray | None = None,  # with rows: each partition's lag in seconds, a native double
+    topic_index: int = 0,  # with rows: the topic's index in the snapshot's topics
     /,
 ) -> int: ...
 def snapshot_rows(

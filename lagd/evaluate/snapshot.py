@@ -20,15 +20,19 @@ walked at a million group-partitions (bench_http: 58-85 ms in all, every 5 minut
 
 from __future__ import annotations
 
+import dataclasses
+import struct
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TypeAlias
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
 
 from lagd.evaluate import native
-from lagd.evaluate.verdicts import GroupVerdict, PartitionVerdict
 from lagd.model import GroupStatus, PartitionStatus
 from lagd.state.windows import FIELDS, OFFSET
+
+if TYPE_CHECKING:  # verdicts builds snapshots (Rows): it imports this module, not this one it
+    from lagd.evaluate.verdicts import GroupVerdict, PartitionVerdict
 
 _STATUSES = list(PartitionStatus)
 _CODE = {status: i for i, status in enumerate(_STATUSES)}
@@ -40,6 +44,8 @@ _END_AT = FIELDS + OFFSET  # the newest commit's offset in a verdict's entries
 _compiled = native.compiled()
 _snapshot_rows = _compiled.snapshot_rows if _compiled is not None else None
 ROW = 5  # a partition's row: topic index, partition, current lag, newest offset (-1: window not full), status
+_PACK_ROW = struct.Struct(f"={ROW}q").pack
+_PACK_SECONDS = struct.Struct("=d").pack
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,44 @@ class GroupSnapshot:
             b += ROW
 
 
+def not_ok_of(mask: int) -> tuple[str, ...]:
+    """The statuses that are not OK among those whose bit `mask` sets (bit k: the k-th
+    PartitionStatus), sorted by value."""
+    return tuple(sorted(s.value for k, s in enumerate(_STATUS_ORDER) if mask >> k & 1 and s is not PartitionStatus.OK))
+
+
+@dataclass(slots=True)
+class Rows:
+    """A group's partitions as snapshot rows while the evaluator judges them (Evaluator.snapshot):
+    the compiled pass appends each partition's row itself, the Python adds those it judges
+    (`add`), and no PartitionVerdict outlives its partition."""
+
+    rows: bytearray = field(default_factory=bytearray)  # ROW native int64s per partition
+    seconds: bytearray = field(default_factory=bytearray)  # each partition's lag in seconds, a native double
+    topics: list[str] = field(default_factory=list)  # in the order of their rows
+    mask: int = 0  # of the partitions `add` took: bit k where one has the k-th status
+    bound: bool = False  # of those: a lagging partition's lag in seconds is only a bound
+
+    def count(self) -> int:
+        return len(self.rows) // (8 * ROW)
+
+    def add(self, p: PartitionVerdict, topic_index: int) -> None:
+        """The row of a partition the Python judged (what `_read` reads of it)."""
+        end = p.entries[_END_AT] if p.entries is not None and p.complete == 1.0 else -1
+        code = _CODE[p.status]
+        self.rows += _PACK_ROW(topic_index, p.partition, p.current_lag, end, code)
+        self.seconds += _PACK_SECONDS(p.lag_seconds)
+        self.mask |= 1 << code
+        if p.current_lag > 0 and p.lag_seconds_estimated:
+            self.bound = True
+
+    def add_all(self, judged: list[PartitionVerdict], topic_index: int) -> None:
+        """The rows of the partitions the Python judged, whose verdicts are then dropped."""
+        for p in judged:
+            self.add(p, topic_index)
+        judged.clear()
+
+
 def snapshot_of(verdict: GroupVerdict, partitions: bool = True) -> GroupSnapshot:
     """The snapshot of a verdict; `partitions=False` keeps the group's figures only."""
     read = _read_compiled(verdict.partitions, partitions) if _snapshot_rows is not None else None
@@ -142,16 +186,15 @@ def _read(parts: list[PartitionVerdict], partitions: bool) -> _Read:
 
 def _read_compiled(parts: list[PartitionVerdict], partitions: bool) -> _Read | None:
     """The partitions read by the compiled loop, or None where it leaves them to the Python."""
+    from lagd.evaluate.verdicts import PartitionVerdict  # imported here: verdicts imports this module
+
     assert _snapshot_rows is not None
     got = _snapshot_rows(parts, PartitionVerdict, _STATUS_ORDER, array, _END_AT, partitions)
     if got is None:
         return None
     raw_rows, raw_seconds, topics, bound, mask = got
     rows, seconds = (raw_rows, raw_seconds) if partitions else (None, None)
-    not_ok = tuple(
-        sorted(s.value for k, s in enumerate(_STATUS_ORDER) if mask >> k & 1 and s is not PartitionStatus.OK)
-    )
-    return rows, seconds, topics, bound, not_ok
+    return rows, seconds, topics, bound, not_ok_of(mask)
 
 
 # A snapshot as Snapshots keeps it: GroupSnapshot's fields in order, the status as its value.
@@ -207,11 +250,20 @@ class Snapshots:
 
     def put(self, verdict: GroupVerdict) -> GroupSnapshot:
         """Keep the verdict's snapshot (a NOTFOUND verdict drops the group's)."""
-        key = (verdict.cluster, verdict.group)
         if verdict.status is GroupStatus.NOTFOUND:
-            self._by_group.pop(key, None)
+            self._by_group.pop((verdict.cluster, verdict.group), None)
             return snapshot_of(verdict, False)
-        snap = snapshot_of(verdict, self.partitions)
+        return self.keep(snapshot_of(verdict, self.partitions))
+
+    def keep(self, snap: GroupSnapshot) -> GroupSnapshot:
+        """Keep a snapshot the evaluator made (Evaluator.snapshot), without its partitions where
+        they are not kept; a NOTFOUND one drops the group's."""
+        key = (snap.cluster, snap.group)
+        if snap.status is GroupStatus.NOTFOUND:
+            self._by_group.pop(key, None)
+            return snap
+        if not self.partitions and snap.rows is not None:
+            snap = dataclasses.replace(snap, topics=(), rows=None, seconds=None)
         self._by_group[key] = _keep(snap)
         return snap
 

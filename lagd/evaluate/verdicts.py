@@ -40,6 +40,7 @@ from lagd.evaluate.rules import (
     SEVERITY,
     judge_flat,
 )
+from lagd.evaluate.snapshot import GroupSnapshot, Rows, not_ok_of
 from lagd.model import GroupStatus, PartitionOwner, PartitionStatus, WindowEntry
 from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 
@@ -209,6 +210,11 @@ def not_found(cluster: str, group: str, now_ms: int) -> GroupVerdict:
     return GroupVerdict(cluster, group, GroupStatus.NOTFOUND, 1.0, [], 0, None, 0, 0.0, now_ms)
 
 
+def not_found_snapshot(cluster: str, group: str, now_ms: int) -> GroupSnapshot:
+    """The snapshot of `not_found`'s verdict."""
+    return GroupSnapshot(cluster, group, GroupStatus.NOTFOUND, 1.0, 0, 0, 0.0, False, now_ms, (), (), b"", b"")
+
+
 class Evaluator:
     def __init__(
         self,
@@ -282,19 +288,39 @@ class Evaluator:
             if due is None or due[2] <= self._as_of(cluster, now_ms) < due[1]:
                 return cached.verdict
         self._evict(now_ms)
-        last = self.state.last_commit(cluster, group)
-        if last is None or last < now_ms - self.state.expire_group_ms:
-            self._cache.pop(key, None)
-            self._since.pop(key, None)
-            self._facts.pop(key, None)
-            self._due.pop(key, None)
+        verdict = self._judged(cluster, group, now_ms, version, None)
+        if not isinstance(verdict, GroupVerdict):
             return not_found(cluster, group, now_ms)
-        self._judge.begin(self._facts.get(key))
-        verdict, since, recheck, judged_at = self._evaluate(cluster, group, now_ms, self._since.get(key) or {})
-        self._due[key] = (version, recheck, judged_at)
         self._cache.pop(key, None)
         if cache and self.cache_ttl_ms > 0:  # with the cache off nothing is kept, nor evicted again
             self._cache[key] = _Cached(version, now_ms, verdict)
+        return verdict
+
+    def snapshot(self, cluster: str, group: str, now_ms: int) -> GroupSnapshot:
+        """The group judged anew, as a snapshot (what the verdict watch and the list pages keep):
+        its partitions become rows as they are judged, and no PartitionVerdict is built where the
+        compiled pass judges them, which at a million group-partitions was most of the watch's
+        pass (two objects per partition built, then read into rows and freed). Judged as `group`
+        judges (the same since-tracking, kept facts and stamp), leaving the verdict cache alone."""
+        snap = self._judged(cluster, group, now_ms, self.state.group_version(cluster, group), Rows())
+        if not isinstance(snap, GroupSnapshot):
+            return not_found_snapshot(cluster, group, now_ms)
+        return snap
+
+    def _judged(
+        self, cluster: str, group: str, now_ms: int, version: int, rows: Rows | None
+    ) -> GroupVerdict | GroupSnapshot | None:
+        """Judge the group anew, as a verdict, or as a snapshot into `rows`, keeping since when
+        each partition holds its status, the facts of its trends and the stamp; None (all of it
+        dropped) where the group is unknown or expired."""
+        key = (cluster, group)
+        last = self.state.last_commit(cluster, group)
+        if last is None or last < now_ms - self.state.expire_group_ms:
+            self.forget(cluster, group)
+            return None
+        self._judge.begin(self._facts.get(key))
+        judged, since, recheck, judged_at = self._evaluate(cluster, group, now_ms, self._since.get(key) or {}, rows)
+        self._due[key] = (version, recheck, judged_at)
         self._since[key] = since
         kept = self._judge.kept()
         if kept:
@@ -302,7 +328,7 @@ class Evaluator:
         else:
             self._facts.pop(key, None)
         self._judge.begin(None)  # hold no group's facts twice
-        return verdict
+        return judged
 
     def take_over(
         self, cluster: str, group: str, partitions: Iterable[tuple[str, int, PartitionStatus]], since_ms: int
@@ -373,7 +399,9 @@ class Evaluator:
         group: str,
         now_ms: int,
         since_before: Since,
-    ) -> tuple[GroupVerdict, Since, int, int]:
+        rows: Rows | None = None,
+    ) -> tuple[GroupVerdict | GroupSnapshot, Since, int, int]:
+        """Judge every partition of the group: a verdict, or with `rows` a snapshot (see `snapshot`)."""
         state = self.state
         windows = state.group_windows(cluster, group) or {}
         owners = state.group_owners(cluster, group)
@@ -384,9 +412,15 @@ class Evaluator:
         # worst rank, the total lag, where the partition with the highest lag is and its lag, how
         # many windows are full, the highest lag in seconds and the earliest re-check due. A list
         # in this order (as _trend.judge_topic reads and writes it): a pass per topic updates it.
-        tally: list[Any] = [0, 0, -1, -1, 0, 0.0, NEVER]
+        # Then, of the partitions the compiled pass judged, a bit per status held (bit k: the k-th)
+        # and whether a lagging one's lag in seconds is only a bound.
+        tally: list[Any] = [0, 0, -1, -1, 0, 0.0, NEVER, 0, 0]
         compiled = self._compiled_pass()
+        judged = partitions  # where the Python's verdicts go: with rows, each becomes a row (`_rows_of`)
         for topic in sorted(windows):
+            if rows is not None:  # the topic is listed once it has rows, at this index
+                topic_index, had = len(rows.topics), rows.count()
+                judged = []
             parts = windows[topic]
             log_ends = state.topic_log_ends(cluster, topic)
             self._judge.topic(topic)
@@ -414,13 +448,18 @@ class Evaluator:
             since[topic] = since_t
             if compiled is None or type(ids) is not range:
                 self._judge_partitions(
-                    tally, topic, ids, parts, log_ends, owners, get_since, since_t, partitions, now_ms, judged_at
+                    tally, topic, ids, parts, log_ends, owners, get_since, since_t, judged, now_ms, judged_at
                 )
+                if rows is not None:
+                    rows.add_all(judged, topic_index)
+                    if rows.count() > had:
+                        rows.topics.append(topic)
                 continue
             # The compiled pass judges the partitions it can answer exactly as the Python, and
             # hands each other one back for the Python to judge (a coarse-tier read, a window
             # below minimum-complete, numbers past int64 or a double's exact range).
             k, stop = 0, len(ids)
+            lean = () if rows is None else (rows.rows, rows.seconds, topic_index)
             while k < stop:
                 k = compiled(
                     self._pass_context,
@@ -440,13 +479,37 @@ class Evaluator:
                     state.intervals,
                     self.minimum_complete,
                     self.rules == "lagd",
+                    *lean,
                 )
                 if k < stop:
                     self._judge_partitions(
-                        tally, topic, (k,), parts, log_ends, owners, get_since, since_t, partitions, now_ms, judged_at
+                        tally, topic, (k,), parts, log_ends, owners, get_since, since_t, judged, now_ms, judged_at
                     )
+                    if rows is not None:
+                        rows.add_all(judged, topic_index)
                     k += 1
-        worst, totallag, maxlag, _, full, max_seconds, recheck = tally
+            if rows is not None and rows.count() > had:
+                rows.topics.append(topic)
+        worst, totallag, maxlag, _, full, max_seconds, recheck, mask, bound = tally
+        kept: Since = {topic: s.tobytes() if isinstance(s, array) else s for topic, s in since.items()}
+        if rows is not None:
+            count = rows.count()
+            snap = GroupSnapshot(
+                cluster,
+                group,
+                _WORST[worst],
+                full / count if count else 0.0,
+                count,
+                totallag,
+                max_seconds,
+                bool(bound) or rows.bound,
+                now_ms,
+                not_ok_of(mask | rows.mask),
+                tuple(rows.topics),
+                bytes(rows.rows),
+                bytes(rows.seconds),
+            )
+            return snap, kept, recheck, judged_at
         count = len(partitions)
         verdict = GroupVerdict(
             cluster,
@@ -460,7 +523,6 @@ class Evaluator:
             max_seconds,
             now_ms,
         )
-        kept: Since = {topic: s.tobytes() if isinstance(s, array) else s for topic, s in since.items()}
         return verdict, kept, recheck, judged_at
 
     def _compiled_pass(self) -> Callable[..., int] | None:
@@ -491,8 +553,8 @@ class Evaluator:
         judged_at: int,
     ) -> None:
         """Judge the partitions `ids` of `topic` in Python, appending their verdicts to
-        `partitions`, their statuses to `since_t` and folding them into `tally`."""
-        worst, totallag, maxlag, best_lag, full, max_seconds, recheck = tally
+        `partitions`, their statuses to `since_t` and folding them into `tally` (its first seven)."""
+        worst, totallag, maxlag, best_lag, full, max_seconds, recheck = tally[:7]
         intervals = self.state.intervals
         allowed = self.allowed_lag
         minimum = self.minimum_complete
@@ -625,4 +687,4 @@ class Evaluator:
                     rule,
                 )
             )
-        tally[:] = [worst, totallag, maxlag, best_lag, full, max_seconds, recheck]
+        tally[:7] = [worst, totallag, maxlag, best_lag, full, max_seconds, recheck]

@@ -22,11 +22,11 @@ from typing import Any
 
 from lagd import logs
 from lagd.config import ClusterSettings
-from lagd.evaluate import Evaluator, GroupVerdict
+from lagd.evaluate import Evaluator
 from lagd.evaluate.sight import ClusterSight, judge_sight
-from lagd.evaluate.snapshot import Snapshots
+from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.evaluate.verdicts import Stamp
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.model import GroupStatus, PartitionOwner, PartitionStatus
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.slices import SLICE_S
@@ -57,28 +57,40 @@ def cluster_member(cluster: str) -> str:
     return f"cluster:{cluster}"
 
 
-def _not_ok_hash(verdict: GroupVerdict) -> int:
-    """A hash of the (topic, partition, status) of the verdict's partitions that are not OK, 0
-    when all are (a group judged OK has none)."""
-    if verdict.status is GroupStatus.OK:
-        return 0
+def _not_ok(snap: GroupSnapshot) -> list[tuple[str, int, PartitionStatus]]:
+    """The (topic, partition, status) of the group's partitions that are not OK, in its order
+    (none where the group is OK: not one of its partitions is then)."""
+    if snap.status is GroupStatus.OK or not snap.not_ok:
+        return []
     ok = PartitionStatus.OK
-    bad = tuple((p.topic, p.partition, p.status) for p in verdict.partitions if p.status is not ok)
+    topics = snap.topics
+    return [(topics[t], p, status) for t, p, _, _, status, _ in snap.partition_values() if status is not ok]
+
+
+def _not_ok_hash(snap: GroupSnapshot) -> int:
+    """A hash of the (topic, partition, status) of the group's partitions that are not OK, 0
+    when all are (a group judged OK has none)."""
+    bad = tuple(_not_ok(snap))
     return hash(bad) if bad else 0
 
 
-def group_change(verdict: GroupVerdict, at: int) -> GroupChange:
-    """The notifier's view of a group verdict: its status and its non-OK partitions."""
-    bad = [p for p in verdict.partitions if p.status is not PartitionStatus.OK]
+def group_change(snap: GroupSnapshot, owners: Mapping[tuple[str, int], PartitionOwner], at: int) -> GroupChange:
+    """The notifier's view of a group's judgement: its status and its non-OK partitions, each
+    with the host that owns it (from `owners`, the group's members: lagd.state State.group_owners)."""
+    bad = [(topic, p, status.value, _host(owners.get((topic, p)))) for topic, p, status in _not_ok(snap)]
     return GroupChange(
-        cluster=verdict.cluster,
-        group=verdict.group,
-        status=verdict.status,
+        cluster=snap.cluster,
+        group=snap.group,
+        status=snap.status,
         at=at,
-        partitions=tuple((p.topic, p.partition, p.status.value, p.owner) for p in bad),  # plain strs: PartitionInfo
-        topics=tuple(sorted({p.topic for p in bad})),
-        hosts=tuple(sorted({p.owner for p in bad if p.owner})),
+        partitions=tuple(bad),  # plain strs: PartitionInfo
+        topics=tuple(sorted({topic for topic, _, _, _ in bad})),
+        hosts=tuple(sorted({host for _, _, _, host in bad if host})),
     )
+
+
+def _host(owner: PartitionOwner | None) -> str:
+    return owner.host if owner is not None else ""
 
 
 def share_wait(held_s: float, duty: float) -> float:
@@ -262,30 +274,34 @@ class VerdictWatch:
                 if key in self.statuses and not evaluator.changed(cluster, group, self.stamps.get(key), now):
                     yield 0  # nothing it depends on changed: its status stands
                     continue
-                verdict = evaluator.group(cluster, group, now, cache=False)
+                snap = evaluator.snapshot(cluster, group, now)  # no verdict objects: rows (lagd.evaluate.snapshot)
                 self.stamps[key] = evaluator.stamp(cluster, group)
                 if self.snapshots is not None:
-                    self.snapshots.put(verdict)
-                if self.statuses.get(key) != verdict.status:
-                    self.statuses[key] = verdict.status
-                    self._on_change(verdict, now)
+                    self.snapshots.keep(snap)
+                if self.statuses.get(key) != snap.status:
+                    self.statuses[key] = snap.status
+                    self._on_change(snap, now)
                     yield 1
                 else:
-                    if self.changes is not None and self._partitions_due(key, verdict, now):
-                        self.changes.put_nowait(group_change(verdict, now))  # the same status, other partitions
+                    if self.changes is not None and self._partitions_due(key, snap, now):
+                        self.changes.put_nowait(self._change(snap, now))  # the same status, other partitions
                     yield 0
         for key in [k for k in self.statuses if k not in seen and k[0] not in skipped]:
             self._forget(key)
-            self._on_change(self.evaluator.group(key[0], key[1], now), now)  # NOTFOUND: resolves its incidents
+            self._on_change(self.evaluator.snapshot(key[0], key[1], now), now)  # NOTFOUND: resolves its incidents
             yield 1
         if self.changes is not None and not skipped:
             self.changes.mark_complete("groups")
 
-    def _partitions_due(self, key: tuple[str, str], verdict: GroupVerdict, now: int) -> bool:
+    def _change(self, snap: GroupSnapshot, now: int) -> GroupChange:
+        """The group's change as offered to the notifier, with the owners of its partitions."""
+        return group_change(snap, self.state.group_owners(snap.cluster, snap.group), now)
+
+    def _partitions_due(self, key: tuple[str, str], snap: GroupSnapshot, now: int) -> bool:
         """Is a change of the partitions that are not OK, under the same group status, to be
         offered now? At most once every PARTITIONS_EVERY_MS a group (noted as offered); until
         then the group is judged again at every pass, so the change is offered once it may be."""
-        not_ok = _not_ok_hash(verdict)
+        not_ok = _not_ok_hash(snap)
         kept = self.not_ok.get(key)
         if not_ok == (kept[0] if kept is not None else 0):
             return False
@@ -301,12 +317,12 @@ class VerdictWatch:
         else:
             self.not_ok.pop(key, None)
 
-    def _on_change(self, verdict: GroupVerdict, now: int) -> None:
-        self.state.record_status(verdict.cluster, verdict.group, verdict.status.value, now)
+    def _on_change(self, snap: GroupSnapshot, now: int) -> None:
+        self.state.record_status(snap.cluster, snap.group, snap.status.value, now)
         if self.changes is not None:
-            self._offered((verdict.cluster, verdict.group), _not_ok_hash(verdict), now)
+            self._offered((snap.cluster, snap.group), _not_ok_hash(snap), now)
             # coalesced per group: bounded by the number of groups, never dropped
-            self.changes.put_nowait(group_change(verdict, now))
+            self.changes.put_nowait(self._change(snap, now))
 
     async def run(self, every_s: float = SCAN_EVERY_S, slice_s: float = SLICE_S, duty: float = DUTY) -> None:
         """A pass every `every_s`, handing the loop back every `slice_s` of work, so HTTP and
