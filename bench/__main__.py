@@ -78,6 +78,12 @@ BENCHES = (
         "the notifier's incident engine with one cluster-wide incident of 1,000 to 10,000 groups: time per change "
         "flat as the groups grow (context, issue 13: work that grows with the groups is incremental)",
     ),
+    Bench(
+        "watch",
+        "the verdict watch's pass over 2,000 groups x 100 partitions, every group changed since the last: CPU "
+        "per group as it judges now (Evaluator.snapshot) and as before (a GroupVerdict, then its snapshot), side "
+        "by side (context, issue 13: how late a status change is noticed at scale)",
+    ),
     Bench("replay", "replay of a 1-hour 8-partition trace: well under 1 s per group (issue 11)"),
     Bench(
         "quality",

@@ -8,8 +8,9 @@ published for a worker taking the group over then name them. It
 also judges whether lagd sees each cluster (lagd.evaluate.sight): while blind, the
 evaluator holds time-driven verdicts as of the moment lagd last saw the cluster, and the
 cluster itself becomes one incident member (`cluster:<name>`, ERR while unreachable).
-It keeps a snapshot of every verdict it judges for the pages that list every group
-(lagd.evaluate.snapshot), so they need not judge every group per request.
+It judges each group into a snapshot (Evaluator.snapshot: no verdict objects per partition),
+which it keeps for the pages that list every group (lagd.evaluate.snapshot), so they need not
+judge every group per request; the partitions not OK it offers to the notifier are read from it.
 """
 
 from __future__ import annotations
