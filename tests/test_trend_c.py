@@ -687,6 +687,11 @@ def test_the_compiled_pass_refuses_what_it_cannot_read() -> None:
     a["owners"] = {DroppingKey(p): None for p in range(4)}
     judge_topic(*a.values())
 
+    a = _pass_args()  # a LogEnd missing a field: read by name, which raises as the Python would
+    del next(iter(a["log_ends"].values())).coarse_ts
+    with pytest.raises(AttributeError, match="coarse_ts"):
+        judge_topic(*a.values())
+
     a = _pass_args()  # rows: into bytearrays only, whole rows only
     for rows, seconds in ((b"", bytearray()), (bytearray(), array("d")), (bytearray(b"x"), bytearray())):
         with pytest.raises(TypeError, match="bytearrays"):

@@ -430,8 +430,8 @@ class Evaluator:
             # A hostile partition number must not make the evaluator build millions of slots:
             # past MAX_PADDING beyond the sampled count, committed partitions are listed alone.
             if log_ends:
-                top = max(max(log_ends), max(parts, default=-1))
                 known = max(log_ends) + 1
+                top = max(known - 1, max(parts, default=-1))
                 if top < known + MAX_PADDING:
                     ids: Sequence[int] = range(top + 1)
                 else:
