@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from lagd.evaluate import Evaluator, GroupVerdict
-from lagd.evaluate.snapshot import Snapshots, snapshot_of
+from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
 from lagd.http import metrics, page
 from lagd.http.app import CTX, HttpContext
 from lagd.ingest.progress import ReaderProgress
@@ -36,13 +36,18 @@ def watched(ctx: HttpContext, partitions: bool = True) -> VerdictWatch:
 def counting(evaluator: Evaluator) -> list[str]:
     """The groups `evaluator` judges from now on, in order."""
     judged: list[str] = []
-    group = evaluator.group
+    group, snapshot = evaluator.group, evaluator.snapshot
 
     def counted(c: str, g: str, now: int, *, cache: bool = True) -> GroupVerdict:
         judged.append(g)
         return group(c, g, now, cache=cache)
 
+    def counted_snapshot(c: str, g: str, now: int) -> GroupSnapshot:
+        judged.append(g)
+        return snapshot(c, g, now)
+
     evaluator.group = counted  # type: ignore[method-assign]
+    evaluator.snapshot = counted_snapshot  # type: ignore[method-assign]
     return judged
 
 

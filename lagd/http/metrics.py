@@ -21,7 +21,7 @@ from aiohttp import web
 
 from lagd import logs
 from lagd.evaluate import Evaluator
-from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
+from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.http.app import CTX, Health, HttpContext
 from lagd.ingest.validate import REASONS as REJECT_REASONS
 from lagd.model import GroupStatus
@@ -91,17 +91,18 @@ def group_snapshots(
     state: State, evaluator: Evaluator, snapshots: Snapshots | None, now_ms: int, cluster: str | None = None
 ) -> Iterator[GroupSnapshot]:
     """Every known group's snapshot (of `cluster`, or of all), NOTFOUND left out: the one the
-    verdict watch keeps where it has judged the group; else the group is judged now, its
-    snapshot kept for the next page (until the watch judges it), and its verdict left out of
-    the response cache (see Evaluator.group)."""
+    verdict watch keeps where it has judged the group; else the group is judged now into a
+    snapshot (Evaluator.snapshot: no verdict, nothing in the response cache), kept for the next
+    page until the watch judges it."""
     for name in list(state.clusters()) if cluster is None else [cluster]:
         for group in list(state.groups(name)):  # groups may come and go between slices
             snap = snapshots.get(name, group) if snapshots is not None else None
             if snap is None:
-                v = evaluator.group(name, group, now_ms, cache=False)
-                if v.status is GroupStatus.NOTFOUND:
+                snap = evaluator.snapshot(name, group, now_ms)
+                if snap.status is GroupStatus.NOTFOUND:
                     continue
-                snap = snapshots.put(v) if snapshots is not None else snapshot_of(v)
+                if snapshots is not None:
+                    snap = snapshots.keep(snap)
             yield snap
 
 
