@@ -32,7 +32,8 @@ the measured duration (per-partition series: 400,000 of them, about 45 MB), time
 Meanwhile a task in the daemon's loop sleeps 5 ms in a loop and
 records how late it wakes: the longest overshoot during the measured duration is the
 longest event-loop stall; it also reads the verdict watch's `cycle_seconds` (the time between
-two passes' starts, lagd_verdict_cycle_seconds), which says how late a status change is
+two passes' starts, lagd_verdict_cycle_seconds; with the time the pass before held the loop,
+`pass_seconds`), which says how late a status change is
 noticed under this load: the price of the watch's duty (lagd.notify.watch.DUTY). After the clients stop, the time until the feeder's last commit
 shows in /v3/kafka/bench/consumer/<group> says whether ingest kept up.
 
@@ -361,6 +362,7 @@ class Probe:
     # at each probe while measuring (lagd_verdict_cycle_seconds: how late a status change shows)
     watch: Any = None
     cycles: list[float] = field(default_factory=list)
+    held: list[float] = field(default_factory=list)  # the time each pass before them held the loop (pass_seconds)
     stacks: collections.Counter[str] | None = None
     beat: float = field(default_factory=time.perf_counter)
 
@@ -387,6 +389,7 @@ class Probe:
                 cycle = getattr(self.watch, "cycle_seconds", 0.0)
                 if cycle and (not self.cycles or self.cycles[-1] != cycle):
                     self.cycles.append(cycle)
+                    self.held.append(getattr(self.watch, "pass_seconds", 0.0))
 
     def _sample(self, loop_thread: int) -> None:
         assert self.stacks is not None
@@ -698,7 +701,9 @@ client-id = "lagd-bench-{tag}"
     print(
         f"{label}: verdict watch: {len(cycles)} passes began while measuring, one every "
         f"{pct(cycles, 0.5) if cycles else 0:.1f} s (median), longest {r['cycle_max']:.1f} s: how late a "
-        f"status change is noticed (the watch takes at most {DUTY:.0%} of a busy loop: lagd.notify.watch.DUTY)"
+        f"status change is noticed (the watch takes at most {DUTY:.0%} of a busy loop: lagd.notify.watch.DUTY); "
+        f"the pass before each held the loop {pct(sorted(probe.held), 0.5) if probe.held else 0:.2f} s "
+        "(median: its slices' wall time, lagd_verdict_pass_seconds)"
     )
     print(
         f"{label}: GET /metrics (a Prometheus every {SCRAPE_EVERY_S:.0f} s): "

@@ -10,15 +10,23 @@ Input: `--groups` groups x 100 partitions (10 topics of 100 partitions, each gro
 10 commits per group-partition 20 s apart, 30 log-end samples per topic-partition 10 s apart;
 lagd's rules (the default), state in this process (no broker, no Postgres: this times the
 pass alone; bench_http runs it inside the whole daemon). After a first pass (every trend
-fitted), each round advances the clock 2 s, applies the commits 20,000 a second would bring
-to this many partitions (2% of them a second, each to a random group-partition) and, every
-fifth round, a new log-end sample of every topic-partition (offset-refresh 10 s), then times
-one whole pass (VerdictWatch.scan, CPU time of this process: time.process_time) in two ways
-on two copies of the watch over the same state, interleaved:
+fitted), each round advances the clock, applies commits and log-end samples, then times one
+whole pass (VerdictWatch.scan, CPU time of this process: time.process_time) in two ways on two
+copies of the watch over the same state, interleaved. Two scenarios:
+- "a pass every 2 s" (the watch keeping up): the clock moves 2 s, the commits 20,000 a second
+  would bring to a million group-partitions come, scaled (2% of the group-partitions a second,
+  each to a random one: 4% of them between two passes, so most partitions' trend facts stand),
+  and every fifth round a new log-end sample of every topic-partition (offset-refresh 10 s);
+- "every partition new" (the watch behind, as at a million group-partitions under that load,
+  where a pass starts every 60-75 s: bench_http --duration 60): the clock moves 60 s, every
+  group-partition gets a commit and every topic-partition a sample, so every trend is fitted
+  again;
+and the ways:
 - "snapshot": what the watch runs (Evaluator.snapshot: each partition judged into a row);
 - "verdict": what it ran until 2026-11-29 (Evaluator.group builds a GroupVerdict of
   PartitionVerdicts, then Snapshots.put reads them into rows).
-Figures: CPU per group judged, median and worst over the rounds, each way; then their ratio.
+Figures: CPU per group judged, median and worst over the rounds, each way and scenario; then
+their ratio.
 
 Run: `python -m bench.bench_watch [--groups 2000] [--rounds 10]`. No target of its own
 (issue 13: a commit's effect on a verdict visible within 1 s; the watch's cycle at scale).
@@ -47,6 +55,14 @@ TOPICS = [f"topic-{t}" for t in range(10)]
 PARTITIONS = 100
 SAMPLES = 30
 COMMITS_PER_S = 0.02  # of the group-partitions: 20,000 commits/s at a million
+END_TS = T0 + 10_000 * (SAMPLES - 1)  # the newest sample before the rounds
+LOG_END0 = 10_000 + 100 * (SAMPLES - 1)  # and its offset
+
+
+def log_end(now: int) -> int:
+    """Every topic-partition's log end at `now` during the rounds: one record a second more, as
+    bench_http's feeder appends; consumers commit within 4 records of it (as its commits do)."""
+    return LOG_END0 + (now - END_TS) // 1000
 
 
 def build(groups: int) -> tuple[State, int, int]:
@@ -59,18 +75,17 @@ def build(groups: int) -> tuple[State, int, int]:
                 [10_000 + 100 * i for i in range(SAMPLES)],
                 [T0 + 10_000 * i for i in range(SAMPLES)],
             )
-    end_ts = T0 + 10_000 * (SAMPLES - 1)
     order = 0
     for r in range(10):
-        ts = end_ts - 20_000 * (10 - r)
+        ts = END_TS - 20_000 * (10 - r)
         for g in range(groups):
             topic = TOPICS[g % len(TOPICS)]
             for p in range(PARTITIONS):
                 order += 1
-                offset = 10_000 + 100 * (SAMPLES - 1) - 300 + 30 * r + p % 7
+                offset = LOG_END0 - 300 + 30 * r + p % 7
                 state.apply(Commit(CLUSTER, f"group-{g:05d}", topic, p, offset, order, ts, ts))
         state.discard_changes()
-    return state, end_ts + 1000, order
+    return state, END_TS + 1000, order
 
 
 class VerdictFirst(Evaluator):
@@ -81,7 +96,22 @@ class VerdictFirst(Evaluator):
         return snapshot_of(self.group(cluster, group, now_ms, cache=False))
 
 
-def rounds(state: State, now: int, order: int, groups: int, n: int) -> Iterator[dict[str, float]]:
+def commit_all(state: State, groups: int, now: int, order: int, rng: random.Random) -> int:
+    """A commit to every group-partition and a sample of every topic-partition at `now`; the last order."""
+    for topic in TOPICS:
+        for p in range(PARTITIONS):
+            state.apply(LogEndSample(CLUSTER, topic, p, log_end(now), now))
+    for g in range(groups):
+        topic = TOPICS[g % len(TOPICS)]
+        for p in range(PARTITIONS):
+            order += 1
+            offset = log_end(now) - rng.randrange(4)
+            state.apply(Commit(CLUSTER, f"group-{g:05d}", topic, p, offset, order, now, now))
+    state.discard_changes()
+    return order
+
+
+def rounds(state: State, now: int, order: int, groups: int, n: int, all_new: bool) -> Iterator[dict[str, float]]:
     """CPU seconds per group of each way's pass, round by round (see the module doc)."""
     clock = [now]
     watches = {}
@@ -93,25 +123,35 @@ def rounds(state: State, now: int, order: int, groups: int, n: int) -> Iterator[
         watches[way] = watch
     rng = random.Random(1)
     for r in range(n):
+        if all_new:
+            clock[0] += 60_000
+            order = commit_all(state, groups, clock[0], order, rng)
+            yield timed(watches, clock[0], groups, r)
+            continue
         clock[0] += 2000
         for _ in range(int(groups * PARTITIONS * COMMITS_PER_S * 2)):
             g, p = rng.randrange(groups), rng.randrange(PARTITIONS)
             order += 1
-            offset = 10_000 + 100 * SAMPLES + (clock[0] // 1000) % 1000
+            offset = log_end(clock[0]) - rng.randrange(4)
             state.apply(
                 Commit(CLUSTER, f"group-{g:05d}", TOPICS[g % len(TOPICS)], p, offset, order, clock[0], clock[0])
             )
         if r % 5 == 4:
             for topic in TOPICS:
                 for p in range(PARTITIONS):
-                    state.apply(LogEndSample(CLUSTER, topic, p, 10_000 + 100 * SAMPLES + clock[0] // 100, clock[0]))
+                    state.apply(LogEndSample(CLUSTER, topic, p, log_end(clock[0]), clock[0]))
         state.discard_changes()
-        took = {}
-        for way in ("snapshot", "verdict") if r % 2 else ("verdict", "snapshot"):
-            started = time.process_time()
-            watches[way].scan(clock[0])
-            took[way] = (time.process_time() - started) / groups
-        yield took
+        yield timed(watches, clock[0], groups, r)
+
+
+def timed(watches: dict[str, VerdictWatch], now: int, groups: int, r: int) -> dict[str, float]:
+    """One pass of each watch (which first alternates by round), CPU seconds per group."""
+    took = {}
+    for way in ("snapshot", "verdict") if r % 2 else ("verdict", "snapshot"):
+        started = time.process_time()
+        watches[way].scan(now)
+        took[way] = (time.process_time() - started) / groups
+    return took
 
 
 def main() -> None:
@@ -120,27 +160,31 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     a = ap.parse_args()
     collector.tune()  # the garbage collector's cadence as `lagd run` sets it
-    state, now, order = build(a.groups)
-    gc.collect()
-    gc.freeze()  # the long-lived state, as the daemon freezes it once caught up
-    per: dict[str, list[float]] = {"snapshot": [], "verdict": []}
-    for k, took in enumerate(rounds(state, now, order, a.groups, a.rounds), 1):
-        for way, s in took.items():
-            per[way].append(s)
-        print(
-            f"round {k}/{a.rounds}: snapshot {took['snapshot'] * 1e6:.0f} us, verdict {took['verdict'] * 1e6:.0f} us a group"
-        )
-    for way, label in (
-        ("snapshot", "Evaluator.snapshot, as the watch runs"),
-        ("verdict", "GroupVerdict then its snapshot, as before"),
-    ):
-        xs = per[way]
-        print(
-            f"watch pass over {a.groups:,} groups x {PARTITIONS} partitions, {label}: "
-            f"median {statistics.median(xs) * 1e6:.0f} us, worst {max(xs) * 1e6:.0f} us of CPU a group"
-        )
-    ratio = statistics.median(per["verdict"]) / statistics.median(per["snapshot"])
-    print(f"the watch's pass: {ratio:.2f}x less CPU a group than before (medians)")
+    for all_new, scenario in ((False, "a pass every 2 s"), (True, "every partition new")):
+        state, now, order = build(a.groups)
+        gc.collect()
+        gc.freeze()  # the long-lived state, as the daemon freezes it once caught up
+        per: dict[str, list[float]] = {"snapshot": [], "verdict": []}
+        for k, took in enumerate(rounds(state, now, order, a.groups, a.rounds, all_new), 1):
+            for way, s in took.items():
+                per[way].append(s)
+            print(
+                f"{scenario}, round {k}/{a.rounds}: snapshot {took['snapshot'] * 1e6:.0f} us, "
+                f"verdict {took['verdict'] * 1e6:.0f} us a group"
+            )
+        for way, label in (
+            ("snapshot", "Evaluator.snapshot, as the watch runs"),
+            ("verdict", "GroupVerdict then its snapshot, as before"),
+        ):
+            xs = per[way]
+            print(
+                f"watch pass over {a.groups:,} groups x {PARTITIONS} partitions, {scenario}, {label}: "
+                f"median {statistics.median(xs) * 1e6:.0f} us, worst {max(xs) * 1e6:.0f} us of CPU a group"
+            )
+        ratio = statistics.median(per["verdict"]) / statistics.median(per["snapshot"])
+        print(f"the watch's pass, {scenario}: {ratio:.2f}x less CPU a group than before (medians)")
+        del state
+        gc.unfreeze()
 
 
 if __name__ == "__main__":
