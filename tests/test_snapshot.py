@@ -15,7 +15,7 @@ from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
 from lagd.http import metrics, page
 from lagd.http.app import CTX, HttpContext
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, GroupStatus, LogEndSample
+from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.notify.watch import VerdictWatch
 from lagd.state.windows import State
 from tests.http_state import CLUSTER, GROUPS, NOW, build_context, serve
@@ -49,6 +49,20 @@ def counting(evaluator: Evaluator) -> list[str]:
     evaluator.group = counted  # type: ignore[method-assign]
     evaluator.snapshot = counted_snapshot  # type: ignore[method-assign]
     return judged
+
+
+def test_a_snapshot_names_its_partitions_that_are_not_ok() -> None:
+    """What the verdict watch offers the notifier of a group not OK, read from the rows' status
+    column: the same partitions, in the same order, as the snapshot's partitions say."""
+    ctx = build_context()
+    named = []
+    for group in GROUPS:
+        snap = ctx.evaluator.snapshot(CLUSTER, group, NOW)
+        want = [(p.topic, p.partition, p.status) for p in snap.partitions() if p.status is not PartitionStatus.OK]
+        assert snap.not_ok_partitions() == want
+        assert snapshot_of(ctx.evaluator.group(CLUSTER, group, NOW), partitions=False).not_ok_partitions() == []
+        named += want
+    assert {status for _, _, status in named} >= {PartitionStatus.WARN}, named
 
 
 def test_a_snapshot_holds_what_the_list_pages_show_of_the_verdict() -> None:

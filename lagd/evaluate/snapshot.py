@@ -90,6 +90,21 @@ class GroupSnapshot:
         for t, partition, current_lag, offset, status, lag_s in self.partition_values():
             yield PartitionRow(topics[t], partition, current_lag, offset if offset >= 0 else None, status, lag_s)
 
+    def not_ok_partitions(self) -> list[tuple[str, int, PartitionStatus]]:
+        """The (topic, partition, status) of its partitions that are not OK, in its order (none
+        when kept without partitions). Read from the rows' status column alone: the verdict
+        watch asks it of every group not OK at every pass, where building each partition's
+        values took a sixth of its pass at a million group-partitions (py-spy)."""
+        if not self.not_ok or self.rows is None:
+            return []
+        rows = memoryview(self.rows).cast("q")
+        topics, statuses, ok = self.topics, _STATUSES, _CODE[PartitionStatus.OK]
+        return [
+            (topics[rows[b]], rows[b + 1], statuses[code])
+            for b, code in zip(range(0, len(rows), ROW), rows[ROW - 1 :: ROW], strict=True)
+            if code != ok
+        ]
+
     def partition_values(self) -> Iterator[tuple[int, int, int, int, PartitionStatus, float]]:
         """Its partitions as plain tuples, for `/metrics`' hundreds of thousands of lines: the
         index of the topic in `topics`, partition, current lag, newest offset (-1: the window

@@ -61,11 +61,9 @@ def cluster_member(cluster: str) -> str:
 def _not_ok(snap: GroupSnapshot) -> list[tuple[str, int, PartitionStatus]]:
     """The (topic, partition, status) of the group's partitions that are not OK, in its order
     (none where the group is OK: not one of its partitions is then)."""
-    if snap.status is GroupStatus.OK or not snap.not_ok:
+    if snap.status is GroupStatus.OK:
         return []
-    ok = PartitionStatus.OK
-    topics = snap.topics
-    return [(topics[t], p, status) for t, p, _, _, status, _ in snap.partition_values() if status is not ok]
+    return snap.not_ok_partitions()
 
 
 def _not_ok_hash(snap: GroupSnapshot) -> int:
