@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from lagd.evaluate import Evaluator, GroupVerdict, group_status, lag_seconds, partition_status
 from lagd.evaluate.rules import apply_minimum_complete
+from lagd.evaluate.snapshot import snapshot_of
 from lagd.evaluate.verdicts import PartitionVerdict
 from lagd.model import (
     Commit,
@@ -99,6 +100,25 @@ def test_a_verdict_asked_without_caching_is_not_kept_for_others() -> None:
     assert asked is not scanned and asked.status == scanned.status
     assert ev.group(C, G, 30_002, cache=False) is asked  # a cached one serves both
     assert ev.group(C, G, 30_003) is asked
+
+
+def test_a_snapshot_reads_a_cached_verdict_and_a_judgement_for_it_drops_the_cached_one() -> None:
+    """The verdict watch and the list pages judge through Evaluator.snapshot. A cached verdict that
+    stands serves them as it serves `group(cache=False)`; once a time-driven rule's moment passes,
+    the snapshot is judged anew, and the cached verdict, judged before that moment, is no longer
+    served for the rest of its TTL (the stamp it was reused under is the new judgement's)."""
+    s = State(intervals=3)
+    for i in range(1, 4):  # a consumer 1,000 records behind that stops committing after 30 s
+        s.apply(LogEndSample(C, "a", 0, 1000 * i + 1000, 10_000 * i - 1))
+        s.apply(commit("a", 0, 1000 * i, i, 10_000 * i))
+    ev = Evaluator(s, rules="lagd", cache_ttl_ms=10**9)
+    first = ev.group(C, G, 30_000)
+    assert ev.snapshot(C, G, 30_001) == snapshot_of(first)
+    stop = ev._due[(C, G)][1]  # silent for longer than stop-after: STOP from then on
+    snap = ev.snapshot(C, G, stop)
+    assert (first.status, snap.status, snap.not_ok) == (GroupStatus.OK, GroupStatus.ERR, ("STOP",))
+    later = ev.group(C, G, stop + 1)
+    assert later is not first and (later.status, later.not_ok) == (GroupStatus.ERR, ("STOP",))
 
 
 def test_since_tracks_when_status_was_first_seen() -> None:

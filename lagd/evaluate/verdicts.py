@@ -40,7 +40,7 @@ from lagd.evaluate.rules import (
     SEVERITY,
     judge_flat,
 )
-from lagd.evaluate.snapshot import GroupSnapshot, Rows, not_ok_of
+from lagd.evaluate.snapshot import GroupSnapshot, Rows, not_ok_of, snapshot_of
 from lagd.model import GroupStatus, PartitionOwner, PartitionStatus, WindowEntry
 from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 
@@ -279,30 +279,41 @@ class Evaluator:
         `cache=False` (the verdict scan, which judges every group in turn) leaves the response
         cache alone: holding every group's full verdict for a TTL costs ~700 B per
         group-partition, and the collector's full passes over those objects stall the loop."""
-        key = (cluster, group)
         version = self.state.group_version(cluster, group)
-        cached = self._cache.get(key)
-        if cached is not None and cached.version == version and 0 <= now_ms - cached.at < self.cache_ttl_ms:
-            due = self._due.get(key)
-            # a time-driven rule's moment ends the reuse early, and so does lagd's sight turning blind
-            if due is None or due[2] <= self._as_of(cluster, now_ms) < due[1]:
-                return cached.verdict
+        cached = self._cached(cluster, group, version, now_ms)
+        if cached is not None:
+            return cached
         self._evict(now_ms)
         verdict = self._judged(cluster, group, now_ms, version, None)
         if not isinstance(verdict, GroupVerdict):
             return not_found(cluster, group, now_ms)
-        self._cache.pop(key, None)
         if cache and self.cache_ttl_ms > 0:  # with the cache off nothing is kept, nor evicted again
-            self._cache[key] = _Cached(version, now_ms, verdict)
+            self._cache[(cluster, group)] = _Cached(version, now_ms, verdict)
         return verdict
+
+    def _cached(self, cluster: str, group: str, version: int, now_ms: int) -> GroupVerdict | None:
+        """The cached verdict while it stands: the group's version unchanged, within the TTL, and
+        the time it would be judged as of between the last judgement and its re-check."""
+        cached = self._cache.get((cluster, group))
+        if cached is not None and cached.version == version and 0 <= now_ms - cached.at < self.cache_ttl_ms:
+            due = self._due.get((cluster, group))
+            # a time-driven rule's moment ends the reuse early, and so does lagd's sight turning blind
+            if due is None or due[2] <= self._as_of(cluster, now_ms) < due[1]:
+                return cached.verdict
+        return None
 
     def snapshot(self, cluster: str, group: str, now_ms: int) -> GroupSnapshot:
         """The group judged anew, as a snapshot (what the verdict watch and the list pages keep):
         its partitions become rows as they are judged, and no PartitionVerdict is built where the
-        compiled pass judges them, which at a million group-partitions was most of the watch's
-        pass (two objects per partition built, then read into rows and freed). Judged as `group`
-        judges (the same since-tracking, kept facts and stamp), leaving the verdict cache alone."""
-        snap = self._judged(cluster, group, now_ms, self.state.group_version(cluster, group), Rows())
+        compiled pass judges them (two objects per partition built, then read into rows and freed:
+        a third of the watch's pass, bench_watch). Judged as `group` judges (the same
+        since-tracking, kept facts and stamp); a cached verdict that stands is read into its
+        snapshot instead, and one judged anew here leaves the cache (see `_judged`)."""
+        version = self.state.group_version(cluster, group)
+        cached = self._cached(cluster, group, version, now_ms)
+        if cached is not None:
+            return snapshot_of(cached)
+        snap = self._judged(cluster, group, now_ms, version, Rows())
         if not isinstance(snap, GroupSnapshot):
             return not_found_snapshot(cluster, group, now_ms)
         return snap
@@ -312,8 +323,11 @@ class Evaluator:
     ) -> GroupVerdict | GroupSnapshot | None:
         """Judge the group anew, as a verdict, or as a snapshot into `rows`, keeping since when
         each partition holds its status, the facts of its trends and the stamp; None (all of it
-        dropped) where the group is unknown or expired."""
+        dropped) where the group is unknown or expired. A cached verdict leaves the cache: the
+        stamp it was reused under is replaced by this judgement's, under which it could pass
+        for current after a time-driven rule changed the status."""
         key = (cluster, group)
+        self._cache.pop(key, None)
         last = self.state.last_commit(cluster, group)
         if last is None or last < now_ms - self.state.expire_group_ms:
             self.forget(cluster, group)
