@@ -18,7 +18,7 @@ copies of the watch over the same state, interleaved. Two scenarios:
   each to a random one: 4% of them between two passes, so most partitions' trend facts stand),
   and every fifth round a new log-end sample of every topic-partition (offset-refresh 10 s);
 - "every partition new" (the watch behind, as at a million group-partitions under that load,
-  where a pass starts every 60-75 s: bench_http --duration 60): the clock moves 60 s, every
+  where a pass started every 43-75 s: bench_http --duration 60): the clock moves 60 s, every
   group-partition gets a commit and every topic-partition a sample, so every trend is fitted
   again;
 and the ways:

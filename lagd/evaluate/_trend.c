@@ -1698,17 +1698,16 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
                 LET_GO();
                 if (append_row(rows, row_seconds, topic_index, k, 0, -1, ok_code, 0.0) < 0)
                     goto fail;
-                since_v[k] = (int64_t)((uint64_t)seen << SINCE_SHIFT) | ok_code;
-                continue;
+            } else {
+                verdict = verdict_of(type, offsets, topic, key, ok, Py_None, 0, 0.0, owner, no_owner, 0.0, le == NULL,
+                                     PyTuple_GET_ITEM(empty, 0), seen, PyTuple_GET_ITEM(empty, 1));
+                LET_GO();
+                if (verdict == NULL || PyList_Append(partitions, verdict) < 0) {
+                    Py_XDECREF(verdict);
+                    goto fail;
+                }
+                Py_DECREF(verdict);
             }
-            verdict = verdict_of(type, offsets, topic, key, ok, Py_None, 0, 0.0, owner, no_owner, 0.0, le == NULL,
-                                 PyTuple_GET_ITEM(empty, 0), seen, PyTuple_GET_ITEM(empty, 1));
-            LET_GO();
-            if (verdict == NULL || PyList_Append(partitions, verdict) < 0) {
-                Py_XDECREF(verdict);
-                goto fail;
-            }
-            Py_DECREF(verdict);
             since_v[k] = (int64_t)((uint64_t)seen << SINCE_SHIFT) | ok_code;
             continue;
         }
@@ -1856,27 +1855,22 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
             int64_t end = n >= intervals ? x.arr.v[x.arr.n - fields + p.at_offset] : -1;
             if (append_row(rows, row_seconds, topic_index, k, current_lag, end, code, seconds) < 0)
                 goto fail_partition;
-            since_v[k] = (int64_t)((uint64_t)seen << SINCE_SHIFT) | code;
-            give_back(&x);
-            LET_GO();
-            said_release(&s);
-            Py_XDECREF(packed);
-            continue;
+        } else {
+            entries = entries_of(PyTuple_GET_ITEM(ctx, CTX_ENTRIES), &x.arr, fields);
+            if (entries == NULL)
+                goto fail_partition;
+            verdict = verdict_of(type, offsets, topic, key, s.status, entries, current_lag, complete, owner, no_owner,
+                                 seconds, estimated, s.reason, seen, s.rule);
+            if (verdict == NULL || PyList_Append(partitions, verdict) < 0)
+                goto fail_partition;
         }
-        entries = entries_of(PyTuple_GET_ITEM(ctx, CTX_ENTRIES), &x.arr, fields);
-        if (entries == NULL)
-            goto fail_partition;
-        verdict = verdict_of(type, offsets, topic, key, s.status, entries, current_lag, complete, owner, no_owner, seconds,
-                             estimated, s.reason, seen, s.rule);
-        if (verdict == NULL || PyList_Append(partitions, verdict) < 0)
-            goto fail_partition;
         since_v[k] = (int64_t)((uint64_t)seen << SINCE_SHIFT) | code;
         give_back(&x);
         LET_GO();
         said_release(&s);
         Py_XDECREF(packed);
-        Py_DECREF(entries);
-        Py_DECREF(verdict);
+        Py_XDECREF(entries);
+        Py_XDECREF(verdict);
         continue;
     fail_partition:
         give_back(&x);

@@ -430,7 +430,7 @@ class Evaluator:
         # and whether a lagging one's lag in seconds is only a bound.
         tally: list[Any] = [0, 0, -1, -1, 0, 0.0, NEVER, 0, 0]
         compiled = self._compiled_pass()
-        judged = partitions  # where the Python's verdicts go: with rows, each becomes a row (`_rows_of`)
+        judged = partitions  # where the Python's verdicts go: with rows, each becomes a row (Rows.add_all)
         for topic in sorted(windows):
             if rows is not None:  # the topic is listed once it has rows, at this index
                 topic_index, had = len(rows.topics), rows.count()
