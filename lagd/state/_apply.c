@@ -374,10 +374,14 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
     Py_DECREF(old);
     if (seq == NULL || (dirty = PyObject_GetAttr(s->state, name_dirty)) == NULL)
         goto done;
-    if (!PySet_CheckExact(dirty))
+    if (!PyDict_CheckExact(dirty))
         goto handback;
     if ((key = PyTuple_Pack(4, cluster, group, topic, partition)) == NULL)
         goto done;
+    /* Three strs and an int (checked above) hold no reference back: out of the collector's sight,
+     * as its first pass would put it, so the dirty dict and the drained windows keyed by it stay
+     * untracked too (State._dirty_windows). */
+    PyObject_GC_UnTrack(key);
     /* write it back: in place up to the array's length, then grown or cut to m entries */
     Py_ssize_t in_place = m < n ? m : n;
     memcpy(a, kept, sizeof(int64_t) * FIELDS * (size_t)in_place);
@@ -396,7 +400,7 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
     if ((newer && PyObject_SetAttr(gs, name_last_commit, ts_obj) < 0) ||
         (newest_too && PyObject_SetAttr(cs, name_newest_commit, ts_obj) < 0) ||
         PyObject_SetAttr(s->state, name_state_seq, seq) < 0 || PyObject_SetAttr(gs, name_seq, seq) < 0 ||
-        PySet_Add(dirty, key) < 0)
+        PyDict_SetItem(dirty, key, Py_None) < 0)
         goto done;
     if (s->history &&
         add_row(&s->rows, ts, cluster, group, topic, (int32_t)part, offset,

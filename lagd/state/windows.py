@@ -14,6 +14,7 @@ objects are only built on reads. That keeps a group-partition well under 1 KiB.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 from array import array
 from collections.abc import Callable, Collection, Iterable
@@ -217,7 +218,11 @@ class State:
         self._clusters: dict[str, _Cluster] = {}
         self._seq = 0
         self._tracked = 0
-        self._dirty_windows: set[WindowKey] = set()
+        # The changed windows' keys, as a dict (its values None) rather than a set: the compiled
+        # apply makes each key a tuple the collector does not track, and a dict of such keys is
+        # not tracked either, where a set always is: the collector walked a set of 144k keys and
+        # the drained windows keyed by them in every full collection at 1M group-partitions.
+        self._dirty_windows: dict[WindowKey, None] = {}
         self._dirty_log_end: set[PartitionKey] = set()
         self._changes = Changes()
         self._dispatch: dict[type, Callable[[Any], None]] = {
@@ -315,8 +320,8 @@ class State:
     def start_drain(self) -> Drain:
         """A drain_changes to be finished a slice at a time (`Drain.step`), so that one over
         hundreds of thousands of changed windows never holds the loop."""
-        drain = Drain(self, self._changes, list(self._dirty_windows), list(self._dirty_log_end))
-        self._dirty_windows = set()
+        drain = Drain(self, self._changes, self._dirty_windows, list(self._dirty_log_end))
+        self._dirty_windows = {}
         self._dirty_log_end = set()
         self._changes = Changes()
         return drain
@@ -346,7 +351,7 @@ class State:
 
     def discard_changes(self) -> None:
         """Forget recorded changes without building them (benchmarks; a store rebuilt from scratch)."""
-        self._dirty_windows = set()
+        self._dirty_windows = {}
         self._dirty_log_end = set()
         self._changes = Changes()
 
@@ -444,7 +449,7 @@ class State:
                 cs.newest_commit = timestamp
         self._seq += 1
         gs.seq = self._seq
-        self._dirty_windows.add((cluster, group, topic, partition))
+        self._dirty_windows[(cluster, group, topic, partition)] = None
         if self.record_history:
             lag_now = arr[LAST + LAG] if arr[LAST + ORDER] == order else NO_LAG
             self._changes.commit_history.add(timestamp, cluster, group, topic, partition, offset, lag_now, observed)
@@ -593,7 +598,7 @@ class State:
                 for partition, arr in parts.items():
                     for b in range(ORDER, len(arr), FIELDS):
                         arr[b] -= shift
-                    self._dirty_windows.add((cluster, group, topic, partition))
+                    self._dirty_windows[(cluster, group, topic, partition)] = None
             if gs.deleted is not None:
                 gs.deleted = {k: o - shift for k, o in gs.deleted.items()}
             gs.seq = self._next_seq()
@@ -613,7 +618,7 @@ class State:
         parts = gs.windows[topic]
         del parts[partition]
         self._tracked -= 1
-        self._dirty_windows.add((cluster, group, topic, partition))
+        self._dirty_windows[(cluster, group, topic, partition)] = None
         if not parts:
             del gs.windows[topic]
             consumers = cs.consumers.get(topic)
@@ -668,7 +673,7 @@ class State:
             cs.members.pop(group, None)
             cs.owners.pop(group, None)
             cs.tombstones.pop(group, None)
-        self._dirty_windows = {k for k in self._dirty_windows if k[0] != cluster or k[1] not in gone_set}
+        self._dirty_windows = {k: None for k in self._dirty_windows if k[0] != cluster or k[1] not in gone_set}
         ch = self._changes
         forget_groups(ch, cluster, gone_set, wanted)
         self._next_seq()
@@ -726,7 +731,7 @@ class State:
         if cs is None or gs is None or partition not in gs.windows.get(topic, {}):
             return
         self._drop_partition(cluster, cs, group, gs, topic, partition)
-        self._dirty_windows.discard(key)
+        self._dirty_windows.pop(key, None)
         if not gs.windows and group not in cs.members:
             del cs.groups[group]
 
@@ -925,29 +930,42 @@ class Drain:
     positions written with it, and re-reading from them is harmless; log-end samples likewise.
     """
 
-    __slots__ = ("_keys", "_log_end_keys", "_state", "changes")
+    __slots__ = ("_keys", "_log_end_keys", "_more", "_more_left", "_state", "changes")
 
     def __init__(
-        self, state: State, changes: Changes, keys: list[WindowKey], log_end_keys: list[PartitionKey] | None = None
+        self,
+        state: State,
+        changes: Changes,
+        keys: Collection[WindowKey],
+        log_end_keys: list[PartitionKey] | None = None,
     ) -> None:
         self._state = state
-        self._keys = keys
+        # The windows' keys are listed a step's worth at a time (`keys` is no longer changed): a
+        # list of every changed window's key made at once would be one more container of
+        # hundreds of thousands that the collector walks while it lives (State._dirty_windows).
+        self._more = iter(keys)
+        self._more_left = len(keys)
+        self._keys: list[WindowKey] = []
         self._log_end_keys = log_end_keys or []
         self.changes = changes
 
     def __len__(self) -> int:
         """Work left, in windows to copy (a partition's log-end samples count LOG_END_WEIGHT)."""
-        return len(self._keys) + LOG_END_WEIGHT * len(self._log_end_keys)
+        return len(self._keys) + self._more_left + LOG_END_WEIGHT * len(self._log_end_keys)
 
     @property
     def rows_left(self) -> int:
         """Changed windows and partitions' log-end samples left to copy: rows the store will write."""
-        return len(self._keys) + len(self._log_end_keys)
+        return len(self._keys) + self._more_left + len(self._log_end_keys)
 
     def step(self, n: int) -> bool:
         """Copy up to `n` windows' worth more (`__len__`): changed windows in the form the store
         writes (window_bytes), then log-end samples (LogEnd.history); True once all are copied."""
         keys = self._keys
+        if len(keys) < n and self._more_left:
+            taken = list(itertools.islice(self._more, n - len(keys)))
+            self._more_left -= len(taken)
+            keys.extend(taken)
         windows = self.changes.windows
         window_array = self._state._window_array
         left = min(n, len(keys))
@@ -964,7 +982,7 @@ class Drain:
             left -= 1
         if rest > 0 and self._log_end_keys:
             self._copy_log_ends(max(1, rest // LOG_END_WEIGHT))
-        return not keys and not self._log_end_keys
+        return not keys and not self._more_left and not self._log_end_keys
 
     def _copy_log_ends(self, n: int) -> None:
         pkeys = self._log_end_keys
