@@ -11,6 +11,7 @@ otherwise these tests would pass on the Python alone and say nothing about the C
 
 from __future__ import annotations
 
+import gc
 import random
 import struct
 import sys
@@ -265,3 +266,34 @@ def test_a_buffer_that_empties_the_lists_is_not_read_past() -> None:
     got = COPY(rows.ts, rows.cluster, rows.group, rows.topic, rows.partition, Emptying(), rows.lag, rows.observed,
                0, 1_000)  # fmt: skip
     assert got is None
+
+
+@needs_c
+def test_the_name_columns_stay_out_of_the_collectors_sight() -> None:
+    """Hundreds of thousands of names wait for Postgres in these columns at 1M group-partitions:
+    lists of str the collector does not track, however the rows came (a row at a time, the
+    compiled apply, kept rows), and still lists of str to the writer."""
+    from lagd.model import Commit
+    from lagd.state.windows import State
+
+    state = State()
+    state.apply_many(
+        [Commit("c", f"g{g}", "t", p, 10 + p, 1 + p, NOV22 + p, NOV22) for g in range(30) for p in range(4)]
+    )
+    state.apply_many(
+        [Commit("c", f"g{g}", "t", p, 20 + p, 9 + p, NOV22 + 9, NOV22) for g in range(30) for p in range(4)]
+    )
+    history = state.drain_changes().commit_history
+    kept = history.keep(lambda _c, g: g != "g0")
+    by_hand = CommitRows([(NOV22, "c", "g", "t", 0, 10, 1, NOV22)])
+    for rows, n in ((history, 240), (kept, 232), (by_hand, 1)):
+        assert len(rows) == n
+        for names in (rows.cluster, rows.group, rows.topic):
+            assert type(names) is list and len(names) == n and not gc.is_tracked(names)
+        assert compiled(rows, 0, n) is not None  # the writer reads them as before
+    assert {history.row(i)[2] for i in range(240)} == {f"g{g}" for g in range(30)}
+    untrack = store_module._apply_c.untrack_names
+    with pytest.raises(TypeError):
+        untrack(["g", b"not a str"])
+    with pytest.raises(TypeError):
+        untrack(("g", "h"))

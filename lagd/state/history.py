@@ -16,7 +16,16 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, overload
+
+from lagd import compiled
+
+# Takes a list of str out of the collector's sight, compiled where built (_apply.c untrack_names):
+# the name columns hold hundreds of thousands of references while rows wait for Postgres, and
+# every full collection walked them.
+_apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
+_untrack_names: Callable[[list[str]], None] | None = getattr(_apply, "untrack_names", None)
 
 # (ts, cluster, group, topic, partition, offset, lag, observed)
 CommitRow = tuple[int, str, str, str, int, int, int | None, int]
@@ -38,6 +47,9 @@ class CommitRows:
         self.offset = array("q")
         self.lag = array("q")
         self.observed = array("q")
+        if _untrack_names is not None:
+            for names in (self.cluster, self.group, self.topic):
+                _untrack_names(names)
         self.extend(rows)
 
     def add(
