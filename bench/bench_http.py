@@ -55,7 +55,13 @@ measuring (pg_stat_wal: MB/s, whole pages, checkpoints on request and on the tim
 server's, lagd.state.checkpoints says why they matter).
 A full collection (lagd.collector runs one every 300 s, so none falls in the measured time) is
 timed on the loop after it, over what the daemon then holds: at 1M group-partitions it is the
-loop's longest pause, and the large phase judges it against the stall target too.
+loop's longest pause, and the large phase judges it against the stall target too. What it walks
+is what is not frozen, and under load that is mostly changes waiting for Postgres: until
+2026-11-29 the changed windows' keys (a set of 144k), the drained windows (a dict of 291k) and
+the history's name columns (six lists of 81-266k) were in the collector's sight, and a full
+collection took 99-131 ms on this 2-core box (three runs). The keys out of its sight
+(lagd.state.windows.State._dirty_windows): 112 ms (one run); the name columns too
+(lagd.state.history.CommitRows): 45-49 ms (two); the Commits waiting for apply too: 28 ms (one).
 Run: `python -m bench.bench_http [--groups 1000] [--large-groups 10000] [--partitions 100]
 [--duration 15] [--rate 20000] [--requests 200] [--stall-stacks] [--slow-steps] [--phases on,off,large]`
 (--stall-stacks prints where the loop was during stalls, --slow-steps its longest steps with their
