@@ -454,14 +454,19 @@ def test_limits_the_c_cannot_hold_leave_every_record_to_the_python(monkeypatch: 
 
 @needs_c
 def test_commits_of_str_and_int_are_out_of_the_collectors_sight() -> None:
-    """Hundreds of Commits wait between the reader and apply at any time: made of str and int
-    alone (the C reads no other), it leaves them untracked, as CPython leaves such plain tuples,
-    and they are the Commits the Python makes."""
+    """Hundreds of Commits wait between the reader and apply at any time, and most commits at 1M
+    group-partitions add a key to the reader's bounded cache: made of str and int alone (the C
+    reads no other), it leaves both untracked, as CPython leaves such plain tuples; the Commits
+    are the ones the Python makes."""
     assert READ is not None
     records = [_record(i, *encode_offset_commit("billing", "orders", i % 4, i, NOW - 10)) for i in range(1, 9)]
     out: list[Event] = []
     assert READ(*_args(records, 0, out=out, allowed={"billing": True})) == 8
     assert len(out) == 8 and all(type(e) is Commit for e in out)
     assert not any(gc.is_tracked(e) for e in out)
+    keys: dict[bytes, Any] = {}
+    assert READ(*_args(records, 0, keys=keys, allowed={"billing": True})) == 8
+    assert len(keys) == 4 and not any(gc.is_tracked(k) for k in keys.values())  # the key cache's fields too
+    assert not gc.is_tracked(keys)
     assert out[3] == Commit("c1", "billing", "orders", 0, 4, 4, NOW - 10, NOW)
     assert gc.is_tracked(Commit("c1", "billing", "orders", 0, 4, 4, NOW - 10, NOW))  # the Python's, as CPython makes it

@@ -91,6 +91,11 @@ static PyObject *commit_key(PyObject *keys, PyObject *key, Py_ssize_t keys_max) 
         PyUnicode_InternInPlace(&group);
         PyUnicode_InternInPlace(&topic);
         k = PyTuple_Pack(4, group, topic, partition, kind);
+        /* two str and two int: out of the collector's sight, as its first pass would put it. At 1M
+         * group-partitions most commits miss this bounded cache, and 1,000-2,000 new keys were
+         * in every young collection under 20,000 commits/s (bench_http). */
+        if (k != NULL)
+            PyObject_GC_UnTrack(k);
     }
     Py_XDECREF(group);
     Py_XDECREF(topic);
