@@ -1015,10 +1015,10 @@ out:
 /* untrack_names(column): take a list of str out of the cyclic collector's sight (CommitRows' name
  * columns). A str refers to nothing, so such a list cannot be part of a cycle, but CPython tracks
  * every list: at 1M group-partitions under load 1.2M names waited for Postgres in six lists, and
- * every full collection walked them (11-15 of its 28-32 ms, bench_http). Refused (TypeError) for
- * anything but an exact list holding exact str only; one appended later stays a str by
- * CommitRows' contract, and were it not, an untracked list only keeps what it holds alive, as a
- * reference from outside the collector would. */
+ * every full collection walked them (11-20 of its 28-35 ms, two runs of bench_http's large
+ * phase). Refused (TypeError) for anything but an exact list holding exact str only; one appended
+ * later stays a str by CommitRows' contract, and were it not, an untracked list only keeps what it
+ * holds alive, as a reference from outside the collector would. */
 static PyObject *untrack_names(PyObject *Py_UNUSED(self), PyObject *column) {
     if (!PyList_CheckExact(column)) {
         PyErr_SetString(PyExc_TypeError, "untrack_names: a list of str");
