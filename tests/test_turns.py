@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from typing import Any
 
 import pytest
@@ -67,6 +68,40 @@ async def test_a_background_loop_waits_until_the_waiting_request_started() -> No
     await loop_turns(50)
     assert len(slices) > 10 and turns.waiting == 0
     task.cancel()
+
+
+async def test_the_loop_reads_its_sockets_between_any_two_background_slices() -> None:
+    """Five busy background loops: bytes that reach a socket during one's slice are read after
+    at most one more slice, not after a slice of every one of them twice over (asyncio runs all
+    the callbacks ready when a turn of the loop starts before it looks at its sockets again)."""
+    turns = Turns(max_wait_s=60.0)
+    log: list[str] = []
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    loop = asyncio.get_running_loop()
+
+    def read() -> None:
+        log.append("read")
+        reader.recv(16)
+
+    loop.add_reader(reader, read)
+
+    async def background(name: str) -> None:
+        for i in range(10):
+            log.append(f"{name}{i}")
+            if name == "a" and i == 3:
+                writer.send(b"GET")  # a request's bytes land while this slice runs
+            await turns.turn()
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(background(n) for n in "abcde")), 5.0)
+    finally:
+        loop.remove_reader(reader)
+        reader.close()
+        writer.close()
+    after = log[log.index("a3") + 1 : log.index("read")]
+    assert len(after) <= 1, after
+    assert sorted(e for e in log if e != "read") == sorted(f"{n}{i}" for n in "abcde" for i in range(10))
 
 
 async def test_requests_that_never_start_hold_background_work_back_at_most_max_wait() -> None:
