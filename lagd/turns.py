@@ -17,17 +17,19 @@ so a flood of requests cannot make verdicts go stale. Work that resumes from els
 its queue, the verdict watch from a pause, the collector from its timer) takes its turn before its
 first slice as well: a request parsed meanwhile goes first.
 
-One slice a turn of the loop. asyncio runs every callback that is ready when a turn of the loop
-begins before it looks at its sockets again. With each busy task's next slice ready at once,
-a request's bytes waited for a slice of every one of them, often twice over, before they were
-even read. `turn` queues the slice and lets one go each turn of the loop, so the loop reads
-its sockets between any two slices and a request's bytes wait for at most the slice running
-and one more. Background work keeps the same share of the loop (the queue is served in order;
-work that takes its turns at once, above, is not queued). At 1M group-partitions (bench_http
---phases large, 200 GET /lag/s, 20,000 commits/s) a request's handler started 0.4-0.6 ms after its
-bytes were read at the median against 2.0 ms before, and /lag p50 went from 12.8-13.4 ms to
-6.4-7.6 ms, p99 from 54.7-55.4 ms to 33.3-36.0 ms (two runs each, the loop 80-82% of a core and
-waiting for one 17-20% of the time).
+One slice, then the sockets. asyncio runs every callback that is ready when a turn of the loop
+begins before it looks at its sockets again. With each busy task's next slice ready at once, a
+request's bytes waited for a slice of every one of them, often twice over, before they were even
+read. `turn` queues the slice, and the next queued slice goes only after the loop has read its
+sockets once the last one ran (`_after_slice`, then `_release` from a timer due at once: timers
+run after the sockets' callbacks of their turn), so a request's bytes wait for at most the slice
+running. Background work keeps the same share of the loop (the queue is served in order; work
+that takes its turns at once, above, is not queued). At 1M group-partitions (bench_http --phases
+large, 200 GET /lag/s, 20,000 commits/s; two runs each, the loop 80-84% of a core and waiting for
+one 16-20% of the time): with every slice let go at once, a request's handler started 2.0 ms
+after its bytes were read at the median, /lag p50 12.8-13.4 ms, p99 54.7-55.4 ms; with one slice
+let go each turn of the loop (before its sockets were read) 0.4-0.6 ms, p50 6.4-7.6 ms, p99
+33.3-36.0 ms; as now, p50 5.3-5.5 ms, p99 26.6-31.3 ms.
 
 Measured in bench_http (1,000 groups x 100 partitions, 20,000 commits/s, /lag with the response
 cache off), interleaved with the code before: at 200 requests/s p99 70-91 ms against 98-143 ms
@@ -119,14 +121,22 @@ class Turns:
         return False
 
     def _release_soon(self) -> None:
+        """Release a slice at the next turn of the loop, once it has read its sockets: a timer
+        due now runs after that turn's socket callbacks, a `call_soon` callback before them."""
         if self._next is not None:
             self._next.cancel()
-        self._next = asyncio.get_running_loop().call_soon(self._release)
+        self._next = asyncio.get_running_loop().call_later(0.0, self._release)
+
+    def _after_slice(self) -> None:
+        """Runs just after the slice released last (scheduled behind its wakeup): the next one
+        is released once the loop has read its sockets after it."""
+        self._next = None
+        self._release_soon()
 
     def _release(self) -> None:
-        """Let the first waiting slice go, and the next one at the next turn of the loop: the loop
-        looks at its sockets between any two of them, where letting every waiting slice go at
-        once made a request's bytes wait for all of them before they were even read."""
+        """Let the first waiting slice go, and the next one after the loop has read its sockets
+        once that slice ran: where every waiting slice went at once, a request's bytes waited
+        for all of them before they were even read."""
         self._next = None
         loop = asyncio.get_running_loop()
         if self._held():
@@ -139,4 +149,4 @@ class Turns:
                 waiter.set_result(None)
                 break
         if self._queue:
-            self._next = loop.call_soon(self._release)
+            self._next = loop.call_soon(self._after_slice)
