@@ -71,7 +71,7 @@ class Turns:
         self._since = 0.0  # when the oldest waiting request arrived
         # the background slices waiting for their turn, in the order they asked for it
         self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._next: asyncio.Handle | None = None  # the pending `_release`, if one is scheduled
+        self._next: asyncio.Handle | None = None  # the pending `_release` or `_after_slice`, if any
 
     @property
     def waiting(self) -> int:
@@ -92,9 +92,9 @@ class Turns:
                 self._release_soon()
 
     async def turn(self) -> None:
-        """Hand the loop back until the other background slices asked for before this one had
-        theirs, one per turn of the loop, and no request waits for its handler (at most
-        `max_wait_s` after the oldest of them arrived)."""
+        """Hand the loop back until the background slices queued before this one had theirs (one
+        at a time, the loop reading its sockets after each) and no request waits for its handler
+        (at most `max_wait_s` after the oldest of them arrived)."""
         first = False
         while True:
             waiter = asyncio.get_running_loop().create_future()
