@@ -23,8 +23,8 @@ request's bytes waited for a slice of every one of them, often twice over, befor
 read. `turn` queues the slice, and the next queued slice goes only after the loop has read its
 sockets once the last one ran (`_after_slice`, then `_release` from a timer due at once: timers
 run after the sockets' callbacks of their turn), so a request's bytes wait for at most the slice
-running. Background work keeps the same share of the loop (the queue is served in order; work
-that takes its turns at once, above, is not queued). At 1M group-partitions (bench_http --phases
+running. The queue is served in order, so each busy task still has one slice in every round of
+them, as before (work that takes its turns at once, above, is not queued). At 1M group-partitions (bench_http --phases
 large, 200 GET /lag/s, 20,000 commits/s; two runs each, the loop 80-84% of a core and waiting for
 one 16-20% of the time): with every slice let go at once, a request's handler started 2.0 ms
 after its bytes were read at the median, /lag p50 12.8-13.4 ms, p99 54.7-55.4 ms; with one slice
@@ -95,10 +95,10 @@ class Turns:
         """Hand the loop back until the background slices queued before this one had theirs (one
         at a time, the loop reading its sockets after each) and no request waits for its handler
         (at most `max_wait_s` after the oldest of them arrived)."""
-        first = False
+        released_once = False
         while True:
             waiter = asyncio.get_running_loop().create_future()
-            if first:
+            if released_once:
                 self._queue.appendleft(waiter)  # it had its place: a request came in between
             else:
                 self._queue.append(waiter)
@@ -107,7 +107,7 @@ class Turns:
             await waiter
             if not self._held():
                 return
-            first = True
+            released_once = True
 
     def _held(self) -> bool:
         """Do requests wait for their handler, and not yet for longer than `max_wait_s`?"""
