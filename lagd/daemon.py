@@ -324,7 +324,7 @@ def _start_readers(
     rt: Runtime, positions: dict[tuple[str, int], int], spawn: Callable[[Coroutine[Any, Any, None], str], None]
 ) -> None:
     for name, cluster in rt.settings.clusters.items():
-        progress = ReaderProgress()
+        progress = ReaderProgress(started_at_ms=rt.clock())
         rt.progress[name] = progress
         counters = rt.counters[name]
         mine = {p: off for (c, p), off in positions.items() if c == name}
@@ -369,7 +369,7 @@ def _start_workers(
     topics its groups consume come from the store, where their sampler keeps them."""
     scale = rt.settings.scale
     for name, cluster in rt.settings.clusters.items():
-        progress = ReaderProgress(source="topic")
+        progress = ReaderProgress(source="topic", started_at_ms=rt.clock())
         rt.progress[name] = progress
         counters = rt.counters[name]
         assignment = rt.assignments[name] = Assignment()

@@ -16,6 +16,7 @@ import pytest
 
 from lagd import logs
 from lagd.config import Secret
+from lagd.evaluate.sight import ClusterSight
 from lagd.http.burrow_v3 import RESTORING_MESSAGE
 from tests.http_state import CLUSTER, NOW, TOKEN, build_context, build_settings, serve
 
@@ -73,6 +74,20 @@ async def test_admin_and_readiness() -> None:
         async with serve(build_context(ready=ready)) as base, aiohttp.ClientSession(base) as s:
             assert await fetch(s, "GET", "/burrow/admin") == (200, "text/plain", "GOOD")
             assert await fetch(s, "GET", "/burrow/admin/ready") == (code, "text/plain", text)
+
+
+async def test_readiness_names_a_cluster_lagd_cannot_read_even_while_it_starts() -> None:
+    """Brokers that never answer keep the reader from catching up, so lagd never becomes ready:
+    readiness says which cluster it cannot read rather than STARTING for ever."""
+    for ready in (True, False):
+        ctx = build_context(ready=ready)
+        ctx.health.sights = {"prod": ClusterSight("prod", NOW - 60_000, True, "no answer from the cluster's brokers")}
+        async with serve(ctx) as base, aiohttp.ClientSession(base) as s:
+            assert await fetch(s, "GET", "/burrow/admin/ready") == (
+                503,
+                "text/plain",
+                "DEGRADED: cannot read cluster(s) prod",
+            )
 
 
 async def test_v3_kafka_answers_503_while_restoring() -> None:

@@ -851,7 +851,8 @@ async def test_consumer_positions_reads_public_positions_and_warns_once(kafka: s
 
 @pytest.mark.parametrize("mode", ["topic", "admin"])
 async def test_reader_survives_an_unreachable_broker(mode: str, settle: Settle) -> None:
-    """Nothing listens: the reader counts failures and keeps retrying until stopped."""
+    """Nothing listens: the reader counts failures and keeps retrying until stopped, and says the
+    cluster has not answered it (the sight then tells an unreachable cluster from a catch-up)."""
     from lagd.embedded import free_port
 
     dead = cluster(f"127.0.0.1:{free_port()}", request_timeout=1.0)
@@ -865,6 +866,7 @@ async def test_reader_survives_an_unreachable_broker(mode: str, settle: Settle) 
     await asyncio.wait_for(task, 5.0)
     assert sum(counters.failures.values()) >= 2
     assert not progress.caught_up and store.events == []
+    assert not progress.answered
 
 
 async def test_offsets_topic_reader_rides_out_a_broker_outage(unique: str, settle: Settle) -> None:
@@ -885,6 +887,7 @@ async def test_offsets_topic_reader_rides_out_a_broker_outage(unique: str, settl
         await before.close()
         async with running(read_offsets_topic(settings, {}, store, progress, counters, stop)):
             await settle(lambda: progress.caught_up, what="caught up before the outage")
+            assert progress.answered
             assert fold(store.events) == before.last_commits
             broker.stop(timeout=0.2)  # Tansu lingers on SIGTERM: a short grace, then SIGKILL
             await settle(lambda: sum(counters.failures.values()) >= 1, what="the outage to be counted")

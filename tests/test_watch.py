@@ -163,6 +163,32 @@ def test_an_unreachable_cluster_is_one_member_err_then_ok_and_holds_verdicts() -
     assert watch.evaluator.group(C, "g", later + 2000).status is GroupStatus.ERR  # judged now: STOP
 
 
+def test_brokers_that_never_answer_after_a_start_are_an_unreachable_cluster_not_a_catch_up() -> None:
+    """A wrong broker address, or brokers down when lagd starts: the reader never gets an answer,
+    so it never catches up. Within the same limit as a reader that stops moving (3 offset-refreshes
+    and 10 s), the cluster is unreachable: degraded, one ERR member, a warning that names the
+    brokers; and the blind time stays where the reader started rather than moving with every
+    look. Once the brokers answer (partitions assigned) it is a catch-up again, not paged."""
+    started = T0
+    progress = ReaderProgress(started_at_ms=started)
+    watch, feed = watch_of(progress, Clock(started))
+    with capture_logs() as logged:
+        watch.scan(started + 39_000)
+        assert not watch.sights[C].unreachable and watch.sights[C].blind_since == started
+        assert drain(feed) == []
+        watch.scan(started + 40_001)
+    sight = watch.sights[C]
+    assert (sight.unreachable, sight.blind_since) == (True, started)
+    assert sight.reason == "no answer from the cluster's brokers in the 40 s since the offsets reader started"
+    assert [(c.group, c.status, c.kind) for c in drain(feed)] == [(cluster_member(C), GroupStatus.ERR, "cluster")]
+    warned = [e for e in logged if e["log_level"] == "warning"]
+    assert len(warned) == 1 and "brokers" in warned[0]["hint"]
+    progress.track([0, 1], started + 41_000)  # the brokers answer: partitions assigned
+    watch.scan(started + 42_000)
+    assert not watch.sights[C].unreachable and watch.sights[C].reason == "offsets reader still catching up"
+    assert [(c.group, c.status) for c in drain(feed)] == [(cluster_member(C), GroupStatus.OK)]
+
+
 def test_a_reader_behind_but_reading_holds_verdicts_without_paging() -> None:
     """A reader that reads but runs minutes behind the offsets topic (lagd short of CPU under a
     flood of commits) holds the verdicts as of the records it reached, like a blind one, but the

@@ -41,6 +41,8 @@ def judge_sight(
     newest_sample: int | None,
     offset_refresh_ms: int,
     reader_moving_at: int | None = None,
+    reader_started_at: int | None = None,
+    reader_answered: bool = True,
 ) -> ClusterSight:
     """Blind while the reader has not caught up since start (judged as of the newest data
     restored or read so far), while what it has read is older than a while (`reader_fresh_at`:
@@ -48,14 +50,25 @@ def judge_sight(
     offset-refreshes. A reader still moving (`reader_moving_at`: it read records, or stood at
     the end, of every partition that recently) is behind, not cut off: the verdicts are held
     all the same, but the cluster is not reported unreachable. One partition that stopped
-    moving cuts lagd off, however current the others are."""
+    moving cuts lagd off, however current the others are. A reader the cluster has not
+    answered at all (`reader_answered`) for longer than that since it started
+    (`reader_started_at`) cuts lagd off too: a broker address that is wrong, or brokers down
+    when lagd starts, is reported as such, not as a catch-up that never ends."""
+    limit = STALE_FACTOR * offset_refresh_ms + STALE_SLACK_MS
     if not caught_up:
         # Complete up to the newest data restored or read so far (the samples go on until a
         # stop, so after a restart that is about when the last run stopped judging).
         known = [t for t in (newest_commit, newest_sample) if t is not None]
-        since = max(known) if known else now_ms
+        since = max(known) if known else (reader_started_at if reader_started_at is not None else now_ms)
+        if not reader_answered and reader_started_at is not None and now_ms - reader_started_at > limit:
+            return ClusterSight(
+                cluster,
+                min(since, now_ms),
+                True,
+                f"no answer from the cluster's brokers in the {(now_ms - reader_started_at) // 1000} s "
+                "since the offsets reader started",
+            )
         return ClusterSight(cluster, min(since, now_ms), False, "offsets reader still catching up")
-    limit = STALE_FACTOR * offset_refresh_ms + STALE_SLACK_MS
     reader_stale = reader_fresh_at is not None and now_ms - reader_fresh_at > limit
     # cut off: a partition stopped moving (even while the others are current), or, where the
     # reader does not tell (admin polling), what it read is stale

@@ -137,11 +137,12 @@ async def admin(request: web.Request) -> web.Response:
 
 async def ready(request: web.Request) -> web.Response:
     ctx = _ctx(request)
-    if not ctx.ready():
-        return web.Response(status=503, text="STARTING")
+    # a cluster lagd cannot read is named even while it starts: its brokers may never answer
     blind = sorted(name for name, sight in ctx.health.sights.items() if getattr(sight, "unreachable", False))
     if blind:
         return web.Response(status=503, text=f"DEGRADED: cannot read cluster(s) {', '.join(blind)}")
+    if not ctx.ready():
+        return web.Response(status=503, text="STARTING")
     return web.Response(text="READY")
 
 

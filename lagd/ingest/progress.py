@@ -32,6 +32,9 @@ class ReaderProgress:
     moved_at: dict[int, int] = field(default_factory=dict)
     # Where the reader gets committed offsets: "topic" or "admin" ("" until "auto" has chosen).
     source: str = ""
+    # When the reader started (ms; None: not told), so that a cluster whose brokers never
+    # answer is told apart from one still being caught up with (lagd.evaluate.sight).
+    started_at_ms: int | None = None
 
     def mark_fresh(self, now_ms: int) -> None:
         """Everything there was to read at `now_ms` has been read (admin polling's round, a
@@ -122,6 +125,12 @@ class ReaderProgress:
     @property
     def caught_up(self) -> bool:
         return self.done
+
+    @property
+    def answered(self) -> bool:
+        """Has the cluster answered the reader at all since it started: partitions assigned,
+        end offsets taken, records read or a round finished?"""
+        return self.measured or bool(self.moved_at) or self.fresh_at_ms is not None
 
     @property
     def fraction(self) -> float:

@@ -153,6 +153,8 @@ class VerdictWatch:
             caught_up=bool(getattr(progress, "caught_up", False)),
             reader_fresh_at=getattr(progress, "fresh_at_ms", None),
             reader_moving_at=getattr(progress, "moving_at_ms", None),
+            reader_started_at=getattr(progress, "started_at_ms", None),
+            reader_answered=bool(getattr(progress, "answered", True)),
             newest_commit=newest_commit,
             newest_sample=newest_sample,
             offset_refresh_ms=int((cluster.offset_refresh if cluster else 10.0) * 1000),
