@@ -52,7 +52,7 @@ from lagd.scale.ownership import Me, OwnerMap
 from lagd.scale.relay import relay_log_ends
 from lagd.state import persister
 from lagd.state.guard import PoisonLog, apply_guarded
-from lagd.state.persister import WriteBehind
+from lagd.state.persister import PersisterStatus, WriteBehind
 from lagd.state.store import Store
 from lagd.state.windows import State
 from lagd.turns import Turns, plain_turn
@@ -300,6 +300,19 @@ def _reload_log_level(config_path: str | None) -> None:
     log.info("log level reloaded", level=level)
 
 
+async def _noting(status: PersisterStatus, attempt: Awaitable[T]) -> T:
+    """Run a start-up attempt on Postgres, noting in the store's status whether it answered: a
+    database that refuses lagd from the start is a failing store, not a healthy one with nothing
+    written yet (the status page, /metrics)."""
+    try:
+        result = await attempt
+    except Exception as exc:
+        status.healthy, status.last_error = False, describe_error(exc)
+        raise
+    status.healthy, status.last_error = True, None
+    return result
+
+
 async def _restore(rt: Runtime, store: Store, migrate: bool) -> dict[tuple[str, int], int]:
     """Migrate, then restore. A worker (lagd.scale) restores only log-end samples here: its
     groups come as the consumer group assigns it their offsets partitions."""
@@ -475,7 +488,12 @@ async def _run(rt: Runtime, migrate: bool) -> None:
     publisher = PublisherStatus()
     loop_lag = LoopLag()
     health = Health(
-        counters=rt.counters, progress=rt.progress, persister=wb.status, publisher=publisher, loop_lag=loop_lag
+        counters=rt.counters,
+        progress=rt.progress,
+        persister=wb.status,
+        # no MQTT link to report (or to alert on) while notifications are off
+        publisher=publisher if settings.notify.enabled else None,
+        loop_lag=loop_lag,
     )
     # every group's last verdict, kept by the verdict watch for the pages that list every group
     snapshots = Snapshots(partitions=settings.http.metrics_detail != "group")
@@ -523,7 +541,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         sdnotify.notify("STATUS=restoring state from Postgres")
         positions = await _retry(
             "restoring state from Postgres",
-            lambda: _restore(rt, store, migrate),
+            lambda: _noting(wb.status, _restore(rt, store, migrate)),
             rt.stop,
             "check storage.database-url and that Postgres is up; lagd starts once it answers",
         )

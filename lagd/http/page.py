@@ -286,7 +286,7 @@ def render_health(ctx: HttpContext, now_ms: int) -> str:
     if st is not None:
         ok = bool(getattr(st, "healthy", False))
         parts.append(
-            _yes(ok, "store healthy", "store failing: writes to Postgres do not succeed")
+            _yes(ok, "store healthy", "store failing: Postgres does not answer lagd or refuses it (see lagd's log)")
             + f' <span class="muted">({int(getattr(st, "pending", 0))} changes pending, last write '
             f"{float(getattr(st, 'write_seconds_last', 0.0)) * 1000:.0f} ms)</span>"
         )
@@ -296,6 +296,8 @@ def render_health(ctx: HttpContext, now_ms: int) -> str:
             _yes(bool(getattr(pub, "connected", False)), "MQTT connected", "MQTT not connected")
             + f' <span class="muted">({int(getattr(pub, "pending", 0))} messages waiting)</span>'
         )
+    elif not ctx.settings.notify.enabled:
+        parts.append('<span class="muted">notifications off ([notify] enabled = false)</span>')
     extra = f'<p class="store-health">{" · ".join(parts)}</p>' if parts else ""
     return table + extra
 
