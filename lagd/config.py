@@ -731,7 +731,7 @@ def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
         for section, cls in _SECTIONS.items():
             if rest.startswith(section + "_"):
                 key = _key(rest[len(section) + 1 :])
-                raw.setdefault(section, {})[key] = _parse_env(f"{section}.{key}", text, cls, key)
+                raw.setdefault(section, {})[key] = _parse_env(f"{section}.{key}", text, cls, key, var)
                 placed = True
                 break
         if placed:
@@ -747,7 +747,7 @@ def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
                     lname = tail[: -len(suffix)]
                     table = raw.setdefault(section, {})
                     name = next((n for n in table if n.lower().replace("-", "_") == lname), lname)
-                    table.setdefault(name, {})[key] = _parse_env(f"{section}.{name}.{key}", text, cls, key)
+                    table.setdefault(name, {})[key] = _parse_env(f"{section}.{name}.{key}", text, cls, key, var)
                     placed = True
                     break
             break
@@ -757,11 +757,24 @@ def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
             )
 
 
-def _parse_env(key: str, text: str, cls: type, tomlkey: str) -> Any:
+def _unknown_env_hint(cls: type, key: str, var: str) -> str:
+    """The variable an unknown one was likely meant to be, named as a variable and as a key
+    ("; did you mean LAGD_STORAGE_INTERVALS (storage.intervals)?"), else ""."""
+    tomlkey = key.rpartition(".")[2]
+    known = [_key(f.name) for f in dataclasses.fields(cls) if f.name != "name"]
+    plain = tomlkey.replace("-", "")
+    close = [n for n in known if n.replace("-", "") == plain] or difflib.get_close_matches(tomlkey, known, 1, 0.8)
+    if not close:
+        return f"; unset it (config/lagd.example.toml lists the keys of [{key.partition('.')[0]}])"
+    prefix = var[: len(var) - len(tomlkey)]
+    return f"; did you mean {prefix}{close[0].upper().replace('-', '_')} ({key.rpartition('.')[0]}.{close[0]})?"
+
+
+def _parse_env(key: str, text: str, cls: type, tomlkey: str, var: str) -> Any:
     hints = typing.get_type_hints(cls)
     fname = tomlkey.replace("-", "_")
     if fname not in hints:
-        raise ConfigError(key, "unknown key (from the environment)")
+        raise ConfigError(key, f"unknown key, set by the environment variable {var}{_unknown_env_hint(cls, key, var)}")
     tp = hints[fname]
     if tp is bool:
         low = text.strip().lower()

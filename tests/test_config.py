@@ -103,6 +103,34 @@ def test_bad_environment_override_names_the_key() -> None:
 
 
 @pytest.mark.parametrize(
+    ("var", "message"),
+    [
+        (
+            "LAGD_STORAGE_INTERVAL",
+            "unknown key, set by the environment variable LAGD_STORAGE_INTERVAL; "
+            "did you mean LAGD_STORAGE_INTERVALS (storage.intervals)?",
+        ),
+        (
+            "LAGD_STORAGE_DATABSE_URL",
+            "unknown key, set by the environment variable LAGD_STORAGE_DATABSE_URL; "
+            "did you mean LAGD_STORAGE_DATABASE_URL (storage.database-url)?",
+        ),
+        (
+            "LAGD_HTTP_FOO",
+            "unknown key, set by the environment variable LAGD_HTTP_FOO; "
+            "unset it (config/lagd.example.toml lists the keys of [http])",
+        ),
+    ],
+)
+def test_an_unknown_environment_override_names_its_variable_and_the_one_meant(var: str, message: str) -> None:
+    """A typo in a variable gets the same help as one in the file: the variable to fix, and the
+    variable (and key) it was likely meant to be."""
+    with pytest.raises(ConfigError) as info:
+        parse(MINIMAL, env={var: "5"})
+    assert str(info.value).endswith(message), str(info.value)
+
+
+@pytest.mark.parametrize(
     ("raw", "key", "hint"),
     [
         ({"storage": {"flush_interval": 1.0}}, "storage.flush_interval", "did you mean 'flush-interval'?"),
