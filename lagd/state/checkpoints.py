@@ -96,10 +96,11 @@ class CheckpointPressure:
         timed = last.timed - self._samples[0].timed
         text = (
             f"Postgres ran {requested} checkpoints on request in the last {minutes} min ({timed} on its timer), most "
-            f"likely because the WAL filled max_wal_size ({last.max_wal_size}): after each, the first change to "
-            "every page lagd writes goes whole into the WAL (to disk and to replicas), which fills it again. "
-            "Raise max_wal_size (8GB at a million group-partitions)"
+            f"likely because the WAL filled max_wal_size ({last.max_wal_size}). These count the whole server: "
+            "every database's writes fill the WAL, lagd's among them. After each checkpoint the first change "
+            "to every page goes whole into the WAL (to disk and to replicas), which fills it again. Where lagd "
+            "writes most of it, raise max_wal_size (8GB at a million group-partitions)"
         )
         if last.wal_compression in ("off", "false", "0", ""):
             text += " and set wal_compression = lz4"
-        return text + " (README: Postgres for a large estate)"
+        return text + " (README: Postgres for a large estate); else look at the server's other writers"

@@ -417,9 +417,7 @@ async def sample_checkpoints(wb: WriteBehind) -> None:
         wb._advice_logged = None
     elif wb._advice_logged is None or now - wb._advice_logged >= ADVICE_EVERY_S:
         wb._advice_logged = now
-        log.warning(
-            "postgres checkpoints come often: lagd's writes fill its WAL with whole pages", hint=st.postgres_advice
-        )
+        log.warning("postgres checkpoints come often: its WAL fills max_wal_size", hint=st.postgres_advice)
 
 
 async def final_flush(wb: WriteBehind, timeout: float) -> bool:
