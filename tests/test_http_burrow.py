@@ -194,6 +194,15 @@ async def test_cluster_module_has_burrows_shape_and_no_secrets(api: aiohttp.Clie
         same(body, env(path, "cluster module not found", error=True))
 
 
+def test_refresh_seconds_are_whole_as_burrows_and_a_fraction_stays_a_fraction() -> None:
+    """Burrow's settings hold whole seconds, lagd's may hold half a second (the demo samples
+    twice a second): that must not read as 0, which means off."""
+    from lagd.http.burrow_v3 import _secs
+
+    assert (_secs(10.0), type(_secs(10.0))) == (10, int)
+    assert _secs(0.5) == 0.5 and _secs(2.25) == 2.25
+
+
 async def test_consumer_detail_windows_nulls_first_and_current_lag_with_dash(api: aiohttp.ClientSession) -> None:
     code, _, body = await fetch(api, "GET", "/v3/kafka/prod/consumer/g-warn")
     assert code == 200

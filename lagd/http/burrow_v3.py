@@ -395,8 +395,10 @@ _DEFAULT = "default"
 _CONFIG_KINDS = ("storage", "evaluator", "cluster", "consumer", "notifier")
 
 
-def _secs(value: float) -> int:
-    return round(value)
+def _secs(value: float) -> int | float:
+    """Seconds as Burrow gives them, a whole number; a fraction of a second (which Burrow's
+    settings cannot hold, lagd's can) as it is, so half a second does not read as 0, off."""
+    return int(value) if value == int(value) else value
 
 
 def client_profile(cs: ClusterSettings) -> dict[str, Any]:

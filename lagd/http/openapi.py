@@ -333,8 +333,9 @@ SCHEMAS.update(
                 "class-name": _const("kafka"),
                 "servers": {"type": "array", "items": STR},
                 "client-profile": _ref("ClientProfile"),
-                "topic-refresh": INT,
-                "offset-refresh": INT,
+                # whole seconds as Burrow's; a fraction only where lagd's settings give one
+                "topic-refresh": NUM,
+                "offset-refresh": NUM,
             }
         ),
         "ConsumerModule": _obj(
