@@ -769,7 +769,9 @@ def document() -> dict[str, Any]:
             },
         ),
         "/lagd/v1/incidents": _get(
-            "Incidents, newest first.",
+            "Incidents, newest first, each as of its last event: a member's change that leaves the "
+            "incident's severity as it was waits for the next event (flap suppression, at most one update per "
+            "update-interval), so a group's own status (/v3/.../status) can be newer.",
             [
                 _query_param("state", {"type": "string", "enum": ["open", "resolved"]}, "Only this state."),
                 _query_param("cluster", NAME, "Only this cluster."),

@@ -242,8 +242,8 @@ def render_incidents(incidents: list[Any] | None, now_ms: int) -> str:
             f"<td>{_incident_groups(body)}</td><td>{timeline}</td></tr>"
         )
     return (
-        "<table><tr><th>state</th><th>severity</th><th>cluster</th><th>reason</th><th>groups</th>"
-        f"<th>timeline</th></tr>{''.join(rows)}</table>"
+        "<table><tr><th>state</th><th>severity</th><th>cluster</th><th>reason</th>"
+        f"<th>groups (status at the last update)</th><th>timeline</th></tr>{''.join(rows)}</table>"
     )
 
 
