@@ -10,16 +10,21 @@ import socket
 
 
 def notify(message: str, env: dict[str, str] | None = None) -> bool:
-    """Send one datagram to $NOTIFY_SOCKET; returns whether it was sent."""
+    """Send one datagram to $NOTIFY_SOCKET; returns whether it was sent.
+
+    Never waits: it is called from the event loop, and a datagram socket's sender blocks while
+    the receiver's queue is full (a supervisor that stopped reading it). Such a message is
+    dropped, as one sent with no supervisor listening is."""
     path = (env if env is not None else os.environ).get("NOTIFY_SOCKET", "")
     if not path:
         return False
     address = "\0" + path[1:] if path.startswith("@") else path
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
             sock.connect(address)
-            sock.sendall(message.encode())
-    except OSError:
+            sock.send(message.encode())
+    except OSError:  # BlockingIOError included: the receiver's queue is full
         return False
     return True
 
