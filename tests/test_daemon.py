@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,58 @@ def test_run_reports_ready_and_stops_within_5s(
             except (TimeoutError, OSError):
                 break
         assert "STOPPING=1" in got + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sock.close()
+
+
+def test_brokers_that_never_answer_make_lagd_degraded_rather_than_starting_for_ever(
+    tmp_path: Path, database_url: str, mqtt_broker: tuple[str, int]
+) -> None:
+    """A wrong broker address (nothing listens there): the reader never catches up, and within
+    three offset-refreshes and 10 s readiness, /lagd/v1/clusters and /metrics say lagd cannot
+    read the cluster, and why."""
+    port = embedded.free_port()
+    nowhere = f"127.0.0.1:{embedded.free_port()}"
+    os.environ["LAGD_CLUSTERS_LOCAL_OFFSET_REFRESH"] = "1"  # limit: 3 x 1 s + 10 s
+    try:
+        proc, sock = _start(tmp_path, nowhere, database_url, mqtt_broker, port)
+    finally:
+        del os.environ["LAGD_CLUSTERS_LOCAL_OFFSET_REFRESH"]
+    log = tmp_path / "lagd.log"
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"{base}/burrow/admin/ready", timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as refused:
+            return refused.code, refused.read().decode()
+        except OSError:
+            return 0, "not listening yet"
+
+    try:
+        seen: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            seen.append(ready())
+            if seen[-1][1].startswith("DEGRADED"):
+                break
+            time.sleep(0.5)  # polling a daemon in another process, as a load balancer does
+        assert seen and seen[-1] == (503, "DEGRADED: cannot read cluster(s) local"), (
+            seen[-3:],
+            log.read_text()[-3000:],
+        )
+        assert (503, "STARTING") in seen  # starting until the limit, then degraded
+        with urllib.request.urlopen(f"{base}/lagd/v1/clusters", timeout=5) as answer:
+            (cluster,) = json.loads(answer.read())["clusters"]
+        assert cluster["degraded"] is True, cluster
+        assert cluster["reason"].startswith("no answer from the cluster's brokers"), cluster
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as answer:
+            assert 'lagd_cluster_degraded{cluster="local"} 1' in answer.read().decode()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, log.read_text()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
