@@ -1170,17 +1170,48 @@ enum { T_WORST, T_TOTALLAG, T_MAXLAG, T_BEST_LAG, T_FULL, T_MAX_SECONDS, T_RECHE
 
 #define SINCE_SHIFT 8 /* verdicts._SHIFT */
 
-static PyObject *name_host, *name_client_id, *name_append, *name_old_ids, *name_old, *name_at, *name_run_from,
+static PyObject *name_host, *name_client_id, *name_frombytes, *name_old_ids, *name_old, *name_at, *name_run_from,
     *name_run_to, *name_new_ids, *name_new, *name_within_first, *name_cparams;
 
+/* Bytes gathered in C before they go to a Python object at once (Book). */
+typedef struct {
+    char *v;
+    Py_ssize_t n, cap;
+} Buf;
+
+static int buf_put(Buf *b, const void *from, Py_ssize_t size) {
+    if (size > PY_SSIZE_T_MAX / 2 - b->n) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (b->n + size > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->n + size)
+            cap *= 2;
+        char *v = PyMem_Realloc(b->v, (size_t)cap);
+        if (v == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->v = v;
+        b->cap = cap;
+    }
+    memcpy(b->v + b->n, from, (size_t)size);
+    b->n += size;
+    return 0;
+}
+
 /* LagdJudge's bookkeeping of kept facts for the topic being judged (its `_find`, `_reuse`,
- * `_copy_run` and `_keep_packed`, on its own attributes). */
+ * `_copy_run` and `_keep_packed`, on its own attributes). The partitions kept and their facts
+ * are gathered in `ids` and `facts` and go to `new_ids` and `new_` once per call (book_flush),
+ * not a Python call and a bytearray resize per partition (a fifth of a first judgement's pass). */
 typedef struct {
     Int64s old_ids; /* n = 0 and no view: none kept */
     int has_view;
     PyObject *old, *new_ids, *new_; /* bytes, array('q'), bytearray: new references */
     Py_ssize_t at, run_from, run_to;
     int within_first;
+    Buf ids, facts; /* what goes to new_ids and new_ next, in order */
 } Book;
 
 static int attr_index(PyObject *obj, PyObject *name, Py_ssize_t *out) {
@@ -1199,6 +1230,10 @@ static void book_close(Book *b) {
     Py_CLEAR(b->old);
     Py_CLEAR(b->new_ids);
     Py_CLEAR(b->new_);
+    PyMem_Free(b->ids.v);
+    PyMem_Free(b->facts.v);
+    memset(&b->ids, 0, sizeof b->ids);
+    memset(&b->facts, 0, sizeof b->facts);
 }
 
 /* 1: opened; 0: a layout this pass does not take (the Python judges); -1: an exception. */
@@ -1277,22 +1312,41 @@ static int append_bytes(PyObject *to, const char *from, Py_ssize_t size) {
     return 0;
 }
 
+/* What the pass gathered goes to the judge's new_ids and new_ (-1: an exception). Before the
+ * pass returns: the Python appends to them between two calls. */
+static int book_flush(Book *b) {
+    if (b->ids.n) {
+        PyObject *bytes = PyBytes_FromStringAndSize(b->ids.v, b->ids.n);
+        if (bytes == NULL)
+            return -1;
+        PyObject *r = PyObject_CallMethodOneArg(b->new_ids, name_frombytes, bytes);
+        Py_DECREF(bytes);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        b->ids.n = 0;
+    }
+    if (b->facts.n) {
+        if (append_bytes(b->new_, b->facts.v, b->facts.n) < 0)
+            return -1;
+        b->facts.n = 0;
+    }
+    return 0;
+}
+
 /* LagdJudge._copy_run */
 static int book_copy_run(Book *b) {
-    if (b->run_to > b->run_from &&
-        append_bytes(b->new_, PyBytes_AS_STRING(b->old) + b->run_from * FACTS_SIZE,
-                     (b->run_to - b->run_from) * FACTS_SIZE) < 0)
+    if (b->run_to > b->run_from && buf_put(&b->facts, PyBytes_AS_STRING(b->old) + b->run_from * FACTS_SIZE,
+                                           (b->run_to - b->run_from) * FACTS_SIZE) < 0)
         return -1;
     b->run_from = b->run_to;
     return 0;
 }
 
 /* LagdJudge._reuse */
-static int book_reuse(Book *b, PyObject *key, Py_ssize_t i) {
-    PyObject *r = PyObject_CallMethodOneArg(b->new_ids, name_append, key);
-    if (r == NULL)
+static int book_reuse(Book *b, int64_t key, Py_ssize_t i) {
+    if (buf_put(&b->ids, &key, 8) < 0)
         return -1;
-    Py_DECREF(r);
     if (i != b->run_to) {
         if (book_copy_run(b) < 0)
             return -1;
@@ -1303,14 +1357,10 @@ static int book_reuse(Book *b, PyObject *key, Py_ssize_t i) {
 }
 
 /* LagdJudge._keep_packed, for a partition not kept yet in this judgement (the pass judges each once) */
-static int book_keep(Book *b, PyObject *key, PyObject *packed) {
-    if (book_copy_run(b) < 0)
+static int book_keep(Book *b, int64_t key, PyObject *packed) {
+    if (book_copy_run(b) < 0 || buf_put(&b->ids, &key, 8) < 0)
         return -1;
-    PyObject *r = PyObject_CallMethodOneArg(b->new_ids, name_append, key);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return append_bytes(b->new_, PyBytes_AS_STRING(packed), PyBytes_GET_SIZE(packed));
+    return buf_put(&b->facts, PyBytes_AS_STRING(packed), PyBytes_GET_SIZE(packed));
 }
 
 /* The group summary as the pass reads it: 1, or 0 where a number is past int64 (hostile lags
@@ -1820,7 +1870,8 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
             break;
         }
         /* the answer is final: keep its facts, then fold it in */
-        if ((reuse >= 0 && book_reuse(&b, key, reuse) < 0) || (packed != NULL && book_keep(&b, key, packed) < 0))
+        if ((reuse >= 0 && book_reuse(&b, (int64_t)k, reuse) < 0) ||
+            (packed != NULL && book_keep(&b, (int64_t)k, packed) < 0))
             goto fail_partition;
         double seconds = 0.0;
         if (current_lag) {
@@ -1883,13 +1934,20 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
 #undef LET_GO
 #undef JUDGED
-    if (book_save(judge, &b) < 0 || tally_write(tally_list, &t) < 0)
+    if (book_flush(&b) < 0 || book_save(judge, &b) < 0 || tally_write(tally_list, &t) < 0)
         goto fail;
 out:
     result = PyLong_FromSsize_t(k);
 fail:
-    if (opened > 0)
+    if (opened > 0) {
+        if (result == NULL) { /* what was judged before the exception goes where the Python's would be */
+            PyObject *type_, *value, *tb;
+            PyErr_Fetch(&type_, &value, &tb);
+            book_flush(&b);
+            PyErr_Restore(type_, value, tb);
+        }
         book_close(&b);
+    }
     PyBuffer_Release(&before.view);
     PyBuffer_Release(&since.view);
     return result;
@@ -2104,7 +2162,7 @@ PyMODINIT_FUNC PyInit__trend(void) {
     name_coarse_ts = PyUnicode_InternFromString("coarse_ts");
     name_host = PyUnicode_InternFromString("host");
     name_client_id = PyUnicode_InternFromString("client_id");
-    name_append = PyUnicode_InternFromString("append");
+    name_frombytes = PyUnicode_InternFromString("frombytes");
     name_old_ids = PyUnicode_InternFromString("_old_ids");
     name_old = PyUnicode_InternFromString("_old");
     name_at = PyUnicode_InternFromString("_at");
@@ -2115,7 +2173,7 @@ PyMODINIT_FUNC PyInit__trend(void) {
     name_within_first = PyUnicode_InternFromString("_within_first");
     name_cparams = PyUnicode_InternFromString("_cparams");
     if (name_offsets == NULL || name_ts == NULL || name_run_start == NULL || name_coarse_ts == NULL ||
-        name_host == NULL || name_client_id == NULL || name_append == NULL || name_old_ids == NULL ||
+        name_host == NULL || name_client_id == NULL || name_frombytes == NULL || name_old_ids == NULL ||
         name_old == NULL || name_at == NULL || name_run_from == NULL || name_run_to == NULL || name_new_ids == NULL ||
         name_new == NULL || name_within_first == NULL || name_cparams == NULL)
         return NULL;
