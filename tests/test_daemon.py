@@ -29,8 +29,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _start(
-    tmp_path: Path, kafka: str, database_url: str, mqtt: tuple[str, int], port: int, *extra: str
+    tmp_path: Path,
+    kafka: str,
+    database_url: str,
+    mqtt: tuple[str, int],
+    port: int,
+    *extra: str,
+    settings: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """`lagd run` on the example settings with these services (and `settings`: more LAGD_*
+    variables), its systemd notifications to a socket of the test's."""
     notify = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(notify))
@@ -44,6 +52,7 @@ def _start(
         "LAGD_HTTP_LISTEN": f"127.0.0.1:{port}",
         "LAGD_NOTIFY_MQTT_URL": f"mqtt://{mqtt[0]}:{mqtt[1]}",
         "LAGD_LOG_FORMAT": "json",
+        **(settings or {}),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "lagd", "run", "--config", str(ROOT / "config" / "lagd.example.toml"), *extra],
@@ -110,11 +119,8 @@ def test_brokers_that_never_answer_make_lagd_degraded_rather_than_starting_for_e
     read the cluster, and why."""
     port = embedded.free_port()
     nowhere = f"127.0.0.1:{embedded.free_port()}"
-    os.environ["LAGD_CLUSTERS_LOCAL_OFFSET_REFRESH"] = "1"  # limit: 3 x 1 s + 10 s
-    try:
-        proc, sock = _start(tmp_path, nowhere, database_url, mqtt_broker, port)
-    finally:
-        del os.environ["LAGD_CLUSTERS_LOCAL_OFFSET_REFRESH"]
+    limit = {"LAGD_CLUSTERS_LOCAL_OFFSET_REFRESH": "1"}  # 3 x 1 s + 10 s
+    proc, sock = _start(tmp_path, nowhere, database_url, mqtt_broker, port, settings=limit)
     log = tmp_path / "lagd.log"
     base = f"http://127.0.0.1:{port}"
 
