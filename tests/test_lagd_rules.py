@@ -235,43 +235,21 @@ def test_sight_tells_unreachable_from_catching_up() -> None:
         given = {"newest_commit": now, "newest_sample": now, "offset_refresh_ms": 10_000, **inputs}
         return judge_sight(C, now, caught_up=True, **given)
 
+    def catching_up(**inputs: Any) -> ClusterSight:
+        """The sight of a reader not caught up at `now`, with nothing restored or read unless
+        `inputs` say otherwise."""
+        given = {"reader_fresh_at": None, "newest_commit": None, "newest_sample": None, "offset_refresh_ms": 10_000}
+        return judge_sight(C, now, caught_up=False, **{**given, **inputs})
+
     seen = seen_as(reader_fresh_at=now - 1000)
     assert seen.blind_since is None and not seen.unreachable
-    catching = judge_sight(
-        C,
-        now,
-        caught_up=False,
-        reader_fresh_at=None,
-        newest_commit=now - 50_000,
-        newest_sample=now,
-        offset_refresh_ms=10_000,
-    )
+    catching = catching_up(newest_commit=now - 50_000, newest_sample=now)
     assert (catching.blind_since, catching.unreachable) == (now, False)  # the newest sample is the newest data
     # started 40 s ago or more and no answer from the brokers yet: unreachable, not catching up
     for ago, unreachable in ((40_000, False), (40_001, True)):
-        silent_start = judge_sight(
-            C,
-            now,
-            caught_up=False,
-            reader_fresh_at=None,
-            reader_started_at=now - ago,
-            reader_answered=False,
-            newest_commit=None,
-            newest_sample=None,
-            offset_refresh_ms=10_000,
-        )
+        silent_start = catching_up(reader_started_at=now - ago, reader_answered=False)
         assert (silent_start.blind_since, silent_start.unreachable) == (now - ago, unreachable)
-    answered = judge_sight(
-        C,
-        now,
-        caught_up=False,
-        reader_fresh_at=None,
-        reader_started_at=now - 600_000,
-        reader_answered=True,
-        newest_commit=now - 50_000,
-        newest_sample=None,
-        offset_refresh_ms=10_000,
-    )
+    answered = catching_up(reader_started_at=now - 600_000, reader_answered=True, newest_commit=now - 50_000)
     assert (answered.blind_since, answered.unreachable) == (now - 50_000, False)  # a long catch-up
     reader = seen_as(reader_fresh_at=now - 45_000)
     assert (reader.blind_since, reader.unreachable) == (now - 45_000, True)
