@@ -382,7 +382,9 @@ def _start_workers(
     topics its groups consume come from the store, where their sampler keeps them."""
     scale = rt.settings.scale
     for name, cluster in rt.settings.clusters.items():
-        progress = ReaderProgress(source="topic", started_at_ms=rt.clock())
+        # no start time: a worker's first answer is its share of the offsets partitions, which a
+        # rebalance may hold back up to the session timeout (300 s at most), so silence is no proof
+        progress = ReaderProgress(source="topic")
         rt.progress[name] = progress
         counters = rt.counters[name]
         assignment = rt.assignments[name] = Assignment()
