@@ -34,7 +34,7 @@ records how late it wakes: the longest overshoot during the measured duration is
 longest event-loop stall; it also reads the verdict watch's `cycle_seconds` (the time between
 two passes' starts, lagd_verdict_cycle_seconds; with the time the pass before held the loop,
 `pass_seconds`), which says how late a status change is
-noticed under this load: the price of the watch's duty (lagd.notify.watch.DUTY, BUSY_SHARE). After the clients stop, the time until the feeder's last commit
+noticed under this load: the price of the watch's duty (lagd.notify.watch.DUTY). After the clients stop, the time until the feeder's last commit
 shows in /v3/kafka/bench/consumer/<group> says whether ingest kept up.
 
 Three phases, each with its own daemon, database and offsets topic: the response cache on
@@ -104,7 +104,7 @@ from bench.lean_get import BadResponse, lean_client
 from bench.steps import StepTimer
 from lagd import collector, daemon, embedded, logs
 from lagd.config import load
-from lagd.notify.watch import BUSY_SHARE, DUTY, VerdictWatch
+from lagd.notify.watch import DUTY, VerdictWatch
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
 from lagd.state.checkpoints import HAS_CHECKPOINTER_SQL, counters_sql
 
@@ -707,7 +707,7 @@ client-id = "lagd-bench-{tag}"
     print(
         f"{label}: verdict watch: {len(cycles)} passes began while measuring, one every "
         f"{pct(cycles, 0.5) if cycles else 0:.1f} s (median), longest {r['cycle_max']:.1f} s: how late a "
-        f"status change is noticed (the watch leaves the others {1 - DUTY:.0%} of the loop while they need it, and takes its spare time up to {BUSY_SHARE:.0%} of a core: lagd.notify.watch.DUTY, BUSY_SHARE); "
+        f"status change is noticed (the watch takes at most {DUTY:.0%} of a busy loop: lagd.notify.watch.DUTY); "
         f"the pass before each held the loop {pct(sorted(probe.held), 0.5) if probe.held else 0:.2f} s "
         "(median: its slices' wall time, lagd_verdict_pass_seconds)"
     )

@@ -3,7 +3,7 @@
 The watch (lagd.notify.watch.VerdictWatch) judges every group whose windows or samples changed
 since its last pass and keeps its snapshot for the list pages. Under 20,000 commits/s at a
 million group-partitions every group changes between two passes, so a pass judges them all;
-the watch leaves the others nine tenths of a loop they keep busy (watch.DUTY), so the CPU of a pass decides how
+the watch takes at most a tenth of a busy loop (watch.DUTY), so the CPU of a pass decides how
 late a status change is noticed (bench_http's "verdict watch: one every N s").
 
 Input: `--groups` groups x 100 partitions (10 topics of 100 partitions, each group reads one),
