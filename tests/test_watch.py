@@ -25,16 +25,7 @@ from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.notify import watch as watch_module
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
-from lagd.notify.watch import (
-    BUSY_SHARE,
-    CATCHING_UP_EVERY_MS,
-    DUTY,
-    VerdictWatch,
-    cluster_member,
-    pause_after,
-    share_wait,
-    spare,
-)
+from lagd.notify.watch import CATCHING_UP_EVERY_MS, DUTY, VerdictWatch, cluster_member, pause_after, share_wait
 from lagd.turns import Turns
 
 C, T = "prod", "events"
@@ -401,53 +392,11 @@ async def test_while_others_wait_a_long_pass_holds_the_loop_at_most_its_duty(mon
     for g in range(400):
         feed_commits(watch, f"g{g}", range(0, 60))
     duty = 0.1
-    # requests of 0.6 ms; a pass of many slices of 0.5 ms; the duty alone (a loop that never has
-    # time to spare: the next test has the spare time taken)
-    elapsed = await first_pass(watch, monkeypatch, 0.0006, slice_s=0.0005, duty=duty, busy_share=0.0)
+    # requests of 0.6 ms; a pass of many slices of 0.5 ms
+    elapsed = await first_pass(watch, monkeypatch, 0.0006, slice_s=0.0005, duty=duty)
     assert len(watch.statuses) == 400
     # slice after slice, the watch would take 0.5 ms of every 1.1 and more (0.3 measured)
     assert watch.pass_seconds / elapsed <= 2 * duty
-
-
-def test_the_loop_has_time_to_spare_while_its_thread_computes_at_most_the_busy_share() -> None:
-    assert spare(0.0075, 0.01) and spare(0.002, 0.01)
-    assert not spare(0.0076, 0.01) and not spare(0.01, 0.01)
-    assert BUSY_SHARE == 0.75 and spare(0.5, 1.0, busy_share=0.5) and not spare(0.5, 1.0, busy_share=0.4)
-
-
-async def test_on_a_loop_busy_but_not_full_a_long_pass_takes_the_spare_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Others need the loop a third of the time (a request of 0.6 ms every 2 ms), so they run
-    after most of the watch's slices of 2 ms, and each is followed by a duty wait (18 ms at a
-    tenth). The wait ends once the loop has had time to spare, so the pass holds the loop far
-    more than its tenth while the others still run between its slices. (Busy all the time, the
-    previous test: its tenth.)"""
-
-    async def pass_share(busy_share: float) -> float:
-        watch, _ = watch_of(healthy_progress(T0 + 59_000), Clock(T0 + 59_000))
-        for g in range(1000):
-            feed_commits(watch, f"g{g}", range(0, 60))
-        ran: list[float] = []
-
-        async def requests() -> None:
-            while True:
-                until = time.perf_counter() + 0.0006  # a request being answered holds the loop
-                while time.perf_counter() < until:
-                    pass
-                ran.append(until)
-                await asyncio.sleep(0.002)
-
-        busy = asyncio.create_task(requests())
-        try:
-            elapsed = await first_pass(watch, monkeypatch, None, slice_s=0.002, duty=0.1, busy_share=busy_share)
-        finally:
-            busy.cancel()
-        assert len(watch.statuses) == 1000 and len(ran) >= 5  # the others ran during the pass
-        return watch.pass_seconds / elapsed
-
-    duty_only, with_spare = await pass_share(0.0), await pass_share(BUSY_SHARE)
-    # measured: 0.26-0.28 of the loop with the duty's waits in full (slices others did not wait
-    # behind have none), 0.61-0.63 with the spare time taken
-    assert with_spare > 1.5 * duty_only, (with_spare, duty_only)
 
 
 async def test_run_hands_the_loop_back_during_a_pass() -> None:

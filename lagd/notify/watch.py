@@ -47,20 +47,10 @@ CATCHING_UP_EVERY_MS = 30_000
 # bench_http (every group changing all the time; interleaved runs), 0.25 answered /lag with the
 # response cache off at p50 29-33 ms and p99 89-102 ms, a pass starting every 2.2-3.8 s; 0.10 at
 # p50 6-10 ms and p99 64-82 ms, a pass every 3.5-9.5 s (lagd_verdict_cycle_seconds): status
-# changes wait that long under such load, 2 s when idle. (Before BUSY_SHARE, below.)
+# changes wait that long under such load, 2 s when idle.
 DUTY = 0.10
 PARTITIONS_EVERY_MS = 30_000  # a group's change of not-OK partitions alone is offered at most this often
 OTHERS_RAN_S = 0.0005  # a turn of the loop this long between two slices ran others' work
-# The duty is what the watch leaves the others while they need the loop. When they do not, the
-# watch's wait after a slice ends early: once the loop's thread has computed at most this share
-# of the time since the slice began (its own slice included), the loop had time to spare and the
-# watch takes it, so status changes are noticed sooner on a loop that is busy but not full. The
-# wait is looked at every SPARE_PROBE_S. In bench_http at 1M group-partitions (20,000 commits/s,
-# two interleaved runs each on 2026-11-29): a pass began every 3.9-4.6 s (median) against 8.2-8.6 s
-# with the duty alone, the loop 76-77% of a core busy against 64-67%, /lag p99 13.8-15.9 ms against
-# 16.0-17.0 ms.
-BUSY_SHARE = 0.75
-SPARE_PROBE_S = 0.003
 
 
 def cluster_member(cluster: str) -> str:
@@ -106,12 +96,6 @@ def share_wait(held_s: float, duty: float) -> float:
     """How long to leave the loop to others after a slice of `held_s` they waited behind, so
     that the slice and the wait together give the watch `duty` of the loop."""
     return held_s * (1.0 / duty - 1.0)
-
-
-def spare(cpu_s: float, wall_s: float, busy_share: float = BUSY_SHARE) -> bool:
-    """Did the loop have time to spare: its thread computed `cpu_s` in `wall_s`, at most
-    `busy_share` of it?"""
-    return cpu_s <= busy_share * wall_s
 
 
 def pause_after(every_s: float, elapsed_s: float) -> float:
@@ -341,34 +325,17 @@ class VerdictWatch:
             # coalesced per group: bounded by the number of groups, never dropped
             self.changes.put_nowait(self._change(snap, now))
 
-    async def _leave_loop(self, wait_s: float, since: float, since_cpu: float, busy_share: float) -> None:
-        """Leave the loop to the others for `wait_s`, or until it has had time to spare since the
-        slice began at `since` (perf_counter) and `since_cpu` (the thread's CPU clock)."""
-        until = time.perf_counter() + wait_s
-        while (left := until - time.perf_counter()) > 0:
-            await asyncio.sleep(min(left, SPARE_PROBE_S))
-            if spare(time.thread_time() - since_cpu, time.perf_counter() - since, busy_share):
-                return
-
-    async def run(
-        self,
-        every_s: float = SCAN_EVERY_S,
-        slice_s: float = SLICE_S,
-        duty: float = DUTY,
-        busy_share: float = BUSY_SHARE,
-    ) -> None:
+    async def run(self, every_s: float = SCAN_EVERY_S, slice_s: float = SLICE_S, duty: float = DUTY) -> None:
         """A pass every `every_s`, handing the loop back every `slice_s` of work, so HTTP and
         ingest go on while thousands of groups are judged. While other work waits for the loop,
         each slice it waited behind is followed by a wait (`share_wait`), so the watch takes at
         most `duty` of the loop during a pass as well as over the cycle: ingest and the API
         come first, and status changes arrive a few seconds later. A slice after which nothing
         else ran kept nobody waiting and does not count: on an idle loop (after a start, at
-        night) passes start every `every_s` (at once after a longer one) and run unpaused. On a
-        loop busy but not full the wait ends once the loop has had time to spare (`spare`)."""
+        night) passes start every `every_s` (at once after a longer one) and run unpaused."""
         previous = None
         while True:
             started = mark = time.perf_counter()
-            mark_cpu = time.thread_time()
             if previous is not None:
                 self.cycle_seconds = started - previous
             previous = started
@@ -385,10 +352,10 @@ class VerdictWatch:
                         # the duty cycle now, not only after the pass, so that a long pass (the
                         # first after a catch-up judges every group) never holds the loop back
                         # to back while requests wait
-                        await self._leave_loop(share_wait(held, duty), mark, mark_cpu, busy_share)
+                        await asyncio.sleep(share_wait(held, duty))
                         await self.turn()  # requests that came meanwhile go before the next slice
                         turned = time.perf_counter()
-                    mark, mark_cpu = turned, time.thread_time()
+                    mark = turned
             busy += time.perf_counter() - mark
             self.pass_seconds = busy
             await asyncio.sleep(pause_after(every_s, time.perf_counter() - started))
