@@ -385,13 +385,20 @@ _REMOVED_KEYS: dict[tuple[type, str], str] = {
 }
 
 
+def _closest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known key an unknown one was likely meant to be: spelt alike but for dashes and
+    underscores, else the closest spelling; None when none is close."""
+    plain = key.replace("-", "").replace("_", "")
+    close = [n for n in known if n.replace("-", "") == plain] or difflib.get_close_matches(key, list(known), 1, 0.8)
+    return close[0] if close else None
+
+
 def _unknown_hint(cls: type, key: str, known: Iterable[str]) -> str:
     """What an unknown key was likely meant to be: a known key spelt alike, or the same key of
     another section ("; did you mean ...?"), else ""."""
-    plain = key.replace("-", "").replace("_", "")
-    close = [n for n in known if n.replace("-", "") == plain] or difflib.get_close_matches(key, list(known), 1, 0.8)
-    if close:
-        return f"; did you mean '{close[0]}'?"
+    close = _closest_key(key, known)
+    if close is not None:
+        return f"; did you mean '{close}'?"
     sections = {**_SECTIONS, **{f"{section}.NAME": other for section, other in _NAMED.items()}}
     elsewhere = [
         f"[{section}]"
@@ -760,14 +767,12 @@ def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
 def _unknown_env_hint(cls: type, key: str, var: str) -> str:
     """The variable an unknown one was likely meant to be, named as a variable and as a key
     ("; did you mean LAGD_STORAGE_INTERVALS (storage.intervals)?"), else ""."""
-    tomlkey = key.rpartition(".")[2]
-    known = [_key(f.name) for f in dataclasses.fields(cls) if f.name != "name"]
-    plain = tomlkey.replace("-", "")
-    close = [n for n in known if n.replace("-", "") == plain] or difflib.get_close_matches(tomlkey, known, 1, 0.8)
-    if not close:
+    where, _, tomlkey = key.rpartition(".")
+    close = _closest_key(tomlkey, [_key(f.name) for f in dataclasses.fields(cls) if f.name != "name"])
+    if close is None:
         return f"; unset it (config/lagd.example.toml lists the keys of [{key.partition('.')[0]}])"
     prefix = var[: len(var) - len(tomlkey)]
-    return f"; did you mean {prefix}{close[0].upper().replace('-', '_')} ({key.rpartition('.')[0]}.{close[0]})?"
+    return f"; did you mean {prefix}{close.upper().replace('-', '_')} ({where}.{close})?"
 
 
 def _parse_env(key: str, text: str, cls: type, tomlkey: str, var: str) -> Any:
