@@ -1939,15 +1939,8 @@ static PyObject *judge_topic(PyObject *self, PyObject *const *args, Py_ssize_t n
 out:
     result = PyLong_FromSsize_t(k);
 fail:
-    if (opened > 0) {
-        if (result == NULL) { /* what was judged before the exception goes where the Python's would be */
-            PyObject *type_, *value, *tb;
-            PyErr_Fetch(&type_, &value, &tb);
-            book_flush(&b);
-            PyErr_Restore(type_, value, tb);
-        }
-        book_close(&b);
-    }
+    if (opened > 0)
+        book_close(&b); /* after an exception what it gathered goes too: the evaluation keeps none of it */
     PyBuffer_Release(&before.view);
     PyBuffer_Release(&since.view);
     return result;
