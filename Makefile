@@ -9,7 +9,7 @@ HASH := $(shell cat pyproject.toml hatch_build.py lagd/evaluate/_trend.c lagd/in
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 DEV_STAMP := $(VENV)/.installed-dev-$(HASH)
 
-.PHONY: demo test lint typecheck pytest bench system-deps venv clean
+.PHONY: demo test lint typecheck pytest bench system-deps kafka venv clean
 
 venv: $(DEV_STAMP)
 
@@ -35,6 +35,10 @@ $(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
 system-deps:
 	@bash scripts/system-deps.sh
 
+# Apache Kafka's jars (broker, tools, clients) from Maven Central into ~/.cache/lagd/kafka, once per version.
+kafka: venv system-deps
+	$(PY) -m lagd.embedded_kafka fetch
+
 lint: venv
 	$(VENV)/bin/ruff check lagd tests bench hatch_build.py
 	$(VENV)/bin/ruff format --check lagd tests bench hatch_build.py
@@ -42,7 +46,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-pytest: venv system-deps
+pytest: venv system-deps kafka
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: lint typecheck pytest
@@ -50,7 +54,7 @@ test: lint typecheck pytest
 demo: $(RUN_STAMP)
 	$(VENV)/bin/lagd demo
 
-bench: venv system-deps
+bench: venv system-deps kafka
 	$(PY) -m bench
 
 clean:

@@ -398,7 +398,7 @@ async def measure(
 
 def fresh_database() -> tuple[str, str, str]:
     """(lagd's database URL, the admin URL, the name) of a new, migrated database."""
-    pg = embedded.system_postgres() or embedded.start_embedded_postgres()
+    pg = embedded.system_postgres() or embedded.start_private_postgres()
     name = f"lagd_bench_{uuid.uuid4().hex[:8]}"
     conn = psycopg2.connect(pg.url)
     conn.autocommit = True

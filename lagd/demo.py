@@ -1,7 +1,7 @@
 """`lagd demo`: lagd judging real consumer groups on this machine, within a minute.
 
-Starts what lagd talks to (an embedded Tansu broker; the local PostgreSQL or an embedded
-one; the local Mosquitto or an embedded amqtt), runs the real daemon in this process with
+Starts what lagd talks to (an embedded Tansu broker; the local PostgreSQL or a private
+one; the local Mosquitto or a private one, else an embedded amqtt), runs the real daemon in this process with
 config/demo.toml, and drives groups in every state through the simulator. A live table
 reads lagd's own HTTP API, as a dashboard would. Ctrl-C (or --duration) stops everything
 and removes every process and temporary directory the demo started.
@@ -35,7 +35,7 @@ from lagd.embedded import (
     free_port,
     port_open,
     start_amqtt,
-    start_embedded_postgres,
+    start_private_postgres,
     start_tansu,
     system_postgres,
 )
@@ -111,7 +111,7 @@ class Services:
     mqtt: Process | None = None
     mqtt_address: tuple[str, int] = ("127.0.0.1", 1883)
     database_url: str = ""
-    # this run's own database on a shared server (dropped at exit); "" with an embedded server
+    # this run's own database on a shared server (dropped at exit); "" with a private server
     database: str = ""
     server_url: str = ""
     # the demo's retained MQTT messages on a shared broker (an MQTT filter, cleared at exit); "" with amqtt
@@ -166,7 +166,7 @@ async def clear_retained(host: str, port: int, topics: str) -> int:
 
 def _admin_url(server_url: str) -> tuple[str, Any]:
     parts = urlsplit(server_url)
-    # keep the query: the embedded server is reached by its socket (`?host=/tmp/...`)
+    # keep the query: a server reached by its socket has it (`?host=/tmp/...`)
     return urlunsplit(("postgresql", parts.netloc, "/postgres", parts.query, "")), parts
 
 
@@ -229,10 +229,12 @@ def start_services(out: TextIO) -> Services:
         s.kafka = start_tansu()
         pg = system_postgres()
         if pg is None:
-            print("no PostgreSQL on 127.0.0.1:5432: starting an embedded one ...", file=out, flush=True)
-            pg = start_embedded_postgres()
+            print("no PostgreSQL on 127.0.0.1:5432: starting a private one ...", file=out, flush=True)
+            pg = start_private_postgres()
             s.postgres = pg
-            s.notes.append("PostgreSQL: embedded (removed on exit)")
+            s.notes.append(
+                f"PostgreSQL: a private server on 127.0.0.1:{pg.proc.port if pg.proc else '?'} (removed on exit)"
+            )
         name, s.database_url = asyncio.run(_fresh_database(pg.url))
         if s.postgres is None:
             s.database, s.server_url = name, pg.url

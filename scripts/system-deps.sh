@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages no wheel provides (README, "The two commands", lists them):
-# a Java runtime for Spark, the PostgreSQL JDBC driver, headless Chromium for the
+# a Java runtime for Spark and Apache Kafka, Maven (fetches Kafka's jars), the PostgreSQL JDBC driver, headless Chromium for the
 # status-page test, Mosquitto (the MQTT outage tests start it privately on a free port) and
 # its clients (`mosquitto_sub`, which the demo suggests), Alertmanager and promtool for the
 # sink and rule tests. Does nothing when they are already there. Waits (up to
@@ -12,7 +12,8 @@ LOCKS=(/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock)
 need=()
 why=()
 want() { need+=("$1"); why+=("$1 ($2)"); }
-command -v java >/dev/null 2>&1 || want default-jre-headless "Java runtime for the Spark jobs"
+command -v java >/dev/null 2>&1 || want default-jdk-headless "Java for the Spark jobs and Apache Kafka"
+command -v mvn >/dev/null 2>&1 || want maven "fetches Apache Kafka's jars from Maven Central for the tests"
 [ -f /usr/share/java/postgresql.jar ] || want libpostgresql-jdbc-java "PostgreSQL JDBC driver for the Spark jobs"
 command -v chromium >/dev/null 2>&1 || want chromium "headless browser for the status-page test"
 command -v chromedriver >/dev/null 2>&1 || want chromium-driver "drives the browser in the status-page test"

@@ -28,10 +28,10 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[embedded.Postgres]:
-    """The system PostgreSQL on 127.0.0.1:5432, else a private embedded one."""
+    """The system PostgreSQL on 127.0.0.1:5432 (trust auth), else a private one on a free TCP port."""
     pg = embedded.system_postgres()
     if pg is None:
-        pg = embedded.start_embedded_postgres()
+        pg = embedded.start_private_postgres()
     yield pg
     pg.stop()
 

