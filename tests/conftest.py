@@ -18,6 +18,7 @@ import pytest
 
 from lagd import embedded
 from lagd.db.migrate import upgrade
+from lagd.embedded_kafka import KafkaCluster, start_kafka
 
 DATA = Path(__file__).parent / "data"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -123,6 +124,21 @@ def kafka() -> Iterator[str]:
 def unique() -> str:
     """A short suffix that keeps topic and group names of one test apart from the others."""
     return uuid.uuid4().hex[:8]
+
+
+# --- Apache Kafka ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def apache_kafka() -> Iterator[KafkaCluster]:
+    """Apache Kafka itself (KAFKA_VERSION, one KRaft node), once per test run.
+
+    Its group coordinator writes the `__consumer_offsets` records lagd reads; tests share
+    it, so each uses topic and group names of its own (see `unique`).
+    """
+    cluster = start_kafka(1)
+    yield cluster
+    cluster.stop()
 
 
 # --- Spark ------------------------------------------------------------------------------

@@ -1,0 +1,321 @@
+"""lagd against Apache Kafka itself: records its group coordinator wrote, read and judged right.
+
+Every group here is made by a real client (aiokafka, the Java consumer of Kafka's own
+version, Kafka's `kafka-consumer-groups`), so every record lagd reads was written by Kafka's
+group coordinator, not by lagd's encoder. The ground truth is Kafka's own tool:
+`kafka-consumer-groups --describe` must print the committed offsets and lags lagd serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition as TP
+
+from lagd import daemon
+from lagd.config import Settings, parse
+from lagd.embedded import free_port
+from lagd.embedded_kafka import KafkaCluster
+from lagd.ingest.codec import DecodeError, SkippedRecord, decode
+from tests.kafka_groups import (
+    commit_classic,
+    commit_in_transaction,
+    console_consumer,
+    create_topic,
+    describe_offsets,
+    produce,
+)
+
+Settle = Callable[..., Awaitable[Any]]
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 3
+PER_PARTITION = 20
+
+
+async def offsets_topic_records(bootstrap: str) -> list[tuple[int, int, bytes, bytes | None]]:
+    """Every record of `__consumer_offsets` as a read_committed consumer sees it: (partition, offset, key, value)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed")
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        parts = [
+            TP("__consumer_offsets", p) for p in consumer._client.cluster.partitions_for_topic("__consumer_offsets")
+        ]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        out: list[tuple[int, int, bytes, bytes | None]] = []
+        pending = set(parts)
+        while pending:
+            got = await consumer.getmany(*pending, timeout_ms=500)
+            for tp, records in got.items():
+                out += [(tp.partition, r.offset, r.key, r.value) for r in records]
+            for tp in list(pending):
+                if await consumer.position(tp) >= ends[tp]:
+                    pending.discard(tp)
+        return out
+    finally:
+        await consumer.stop()
+
+
+def settings_for(cluster: KafkaCluster, database_url: str, port: int, source: str = "topic") -> Settings:
+    return parse(
+        {
+            "clusters": {
+                "real": {
+                    "bootstrap-servers": cluster.bootstrap.split(","),
+                    "offsets-source": source,
+                    "offset-refresh": 1.0,
+                    "topic-refresh": 2.0,
+                }
+            },
+            "storage": {"database-url": database_url, "flush-interval": 0.2},
+            "evaluator": {"cache-ttl": 0.2},
+            "http": {"listen": f"127.0.0.1:{port}"},
+            "notify": {"enabled": False},
+        },
+        env={},
+    )
+
+
+class Lagd:
+    """The real daemon, in this process, read over its HTTP API as a dashboard would."""
+
+    def __init__(self, port: int, session: aiohttp.ClientSession) -> None:
+        self.port, self.session = port, session
+
+    async def get(self, path: str) -> tuple[int, Any]:
+        async with self.session.get(f"http://127.0.0.1:{self.port}{path}") as answer:
+            if "json" in answer.headers.get("Content-Type", ""):
+                return answer.status, await answer.json()
+            return answer.status, await answer.text()
+
+    async def partitions(self, group: str) -> dict[tuple[str, int], dict[str, Any]]:
+        """(topic, partition) -> Burrow's PartitionStatus for `group`; empty when lagd does not know it."""
+        status, body = await self.get(f"/v3/kafka/real/consumer/{group}/lag")
+        if status != 200:
+            return {}
+        return {(p["topic"], p["partition"]): p for p in body["status"]["partitions"]}
+
+    async def agrees(self, cluster: KafkaCluster, group: str) -> str:
+        """ "" when lagd's committed offsets and lags equal `kafka-consumer-groups --describe`'s; else the difference."""
+        tool = await asyncio.to_thread(describe_offsets, cluster, group)
+        ours = await self.partitions(group)
+        # partitions with a committed offset: Kafka's tool also lists those a live member owns uncommitted
+        mine = {k: (p["end"]["offset"], p["current_lag"]) for k, p in ours.items() if p["end"]}
+        theirs = {k: (committed, lag) for k, (committed, _, lag) in tool.items() if committed is not None}
+        return (
+            "" if mine == theirs else f"lagd {sorted(mine.items())} != kafka-consumer-groups {sorted(theirs.items())}"
+        )
+
+
+@pytest.fixture(params=["topic", "admin"])
+async def lagd_on_kafka(apache_kafka: KafkaCluster, database_url: str, request: Any) -> AsyncIterator[Lagd]:
+    """lagd reading the offsets topic, and lagd polling committed offsets through the admin API."""
+    port = free_port()
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(settings_for(apache_kafka, database_url, port, request.param), stop=stop))
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        lagd = Lagd(port, session)
+        try:
+            for _ in range(600):
+                if task.done():
+                    raise AssertionError(f"lagd ended before it was ready: {task.result()}")
+                try:
+                    status, _ = await lagd.get("/burrow/admin/ready")
+                except aiohttp.ClientError:
+                    status = 0
+                if status == 200:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("lagd not ready within 60 s on Apache Kafka")
+            yield lagd
+        finally:
+            stop.set()
+            assert await asyncio.wait_for(task, 30) == 0
+
+
+async def test_every_record_kafkas_coordinator_writes_decodes(apache_kafka: KafkaCluster, unique: str) -> None:
+    """Classic, static, transactional, KIP-848 and share groups, deletions and resets: each record decodes."""
+    b = apache_kafka.bootstrap
+    topic = f"rec-{unique}"
+    await create_topic(b, topic, PARTITIONS)
+    await produce(b, topic, PER_PARTITION, PARTITIONS)
+    groups = {kind: f"rec-{unique}-{kind}" for kind in ("classic", "static", "txn", "kip848", "share")}
+    await commit_classic(b, groups["classic"], {TP(topic, 0): 5, TP(topic, 1): 7, TP(topic, 2): 9}, metadata="m")
+    await commit_classic(b, groups["static"], {TP(topic, 0): 3}, instance_id=f"inst-{unique}")
+    await commit_in_transaction(b, groups["txn"], {TP(topic, 0): 11}, f"tx-{unique}", abort=False)
+    await commit_in_transaction(b, groups["txn"], {TP(topic, 0): 15}, f"tx-{unique}", abort=True)
+    await asyncio.to_thread(console_consumer(apache_kafka, topic, groups["kip848"], 30, protocol="consumer").wait)
+    await asyncio.to_thread(console_consumer(apache_kafka, topic, groups["share"], 10, share=True).wait)
+    apache_kafka.consumer_groups("--delete-offsets", "--group", groups["classic"], "--topic", f"{topic}:2")
+    apache_kafka.consumer_groups(
+        "--reset-offsets", "--group", groups["classic"], "--topic", f"{topic}:0", "--to-offset", "1", "--execute"
+    )
+    apache_kafka.consumer_groups("--delete", "--group", groups["static"])
+
+    mine = set(groups.values())
+    kinds: dict[str, int] = {}
+    commits: dict[tuple[str, int], list[int]] = {}
+    for _, _, key, value in await offsets_topic_records(b):
+        try:
+            record = decode(key, value)
+        except DecodeError as exc:
+            raise AssertionError(f"Kafka {apache_kafka.version} wrote a record lagd cannot decode: {exc}") from None
+        if getattr(record, "group", None) not in mine:
+            continue
+        kind = type(record).__name__
+        if isinstance(record, SkippedRecord):
+            kind = f"skipped type {record.record_type}"
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind == "OffsetCommit":
+            commits.setdefault((record.group, record.partition), []).append(record.offset)  # type: ignore[union-attr]
+    # the classic groups' metadata, every commit, the deleted group and offsets
+    assert kinds.get("GroupMetadata", 0) >= 2 and kinds.get("GroupTombstone") == 1, kinds
+    assert kinds.get("OffsetTombstone", 0) >= 2, kinds  # --delete-offsets, and the deleted group's offset
+    # the aborted transactional commit (15) is not in the read_committed view; the committed one (11) is
+    assert commits[(groups["txn"], 0)] == [11], commits
+    assert commits[(groups["classic"], 0)] == [5, 1], commits  # the reset, as Kafka wrote it
+    # KIP-848: the group, its member and its assignments, in records of their own
+    for kip848 in ("ConsumerGroupMetadata", "ConsumerGroupMemberMetadata", "ConsumerGroupCurrentMemberAssignment"):
+        assert kinds.get(kip848, 0) >= 1, kinds
+    # share groups (KIP-932) write types of their own, which lagd passes over without a decode error
+    assert any(k.startswith("skipped type") for k in kinds), kinds
+
+
+async def test_lagd_serves_what_kafka_consumer_groups_describes(
+    apache_kafka: KafkaCluster, lagd_on_kafka: Lagd, unique: str, settle: Settle
+) -> None:
+    """Committed offsets and lags per partition equal Kafka's own tool's, for every kind of committing group."""
+    b = apache_kafka.bootstrap
+    topic = f"agree-{unique}"
+    await create_topic(b, topic, PARTITIONS)
+    await produce(b, topic, PER_PARTITION, PARTITIONS)
+    classic, static, txn, kip848 = (f"agree-{unique}-{k}" for k in ("classic", "static", "txn", "kip848"))
+    await commit_classic(b, classic, {TP(topic, 0): 5, TP(topic, 1): 7, TP(topic, 2): 9})
+    await commit_classic(b, static, {TP(topic, 0): 3, TP(topic, 1): 20}, instance_id=f"inst-{unique}")
+    await commit_in_transaction(b, txn, {TP(topic, 0): 11, TP(topic, 2): 4}, f"tx-{unique}", abort=False)
+    await asyncio.to_thread(console_consumer(apache_kafka, topic, kip848, 45, protocol="consumer").wait)
+
+    for group in (classic, static, txn, kip848):
+        await _agreed(lagd_on_kafka, apache_kafka, group)
+
+    # an aborted transactional commit never moves the window
+    await commit_in_transaction(b, txn, {TP(topic, 0): 19}, f"tx-{unique}", abort=True)
+    await commit_in_transaction(b, txn, {TP(topic, 2): 6}, f"tx-{unique}", abort=False)
+    await settle(lambda: _offset_is(lagd_on_kafka, txn, topic, 2, 6), timeout=30, what="the next committed transaction")
+    assert (await lagd_on_kafka.partitions(txn))[(topic, 0)]["end"]["offset"] == 11
+    assert await lagd_on_kafka.agrees(apache_kafka, txn) == ""
+
+    # more records: the lag follows the log end, as the tool's does
+    await produce(b, topic, 5, PARTITIONS)
+    await _agreed(lagd_on_kafka, apache_kafka, classic)
+
+
+async def test_offsets_reset_backwards_reads_as_rewind(
+    apache_kafka: KafkaCluster, lagd_on_kafka: Lagd, unique: str, settle: Settle
+) -> None:
+    """`kafka-consumer-groups --reset-offsets` to an earlier offset is REWIND, not garbage."""
+    b = apache_kafka.bootstrap
+    topic = f"rewind-{unique}"
+    group = f"rewind-{unique}-g"
+    await create_topic(b, topic, 1)
+    await produce(b, topic, PER_PARTITION, 1)
+    await commit_classic(b, group, {TP(topic, 0): 15})
+    await settle(lambda: _offset_is(lagd_on_kafka, group, topic, 0, 15), timeout=30, what="the first commit")
+    await asyncio.to_thread(
+        apache_kafka.consumer_groups,
+        "--reset-offsets",
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--to-offset",
+        "4",
+        "--execute",
+    )
+    await settle(lambda: _offset_is(lagd_on_kafka, group, topic, 0, 4), timeout=30, what="the reset offset")
+    partition = (await lagd_on_kafka.partitions(group))[(topic, 0)]
+    assert partition["status"] == "REWIND", partition
+    assert await lagd_on_kafka.agrees(apache_kafka, group) == ""
+
+
+async def test_deleted_offsets_and_groups_leave_lagd(
+    apache_kafka: KafkaCluster, lagd_on_kafka: Lagd, unique: str, settle: Settle
+) -> None:
+    """`--delete-offsets` drops that partition from the group; `--delete` drops the group (404)."""
+    b = apache_kafka.bootstrap
+    topic = f"del-{unique}"
+    group = f"del-{unique}-g"
+    await create_topic(b, topic, 2)
+    await produce(b, topic, PER_PARTITION, 2)
+    await commit_classic(b, group, {TP(topic, 0): 10, TP(topic, 1): 12})
+    await _agreed(lagd_on_kafka, apache_kafka, group)
+
+    await asyncio.to_thread(apache_kafka.consumer_groups, "--delete-offsets", "--group", group, "--topic", f"{topic}:1")
+
+    async def only_partition_0() -> bool:
+        return set(await lagd_on_kafka.partitions(group)) == {(topic, 0)}
+
+    await settle(only_partition_0, timeout=30, what="the deleted offset gone")
+    assert await lagd_on_kafka.agrees(apache_kafka, group) == ""
+
+    await asyncio.to_thread(apache_kafka.consumer_groups, "--delete", "--group", group)
+
+    async def gone() -> bool:
+        status, _ = await lagd_on_kafka.get(f"/v3/kafka/real/consumer/{group}/lag")
+        return status == 404
+
+    await settle(gone, timeout=30, what="the deleted group gone")
+
+
+async def test_kip848_group_owners_and_client_ids_in_burrows_api(
+    apache_kafka: KafkaCluster, lagd_on_kafka: Lagd, unique: str, settle: Settle
+) -> None:
+    """A live KIP-848 member (the Java consumer, group.protocol=consumer) owns its partitions in Burrow's body."""
+    b = apache_kafka.bootstrap
+    topic = f"own-{unique}"
+    group = f"own-{unique}-g"
+    await create_topic(b, topic, PARTITIONS)
+    await produce(b, topic, PER_PARTITION, PARTITIONS)
+    member = console_consumer(
+        apache_kafka, topic, group, 10_000, protocol="consumer", properties=["auto.commit.interval.ms=500"]
+    )
+    try:
+
+        async def owned() -> bool:
+            parts = await lagd_on_kafka.partitions(group)
+            return len(parts) == PARTITIONS and all(
+                p["client_id"] == f"java-{group}" and p["owner"] for p in parts.values()
+            )
+
+        await settle(owned, timeout=60, what="the KIP-848 member as owner of every partition")
+        members = await asyncio.to_thread(apache_kafka.consumer_groups, "--describe", "--group", group, "--members")
+        assert f"java-{group}" in members
+        host = next(p["owner"] for p in (await lagd_on_kafka.partitions(group)).values())
+        assert re.search(rf"/?{re.escape(host.lstrip('/'))}\b", members), (host, members)
+    finally:
+        member.proc.terminate()
+        member.proc.wait(30)
+
+
+async def _agreed(lagd: Lagd, cluster: KafkaCluster, group: str, timeout: float = 30.0) -> None:
+    """Until lagd agrees with `kafka-consumer-groups` on `group`; fails with the last difference."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while difference := await lagd.agrees(cluster, group):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{group} after {timeout:.0f} s: {difference}")
+        await asyncio.sleep(0.2)
+
+
+async def _offset_is(lagd: Lagd, group: str, topic: str, partition: int, offset: int) -> bool:
+    p = (await lagd.partitions(group)).get((topic, partition))
+    return bool(p and p["end"] and p["end"]["offset"] == offset)
