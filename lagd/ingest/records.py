@@ -23,6 +23,7 @@ counted (`kip848_owners_unseeded`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from operator import attrgetter, itemgetter
 
 from lagd import logs
@@ -74,6 +75,7 @@ _tuple_new = tuple.__new__  # a Commit (a named tuple) from its fields, without 
 _new_owner = fast_constructor(PartitionOwner)
 
 
+_NO_GROUPS: frozenset[str] = frozenset()  # learn_topic's usual answer
 _Owned = tuple[tuple[str, int, PartitionOwner], ...]
 _MEMBER_OWNERS: dict[tuple[str, str, str, bytes], _Owned] = {}
 _MEMBER_OWNERS_MAX = 1 << 16
@@ -131,6 +133,11 @@ class ConsumerGroupOwners:
         self.resumed = resumed
         self.has_seed = False
         self._warned = False
+        # topic id -> groups whose owners left out partitions of that id, unnamed as yet: Kafka 4
+        # no longer writes type 4 records, so a new group's assignment often comes before the
+        # first commit naming its topic; learning the name re-emits those groups' owners
+        self.unnamed: dict[bytes, set[str]] = {}
+        self.last_order: dict[str, int] = {}  # group -> order of its newest owners, for re-emits
 
     def seed(self, stored: Iterable[GroupMembers]) -> None:
         """Start from the owners known where reading resumes (the store's GroupMembers)."""
@@ -141,8 +148,22 @@ class ConsumerGroupOwners:
                 by_member.setdefault(o.member_id, []).append(o)
             self.seeded[gm.group] = {m: tuple(os) for m, os in by_member.items()}
 
-    def learn_topic(self, topic_id: bytes, name: str) -> None:
+    def learn_topic(self, topic_id: bytes, name: str) -> AbstractSet[str]:
+        """Name `topic_id` (from a v4 commit); the groups whose owners that name completes."""
+        if self.topic_names.get(topic_id) == name:
+            return _NO_GROUPS
         self.topic_names[topic_id] = name
+        return self.unnamed.pop(topic_id, _NO_GROUPS)
+
+    def named(self, cluster: str, groups: AbstractSet[str], counters: IngestCounters) -> list[Event]:
+        """The owners of `groups` again, now that a topic id they assign is named (`learn_topic`).
+
+        Each carries the order of the group's newest owners: no newer record of the group
+        has been read, so it replaces that event's owners and nothing newer.
+        """
+        if self.resumed and not self.has_seed:
+            return []
+        return [self.owners(cluster, g, self.last_order[g], counters) for g in sorted(groups) if g in self.last_order]
 
     def forget_seed(self, group: str) -> None:
         """A classic record (group metadata or its tombstone) superseded the stored owners."""
@@ -165,6 +186,7 @@ class ConsumerGroupOwners:
             self.members.pop(rec.group, None)
             self.assigned.pop(rec.group, None)
             self.seeded.pop(rec.group, None)
+            self.last_order.pop(rec.group, None)
             return []
         else:
             return []
@@ -181,6 +203,7 @@ class ConsumerGroupOwners:
                     hint="pass the stored GroupMembers to read_offsets_topic(members=...)",
                 )
             return []
+        self.last_order[rec.group] = order
         return [self.owners(cluster, rec.group, order, counters)]
 
     def owners(self, cluster: str, group: str, order: int, counters: IngestCounters) -> GroupMembers:
@@ -207,6 +230,7 @@ class ConsumerGroupOwners:
                 name = self.topic_names.get(ta.topic_id)
                 if name is None:
                     counters.count_error("unknown_topic_id")
+                    self.unnamed.setdefault(ta.topic_id, set()).add(group)
                     unnamed = True
                     continue
                 owners.extend(_new_owner(name, p, host, client_id, member_id) for p in ta.partitions)
@@ -261,9 +285,12 @@ def events_from_record(
                 if problem is not None:
                     _skip(counters, limits, problem, source, order, observed, _commit_detail(f))
                     return []
+            commit = _tuple_new(Commit, (cluster, f[0], f[1], f[2], f[3], order, f[6], observed))
             if kip848 is not None and f[10] is not None:
-                kip848.learn_topic(f[10], f[1])
-            return [_tuple_new(Commit, (cluster, f[0], f[1], f[2], f[3], order, f[6], observed))]
+                waiting = kip848.learn_topic(f[10], f[1])
+                if waiting:
+                    return [commit, *kip848.named(cluster, waiting, counters)]
+            return [commit]
         rec = decode(key, value, keys)
     except DecodeError as exc:
         counters.count_error(exc.reason)
@@ -294,9 +321,12 @@ def _record_events(
     """The events of one decoded (and checked) record."""
     if isinstance(rec, OffsetCommit):
         counters.count_record("offset_commit")
+        commit = Commit(cluster, rec.group, rec.topic, rec.partition, rec.offset, order, rec.commit_timestamp, observed)
         if kip848 is not None and rec.topic_id is not None:
-            kip848.learn_topic(rec.topic_id, rec.topic)
-        return [Commit(cluster, rec.group, rec.topic, rec.partition, rec.offset, order, rec.commit_timestamp, observed)]
+            waiting = kip848.learn_topic(rec.topic_id, rec.topic)
+            if waiting:
+                return [commit, *kip848.named(cluster, waiting, counters)]
+        return [commit]
     if isinstance(rec, GroupMetadata):
         counters.count_record("group_metadata")
         if kip848 is not None:
