@@ -328,13 +328,18 @@ async def _session(
                 refresh_at = 0.0
             if loop.time() >= refresh_at:
                 refresh_at = loop.time() + cluster.topic_refresh
-                reread = await _discover(metadata, consumer, cluster, known, next_offsets, progress, counters, limits)
+                reread = await _discover(
+                    metadata, consumer, cluster, known, next_offsets, progress, counters, limits, warned
+                )
                 for p in reread:
                     asked.pop(p, None)  # read again from its start: its last asked position is past it
                 if reread:
                     await put([OffsetsPartitionReset(cluster.name, p, len(known)) for p in sorted(reread)])
             if not known:
-                progress.mark_fresh(clock())  # nothing to read: nothing missed
+                # No offsets topic (a new cluster: Kafka creates it at the first group's commit):
+                # nothing to read, so nothing missed and nothing to catch up with.
+                progress.mark_fresh(clock())
+                progress.mark_caught_up()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), min(cluster.topic_refresh, 5.0))
                 refresh_at = 0.0
@@ -554,6 +559,10 @@ async def consumer_positions(
     return out
 
 
+# The `warned` key of a missing offsets topic (warned about once until it appears).
+MISSING = "offsets_topic_missing"
+
+
 async def _discover(
     client: Any,
     consumer: Any,
@@ -563,9 +572,11 @@ async def _discover(
     progress: ReaderProgress,
     counters: IngestCounters | None = None,
     limits: EdgeLimits | None = None,
+    warned: set[str] | None = None,
 ) -> set[int]:
     """Assign every partition of the offsets topic (again, when partitions were added); returns
     the partitions whose stored position lay outside them, now read again from their start.
+    A missing topic is warned about once in `warned` (till it appears), not every refresh.
 
     Also tells `limits` every topic's partition count, so commits for partitions a topic
     does not have are refused at the edge.
@@ -576,14 +587,21 @@ async def _discover(
         limits.partition_counts = partition_counts(metadata)
     found = metadata.partitions_for_topic(topic) or set()
     if not found:
-        log.warning(
-            "offsets topic not found",
-            cluster=cluster.name,
-            topic=topic,
-            hint="check offsets-topic, or set offsets-source = 'auto' (the default), which polls committed "
-            "offsets through the admin API where the topic cannot be read",
-        )
+        if warned is not None and MISSING not in warned:
+            warned.add(MISSING)
+            log.warning(
+                "offsets topic not found: no group has committed yet, or lagd may not describe it",
+                cluster=cluster.name,
+                topic=topic,
+                hint="Kafka creates it when the first group commits, and lagd reads it from then on; if groups "
+                "do commit, check offsets-topic and that lagd may describe and read it, or set offsets-source = "
+                "'auto' (the default), which polls committed offsets through the admin API where the topic "
+                "cannot be read",
+            )
         return set()
+    if warned is not None and MISSING in warned:
+        warned.discard(MISSING)
+        log.info("offsets topic found", cluster=cluster.name, topic=topic, partitions=len(found))
     new = set(found) - known
     if not new:
         return set()
