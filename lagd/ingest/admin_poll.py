@@ -43,6 +43,12 @@ from aiokafka.structs import TopicPartition
 from lagd import logs
 from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
+from lagd.ingest.group_describe import (
+    GroupView,
+    consumer_group_views,
+    describe_classic_groups,
+    describe_consumer_groups,
+)
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_admin
 from lagd.ingest.log_end import confirm_absent
@@ -65,20 +71,6 @@ FULL_PROBE_EVERY_REFRESHES = 10
 # A topic-level error code that does mean "no such topic"; any other error names a topic that
 # exists but is unavailable right now (LEADER_NOT_AVAILABLE, TOPIC_AUTHORIZATION_FAILED, ...).
 UNKNOWN_TOPIC_OR_PARTITION = 3
-
-
-@dataclass(frozen=True)
-class GroupView:
-    """What DescribeGroups said about one group."""
-
-    group: str
-    state: str
-    owners: tuple[PartitionOwner, ...]
-    subscribed: frozenset[str]
-
-    @property
-    def has_members(self) -> bool:
-        return bool(self.owners) or self.state in ("Stable", "PreparingRebalance", "CompletingRebalance")
 
 
 @dataclass
@@ -327,23 +319,45 @@ def refresh_layout(memory: PollMemory, topics: Iterable[Any]) -> dict[str, set[i
 
 
 async def describe_groups(admin: Any, groups: list[str], counters: IngestCounters) -> dict[str, GroupView]:
-    """Describe the groups in one go; when that fails, one by one, so a group whose description
-    cannot be read (or a broker that answers a batched request badly) blinds only that group.
-    A group without a view is still polled, just without owners."""
+    """Every group's members: KIP-848 groups through ConsumerGroupDescribe, classic ones through
+    DescribeGroups (lagd.ingest.group_describe), each batched per coordinator. When a batch
+    fails, its groups are described one by one, so a group whose description cannot be read
+    (or a broker that answers a batch badly) blinds only that group. A group without a view is
+    still polled, just without owners."""
     if not groups:
         return {}
+    client = admin._client  # aiokafka's admin keeps its client private; the raw requests need it
+    by_node: dict[int, list[str]] = {}
+    for group in groups:
+        try:
+            by_node.setdefault(await admin.find_coordinator(group), []).append(group)
+        except Exception as exc:
+            counters.count_failure(f"admin_poll_coordinator_{exc.__class__.__name__}")
+            log.warning("finding a group's coordinator failed; polled without owners", group=group, error=str(exc))
+    views: dict[str, GroupView] = {}
+    classic = set(groups)
     try:
-        return parse_describe(await admin.describe_consumer_groups(groups))
+        answers, known = await describe_consumer_groups(client, by_node)
+        if known:
+            views, classic = consumer_group_views(answers)
+    except Exception as exc:
+        counters.count_failure(f"admin_poll_describe_{exc.__class__.__name__}")
+        log.debug("describing KIP-848 groups failed; describing them as classic groups", error=str(exc))
+    classic_by_node = {n: [g for g in gs if g in classic] for n, gs in by_node.items()}
+    classic_by_node = {n: gs for n, gs in classic_by_node.items() if gs}
+    try:
+        views.update(parse_describe(await describe_classic_groups(client, classic_by_node)))
+        return views
     except Exception as exc:
         counters.count_failure(f"admin_poll_describe_{exc.__class__.__name__}")
         log.debug("describing groups together failed; describing one by one", error=str(exc))
-    views: dict[str, GroupView] = {}
-    for group in groups:
-        try:
-            views.update(parse_describe(await admin.describe_consumer_groups([group])))
-        except Exception as exc:
-            counters.count_failure(f"admin_poll_describe_{exc.__class__.__name__}")
-            log.warning("describing a group failed; polled without owners", group=group, error=str(exc))
+    for node, gs in classic_by_node.items():
+        for group in gs:
+            try:
+                views.update(parse_describe(await describe_classic_groups(client, {node: [group]})))
+            except Exception as exc:
+                counters.count_failure(f"admin_poll_describe_{exc.__class__.__name__}")
+                log.warning("describing a group failed; polled without owners", group=group, error=str(exc))
     return views
 
 
