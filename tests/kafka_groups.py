@@ -183,3 +183,80 @@ def describe_offsets(
             num(row["LAG"]),
         )
     return rows
+
+
+async def every_kind_of_group(cluster: KafkaCluster, prefix: str) -> dict[str, str]:
+    """Groups of every kind Kafka `cluster` runs, made by real clients on topic `prefix`; kind -> group.
+
+    classic (aiokafka, with offsets then deleted and reset backwards by kafka-consumer-groups),
+    static (a static member; the group then deleted), txn (one transactional offset commit
+    committed, one aborted), kip848 (the Java consumer, group.protocol=consumer, on topic
+    `prefix`-own; Kafka 4 and later) and share (the Java share consumer; Kafka 4.1 and later).
+    """
+    b = cluster.bootstrap
+    modern = not cluster.version.startswith(("2.", "3."))
+    kinds = ["classic", "static", "txn", *(["kip848", "share"] if modern else [])]
+    groups = {kind: f"{prefix}-{kind}" for kind in kinds}
+    await create_topic(b, prefix, 3)
+    await produce(b, prefix, 20, 3)
+    await commit_classic(
+        b, groups["classic"], {TopicPartition(prefix, p): o for p, o in ((0, 5), (1, 7), (2, 9))}, metadata="m"
+    )
+    await commit_classic(b, groups["static"], {TopicPartition(prefix, 0): 3}, instance_id=f"{prefix}-static-1")
+    await commit_in_transaction(b, groups["txn"], {TopicPartition(prefix, 0): 11}, f"{prefix}-tx", abort=False)
+    await commit_in_transaction(b, groups["txn"], {TopicPartition(prefix, 0): 15}, f"{prefix}-tx", abort=True)
+    if modern:
+        # a topic of its own: no other group's commit names its topic id before the group's own
+        await create_topic(b, f"{prefix}-own", 3)
+        await produce(b, f"{prefix}-own", 20, 3)
+        await asyncio.to_thread(
+            console_consumer(cluster, f"{prefix}-own", groups["kip848"], 30, protocol="consumer").wait
+        )
+        await asyncio.to_thread(console_consumer(cluster, prefix, groups["share"], 10, share=True).wait)
+    cluster.consumer_groups("--delete-offsets", "--group", groups["classic"], "--topic", f"{prefix}:2")
+    cluster.consumer_groups(
+        "--reset-offsets", "--group", groups["classic"], "--topic", f"{prefix}:0", "--to-offset", "1", "--execute"
+    )
+    await delete_group(cluster, groups["static"])
+    return groups
+
+
+async def delete_group(cluster: KafkaCluster, group: str, timeout: float = 60.0) -> None:
+    """`kafka-consumer-groups --delete`, again until Kafka says it deleted the group.
+
+    Kafka refuses to delete a group with members (a static member stays one until its session
+    times out) and says so on stdout with exit status 0, so the answer is read, not the status.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        out = await asyncio.to_thread(cluster.consumer_groups, "--delete", "--group", group)
+        if "was successful" in out:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"Kafka did not delete group {group} within {timeout:.0f} s: {out.strip()}")
+        await asyncio.sleep(1.0)
+
+
+async def offsets_topic_records(bootstrap: str) -> list[tuple[int, int, bytes, bytes | None]]:
+    """Every record of `__consumer_offsets` as a read_committed consumer sees it: (partition, offset, key, value)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed")
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        found = consumer._client.cluster.partitions_for_topic("__consumer_offsets") or set()
+        parts = [TopicPartition("__consumer_offsets", p) for p in sorted(found)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        out: list[tuple[int, int, bytes, bytes | None]] = []
+        pending = set(parts)
+        while pending:
+            got = await consumer.getmany(*pending, timeout_ms=500)
+            for tp, records in got.items():
+                out += [(tp.partition, r.offset, r.key, r.value) for r in records]
+            for tp in list(pending):
+                if await consumer.position(tp) >= ends[tp]:
+                    pending.discard(tp)
+        return sorted(out)
+    finally:
+        await consumer.stop()
