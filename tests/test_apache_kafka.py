@@ -9,8 +9,9 @@ group coordinator, not by lagd's encoder. The ground truth is Kafka's own tool:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -20,7 +21,7 @@ from aiokafka.structs import TopicPartition as TP
 from lagd import daemon
 from lagd.config import Settings, parse
 from lagd.embedded import free_port
-from lagd.embedded_kafka import KafkaCluster
+from lagd.embedded_kafka import KAFKA_OLD_VERSION, KafkaCluster, start_kafka
 from lagd.ingest.codec import DecodeError, OffsetCommit, SkippedRecord, decode
 from tests.kafka_groups import (
     commit_classic,
@@ -92,12 +93,12 @@ class Lagd:
         )
 
 
-@pytest.fixture(params=["topic", "admin"])
-async def lagd_on_kafka(apache_kafka: KafkaCluster, database_url: str, request: Any) -> AsyncIterator[Lagd]:
-    """lagd reading the offsets topic, and lagd polling committed offsets through the admin API."""
+@contextlib.asynccontextmanager
+async def running_lagd(cluster: KafkaCluster, database_url: str, source: str) -> AsyncIterator[Lagd]:
+    """The daemon on `cluster` with offsets-source `source`, once it says READY; stopped after."""
     port = free_port()
     stop = asyncio.Event()
-    task = asyncio.create_task(daemon.run(settings_for(apache_kafka, database_url, port, request.param), stop=stop))
+    task = asyncio.create_task(daemon.run(settings_for(cluster, database_url, port, source), stop=stop))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         lagd = Lagd(port, session)
         try:
@@ -112,11 +113,66 @@ async def lagd_on_kafka(apache_kafka: KafkaCluster, database_url: str, request: 
                     break
                 await asyncio.sleep(0.1)
             else:
-                raise AssertionError("lagd not ready within 60 s on Apache Kafka")
+                raise AssertionError(f"lagd not ready within 60 s on Apache Kafka {cluster.version}")
             yield lagd
         finally:
             stop.set()
             assert await asyncio.wait_for(task, 30) == 0
+
+
+@pytest.fixture(params=["topic", "admin"])
+async def lagd_on_kafka(apache_kafka: KafkaCluster, database_url: str, request: Any) -> AsyncIterator[Lagd]:
+    """lagd reading the offsets topic, and lagd polling committed offsets through the admin API."""
+    async with running_lagd(apache_kafka, database_url, request.param) as lagd:
+        yield lagd
+
+
+@pytest.fixture(scope="module")
+def kafka_3() -> Iterator[KafkaCluster]:
+    """The older line users still run (KAFKA_OLD_VERSION, one KRaft node)."""
+    cluster = start_kafka(1, KAFKA_OLD_VERSION)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.parametrize("source", ["topic", "admin"])
+async def test_kafka_3_9_classic_groups_agree_with_its_own_tool(
+    kafka_3: KafkaCluster, database_url: str, source: str, unique: str, settle: Settle
+) -> None:
+    """On Kafka 3.9: commits, a transactional commit, a reset backwards (REWIND) and a deleted group."""
+    b = kafka_3.bootstrap
+    topic = f"old-{unique}"
+    classic, txn, gone = (f"old-{unique}-{k}" for k in ("classic", "txn", "gone"))
+    async with running_lagd(kafka_3, database_url, source) as lagd:
+        await create_topic(b, topic, PARTITIONS)
+        await produce(b, topic, PER_PARTITION, PARTITIONS)
+        await commit_classic(b, classic, {TP(topic, 0): 15, TP(topic, 1): 7, TP(topic, 2): 9})
+        await commit_in_transaction(b, txn, {TP(topic, 0): 11}, f"tx-{unique}", abort=False)
+        await commit_in_transaction(b, txn, {TP(topic, 0): 19}, f"tx-{unique}", abort=True)
+        await commit_classic(b, gone, {TP(topic, 1): 3})
+        for group in (classic, txn, gone):
+            await _agreed(lagd, kafka_3, group)
+        await asyncio.to_thread(
+            kafka_3.consumer_groups,
+            "--reset-offsets",
+            "--group",
+            classic,
+            "--topic",
+            f"{topic}:0",
+            "--to-offset",
+            "4",
+            "--execute",
+        )
+        await settle(lambda: _offset_is(lagd, classic, topic, 0, 4), timeout=30, what="the reset offset")
+        assert (await lagd.partitions(classic))[(topic, 0)]["status"] == "REWIND"
+        await _agreed(lagd, kafka_3, classic)
+        await delete_group(kafka_3, gone)
+
+        async def deleted() -> bool:
+            status, _ = await lagd.get(f"/v3/kafka/real/consumer/{gone}/lag")
+            return status == 404
+
+        await settle(deleted, timeout=30, what="the deleted group gone")
 
 
 async def test_every_record_kafkas_coordinator_writes_decodes(apache_kafka: KafkaCluster, unique: str) -> None:
