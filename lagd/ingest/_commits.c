@@ -1,4 +1,6 @@
-/* The offsets topic's usual record, compiled: an offset commit (key type 0 or 1, value v3) of a
+/* The offsets topic's usual record, compiled: an offset commit (key type 0 or 1, value v3, or
+ * v4 as Kafka 4 writes every commit: no tagged field but the topic id, whose name the KIP-848
+ * fold already knows) of a
  * group the filter allows, on a partition of a topic already checked, read straight from
  * aiokafka's records into lagd's Commit events. That is what `offsets_topic.build_batch` does
  * for it in Python through `records.events_from_record`, `codec.commit_fields`,
@@ -28,6 +30,60 @@ static inline uint32_t be32(const unsigned char *p) {
 
 static inline int64_t be64(const unsigned char *p) {
     return (int64_t)(((uint64_t)be32(p) << 32) | (uint64_t)be32(p + 4));
+}
+
+/* An unsigned varint of at most 5 bytes at buf[*pos] (before end), as codec._Reader.uvarint
+ * reads it; -1 where that raises (the Python then reads the record and says why). */
+static inline int uvarint(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, uint32_t *out) {
+    uint32_t result = 0;
+    for (int shift = 0; shift <= 28; shift += 7) {
+        if (*pos >= end)
+            return -1;
+        unsigned char b = buf[(*pos)++];
+        result |= (uint32_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *out = result;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The offset and commit time of a value v3, or of a value v4 whose tagged fields are none or
+ * the topic id alone (then at *topic_id), ending where the record ends; 0 where read, -1 where
+ * the Python reads the value (any other version or layout). */
+static int commit_value(const unsigned char *v, Py_ssize_t n, int64_t *offset, int64_t *ts,
+                        const unsigned char **topic_id) {
+    *topic_id = NULL;
+    if (n < 16)
+        return -1;
+    if (be16(v) == 3) { /* offset, leader epoch, metadata (int16 length), commit time */
+        int mlen = (int16_t)be16(v + 14);
+        if (mlen < 0 || 16 + (Py_ssize_t)mlen + 8 > n)
+            return -1;
+        *offset = be64(v + 2);
+        *ts = be64(v + 16 + mlen);
+        return 0;
+    }
+    if (be16(v) != 4) /* offset, leader epoch, metadata (compact), commit time, tagged fields */
+        return -1;
+    Py_ssize_t p = 14;
+    uint32_t mlen1, ntags, tag, size;
+    if (uvarint(v, n, &p, &mlen1) < 0 || mlen1 == 0 || (Py_ssize_t)(mlen1 - 1) > n - p - 9)
+        return -1; /* a null metadata is refused by the Python */
+    p += (Py_ssize_t)(mlen1 - 1);
+    *offset = be64(v + 2);
+    *ts = be64(v + p);
+    p += 8;
+    if (uvarint(v, n, &p, &ntags) < 0 || ntags > 1)
+        return -1;
+    if (ntags == 1) {
+        if (uvarint(v, n, &p, &tag) < 0 || tag != 0 || uvarint(v, n, &p, &size) < 0 || size != 16 || n - p != 16)
+            return -1;
+        *topic_id = v + p;
+        return 0;
+    }
+    return p == n ? 0 : -1;
 }
 
 /* Drop the oldest keys of `keys` (a dict keeps its insertion order), as codec._evict_oldest
@@ -150,11 +206,16 @@ static int int_arg(PyObject *arg, long long *out) {
 
 static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 17) {
+    if (nargs != 18) {
         PyErr_SetString(PyExc_TypeError,
                         "read_commits(records, start, out, keys, keys_max, allowed, allows, partition_counts, "
                         "topics_ok, max_group_bytes, max_offset, oldest_ts, newest_ts, cluster, observed, commit, "
-                        "tally)");
+                        "tally, topic_names)");
+        return NULL;
+    }
+    PyObject *topic_names = args[17];
+    if (topic_names != Py_None && !PyDict_CheckExact(topic_names)) {
+        PyErr_SetString(PyExc_TypeError, "read_commits: topic_names must be a dict or None");
         return NULL;
     }
     PyObject *records = args[0], *out = args[2], *keys = args[3], *allowed = args[5], *allows = args[6];
@@ -208,15 +269,12 @@ static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t 
             PyBytes_GET_SIZE(key) < 2 || PyBytes_AS_STRING(key)[0] != 0 ||
             (PyBytes_AS_STRING(key)[1] != 0 && PyBytes_AS_STRING(key)[1] != 1))
             goto next;
-        /* the value: v3 (offset, leader epoch, metadata, commit time); the metadata is not kept */
-        const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(value);
-        Py_ssize_t n = PyBytes_GET_SIZE(value);
-        if (n < 16 || be16(v) != 3)
+        /* the value (v3, or v4): its offset and commit time; the metadata is not kept */
+        int64_t offset, ts;
+        const unsigned char *topic_id;
+        if (commit_value((const unsigned char *)PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), &offset, &ts,
+                         &topic_id) < 0)
             goto next;
-        int mlen = (int16_t)be16(v + 14);
-        if (mlen < 0 || 16 + (Py_ssize_t)mlen + 8 > n)
-            goto next;
-        int64_t offset = be64(v + 2), ts = be64(v + 16 + mlen);
         /* EdgeLimits.commit_problem's checks, its short path only */
         if (offset < 0 || offset >= max_offset || ts < oldest || ts > newest)
             goto next;
@@ -226,6 +284,17 @@ static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t 
             goto next;
         }
         PyObject *group = PyTuple_GET_ITEM(k, 0), *topic = PyTuple_GET_ITEM(k, 1), *partition = PyTuple_GET_ITEM(k, 2);
+        if (topic_id != NULL && topic_names != Py_None) {
+            /* a topic id the KIP-848 fold does not know by this name yet: the Python learns it */
+            PyObject *id = PyBytes_FromStringAndSize((const char *)topic_id, 16);
+            PyObject *known = id == NULL ? NULL : PyDict_GetItemWithError(topic_names, id);
+            Py_XDECREF(id);
+            int same = known == NULL ? 0 : PyObject_RichCompareBool(known, topic, Py_EQ);
+            if (same != 1) {
+                done = PyErr_Occurred() ? -1 : 0;
+                goto next;
+            }
+        }
         PyObject *count = PyDict_GetItemWithError(counts, topic);
         if (count == NULL || !PyLong_CheckExact(count)) {
             done = PyErr_Occurred() ? -1 : 0;
@@ -332,9 +401,11 @@ static PyObject *read_commits(PyObject *self, PyObject *const *args, Py_ssize_t 
 static PyMethodDef methods[] = {
     {"read_commits", (PyCFunction)(void (*)(void))read_commits, METH_FASTCALL,
      "read_commits(records, start, out, keys, keys_max, allowed, allows, partition_counts, topics_ok, "
-     "max_group_bytes, max_offset, oldest_ts, newest_ts, cluster, observed, commit, tally) -> stop: appends the "
+     "max_group_bytes, max_offset, oldest_ts, newest_ts, cluster, observed, commit, tally, topic_names) -> stop: "
+     "appends the "
      "Commit of each record from records[start] on that is a usual offset commit passing the limits and the filter "
      "(filtered ones are only counted), up to the first record only the Python reads, whose index is `stop` "
+     "(a v4 commit whose topic id topic_names, the KIP-848 fold's, does not name as its topic among them) "
      "(len(records) when none); adds the records read and those filtered to tally[0] and tally[1], even when it "
      "raises."},
     {NULL, NULL, 0, NULL},

@@ -22,4 +22,5 @@ def read_commits(
     observed: int,
     commit: type,
     tally: list[int],
+    topic_names: dict[bytes, str] | None,
 ) -> int: ...

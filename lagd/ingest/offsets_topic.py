@@ -120,7 +120,7 @@ def build_batch(
     keys = CommitKeys() if keys is None else keys
     allows = groups.allows
     append = out.append
-    usual = _usual_commits(cluster, observed, groups, counters, limits, keys)
+    usual = _usual_commits(cluster, observed, groups, counters, limits, keys, kip848)
     i, n = 0, len(records)
     while i < n:
         if usual is not None:
@@ -162,11 +162,14 @@ def _usual_commits(
     counters: IngestCounters,
     limits: EdgeLimits | None,
     keys: CommitKeys,
+    kip848: ConsumerGroupOwners | None = None,
 ) -> UsualCommits | None:
     """The compiled reader of the usual record for one fetch's slice: `(records, start, out)`
     appends the Commits of the records from `start` on, counts them as `events_from_record` and
     the filter would, and returns the index of the first record it leaves to them. None where
-    only the Python reads: not built, or no limits to check (tests, `lagd decode`)."""
+    only the Python reads: not built, or no limits to check (tests, `lagd decode`). A v4 commit
+    naming a topic id `kip848` does not know by that name yet is left to the Python, which
+    learns it (`ConsumerGroupOwners.learn_topic`)."""
     if _read_commits is None or limits is None or type(observed) is not int or type(cluster) is not str:
         return None
     settings = (limits.max_group_bytes, limits.max_commit_age_ms, limits.max_commit_ahead_ms)
@@ -179,6 +182,7 @@ def _usual_commits(
         return None  # every commit is refused: the Python says why
     max_group_bytes = max(-1, min(limits.max_group_bytes, _MAX_Q))
     read_commits = _read_commits
+    topic_names = None if kip848 is None else kip848.topic_names
 
     def read(records: list[Any], start: int, out: list[Event]) -> int:
         counts, ok = limits.partition_counts, limits.topics_ok
@@ -204,6 +208,7 @@ def _usual_commits(
                 observed,
                 Commit,
                 tally,
+                topic_names,
             )
         finally:
             if tally[0]:
