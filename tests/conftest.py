@@ -141,6 +141,28 @@ def apache_kafka() -> Iterator[KafkaCluster]:
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def agreement(artifacts: Path) -> Iterator[list[dict[str, Any]]]:
+    """Rows of lagd-against-kafka-consumer-groups checks, written to test-artifacts/kafka-agreement.md
+    at the end of the run: Kafka version, offsets source, kind of group, partitions, time to agree."""
+    rows: list[dict[str, Any]] = []
+    yield rows
+    if not rows:
+        return
+    lines = [
+        "# lagd against kafka-consumer-groups --describe (tests/test_apache_kafka.py)",
+        "",
+        "| Kafka | offsets source | group | partitions | agreed | within |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        within = f"{r['seconds']} s" if r["agreed"] else r.get("detail", "")
+        lines.append(
+            f"| {r['kafka']} | {r['source']} | {r['group']} | {r.get('partitions', '')} | {'yes' if r['agreed'] else 'NO'} | {within} |"
+        )
+    (artifacts / "kafka-agreement.md").write_text("\n".join(lines) + "\n")
+
+
 # --- Spark ------------------------------------------------------------------------------
 
 

@@ -65,8 +65,8 @@ def settings_for(cluster: KafkaCluster, database_url: str, port: int, source: st
 class Lagd:
     """The real daemon, in this process, read over its HTTP API as a dashboard would."""
 
-    def __init__(self, port: int, session: aiohttp.ClientSession) -> None:
-        self.port, self.session = port, session
+    def __init__(self, port: int, session: aiohttp.ClientSession, source: str, report: list[dict[str, Any]]) -> None:
+        self.port, self.session, self.source, self.report = port, session, source, report
 
     async def get(self, path: str) -> tuple[int, Any]:
         async with self.session.get(f"http://127.0.0.1:{self.port}{path}") as answer:
@@ -94,13 +94,15 @@ class Lagd:
 
 
 @contextlib.asynccontextmanager
-async def running_lagd(cluster: KafkaCluster, database_url: str, source: str) -> AsyncIterator[Lagd]:
+async def running_lagd(
+    cluster: KafkaCluster, database_url: str, source: str, report: list[dict[str, Any]]
+) -> AsyncIterator[Lagd]:
     """The daemon on `cluster` with offsets-source `source`, once it says READY; stopped after."""
     port = free_port()
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(settings_for(cluster, database_url, port, source), stop=stop))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        lagd = Lagd(port, session)
+        lagd = Lagd(port, session, source, report)
         try:
             for _ in range(600):
                 if task.done():
@@ -121,9 +123,11 @@ async def running_lagd(cluster: KafkaCluster, database_url: str, source: str) ->
 
 
 @pytest.fixture(params=["topic", "admin"])
-async def lagd_on_kafka(apache_kafka: KafkaCluster, database_url: str, request: Any) -> AsyncIterator[Lagd]:
+async def lagd_on_kafka(
+    apache_kafka: KafkaCluster, database_url: str, request: Any, agreement: list[dict[str, Any]]
+) -> AsyncIterator[Lagd]:
     """lagd reading the offsets topic, and lagd polling committed offsets through the admin API."""
-    async with running_lagd(apache_kafka, database_url, request.param) as lagd:
+    async with running_lagd(apache_kafka, database_url, request.param, agreement) as lagd:
         yield lagd
 
 
@@ -137,13 +141,13 @@ def kafka_3() -> Iterator[KafkaCluster]:
 
 @pytest.mark.parametrize("source", ["topic", "admin"])
 async def test_kafka_3_9_classic_groups_agree_with_its_own_tool(
-    kafka_3: KafkaCluster, database_url: str, source: str, unique: str, settle: Settle
+    kafka_3: KafkaCluster, database_url: str, source: str, unique: str, settle: Settle, agreement: list[dict[str, Any]]
 ) -> None:
     """On Kafka 3.9: commits, a transactional commit, a reset backwards (REWIND) and a deleted group."""
     b = kafka_3.bootstrap
     topic = f"old-{unique}"
     classic, txn, gone = (f"old-{unique}-{k}" for k in ("classic", "txn", "gone"))
-    async with running_lagd(kafka_3, database_url, source) as lagd:
+    async with running_lagd(kafka_3, database_url, source, agreement) as lagd:
         await create_topic(b, topic, PARTITIONS)
         await produce(b, topic, PER_PARTITION, PARTITIONS)
         await commit_classic(b, classic, {TP(topic, 0): 15, TP(topic, 1): 7, TP(topic, 2): 9})
@@ -330,12 +334,18 @@ async def test_kip848_group_owners_and_client_ids_in_burrows_api(
 
 
 async def _agreed(lagd: Lagd, cluster: KafkaCluster, group: str, timeout: float = 30.0) -> None:
-    """Until lagd agrees with `kafka-consumer-groups` on `group`; fails with the last difference."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    """Until lagd agrees with `kafka-consumer-groups` on `group`; fails with the last difference.
+    Each check goes into the agreement report (the `agreement` fixture)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    row = {"kafka": cluster.version, "source": lagd.source, "group": group.rsplit("-", 1)[-1], "agreed": False}
+    lagd.report.append(row)
     while difference := await lagd.agrees(cluster, group):
-        if asyncio.get_running_loop().time() > deadline:
+        if loop.time() - started > timeout:
+            row["detail"] = difference
             raise AssertionError(f"{group} after {timeout:.0f} s: {difference}")
         await asyncio.sleep(0.2)
+    row.update(agreed=True, partitions=len(await lagd.partitions(group)), seconds=round(loop.time() - started, 1))
 
 
 async def _offset_is(lagd: Lagd, group: str, topic: str, partition: int, offset: int) -> bool:
