@@ -233,10 +233,17 @@ class Postgres:
 
 
 def system_postgres(host: str = "127.0.0.1", port: int = 5432) -> Postgres | None:
-    """The machine's own PostgreSQL, when one listens (trust auth, user postgres)."""
-    if port_open(host, port):
-        return Postgres(url=f"postgresql://postgres@{host}:{port}/postgres")
-    return None
+    """The machine's own PostgreSQL, when one listens and lets user postgres in without a password."""
+    if not port_open(host, port):
+        return None
+    import psycopg2  # type: ignore[import-untyped]
+
+    url = f"postgresql://postgres@{host}:{port}/postgres"
+    try:
+        psycopg2.connect(url, connect_timeout=5).close()
+    except psycopg2.Error:
+        return None  # it asks for a password (or refuses): not one to borrow
+    return Postgres(url=url)
 
 
 def postgres_bin_dir() -> Path:

@@ -29,10 +29,8 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[embedded.Postgres]:
-    """The system PostgreSQL on 127.0.0.1:5432 (trust auth), else a private one on a free TCP port."""
-    pg = embedded.system_postgres()
-    if pg is None:
-        pg = embedded.start_private_postgres()
+    """A PostgreSQL server of the run's own on a free TCP port: never one that happens to run here."""
+    pg = embedded.start_private_postgres()
     yield pg
     pg.stop()
 
@@ -86,10 +84,7 @@ def empty_database_url(postgres: embedded.Postgres) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def mqtt_broker() -> Iterator[tuple[str, int]]:
-    """The system Mosquitto on 127.0.0.1:1883, else a private Mosquitto, else amqtt."""
-    if embedded.port_open("127.0.0.1", 1883):
-        yield ("127.0.0.1", 1883)
-        return
+    """A Mosquitto of the run's own (never one that happens to run here), else amqtt."""
     try:
         proc = embedded.start_mosquitto()
     except embedded.ServiceError:

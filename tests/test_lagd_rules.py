@@ -182,6 +182,23 @@ def test_a_group_that_commits_once_and_never_again_goes_stop_once_enough_time_pa
     assert evaluator.group(C, G, T0 + 199_000).partitions[0].status is PartitionStatus.STOP
 
 
+def test_one_offset_committed_twice_in_a_moment_then_silence_is_stop_never_stall() -> None:
+    """A consumer that commits offset 0 twice 49 ms apart (say on close) and stops: silence is not
+    a stalled consumer committing again and again. Found on Apache Kafka by trying the quick start."""
+    state, evaluator = core()
+    state.apply(LogEndSample(C, T, 0, 300, T0))
+    state.apply(Commit(C, G, T, 0, 0, 1, T0, T0))
+    state.apply(Commit(C, G, T, 0, 0, 2, T0 + 49, T0 + 49))
+    seen = set()
+    for t in range(1, 400):
+        ms = T0 + t * 1000
+        if t % 10 == 0:
+            state.apply(LogEndSample(C, T, 0, 300 + t, ms))
+        seen.add(evaluator.group(C, G, ms).partitions[0].status)
+    assert PartitionStatus.STALL not in seen, seen
+    assert evaluator.group(C, G, T0 + 399_000).partitions[0].status is PartitionStatus.STOP
+
+
 def test_stalled_consumer_goes_straight_to_err() -> None:
     onset = 300
     state, evaluator = core()

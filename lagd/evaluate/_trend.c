@@ -906,7 +906,7 @@ static int judge_facts(Facts *f, const Partition *x, const Params *p, int64_t cu
     int timed = current_lag > p->allowed_lag;
     int64_t due = NEVER;
     if (f->stuck_since != NO_MS) {
-        i128 stuck_ms = (i128)at_ms - f->stuck_since;
+        i128 stuck_ms = (i128)last_ts - f->stuck_since; /* committing the offset again, not silence */
         if (stuck_ms > INT64_MAX || stuck_ms < INT64_MIN)
             return 0;
         if (stuck_ms >= p->stall_after_ms && waited_ms >= (double)p->stall_after_ms) {

@@ -387,7 +387,7 @@ class LagdJudge:
         timed = current_lag > p.allowed_lag
         # STALL: still committing, the same offset for stall-after, while records wait.
         if stuck_since != NO_MS:
-            stuck_ms = at_ms - stuck_since
+            stuck_ms = last_ts - stuck_since  # committing the offset again, not silence (lagd_rules)
             if stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
                 why: Why = (STALLED, arr[LAST + OFFSET], stuck_ms, 0.0, 0.0, waited)
                 due = _recheck(STALL, at_ms, waited, last_ts, limit, stuck_since, p) if timed else NEVER

@@ -274,10 +274,12 @@ def judge_lagd(
     silence = now_ms - last_ts
     if silence > limit and waited_ms > limit:
         return Judgement(PartitionStatus.STOP, RULE_STOP, words((STOPPED, silence, limit, 0.0, 0.0, waited)))
-    # STALL: still committing, the same offset for stall-after, while records wait.
+    # STALL: still committing, the same offset for stall-after, while records wait. The time
+    # stuck runs from the first to the newest commit of that offset, not to now: commits of one
+    # offset a few ms apart, then silence, are a consumer that stopped (STOP), not one stalled.
     same_from = first_same(arr, n, committed)
     stuck = same_from < n - 1
-    stuck_ms = now_ms - arr[same_from * FIELDS + TS] if stuck else 0
+    stuck_ms = last_ts - arr[same_from * FIELDS + TS] if stuck else 0
     if stuck and stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
         return Judgement(PartitionStatus.STALL, RULE_STALL, words((STALLED, committed, stuck_ms, 0.0, 0.0, waited)))
     if not was_behind and waited < p.allowed_lag_seconds:
