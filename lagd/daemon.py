@@ -545,7 +545,8 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             "restoring state from Postgres",
             lambda: _noting(wb.status, _restore(rt, store, migrate)),
             rt.stop,
-            "check storage.database-url and that Postgres is up; lagd starts once it answers",
+            "check storage.database-url (LAGD_STORAGE_DATABASE_URL overrides the file's, password included) "
+            "and that Postgres is up; lagd starts once it answers",
         )
         if positions is not None and not rt.stop.is_set():
             rt.restored.set()
