@@ -190,9 +190,12 @@ class HttpSettings:
 
 @dataclass(frozen=True)
 class NotifySettings:
-    """Incidents and their delivery over MQTT."""
+    """Incidents, and their delivery over MQTT (one sink among others, switched by `mqtt_enabled`)."""
 
+    # Incidents at all: the engine, the outbox, MQTT and every [sinks.*]. False turns them all off.
     enabled: bool = True
+    # MQTT alone: false keeps incidents and the [sinks.*] going without a broker.
+    mqtt_enabled: bool = True
     mqtt_url: str = "mqtt://127.0.0.1:1883"
     username: str = ""
     password: Secret = Secret("")
@@ -600,6 +603,20 @@ def _validate(s: Settings) -> None:
         positive(f"notify.{_key(key)}", getattr(s.notify, key))
     if s.notify.status_page_url:
         _http_url("notify.status-page-url", s.notify.status_page_url)
+    if s.sinks and not s.notify.enabled:
+        raise ConfigError(
+            "notify.enabled",
+            f"false turns incidents off, so the sinks {', '.join(sorted(s.sinks))} would never send: "
+            "to run without an MQTT broker set notify.mqtt-enabled = false instead and remove enabled = false "
+            "(incidents and the sinks stay on); to send nothing, remove the [sinks.*] tables",
+        )
+    if s.sinks and not s.notify.status_page_url and not public_listen(s.http.listen):
+        raise ConfigError(
+            "notify.status-page-url",
+            f"missing: the sinks {', '.join(sorted(s.sinks))} link every alert to lagd's status page, and "
+            f"http.listen {s.http.listen!r} is no address on-call can open; set it to the URL people reach "
+            'lagd at, such as status-page-url = "https://lagd.example.com/"',
+        )
     for name, sink in s.sinks.items():
         _validate_sink(f"sinks.{name}", sink)
     for name, m in s.mirrors.items():
@@ -683,6 +700,13 @@ def _validate_jobs(j: JobsSettings) -> None:
                 "not a Spark property: names start with 'spark.' and hold letters, digits, '.', '_' and '-' "
                 '(write them quoted: "spark.executor.instances" = "4")',
             )
+
+
+def public_listen(listen: str) -> bool:
+    """Whether http.listen names an address others can open (not loopback, not every interface),
+    so that the status page's URL can be derived from it."""
+    host = listen.rpartition(":")[0].strip("[]").lower()
+    return bool(host) and host not in ("0.0.0.0", "::", "localhost", "::1") and not host.startswith("127.")
 
 
 def _http_url(key: str, value: str) -> None:

@@ -435,3 +435,34 @@ def test_jobs_pass_driver_memory_to_spark(monkeypatch: pytest.MonkeyPatch, job: 
     args = argparse.Namespace(master=None, start=None, end=None)
     assert module.main(parse(raw, env={}), args) == 1
     assert seen["driver_memory"] == "3g"
+
+
+HOOK = {"hook": {"kind": "webhook", "url": "https://tools.example/hook"}}
+PAGE = {"status-page-url": "https://lagd.example.com/"}
+
+
+def test_sinks_work_without_mqtt_and_a_setting_that_would_silence_them_is_refused() -> None:
+    """MQTT is one sink among others: `mqtt-enabled = false` leaves incidents and the sinks on;
+    `enabled = false` turns incidents off, so sinks beside it could never send: refused, with
+    what to change."""
+    off = parse({**MINIMAL, "notify": {"mqtt-enabled": False, **PAGE}, "sinks": HOOK}, env={})
+    assert off.notify.enabled and not off.notify.mqtt_enabled and list(off.sinks) == ["hook"]
+    assert not parse({**MINIMAL, "notify": {"enabled": False}}, env={}).notify.enabled  # as before
+    with pytest.raises(ConfigError) as info:
+        parse({**MINIMAL, "notify": {"enabled": False, **PAGE}, "sinks": HOOK}, env={})
+    assert info.value.key == "notify.enabled"
+    assert "sinks hook would never send" in str(info.value) and "notify.mqtt-enabled = false" in str(info.value)
+    env = {"LAGD_NOTIFY_MQTT_ENABLED": "false"}  # from the environment too
+    assert not parse({**MINIMAL, "notify": PAGE, "sinks": HOOK}, env=env).notify.mqtt_enabled
+
+
+def test_a_sink_needs_a_status_page_url_on_call_can_open() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse({**MINIMAL, "sinks": HOOK}, env={})  # http.listen 127.0.0.1:8000: no address for anyone else
+    assert info.value.key == "notify.status-page-url" and "127.0.0.1:8000" in str(info.value)
+    for listen in ("0.0.0.0:8000", "[::]:8000", "localhost:8000", "[::1]:8000"):
+        with pytest.raises(ConfigError, match="notify.status-page-url"):
+            parse({**MINIMAL, "http": {"listen": listen}, "sinks": HOOK}, env={})
+    public = parse({**MINIMAL, "http": {"listen": "lagd-1.example.com:8000"}, "sinks": HOOK}, env={})
+    assert public.sinks["hook"].url  # derived: http://lagd-1.example.com:8000/
+    assert parse({**MINIMAL, "notify": PAGE, "sinks": HOOK}, env={}).notify.status_page_url == PAGE["status-page-url"]

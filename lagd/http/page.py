@@ -236,7 +236,7 @@ def render_incidents(incidents: list[Any] | None, now_ms: int) -> str:
             f' <span class="muted">peak {escape(str(peak))}</span>' if peak else ""
         )
         rows.append(
-            f'<tr class="incident"><td>{escape(str(r["state"]))}</td><td>{severity}</td>'
+            f'<tr class="incident" id="incident-{quote(str(r["id"]), safe="")}"><td>{escape(str(r["state"]))}</td><td>{severity}</td>'
             f"<td>{escape(str(r['cluster']))}</td><td>{escape(str(r['reason']))}"
             f'<br><span class="muted">{escape(str(body.get("summary", "")))}</span></td>'
             f"<td>{_incident_groups(body)}</td><td>{timeline}</td></tr>"
