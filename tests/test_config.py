@@ -461,7 +461,7 @@ def test_a_sink_needs_a_status_page_url_on_call_can_open() -> None:
         parse({**MINIMAL, "sinks": HOOK}, env={})  # http.listen 127.0.0.1:8000: no address for anyone else
     assert info.value.key == "notify.status-page-url" and "127.0.0.1:8000" in str(info.value)
     for listen in ("0.0.0.0:8000", "[::]:8000", "localhost:8000", "[::1]:8000"):
-        with pytest.raises(ConfigError, match="notify.status-page-url"):
+        with pytest.raises(ConfigError, match=r"notify\.status-page-url"):
             parse({**MINIMAL, "http": {"listen": listen}, "sinks": HOOK}, env={})
     public = parse({**MINIMAL, "http": {"listen": "lagd-1.example.com:8000"}, "sinks": HOOK}, env={})
     assert public.sinks["hook"].url  # derived: http://lagd-1.example.com:8000/
