@@ -298,6 +298,8 @@ def render_health(ctx: HttpContext, now_ms: int) -> str:
         )
     elif not ctx.settings.notify.enabled:
         parts.append('<span class="muted">notifications off ([notify] enabled = false)</span>')
+    elif not ctx.settings.notify.mqtt_enabled:
+        parts.append('<span class="muted">MQTT off (notify.mqtt-enabled = false); incidents go to the sinks</span>')
     extra = f'<p class="store-health">{" · ".join(parts)}</p>' if parts else ""
     return table + extra
 
