@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
+from lagd.evaluate.snapshot import group_reason
 from lagd.model import GroupStatus
 from lagd.notify import eventlog
 from lagd.notify.incidents import GroupChange, IncidentEngine, Rules
@@ -52,9 +53,9 @@ def test_a_group_first_seen_ok_is_no_change_and_a_reason_says_which_partitions()
     with capture_logs() as lines:
         eventlog.group_status_changed(budget, "c", "new", None, GroupStatus.OK, "every partition OK", T0)
     assert lines == []
-    assert eventlog.status_reason(GroupStatus.ERR, ("WARN", "STOP", "STOP")) == "2 partitions STOP, 1 partition WARN"
-    assert eventlog.status_reason(GroupStatus.OK, ()) == "every partition OK"
-    assert eventlog.status_reason(GroupStatus.NOTFOUND, ()) == "group gone (deleted or expired)"
+    assert group_reason(GroupStatus.ERR, ("WARN", "STOP", "STOP")) == "2 partitions STOP, 1 partition WARN"
+    assert group_reason(GroupStatus.OK, ()) == "every partition OK"
+    assert group_reason(GroupStatus.NOTFOUND, ()) == "group gone (deleted or expired)"
 
 
 def test_every_incident_event_is_one_line_with_its_ids_status_and_reason() -> None:

@@ -13,7 +13,6 @@ changes beyond that are counted and said in one line when the window ends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,19 +24,6 @@ log = logs.get(__name__)
 
 GROUP_LINES_BURST = 20
 GROUP_LINES_EVERY_MS = 60_000
-
-
-def status_reason(status: GroupStatus, not_ok: Iterable[str]) -> str:
-    """Why a group has its status, in the words on-call uses: how many partitions are at each
-    status that is not OK ("2 partitions STOP, 1 partition WARN"), worst first."""
-    counts: dict[str, int] = {}
-    for s in not_ok:
-        counts[s] = counts.get(s, 0) + 1
-    if not counts:
-        return {GroupStatus.NOTFOUND: "group gone (deleted or expired)"}.get(status, "every partition OK")
-    order = ("STOP", "STALL", "REWIND", "WARN")
-    ranked = sorted(counts.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
-    return ", ".join(f"{n} partition{'s' if n > 1 else ''} {s}" for s, n in ranked)
 
 
 @dataclass(slots=True)
