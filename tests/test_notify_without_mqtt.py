@@ -195,15 +195,17 @@ async def test_an_incident_that_grows_shrinks_and_resolves_is_one_alert_at_every
     def has(predicate: Callable[[dict[str, Any]], bool]) -> bool:
         return any(predicate(e) for e in events())
 
+    watcher: asyncio.Task[None] | None = None
     try:
         async with aiohttp.ClientSession() as session:
             await settle(lambda: _ready(session, port), timeout=60, what="lagd ready")
             # A falls behind: the incident opens (WARN); Slack answers 503 at first
             await settle(lambda: has(lambda e: e["event"] == "opened"), timeout=90, what="the incident opened")
-            await settle(lambda: active_alerts(session, am.url, cluster), timeout=30, what="the alert in Alertmanager")
+            await settle(lambda: active_alerts(session, am.url, cluster), timeout=60, what="the alert in Alertmanager")
             watcher = asyncio.create_task(watch_alertmanager(session))
             await settle(
                 lambda: any("sink delivery failed" in ln for ln in out.read_text().splitlines()),
+                timeout=60,
                 what="a failed delivery",
             )
             slack.failing = False
@@ -228,12 +230,12 @@ async def test_an_incident_that_grows_shrinks_and_resolves_is_one_alert_at_every
             await settle(lambda: has(lambda e: e["event"] == "resolved"), timeout=60, what="the incident resolved")
             want = [e["event_id"] for e in events()]
             for receiver in (hook, slack):
-                await settle(lambda r=receiver: len(r.got) >= len(want), timeout=30, what="every event delivered")
+                await settle(lambda r=receiver: len(r.got) >= len(want), timeout=60, what="every event delivered")
 
             async def alert_gone() -> bool:
                 return not await active_alerts(session, am.url, cluster)
 
-            await settle(alert_gone, timeout=30, what="the alert resolved in Alertmanager")
+            await settle(alert_gone, timeout=60, what="the alert resolved in Alertmanager")
             await settle(
                 lambda: any(n["status"] == "resolved" for _, n, _ in am_out.got),
                 timeout=30,
@@ -241,6 +243,8 @@ async def test_an_incident_that_grows_shrinks_and_resolves_is_one_alert_at_every
             )
             await watcher
     finally:
+        if watcher is not None and not watcher.done():
+            watcher.cancel()
         stop_driver.set()
         proc.send_signal(signal.SIGTERM)
         try:
