@@ -28,9 +28,7 @@ def test_a_whole_cluster_flipping_is_twenty_lines_and_one_count() -> None:
     budget = eventlog.LineBudget()
     with capture_logs() as lines:
         for i in range(1000):
-            eventlog.group_status_changed(
-                budget, "prod", f"g{i}", GroupStatus.OK, GroupStatus.ERR, "1 partition STOP", T0
-            )
+            eventlog.group_status_changed(budget, "prod", f"g{i}", GroupStatus.OK, GroupStatus.ERR, ("STOP",), T0)
         eventlog.held_back(budget, T0 + 30_000)  # the window is not over: nothing yet
         eventlog.held_back(budget, T0 + 60_000)
     changed = [ln for ln in lines if ln["event"] == "group status changed"]
@@ -51,7 +49,7 @@ def test_a_whole_cluster_flipping_is_twenty_lines_and_one_count() -> None:
 def test_a_group_first_seen_ok_is_no_change_and_a_reason_says_which_partitions() -> None:
     budget = eventlog.LineBudget()
     with capture_logs() as lines:
-        eventlog.group_status_changed(budget, "c", "new", None, GroupStatus.OK, "every partition OK", T0)
+        eventlog.group_status_changed(budget, "c", "new", None, GroupStatus.OK, (), T0)
     assert lines == []
     assert group_reason(GroupStatus.ERR, ("WARN", "STOP", "STOP")) == "2 partitions STOP, 1 partition WARN"
     assert group_reason(GroupStatus.OK, ()) == "every partition OK"

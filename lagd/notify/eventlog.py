@@ -13,10 +13,12 @@ changes beyond that are counted and said in one line when the window ends.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from lagd import logs
+from lagd.evaluate.snapshot import group_reason
 from lagd.model import GroupStatus
 from lagd.notify.incidents import IncidentEvent
 
@@ -58,9 +60,16 @@ class LineBudget:
 
 
 def group_status_changed(
-    budget: LineBudget, cluster: str, group: str, before: GroupStatus | None, status: GroupStatus, reason: str, at: int
+    budget: LineBudget,
+    cluster: str,
+    group: str,
+    before: GroupStatus | None,
+    status: GroupStatus,
+    not_ok: Iterable[str],
+    at: int,
 ) -> None:
-    """One line for a group's new status (none for a group first seen OK: nothing changed)."""
+    """One line for a group's new status, saying why (`group_reason` of its partitions not OK);
+    none for a group first seen OK (nothing changed), none past the cluster's budget."""
     if before is None and status in (GroupStatus.OK, GroupStatus.NOTFOUND):
         return
     if not budget.allow(cluster, at):
@@ -71,7 +80,7 @@ def group_status_changed(
         group=group,
         status=status.value,
         previous=before.value if before is not None else None,
-        reason=reason,
+        reason=group_reason(status, not_ok),
     )
 
 

@@ -25,7 +25,7 @@ from lagd import logs
 from lagd.config import ClusterSettings
 from lagd.evaluate import Evaluator
 from lagd.evaluate.sight import ClusterSight, judge_sight
-from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, group_reason
+from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.evaluate.verdicts import Stamp
 from lagd.model import GroupStatus, PartitionOwner, PartitionStatus
 from lagd.notify import eventlog
@@ -327,8 +327,9 @@ class VerdictWatch:
 
     def _on_change(self, snap: GroupSnapshot, now: int, before: GroupStatus | None) -> None:
         self.state.record_status(snap.cluster, snap.group, snap.status.value, now)
-        reason = group_reason(snap.status, snap.not_ok)
-        eventlog.group_status_changed(self.status_lines, snap.cluster, snap.group, before, snap.status, reason, now)
+        eventlog.group_status_changed(
+            self.status_lines, snap.cluster, snap.group, before, snap.status, snap.not_ok, now
+        )
         if self.changes is not None:
             self._offered((snap.cluster, snap.group), _not_ok_hash(snap), now)
             # coalesced per group: bounded by the number of groups, never dropped
