@@ -603,6 +603,8 @@ def _validate(s: Settings) -> None:
         positive(f"notify.{_key(key)}", getattr(s.notify, key))
     if s.notify.status_page_url:
         _http_url("notify.status-page-url", s.notify.status_page_url)
+    if not s.notify.mqtt_enabled:
+        _refuse_mqtt_keys(s.notify)
     if s.sinks and not s.notify.enabled:
         raise ConfigError(
             "notify.enabled",
@@ -718,7 +720,45 @@ def _http_url(key: str, value: str) -> None:
         raise ConfigError(key, f"got {_masked(value)!r}, expected an http:// or https:// URL")
 
 
+# [notify] keys that only the MQTT publisher reads.
+_MQTT_KEYS = ("mqtt_url", "username", "password", "tls_ca_file", "topic_prefix", "client_id")
+
+
+def _given(value: Any, default: Any) -> bool:
+    """Whether a setting was given a value of its own (a secret: any value at all)."""
+    return bool(value) if isinstance(value, Secret) else bool(value != default)
+
+
+def _refuse_mqtt_keys(notify: NotifySettings) -> None:
+    """With MQTT off, an MQTT key given a value of its own could never take effect: refused."""
+    defaults = NotifySettings()
+    for key in _MQTT_KEYS:
+        if _given(getattr(notify, key), getattr(defaults, key)):
+            raise ConfigError(
+                f"notify.{_key(key)}",
+                "MQTT is off (notify.mqtt-enabled = false), so it never takes effect: "
+                "remove it, or turn MQTT on with mqtt-enabled = true",
+            )
+
+
+# Sink keys that only one kind of sink reads: set on another kind they could never take effect.
+_SINK_KEYS_OF_KIND = {
+    "hmac_secret": "webhook",
+    "signature_header": "webhook",
+    "body_template": "webhook",
+    "routing_key": "pagerduty",
+    "alert_ttl": "alertmanager",
+}
+
+
 def _validate_sink(where: str, sink: SinkSettings) -> None:
+    defaults = SinkSettings()
+    for key, kind in _SINK_KEYS_OF_KIND.items():
+        if sink.kind != kind and _given(getattr(sink, key), getattr(defaults, key)):
+            raise ConfigError(
+                f"{where}.{_key(key)}",
+                f'only a {kind} sink uses it and this one is a {sink.kind} sink: remove it (or set kind = "{kind}")',
+            )
     if sink.kind != "pagerduty" and not sink.url:
         raise ConfigError(f"{where}.url", f"missing: a {sink.kind} sink needs the receiver's http(s):// URL")
     if sink.url:

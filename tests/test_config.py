@@ -466,3 +466,33 @@ def test_a_sink_needs_a_status_page_url_on_call_can_open() -> None:
     public = parse({**MINIMAL, "http": {"listen": "lagd-1.example.com:8000"}, "sinks": HOOK}, env={})
     assert public.sinks["hook"].url  # derived: http://lagd-1.example.com:8000/
     assert parse({**MINIMAL, "notify": PAGE, "sinks": HOOK}, env={}).notify.status_page_url == PAGE["status-page-url"]
+
+
+def test_a_sink_key_its_kind_never_reads_is_refused() -> None:
+    base = {**MINIMAL, "notify": PAGE}
+    for kind, key, value in (
+        ("slack", "body-template", '{"x": "$id"}'),
+        ("webhook", "routing-key", "rk"),
+        ("slack", "alert-ttl", 60.0),
+        ("alertmanager", "hmac-secret", "s"),
+    ):
+        sink = {"kind": kind, "url": "https://r.example/x", key: value}
+        with pytest.raises(ConfigError) as info:
+            parse({**base, "sinks": {"s": sink}}, env={})
+        assert info.value.key == f"sinks.s.{key}" and "remove it" in str(info.value), str(info.value)
+    env = {"LAGD_SINKS_S_ROUTING_KEY": "rk"}  # a secret from the environment counts too
+    with pytest.raises(ConfigError, match=r"sinks\.s\.routing-key"):
+        parse({**base, "sinks": {"s": {"kind": "slack", "url": "https://r.example/x"}}}, env=env)
+    ok = {"kind": "alertmanager", "url": "https://am.example", "alert-ttl": 60.0, "headers": ["A: b"]}
+    assert parse({**base, "sinks": {"s": ok}}, env={}).sinks["s"].alert_ttl == 60.0
+
+
+def test_with_mqtt_off_an_mqtt_key_of_its_own_is_refused() -> None:
+    off = {"mqtt-enabled": False}
+    with pytest.raises(ConfigError) as info:
+        parse({**MINIMAL, "notify": {**off, "mqtt-url": "mqtt://broker.example:1883"}}, env={})
+    assert info.value.key == "notify.mqtt-url" and "mqtt-enabled = true" in str(info.value)
+    with pytest.raises(ConfigError, match=r"notify\.password"):
+        parse({**MINIMAL, "notify": off}, env={"LAGD_NOTIFY_PASSWORD": "pw"})
+    # the example's keys at their defaults are no such setting: a copy of it turns MQTT off as it is
+    assert not parse({**MINIMAL, "notify": {**off, "mqtt-url": "mqtt://127.0.0.1:1883"}}, env={}).notify.mqtt_enabled
