@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,6 @@ import psycopg2
 import pytest
 
 from lagd.embedded import free_port
-from lagd.notify.sinks import iso
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 from tests.test_notify_sinks import Receiver, start_alertmanager
@@ -119,6 +119,12 @@ def recorded(database_url: str) -> list[dict[str, Any]]:
 def log_lines(path: Path) -> list[dict[str, Any]]:
     lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     return [json.loads(ln) for ln in lines]
+
+
+def when(rfc3339: str) -> datetime:
+    """A time as Alertmanager writes it (Go's RFC 3339: "Z", up to nine fractional digits)."""
+    head, _, frac = rfc3339.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
 
 
 def check_config(config: Path, env: dict[str, str]) -> str:
@@ -289,8 +295,8 @@ async def test_an_incident_that_grows_shrinks_and_resolves_is_one_alert_at_every
     assert {json.dumps(a["labels"], sort_keys=True) for a in sent_on} == {
         json.dumps({"alertname": "LagdIncident", "cluster": cluster, "incident_id": incident}, sort_keys=True)
     }
-    resolved_at = iso(evs[-1]["at"])
-    assert all(a["endsAt"] >= resolved_at for a in sent_on if a["status"] == "resolved"), sent_on
+    resolved_at = datetime.fromtimestamp(evs[-1]["at"] / 1000, UTC)
+    assert all(when(a["endsAt"]) >= resolved_at for a in sent_on if a["status"] == "resolved"), sent_on
     assert sent_on[-1]["status"] == "resolved"
     assert all(a["generatorURL"] == f"http://127.0.0.1:{port}/#incident-{incident}" for a in sent_on)
 
