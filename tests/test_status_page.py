@@ -122,7 +122,7 @@ def group_rows(dom: str, groups: list[str]) -> dict[str, list[str]]:
 
 def overview_groups(dom: str) -> list[str]:
     """The groups the overview lists, in its order (their rows, not the incidents' mentions)."""
-    return [unquote(g) for g in re.findall(r'<tr class="group [a-z]+"><td><a href="/group/[^/"]+/([^"]+)"', dom)]
+    return [unquote(g) for g in re.findall(r'<tr class="group is-[a-z]+"><td><a href="/group/[^/"]+/([^"]+)"', dom)]
 
 
 def png_pixels(data: bytes) -> tuple[int, int, list[tuple[int, int, int]]]:

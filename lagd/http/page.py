@@ -385,7 +385,7 @@ def render(
         history = histories.get((v.cluster, v.group), [])
         why = group_reason(v.status, v.not_ok) if v.not_ok or v.status is not GroupStatus.OK else ""
         by_cluster.setdefault(v.cluster, []).append(
-            f'<tr class="group {v.status.value.lower()}"><td>{_group_link(v.cluster, v.group)}</td>'
+            f'<tr class="group is-{v.status.value.lower()}"><td>{_group_link(v.cluster, v.group)}</td>'
             f"<td>{_badge(v.status.value)}</td>"
             f"<td>{escape(why)}</td><td class=n>{v.partition_count}</td>"
             f"<td class=n>{v.totallag}</td><td class=n>{v.lag_seconds:.1f}</td>"
