@@ -190,9 +190,12 @@ class HttpSettings:
 
 @dataclass(frozen=True)
 class NotifySettings:
-    """Incidents and their delivery over MQTT."""
+    """Incidents, and their delivery over MQTT (one sink among others, switched by `mqtt_enabled`)."""
 
+    # Incidents at all: the engine, the outbox, MQTT and every [sinks.*]. False turns them all off.
     enabled: bool = True
+    # MQTT alone: false keeps incidents and the [sinks.*] going without a broker.
+    mqtt_enabled: bool = True
     mqtt_url: str = "mqtt://127.0.0.1:1883"
     username: str = ""
     password: Secret = Secret("")
@@ -600,6 +603,22 @@ def _validate(s: Settings) -> None:
         positive(f"notify.{_key(key)}", getattr(s.notify, key))
     if s.notify.status_page_url:
         _http_url("notify.status-page-url", s.notify.status_page_url)
+    if not s.notify.mqtt_enabled:
+        _refuse_mqtt_keys(s.notify)
+    if s.sinks and not s.notify.enabled:
+        raise ConfigError(
+            "notify.enabled",
+            f"false turns incidents off, so the sinks {', '.join(sorted(s.sinks))} would never send: "
+            "to run without an MQTT broker set notify.mqtt-enabled = false instead and remove enabled = false "
+            "(incidents and the sinks stay on); to send nothing, remove the [sinks.*] tables",
+        )
+    if s.sinks and not s.notify.status_page_url and not public_listen(s.http.listen):
+        raise ConfigError(
+            "notify.status-page-url",
+            f"missing: the sinks {', '.join(sorted(s.sinks))} link every alert to lagd's status page, and "
+            f"http.listen {s.http.listen!r} is no address on-call can open; set it to the URL people reach "
+            'lagd at, such as status-page-url = "https://lagd.example.com/"',
+        )
     for name, sink in s.sinks.items():
         _validate_sink(f"sinks.{name}", sink)
     for name, m in s.mirrors.items():
@@ -685,6 +704,13 @@ def _validate_jobs(j: JobsSettings) -> None:
             )
 
 
+def public_listen(listen: str) -> bool:
+    """Whether http.listen names an address others can open (not loopback, not every interface),
+    so that the status page's URL can be derived from it."""
+    host = listen.rpartition(":")[0].strip("[]").lower()
+    return bool(host) and host not in ("0.0.0.0", "::", "localhost", "::1") and not host.startswith("127.")
+
+
 def _http_url(key: str, value: str) -> None:
     try:
         parts = urlsplit(value)
@@ -694,7 +720,45 @@ def _http_url(key: str, value: str) -> None:
         raise ConfigError(key, f"got {_masked(value)!r}, expected an http:// or https:// URL")
 
 
+# [notify] keys that only the MQTT publisher reads.
+_MQTT_KEYS = ("mqtt_url", "username", "password", "tls_ca_file", "topic_prefix", "client_id")
+
+
+def _given(value: Any, default: Any) -> bool:
+    """Whether a setting was given a value of its own (a secret: any value at all)."""
+    return bool(value) if isinstance(value, Secret) else bool(value != default)
+
+
+def _refuse_mqtt_keys(notify: NotifySettings) -> None:
+    """With MQTT off, an MQTT key given a value of its own could never take effect: refused."""
+    defaults = NotifySettings()
+    for key in _MQTT_KEYS:
+        if _given(getattr(notify, key), getattr(defaults, key)):
+            raise ConfigError(
+                f"notify.{_key(key)}",
+                "MQTT is off (notify.mqtt-enabled = false), so it never takes effect: "
+                "remove it, or turn MQTT on with mqtt-enabled = true",
+            )
+
+
+# Sink keys that only one kind of sink reads: set on another kind they could never take effect.
+_SINK_KEYS_OF_KIND = {
+    "hmac_secret": "webhook",
+    "signature_header": "webhook",
+    "body_template": "webhook",
+    "routing_key": "pagerduty",
+    "alert_ttl": "alertmanager",
+}
+
+
 def _validate_sink(where: str, sink: SinkSettings) -> None:
+    defaults = SinkSettings()
+    for key, kind in _SINK_KEYS_OF_KIND.items():
+        if sink.kind != kind and _given(getattr(sink, key), getattr(defaults, key)):
+            raise ConfigError(
+                f"{where}.{_key(key)}",
+                f'only a {kind} sink uses it and this one is a {sink.kind} sink: remove it (or set kind = "{kind}")',
+            )
     if sink.kind != "pagerduty" and not sink.url:
         raise ConfigError(f"{where}.url", f"missing: a {sink.kind} sink needs the receiver's http(s):// URL")
     if sink.url:

@@ -493,8 +493,8 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         counters=rt.counters,
         progress=rt.progress,
         persister=wb.status,
-        # no MQTT link to report (or to alert on) while notifications are off
-        publisher=publisher if settings.notify.enabled else None,
+        # no MQTT link to report (or to alert on) while MQTT is off
+        publisher=publisher if mqtt_on(settings) else None,
         loop_lag=loop_lag,
     )
     # every group's last verdict, kept by the verdict watch for the pages that list every group
@@ -584,13 +584,14 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                     ),
                     "notifier",
                 )
-                # every instance runs one; only the holder of the publish lease drains the outbox
-                spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher, clock=clock), "mqtt")
-                # <prefix>/<cluster>/status: online while running, offline (last will) after
-                spawn(
-                    announce_availability(store.engine, settings.notify, list(settings.clusters), rt.stop),
-                    "mqtt-status",
-                )
+                if mqtt_on(settings):
+                    # every instance runs one; only the holder of the publish lease drains the outbox
+                    spawn(publish_outbox(store.engine, settings.notify, rt.stop, publisher, clock=clock), "mqtt")
+                    # <prefix>/<cluster>/status: online while running, offline (last will) after
+                    spawn(
+                        announce_availability(store.engine, settings.notify, list(settings.clusters), rt.stop),
+                        "mqtt-status",
+                    )
                 _start_sinks(rt, store, health, spawn)
             watch = VerdictWatch(rt.state, rt.evaluator, settings.clusters, rt.progress, changes, clock)
             watch.snapshots = snapshots
@@ -627,6 +628,11 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(store.close(), 0.3)
         log.info("lagd stopped")
+
+
+def mqtt_on(settings: Settings) -> bool:
+    """Whether incidents also go out over MQTT (the sinks go out whenever incidents are on)."""
+    return settings.notify.enabled and settings.notify.mqtt_enabled
 
 
 def _start_sinks(

@@ -178,8 +178,8 @@ class IngestCounters:
     decode_errors: dict[str, int] = field(default_factory=dict)
     filtered_groups: int = 0
 
-    def count_record(self, kind: str) -> None:
-        self.records_by_type[kind] = self.records_by_type.get(kind, 0) + 1
+    def count_record(self, kind: str, n: int = 1) -> None:
+        self.records_by_type[kind] = self.records_by_type.get(kind, 0) + n
 
     def count_error(self, reason: str) -> None:
         self.decode_errors[reason] = self.decode_errors.get(reason, 0) + 1

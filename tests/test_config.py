@@ -435,3 +435,64 @@ def test_jobs_pass_driver_memory_to_spark(monkeypatch: pytest.MonkeyPatch, job: 
     args = argparse.Namespace(master=None, start=None, end=None)
     assert module.main(parse(raw, env={}), args) == 1
     assert seen["driver_memory"] == "3g"
+
+
+HOOK = {"hook": {"kind": "webhook", "url": "https://tools.example/hook"}}
+PAGE = {"status-page-url": "https://lagd.example.com/"}
+
+
+def test_sinks_work_without_mqtt_and_a_setting_that_would_silence_them_is_refused() -> None:
+    """MQTT is one sink among others: `mqtt-enabled = false` leaves incidents and the sinks on;
+    `enabled = false` turns incidents off, so sinks beside it could never send: refused, with
+    what to change."""
+    off = parse({**MINIMAL, "notify": {"mqtt-enabled": False, **PAGE}, "sinks": HOOK}, env={})
+    assert off.notify.enabled and not off.notify.mqtt_enabled and list(off.sinks) == ["hook"]
+    assert not parse({**MINIMAL, "notify": {"enabled": False}}, env={}).notify.enabled  # as before
+    with pytest.raises(ConfigError) as info:
+        parse({**MINIMAL, "notify": {"enabled": False, **PAGE}, "sinks": HOOK}, env={})
+    assert info.value.key == "notify.enabled"
+    assert "sinks hook would never send" in str(info.value) and "notify.mqtt-enabled = false" in str(info.value)
+    env = {"LAGD_NOTIFY_MQTT_ENABLED": "false"}  # from the environment too
+    assert not parse({**MINIMAL, "notify": PAGE, "sinks": HOOK}, env=env).notify.mqtt_enabled
+
+
+def test_a_sink_needs_a_status_page_url_on_call_can_open() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse({**MINIMAL, "sinks": HOOK}, env={})  # http.listen 127.0.0.1:8000: no address for anyone else
+    assert info.value.key == "notify.status-page-url" and "127.0.0.1:8000" in str(info.value)
+    for listen in ("0.0.0.0:8000", "[::]:8000", "localhost:8000", "[::1]:8000"):
+        with pytest.raises(ConfigError, match=r"notify\.status-page-url"):
+            parse({**MINIMAL, "http": {"listen": listen}, "sinks": HOOK}, env={})
+    public = parse({**MINIMAL, "http": {"listen": "lagd-1.example.com:8000"}, "sinks": HOOK}, env={})
+    assert public.sinks["hook"].url  # derived: http://lagd-1.example.com:8000/
+    assert parse({**MINIMAL, "notify": PAGE, "sinks": HOOK}, env={}).notify.status_page_url == PAGE["status-page-url"]
+
+
+def test_a_sink_key_its_kind_never_reads_is_refused() -> None:
+    base = {**MINIMAL, "notify": PAGE}
+    for kind, key, value in (
+        ("slack", "body-template", '{"x": "$id"}'),
+        ("webhook", "routing-key", "rk"),
+        ("slack", "alert-ttl", 60.0),
+        ("alertmanager", "hmac-secret", "s"),
+    ):
+        sink = {"kind": kind, "url": "https://r.example/x", key: value}
+        with pytest.raises(ConfigError) as info:
+            parse({**base, "sinks": {"s": sink}}, env={})
+        assert info.value.key == f"sinks.s.{key}" and "remove it" in str(info.value), str(info.value)
+    env = {"LAGD_SINKS_S_ROUTING_KEY": "rk"}  # a secret from the environment counts too
+    with pytest.raises(ConfigError, match=r"sinks\.s\.routing-key"):
+        parse({**base, "sinks": {"s": {"kind": "slack", "url": "https://r.example/x"}}}, env=env)
+    ok = {"kind": "alertmanager", "url": "https://am.example", "alert-ttl": 60.0, "headers": ["A: b"]}
+    assert parse({**base, "sinks": {"s": ok}}, env={}).sinks["s"].alert_ttl == 60.0
+
+
+def test_with_mqtt_off_an_mqtt_key_of_its_own_is_refused() -> None:
+    off = {"mqtt-enabled": False}
+    with pytest.raises(ConfigError) as info:
+        parse({**MINIMAL, "notify": {**off, "mqtt-url": "mqtt://broker.example:1883"}}, env={})
+    assert info.value.key == "notify.mqtt-url" and "mqtt-enabled = true" in str(info.value)
+    with pytest.raises(ConfigError, match=r"notify\.password"):
+        parse({**MINIMAL, "notify": off}, env={"LAGD_NOTIFY_PASSWORD": "pw"})
+    # the example's keys at their defaults are no such setting: a copy of it turns MQTT off as it is
+    assert not parse({**MINIMAL, "notify": {**off, "mqtt-url": "mqtt://127.0.0.1:1883"}}, env={}).notify.mqtt_enabled

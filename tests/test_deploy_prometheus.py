@@ -106,3 +106,21 @@ def test_every_metric_named_is_one_lagd_exports(source: str) -> None:
     assert named, source
     unknown = named - exported_metrics() - recorded_metrics()
     assert not unknown, f"{source} names metrics lagd does not export: {sorted(unknown)}"
+
+
+def test_the_dashboard_reads_as_on_call_needs_it() -> None:
+    """No import input it never uses; status numbers shown as their names; every stat panel
+    coloured by thresholds; the alerts it counts are the consumer groups', not lagd's own."""
+    dash = json.loads(DASHBOARD.read_text())
+    assert "__inputs" not in dash and "DS_PROMETHEUS" not in DASHBOARD.read_text()
+    for panel in dash["panels"]:
+        defaults = panel.get("fieldConfig", {}).get("defaults", {})
+        exprs = [t["expr"] for t in panel.get("targets", [])]
+        if panel["type"] == "stat":
+            assert defaults.get("thresholds", {}).get("steps"), panel["title"]
+        if any(e.startswith("burrow_kafka_consumer_status") for e in exprs):  # the raw status index
+            names = {m["options"][k]["text"] for m in defaults.get("mappings", []) for k in m["options"]}
+            assert {"OK", "WARN", "ERR", "NOTFOUND"} <= names, panel["title"]
+        for e in exprs:
+            if "ALERTS{" in e:
+                assert "Lagd" not in e and 'alertname=~"KafkaConsumerGroup.*"' in e, (panel["title"], e)

@@ -59,3 +59,7 @@ async def test_notifications_turned_off_are_not_shown_as_an_mqtt_error() -> None
     assert "notifications off ([notify] enabled = false)" in off and "MQTT" not in off
     on = await page(settings, publisher=PublisherStatus(connected=False))
     assert "MQTT not connected" in on and "notifications off" not in on
+    # MQTT alone off: incidents go on to the sinks, and the page says so rather than "not connected"
+    no_mqtt = await page(dataclasses.replace(settings, notify=dataclasses.replace(settings.notify, mqtt_enabled=False)))
+    assert "MQTT off (notify.mqtt-enabled = false); incidents go to the sinks" in no_mqtt
+    assert "not connected" not in no_mqtt and "notifications off" not in no_mqtt

@@ -276,7 +276,7 @@ def test_joins_record_the_most_specific_shared_trait_as_the_reason() -> None:
     assert events[0].reason == "group a"
     assert sorted(events[1].groups) == ["a", "b", "c", "d", "e"]
     # c and d do not consume orders and no host is common to all five: only the cluster is
-    assert events[1].reason == "same cluster"
+    assert events[1].reason == "went bad together, no topic or host in common"
 
 
 def test_the_reason_names_what_all_members_share_recomputed_as_they_join() -> None:
@@ -291,7 +291,10 @@ def test_the_reason_names_what_all_members_share_recomputed_as_they_join() -> No
     assert join("b", 1000, both).reason == "same topics orders, payments"
     assert join("c", 2000, both[:1]).reason == "same topic orders"  # c consumes only orders
     assert join("d", 3000, (("misc", 0, PartitionStatus.STOP, "b1"),)).reason == "same host b1"
-    assert join("e", 4000, (("misc", 0, PartitionStatus.STOP, "b9"),)).reason == "same cluster"
+    assert (
+        join("e", 4000, (("misc", 0, PartitionStatus.STOP, "b9"),)).reason
+        == "went bad together, no topic or host in common"
+    )
     assert len(engine.open_incidents("prod")) == 1
 
 
@@ -360,7 +363,10 @@ def test_topics_of_one_broken_mirror_make_one_incident_that_resolves_after_the_h
     assert kinds(events)[0] == "opened" and kinds(events)[-1] == "resolved"
     assert "resolved" not in kinds(events)[:-1]
     opened, resolved = events[0], events[-1]
-    assert opened.summary == "WARN: 1 of 1 mirrored topic(s) lagging on cluster dr (mirrored topic mirror:mm/t0)"
+    assert (
+        opened.summary
+        == "WARN: 1 of the 1 mirrored topic(s) in this incident lagging on cluster dr (mirrored topic mirror:mm/t0)"
+    )
     assert resolved.groups == {f"mirror:mm/{t}": "OK" for t in topics}
     assert resolved.resolved_at == last_ok and resolved.at == last_ok + RULES.hold_time
     assert resolved.summary.startswith("resolved: 5 mirrored topic(s) on cluster dr healthy again")

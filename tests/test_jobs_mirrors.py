@@ -210,3 +210,25 @@ def _stored(url: str) -> dict[str, Any]:
     finally:
         conn.close()
     return {"verdict": verdict, "completeness": completeness, "details": details, "evaluated_at": evaluated_at}
+
+
+def test_without_mirrors_the_timer_s_job_says_so_once_then_exits_quietly(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lagd-mirrors.timer starts the job every two minutes: with no [mirrors.*] it exits 0, says
+    why (and how to stop the timer) at its first run only, and again should mirrors come and go."""
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path))  # systemd's StateDirectory=lagd
+    settings = parse({"clusters": {"a": {"bootstrap-servers": ["k:9092"]}}}, env={})
+    args = argparse.Namespace(master="", start=None, end=None)
+    said = []
+    for _ in range(3):
+        assert mirrors_main(settings, args) == 0
+        said.append(capsys.readouterr().err)
+    assert "no mirrors configured" in said[0] and "systemctl disable --now lagd-mirrors.timer" in said[0]
+    assert said[1:] == ["", ""]
+    from lagd.jobs.mirrors import NO_MIRRORS_SAID, forget_said
+
+    forget_said(NO_MIRRORS_SAID)  # what a run with mirrors does first
+    assert mirrors_main(settings, args) == 0 and "no mirrors configured" in capsys.readouterr().err
+    monkeypatch.delenv("STATE_DIRECTORY")  # by hand, outside a unit: said every time
+    assert mirrors_main(settings, args) == 0 and "no mirrors configured" in capsys.readouterr().err

@@ -63,6 +63,7 @@ def settings(
                 "hold-time": 1.0,
                 "update-interval": 0.5,
                 "publish-interval": 0.1,
+                "status-page-url": f"http://127.0.0.1:{port}/",
             },
             "sinks": {
                 "hook": {"kind": "webhook", "url": kw["hook"], "retry-initial": 0.1, "retry-max": 0.5},

@@ -115,22 +115,64 @@ def test_pagerduty_triggers_and_resolves_with_the_incident_id_as_dedup_key() -> 
     assert res == {"routing_key": "R0UTING", "dedup_key": "prod-1-abc", "event_action": "resolve"}
 
 
-def test_alert_labels_and_times() -> None:
+def test_alert_labels_name_the_incident_and_hold_still_while_severity_and_reason_change() -> None:
     a = sinks.alert(_payload(), T0 + 1000, 300_000, "http://lagd/", resolved=False)
-    assert a["labels"] == {
-        "alertname": "LagdIncident",
-        "cluster": "prod",
-        "severity": "critical",
-        "reason": "same topic orders",
-        "incident_id": "prod-1-abc",
-    }
+    assert a["labels"] == {"alertname": "LagdIncident", "cluster": "prod", "incident_id": "prod-1-abc"}
+    assert a["annotations"]["severity"] == "critical" and a["annotations"]["reason"] == "same topic orders"
     assert a["startsAt"] == sinks.iso(T0) and a["endsAt"] == sinks.iso(T0 + 301_000)
     assert sinks.alert(_payload(), T0 + 5000, 300_000, "", resolved=True)["endsAt"] == sinks.iso(T0 + 5000)
+    # the incident grows (WARN, then ERR with another reason) and resolves: one label set throughout
+    steps = [
+        {**_payload("opened", "WARN"), "reason": "same topic orders"},
+        {**_payload("updated", "ERR"), "reason": "same host broker-1"},
+        _payload("resolved", "WARN"),
+    ]
+    posted = [sinks.alert(p, T0 + 9000, 300_000, "", resolved=p["event"] == "resolved") for p in steps]
+    assert len({json.dumps(p["labels"], sort_keys=True) for p in posted}) == 1
+    assert [p["annotations"]["severity"] for p in posted] == ["warning", "critical", "warning"]
+    assert [p["annotations"]["reason"] for p in posted][:2] == ["same topic orders", "same host broker-1"]
+
+
+HOSTILE = "<!channel> & <@U123> `x` *y*\n:white_check_mark: *Resolved*"
+
+
+def test_slack_escapes_text_from_kafka_so_a_group_name_pings_nobody() -> None:
+    """A group id is any string a client commits under (hostile input): Slack's `<!channel>`,
+    `<@user>`, `&` entities, a backtick ending the code span or a line break faking a line of
+    lagd's reach Slack as plain text; only lagd's own link stays markup."""
+    payload = {**_payload(), "groups": {HOSTILE: "ERR"}, "summary": f"ERR: 1 of 1 ({HOSTILE})"}
+    text = sinks.slack_text(payload, "http://lagd:8000/#incident-prod-1-abc")
+    assert "<!" not in text and "<@" not in text and "\n:white_check_mark:" not in text
+    assert "&lt;!channel&gt; &amp; &lt;@U123&gt;" in text
+    assert "\\x0a" in text  # the line break shown, not taken
+    assert "`&lt;!channel&gt; &amp; &lt;@U123&gt; \u02cbx\u02cb *y*\\x0a" in text  # one code span, not closed early
+    assert [ln for ln in text.splitlines() if "<" in ln] == ["<http://lagd:8000/#incident-prod-1-abc|Status page>"]
+    assert text.count("\n") == 3  # head, groups, timing, link: nothing from Kafka adds a line
+    # the other sinks carry text as JSON strings, which need no more than JSON's own escaping
+    for kind in ("webhook", "pagerduty"):
+        s = SinkSettings(kind=kind, url="http://r", routing_key=Secret("k"))  # type: ignore[arg-type]
+        assert HOSTILE in sinks.request_for(s, payload, T0, "").body.decode("unicode_escape")
+
+
+def test_every_sink_links_the_incident_on_the_status_page() -> None:
+    page = "https://lagd.example.com/"
+    want = "https://lagd.example.com/#incident-prod-1-abc"
+    assert sinks.incident_url(page, "prod-1-abc") == want
+    assert sinks.incident_url("", "x") == ""
+    for kind in ("webhook", "slack", "pagerduty", "alertmanager"):
+        s = SinkSettings(
+            kind=kind,  # type: ignore[arg-type]
+            url="http://r",
+            routing_key=Secret("k"),
+            body_template='{"link": "$status_url"}',
+        )
+        assert want in sinks.request_for(s, _payload(), T0, page).body.decode(), kind
 
 
 def test_sink_config_parses_from_toml_tables_and_env() -> None:
     raw: dict[str, Any] = {
         "clusters": {"prod": {"bootstrap-servers": ["k:9092"]}},
+        "notify": {"status-page-url": "https://lagd.example.com/"},
         "sinks": {"pd": {"kind": "pagerduty"}, "hook": {"url": "https://tools/x/$cluster", "headers": ["A: b"]}},
     }
     s = parse(json.loads(json.dumps(raw)), env={"LAGD_SINKS_PD_ROUTING_KEY": "rk"})
@@ -385,16 +427,18 @@ class Alertmanager:
     url: str
 
 
-@pytest.fixture(scope="session")
-def alertmanager() -> Iterator[Alertmanager]:
-    """A real Alertmanager (Debian prometheus-alertmanager) on a free port, private storage."""
+def start_alertmanager(
+    config: str = "route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n",
+) -> Alertmanager:
+    """A real Alertmanager (Debian prometheus-alertmanager) on a free port with its own storage
+    and `config` (alertmanager.yml); stop it with `.proc.stop()`."""
     exe = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
     if exe is None:
         raise embedded.ServiceError(
             "Alertmanager is not installed: run scripts/system-deps.sh (apt-get install prometheus-alertmanager)"
         )
     wd = Path(tempfile.mkdtemp(prefix="lagd-alertmanager-"))
-    (wd / "alertmanager.yml").write_text("route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n")
+    (wd / "alertmanager.yml").write_text(config)
     port = embedded.free_port()
     args = [
         exe,
@@ -410,8 +454,15 @@ def alertmanager() -> Iterator[Alertmanager]:
         tail = proc.log_tail()
         proc.stop()
         raise embedded.ServiceError(f"Alertmanager did not start: {exc}\n{tail}") from None
-    yield Alertmanager(proc, f"http://127.0.0.1:{port}")
-    proc.stop()
+    return Alertmanager(proc, f"http://127.0.0.1:{port}")
+
+
+@pytest.fixture(scope="session")
+def alertmanager() -> Iterator[Alertmanager]:
+    """A real Alertmanager that routes every alert to nowhere (the tests read its API)."""
+    am = start_alertmanager()
+    yield am
+    am.proc.stop()
 
 
 async def am_alerts(am: Alertmanager, incident_id: str) -> list[dict[str, Any]]:
@@ -453,14 +504,13 @@ async def test_alertmanager_gets_one_alert_per_incident_kept_alive_and_resolved(
 
     async def critical() -> list[dict[str, Any]]:
         alerts = await firing()
-        return alerts if [a["labels"]["severity"] for a in alerts] == ["critical"] else []
+        return alerts if [a["annotations"]["severity"] for a in alerts] == ["critical"] else []
 
-    # opened WARN, then updated to ERR: the "warning" alert is resolved in the post that fires the
-    # "critical" one (new labels are a new alert to Alertmanager), so one alert stays
+    # opened WARN, then updated to ERR: the same alert (its labels name the incident), its
+    # severity annotation changed
     alerts = await settle(critical, what="the incident's one alert, at its current severity")
-    labels = alerts[0]["labels"]
-    assert labels["alertname"] == "LagdIncident" and labels["cluster"] == cluster
-    assert labels["severity"] == "critical" and labels["incident_id"] == inc_id and labels["reason"]
+    assert alerts[0]["labels"] == {"alertname": "LagdIncident", "cluster": cluster, "incident_id": inc_id}
+    assert alerts[0]["annotations"]["reason"]
     first_end = alerts[0]["endsAt"]
     # kept alive: re-posted with a later endsAt before the first one passes
     await settle(lambda: _later(firing, first_end), timeout=10, what="a re-post with a later endsAt")

@@ -28,6 +28,7 @@ import zlib
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -117,6 +118,11 @@ def group_rows(dom: str, groups: list[str]) -> dict[str, list[str]]:
         if len(named) == 1:
             rows[named[0]].append(text)
     return rows
+
+
+def overview_groups(dom: str) -> list[str]:
+    """The groups the overview lists, in its order (their rows, not the incidents' mentions)."""
+    return [unquote(g) for g in re.findall(r'<tr class="group is-[a-z]+"><td><a href="/group/[^/"]+/([^"]+)"', dom)]
 
 
 def png_pixels(data: bytes) -> tuple[int, int, list[tuple[int, int, int]]]:
@@ -341,6 +347,23 @@ async def test_status_page_in_headless_chromium(
         assert "sees the cluster" in health and "reader caught up" in health and "sampler fresh" in health, health
         assert "store healthy" in dom and "MQTT connected" in dom
         assert f'href="/group/local/{lagging}"' in dom
+
+        # triage: the group not OK is listed first (its name sorts after the healthy one's), says
+        # why, and a status filter and a search narrow the list (a plain GET form, no scripts)
+        listed = overview_groups(dom)
+        if before[lagging] == after[lagging] == "WARN" and before[healthy] == after[healthy] == "OK":
+            assert listed.index(lagging) < listed.index(healthy), listed
+            why = [r for r in rows[lagging] if r.split()[0] == lagging and "WARN" in r.split()]
+            assert any(re.search(r"\b\d+ partitions? WARN\b", r) for r in why), rows[lagging]
+        assert re.search(r'<select name="status">', dom) and re.search(r'<input[^>]*name="q"', dom), dom[:3000]
+        bad_only = await asyncio.to_thread(browse, f"{base}/?status=bad", "--dump-dom")
+        found = await statuses()
+        assert found is not None
+        if found == {healthy: "OK", lagging: "WARN"}:
+            assert healthy not in overview_groups(bad_only) and lagging in overview_groups(bad_only)
+        searched = overview_groups(await asyncio.to_thread(browse, f"{base}/?q=OK-{unique.upper()}", "--dump-dom"))
+        assert healthy in searched and lagging not in searched, searched
+        (artifacts / "status-page-filtered.html").write_text(bad_only)
 
         # the lagging group's page: charts from the stored history, once it holds a few buckets
         async def history_points() -> bool:

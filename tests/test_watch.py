@@ -408,8 +408,8 @@ async def test_run_hands_the_loop_back_during_a_pass() -> None:
     all_judged = asyncio.Event()
     on_change = watch._on_change
 
-    def noted(snap: GroupSnapshot, now: int) -> None:
-        on_change(snap, now)
+    def noted(snap: GroupSnapshot, now: int, before: GroupStatus | None) -> None:
+        on_change(snap, now, before)
         if len(watch.statuses) == 50:
             all_judged.set()
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -52,6 +52,20 @@ _snapshot_rows = _compiled.snapshot_rows if _compiled is not None else None
 ROW = 5  # a partition's row: topic index, partition, current lag, newest offset (-1: window not full), status
 _PACK_ROW = struct.Struct(f"={ROW}q").pack
 _PACK_SECONDS = struct.Struct("=d").pack
+
+
+def group_reason(status: GroupStatus, not_ok: Iterable[str]) -> str:
+    """Why a group has its status, in the words on-call uses: how many partitions are at each
+    status that is not OK ("2 partitions STOP, 1 partition WARN"), worst first. The status page
+    shows it for each group and the log says it with each status change."""
+    counts: dict[str, int] = {}
+    for s in not_ok:
+        counts[s] = counts.get(s, 0) + 1
+    if not counts:
+        return {GroupStatus.NOTFOUND: "group gone (deleted or expired)"}.get(status, "every partition OK")
+    order = ("STOP", "STALL", "REWIND", "WARN")
+    ranked = sorted(counts.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
+    return ", ".join(f"{n} partition{'s' if n > 1 else ''} {s}" for s, n in ranked)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
 """The status pages: server-rendered HTML with inline SVG charts, no scripts or external assets.
 
 `/`: lagd's own health per cluster (degraded, offsets reader caught up, log-end sampler fresh,
-store and MQTT), every group (status, lag, lag in seconds, a sparkline of its commit windows,
-a link to its page) and the incidents of the last day with their timeline in human time.
+store and MQTT), every group (status, why, lag, lag in seconds, a sparkline of its commit
+windows, a link to its page), ERR first, then WARN, then the rest, filtered by status and a
+part of the name (`?status=bad|ERR|WARN|OK&q=...`, a plain form), and the incidents of the
+last day with their timeline in human time.
 `/group/{cluster}/{group}`: the group's partitions (status, rule and reason, lag, lag in
 seconds, owner, last commit) and charts of its lag and lag in seconds over hours, from the
 stored history (GET /lagd/v1/consumer/{cluster}/{group}/history computes the same points).
@@ -11,6 +13,8 @@ stored history (GET /lagd/v1/consumer/{cluster}/{group}/history computes the sam
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -21,7 +25,7 @@ from aiohttp import web
 
 from lagd.db import schema
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
-from lagd.evaluate.snapshot import GroupSnapshot
+from lagd.evaluate.snapshot import GroupSnapshot, group_reason
 from lagd.http.app import CTX, HttpContext
 from lagd.http.burrow_v3 import known_cluster
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
@@ -236,7 +240,7 @@ def render_incidents(incidents: list[Any] | None, now_ms: int) -> str:
             f' <span class="muted">peak {escape(str(peak))}</span>' if peak else ""
         )
         rows.append(
-            f'<tr class="incident"><td>{escape(str(r["state"]))}</td><td>{severity}</td>'
+            f'<tr class="incident" id="incident-{quote(str(r["id"]), safe="")}"><td>{escape(str(r["state"]))}</td><td>{severity}</td>'
             f"<td>{escape(str(r['cluster']))}</td><td>{escape(str(r['reason']))}"
             f'<br><span class="muted">{escape(str(body.get("summary", "")))}</span></td>'
             f"<td>{_incident_groups(body)}</td><td>{timeline}</td></tr>"
@@ -298,6 +302,8 @@ def render_health(ctx: HttpContext, now_ms: int) -> str:
         )
     elif not ctx.settings.notify.enabled:
         parts.append('<span class="muted">notifications off ([notify] enabled = false)</span>')
+    elif not ctx.settings.notify.mqtt_enabled:
+        parts.append('<span class="muted">MQTT off (notify.mqtt-enabled = false); incidents go to the sinks</span>')
     extra = f'<p class="store-health">{" · ".join(parts)}</p>' if parts else ""
     return table + extra
 
@@ -310,6 +316,49 @@ def _page(title: str, refresh_s: int, body: str) -> str:
     )
 
 
+# The overview's order: what needs a look first (ERR, then WARN), then the rest by name.
+_TRIAGE = {GroupStatus.ERR: 0, GroupStatus.WARN: 1, GroupStatus.NOTFOUND: 2, GroupStatus.OK: 3}
+# ?status= of the overview: which groups it lists ("" or anything else: all)
+STATUS_FILTERS = {"bad": "not OK", "ERR": "ERR", "WARN": "WARN", "OK": "OK"}
+MAX_SEARCH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFilter:
+    """The overview's filter, from its query (hostile input: only known statuses, a bounded search)."""
+
+    status: str = ""  # a key of STATUS_FILTERS, or "" for every group
+    search: str = ""  # a part of the group's name, any case
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> GroupFilter:
+        status = query.get("status", "")
+        return cls(status if status in STATUS_FILTERS else "", query.get("q", "")[:MAX_SEARCH].strip())
+
+    def keeps(self, v: GroupSnapshot) -> bool:
+        if self.search and self.search.casefold() not in v.group.casefold():
+            return False
+        if self.status == "bad":
+            return v.status in (GroupStatus.ERR, GroupStatus.WARN)
+        return not self.status or v.status.value == self.status
+
+    def form(self) -> str:
+        """The filter as a form (a GET of this page: no scripts)."""
+        options = "".join(
+            f'<option value="{k}"{" selected" if k == self.status else ""}>{escape(label)}</option>'
+            for k, label in (("", "every status"), *STATUS_FILTERS.items())
+        )
+        return (
+            '<form class="filter" method="get" action="/">'
+            f'<label>status <select name="status">{options}</select></label> '
+            f'<label>group <input type="search" name="q" value="{escape(self.search)}" '
+            f'maxlength="{MAX_SEARCH}" placeholder="part of its name"></label> '
+            '<button type="submit">filter</button>'
+            + (' <a href="/">clear</a>' if self.status or self.search else "")
+            + "</form>"
+        )
+
+
 def render(
     ctx: HttpContext,
     incidents: list[Any] | None,
@@ -317,29 +366,42 @@ def render(
     now: int,
     histories: dict[tuple[str, str], list[int]],
     missing: list[str],
+    shown: GroupFilter = GroupFilter(),
 ) -> str:
-    """The index page of `groups`' snapshots (see lagd.evaluate.snapshot), each with its lag
-    history from `histories` (none for another worker's group), and a note naming the workers
-    in `missing`, whose groups could not be listed."""
+    """The index page of `groups`' snapshots (see lagd.evaluate.snapshot) that `shown` keeps,
+    ERR first, then WARN, then the rest, each bad one with why; each with its lag history from
+    `histories` (none for another worker's group), and a note naming the workers in `missing`,
+    whose groups could not be listed."""
     state = ctx.state
     rows: list[str] = []
     by_cluster: dict[str, list[str]] = {}
-    for v in sorted(groups, key=lambda v: (v.cluster, v.group)):
+    bad: dict[str, int] = {}
+    for v in sorted(groups, key=lambda v: (v.cluster, _TRIAGE.get(v.status, 2), v.group)):
+        if v.status in (GroupStatus.ERR, GroupStatus.WARN):
+            bad[v.cluster] = bad.get(v.cluster, 0) + 1
+        if not shown.keeps(v):
+            by_cluster.setdefault(v.cluster, [])
+            continue
         history = histories.get((v.cluster, v.group), [])
+        why = group_reason(v.status, v.not_ok) if v.not_ok or v.status is not GroupStatus.OK else ""
         by_cluster.setdefault(v.cluster, []).append(
-            f"<tr><td>{_group_link(v.cluster, v.group)}</td>"
+            f'<tr class="group is-{v.status.value.lower()}"><td>{_group_link(v.cluster, v.group)}</td>'
             f"<td>{_badge(v.status.value)}</td>"
-            f"<td>{escape(', '.join(v.not_ok))}</td><td class=n>{v.partition_count}</td>"
+            f"<td>{escape(why)}</td><td class=n>{v.partition_count}</td>"
             f"<td class=n>{v.totallag}</td><td class=n>{v.lag_seconds:.1f}</td>"
             f"<td>{sparkline(history)}</td></tr>"
         )
     clusters = sorted(set(ctx.settings.clusters) | set(state.clusters()) | set(by_cluster))
     for cluster in clusters:
-        body = "".join(by_cluster.get(cluster, [])) or '<tr><td colspan="7">no groups yet</td></tr>'
+        listed = by_cluster.get(cluster)
+        empty = "no groups yet" if listed is None else "no group matches the filter"
+        body = "".join(listed or []) or f'<tr><td colspan="7">{empty}</td></tr>'
+        count = f' <span class="muted">{bad.get(cluster, 0)} not OK</span>' if cluster in by_cluster else ""
         rows.append(
-            f"<h2>{escape(cluster)}</h2><table><tr><th>group</th><th>status</th><th>partitions not OK</th>"
+            f"<h2>{escape(cluster)}{count}</h2><table><tr><th>group</th><th>status</th><th>why</th>"
             f"<th>partitions</th><th>lag</th><th>lag (s)</th><th>lag history</th></tr>{body}</table>"
         )
+    rows.insert(0, shown.form())
     if missing:
         rows.insert(
             0,
@@ -387,15 +449,19 @@ async def index(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     now = ctx.now_ms()
     incidents = await _incidents(ctx, now)
+    shown = GroupFilter.of(request.query)
     groups: list[GroupSnapshot] = []
     histories: dict[tuple[str, str], list[int]] = {}
+    mine: set[tuple[str, str]] = set()
     async for v in each_snapshot(ctx, now):
         groups.append(v)
-        histories[(v.cluster, v.group)] = lag_history(ctx.state, v.cluster, v.group)
+        mine.add((v.cluster, v.group))
+        if shown.keeps(v):  # the histories of groups not shown are not computed
+            histories[(v.cluster, v.group)] = lag_history(ctx.state, v.cluster, v.group)
     listed, missing = await peer_groups(request)
-    mine = set(histories)
     groups += [g for g in map(_listed, listed) if g is not None and (g.cluster, g.group) not in mine]
-    return web.Response(text=render(ctx, incidents, groups, now, histories, missing), content_type="text/html")
+    page = render(ctx, incidents, groups, now, histories, missing, shown)
+    return web.Response(text=page, content_type="text/html")
 
 
 def first_commit_query(cluster: str, group: str, since: int) -> sa.Select[tuple[int | None]]:

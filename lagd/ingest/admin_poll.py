@@ -100,6 +100,10 @@ class PollMemory:
         return self.last_order
 
 
+# lagd_ingest_records_total{type=...} of the committed offsets an admin polling round reads.
+POLLED_OFFSET = "polled_offset"
+
+
 def parse_member(member: Any) -> tuple[list[PartitionOwner], set[str]]:
     """Owners from a member's assignment and topics from its subscription (consumer protocol)."""
     member_id, client_id, client_host, metadata, assignment = member[0], member[1], member[2], member[3], member[4]
@@ -396,6 +400,8 @@ async def poll_round(
             memory.full_probe_at[group] = memory.refreshes
         memory.pending_probe.pop(group, None)
         offsets = {(tp.topic, tp.partition): meta.offset for tp, meta in fetched.items()}
+        # what admin polling ingests: a committed offset read, where the topic reader counts records
+        counters.count_record(POLLED_OFFSET, len(offsets))
         # Committed partitions confirmed missing from the metadata are gone as well (topic deleted).
         vanished = [tp for tp in memory.committed.get(group, {}) if tp in memory.gone_partitions]
         covered = [(tp.topic, tp.partition) for tp in asked] + vanished

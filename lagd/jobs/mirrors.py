@@ -29,12 +29,15 @@ trailing `window`: what a mirror looked like during a past range.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg2  # type: ignore[import-untyped]
@@ -258,11 +261,48 @@ def judged_range(start: str | None, end: str | None) -> tuple[int | None, int | 
     return until, until - start_ms
 
 
+# A timer starts the job every two minutes whether mirrors are configured or not: the "none"
+# line is said once (noted in the unit's state directory), not every run.
+NO_MIRRORS_SAID = "mirrors-none-said"
+
+
+def _said(name: str) -> Path | None:
+    """Where a said-once note lives: systemd's StateDirectory; None outside a unit (always say)."""
+    state = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    return Path(state) / name if state else None
+
+
+def say_once(name: str) -> bool:
+    """True the first time (and each time outside a unit with a state directory); noted after."""
+    note = _said(name)
+    if note is None:
+        return True
+    if note.exists():
+        return False
+    with contextlib.suppress(OSError):
+        note.touch()
+    return True
+
+
+def forget_said(name: str) -> None:
+    """The condition is gone (mirrors were added): say it again should it come back."""
+    note = _said(name)
+    if note is not None:
+        with contextlib.suppress(OSError):
+            note.unlink(missing_ok=True)
+
+
 def main(settings: Settings, args: argparse.Namespace) -> int:
     """`lagd jobs mirrors`: 0 when done (whatever the verdicts), 1 with what failed and what to do next."""
     if not settings.mirrors:
-        say("lagd: no mirrors configured: add [mirrors.NAME] with source and target clusters")
+        if say_once(NO_MIRRORS_SAID):
+            say(
+                "lagd: no mirrors configured, nothing to judge: add [mirrors.NAME] with source and target "
+                "clusters, or stop the timer (systemctl disable --now lagd-mirrors.timer); "
+                "under systemd this is said once, later runs exit quietly"
+            )
         return 0
+    forget_said(NO_MIRRORS_SAID)
     errors = job_errors()
     try:
         now_ms, window_ms = judged_range(getattr(args, "start", None), getattr(args, "end", None))  # before Spark

@@ -235,27 +235,6 @@ async def _pause(stop: asyncio.Event, seconds: float) -> None:
             await stop.wait()
 
 
-@dataclass(slots=True)
-class _AlertMemo:
-    """The labels last posted per open incident: an alert whose labels change (severity, reason)
-    is a new alert to Alertmanager, so the old label set is resolved in the same post."""
-
-    posted: dict[str, dict[str, str]]
-
-    def alerts(self, incident: dict[str, Any], now: int, ttl_ms: int, status_url: str) -> list[dict[str, Any]]:
-        resolved = incident.get("event") == "resolved" or incident.get("state") == "resolved"
-        current = sinks.alert(incident, now, ttl_ms, status_url, resolved)
-        out = [current]
-        old = self.posted.get(str(incident.get("id")))
-        if old is not None and old != current["labels"]:
-            out.append({**current, "labels": old, "endsAt": sinks.iso(now)})
-        if resolved:
-            self.posted.pop(str(incident.get("id")), None)
-        else:
-            self.posted[str(incident.get("id"))] = current["labels"]
-        return out
-
-
 async def run_sink(
     engine: AsyncEngine,
     settings: SinkSettings,
@@ -274,8 +253,7 @@ async def run_sink(
     `dead-letter-after`; waits between attempts run on the loop's clock.
     """
     name = settings.name
-    lease = Lease(engine, name, key=sink_lease_key(name))
-    memo = _AlertMemo({})
+    lease = Lease(engine, name, key=sink_lease_key(name), sink=name)
     refresh_every = settings.alert_ttl / 3
     next_refresh = 0.0
     db_delay = 0.5
@@ -290,14 +268,14 @@ async def run_sink(
                 try:
                     if settings.kind == "alertmanager" and loop.time() >= next_refresh:
                         next_refresh = loop.time() + refresh_every
-                        await _refresh_alerts(engine, session, settings, status, memo, status_url, clock)
+                        await _refresh_alerts(engine, session, settings, status, status_url, clock)
                     head = await load_head(engine, name, clock=clock)
                     status.position = head.position
                     rows = await rows_after(engine, head.position)
                     status.backlog = len(rows) if len(rows) < BATCH else await backlog(engine, head.position)
                     for row in rows:
                         if not await _deliver(
-                            engine, session, settings, stop, status, lease, memo, head, row, status_url, rnd, clock
+                            engine, session, settings, stop, status, lease, head, row, status_url, rnd, clock
                         ):
                             break  # stopped or the lease was lost: the outer loop decides
                         head = _Head(row.id, None, None, 0)
@@ -333,7 +311,6 @@ async def _deliver(
     stop: asyncio.Event,
     status: SinkStatus,
     lease: Lease,
-    memo: _AlertMemo,
     head: _Head,
     row: _Row,
     status_url: str,
@@ -346,11 +323,7 @@ async def _deliver(
     since = head.retry_since if head.retry_id == row.id else None
     while not stop.is_set():
         now = clock()
-        if settings.kind == "alertmanager":
-            alerts = memo.alerts(row.payload, now, int(settings.alert_ttl * 1000), status_url)
-            req = sinks.alertmanager(alerts, settings, row.event_id)
-        else:
-            req = sinks.request_for(settings, row.payload, now, status_url)
+        req = sinks.request_for(settings, row.payload, now, status_url)
         try:
             await send(session, req, settings.timeout)
         except Refused as exc:
@@ -372,7 +345,7 @@ async def _deliver(
                 log.warning(
                     "sink delivery failed; retrying with backoff (other sinks go on)",
                     sink=name,
-                    event_id=row.event_id,
+                    **_about(row),
                     error=str(exc),
                     attempt=attempts,
                     retry_in=round(wait, 2),
@@ -392,6 +365,19 @@ async def _deliver(
     return False
 
 
+def _about(row: _Row) -> dict[str, Any]:
+    """What a delivery line says of the event: the fields the incident lines use (lagd.notify.eventlog)."""
+    p = row.payload
+    return {
+        "cluster": p.get("cluster"),
+        "incident_id": p.get("id"),
+        "event_id": row.event_id,
+        "event_kind": p.get("event"),  # opened, updated, resolved ("event" is the line's message)
+        "status": p.get("severity"),
+        "reason": p.get("reason"),
+    }
+
+
 async def _give_up(
     engine: AsyncEngine, status: SinkStatus, name: str, row: _Row, error: str, attempts: int, since: int, clock: Clock
 ) -> None:
@@ -401,7 +387,7 @@ async def _give_up(
     log.error(
         "sink gave up on an event; it is in the dead letters",
         sink=name,
-        event_id=row.event_id,
+        **_about(row),
         error=error,
         attempts=attempts,
         hint="see GET /lagd/v1/dead-letters; fix the receiver or the sink's settings",
@@ -413,7 +399,6 @@ async def _refresh_alerts(
     session: aiohttp.ClientSession,
     settings: SinkSettings,
     status: SinkStatus,
-    memo: _AlertMemo,
     status_url: str,
     clock: Clock,
 ) -> None:
@@ -422,11 +407,19 @@ async def _refresh_alerts(
     if not open_:
         return
     now = clock()
-    alerts: list[dict[str, Any]] = []
-    for inc in open_:
-        alerts += memo.alerts(inc, now, int(settings.alert_ttl * 1000), status_url)
+    ttl_ms = int(settings.alert_ttl * 1000)
+    alerts = [
+        sinks.alert(inc, now, ttl_ms, sinks.incident_url(status_url, str(inc["id"])), resolved=False) for inc in open_
+    ]
     try:
         await send(session, sinks.alertmanager(alerts, settings), settings.timeout)
     except (Retryable, Refused) as exc:
         status.failures_total += 1
+        if not status.last_error.startswith("refreshing alerts"):  # once per streak of failures
+            log.warning(
+                "re-posting the open incidents' alerts failed; they expire at their endsAt unless a later post lands",
+                sink=settings.name,
+                open_incidents=len(open_),
+                error=str(exc),
+            )
         status.last_error = f"refreshing alerts: {exc}"

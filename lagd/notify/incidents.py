@@ -527,7 +527,7 @@ class IncidentEngine:
                 inc, common = max(hits, key=lambda h: (h[0].last_join, h[0].id))
                 return inc, f"same {label} {common[0]}"
         inc = max(fresh, key=lambda i: (i.last_join, i.id))
-        return inc, "same cluster"
+        return inc, TOGETHER
 
     def _restate(self, inc: _Incident) -> None:
         worst = _worst(list(inc.statuses))
@@ -576,7 +576,10 @@ class IncidentEngine:
                 f"after {mins // 60}m{mins % 60:02d}s, peaked at {inc.peak} ({reason})"
             )
         else:
-            summary = f"{inc.severity}: {bad} of {len(groups)} {what} lagging on cluster {inc.cluster} ({reason})"
+            summary = (
+                f"{inc.severity}: {bad} of the {len(groups)} {what} in this incident lagging "
+                f"on cluster {inc.cluster} ({reason})"
+            )
             if note:
                 summary = f"{note}: {summary}"
         return IncidentEvent(
@@ -607,7 +610,7 @@ class IncidentEngine:
             common = _shared(getattr(m, attr) for m in inc.members.values())
             if common:
                 return f"same {label}{'s' if len(common) > 1 else ''} {_few(sorted(common))}"
-        return "same cluster"
+        return TOGETHER
 
 
 def _shared(each: Iterator[tuple[str, ...]]) -> set[str]:
@@ -634,6 +637,10 @@ def _peak(peak: str, severity: str) -> str:
     if not peak or _RANK[GroupStatus(severity)] > _RANK[GroupStatus(peak)]:
         return severity
     return peak
+
+
+# The reason of members that share no topic and no owner host: they only went bad at the same time.
+TOGETHER = "went bad together, no topic or host in common"
 
 
 def _first_reason(change: GroupChange) -> str:

@@ -42,10 +42,12 @@ class Lease:
     the outcome. Call it periodically: a standby becomes leader when the holder goes away.
     """
 
-    def __init__(self, engine: AsyncEngine, cluster: str, key: str | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, cluster: str, key: str | None = None, *, sink: str = "") -> None:
         self.engine = engine
         self.cluster = cluster
         self.key = key or lock_key(cluster)
+        # what the log names the lease by: the sink's name for a sink's lease, else the cluster
+        self.names = {"sink": sink} if sink else {"cluster": cluster}
         self.is_leader = False
         self.tried_at = 0.0  # time.monotonic() of the last refresh
         self._conn: AsyncConnection | None = None
@@ -60,14 +62,14 @@ class Lease:
             else:
                 got = await self._conn.scalar(_TRY, {"key": self.key})
                 if got:
-                    log.info("notify leadership acquired", cluster=self.cluster, lock=self.key)
+                    log.info("notify leadership acquired", **self.names, lock=self.key)
                 self.is_leader = bool(got)
             await self._conn.commit()
         except (SQLAlchemyError, OSError) as exc:
             if self.is_leader:
                 log.warning(
                     "notify leadership lost with its database session",
-                    cluster=self.cluster,
+                    **self.names,
                     lock=self.key,
                     error=str(exc),
                 )

@@ -200,7 +200,7 @@ async def publish_outbox(
     """
     backoff = 0.5
     opts = client_options(settings)
-    lease = Lease(engine, "*", key=PUBLISH_KEY)
+    lease = Lease(engine, "*", key=PUBLISH_KEY, sink="mqtt")
     try:
         while not stop.is_set():
             status.leader = await lease.refresh()
@@ -302,7 +302,7 @@ async def announce_availability(
     announces, so a standby stopping never marks a cluster offline under a live leader.
     """
     status = status or AvailabilityStatus()
-    lease = Lease(engine, "*", key=AVAILABILITY_KEY)
+    lease = Lease(engine, "*", key=AVAILABILITY_KEY, sink="mqtt-status")
     backoff = 0.5
     base = client_options(settings)
     try:

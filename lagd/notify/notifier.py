@@ -40,7 +40,7 @@ from lagd import logs
 from lagd.clock import Clock, wall_ms
 from lagd.config import NotifySettings
 from lagd.model import GroupStatus
-from lagd.notify import outbox
+from lagd.notify import eventlog, outbox
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from lagd.notify.leader import Lease
 from lagd.slices import SLICE_S, Slices
@@ -111,6 +111,8 @@ class Notifier:
         self.clock = clock
         self.turn = turn
         self.prefix = settings.topic_prefix
+        # the retained group-status messages are MQTT's alone: none recorded while MQTT is off
+        self.retained = settings.mqtt_enabled
         self.incidents = IncidentEngine(Rules.from_settings(settings))
         self.leases: dict[str, Lease] = {}
         self.held: dict[str, _Unrecorded] = {}
@@ -120,6 +122,11 @@ class Notifier:
 
     def hold(self, cluster: str) -> _Unrecorded:
         return self.held.setdefault(cluster, _Unrecorded())
+
+    def _status(self, pend: _Unrecorded, change: GroupChange) -> None:
+        """The group's retained status message, to be recorded with the next events (MQTT only)."""
+        if self.retained:
+            pend.retained.append(outbox.status_row(self.prefix, change))
 
     async def take_over(self, cluster: str) -> None:
         """Just became leader of `cluster`: settle which state to continue, then catch up."""
@@ -170,14 +177,14 @@ class Notifier:
         for ch in snap:
             seen.add(ch.group)
             pend.events.extend(self.incidents.apply(ch))
-            pend.retained.append(outbox.status_row(self.prefix, ch))
+            self._status(pend, ch)
             await slices.turn()
         now = self.clock()
         for group in sorted(self.incidents.members(cluster)):
             if group not in seen:  # in an open incident, but gone
                 gone = GroupChange(cluster, group, GroupStatus.NOTFOUND, now)
                 pend.events.extend(self.incidents.apply(gone))
-                pend.retained.append(outbox.status_row(self.prefix, gone))
+                self._status(pend, gone)
         pend.dirty = True
         log.info(
             "incident state caught up with current verdicts",
@@ -229,6 +236,8 @@ class Notifier:
         self.attempts.pop(cluster, None)
         self.stored[cluster] = outbox.Fence(True, token)
         self.held[cluster] = _Unrecorded()
+        for ev in pend.events:  # recorded: now they happened (a failed record is retried, not logged twice)
+            eventlog.incident_event(ev)
 
     async def take(self, change: GroupChange) -> None:
         """A verdict change: into the engine where we lead its cluster, recorded at once when it
@@ -237,7 +246,7 @@ class Notifier:
             return
         pend = self.hold(change.cluster)
         pend.events.extend(self.incidents.apply(change))
-        pend.retained.append(outbox.status_row(self.prefix, change))
+        self._status(pend, change)
         pend.dirty = True
         if pend.events:
             await self.flush(change.cluster)

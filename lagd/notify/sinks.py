@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import string
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -89,28 +90,47 @@ def webhook(settings: SinkSettings, payload: dict[str, Any], status_url: str) ->
 
 
 _ICON = {"WARN": ":warning:", "ERR": ":red_circle:"}
+_SLACK_CONTROL = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def slack_escape(value: object) -> str:
+    """Text from Kafka (group names, owner hosts, summaries naming them) made inert in a Slack
+    message. Slack reads `<...>` as a mention or link and `&` as an entity, so a group named
+    `<!channel>` would ping the whole channel: `& < >` become `&amp; &lt; &gt;`, Slack's only
+    escapes. Line breaks and other control characters are shown as `\\xNN`, so a name cannot
+    start a line of its own that passes for lagd's (a fake "Resolved")."""
+    text = str(value).translate(_SLACK_CONTROL)
+    return "".join(f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" else c for c in text)
+
+
+def _slack_code(value: object) -> str:
+    """`value` as a Slack code span: escaped, its backticks (which would end the span) shown as U+02CB."""
+    return "`" + slack_escape(value).replace("`", "\u02cb") + "`"
 
 
 def slack_text(payload: dict[str, Any], status_url: str) -> str:
-    """A readable Slack message: what broke, which groups, since when, and the status page."""
+    """A readable Slack message: what broke, which groups, since when, and the status page.
+    Every value from the event is escaped (`slack_escape`); only lagd's own markup is live."""
     groups = payload.get("groups", {})
     shown = sorted(groups.items(), key=lambda kv: (kv[1] == "OK", kv[0]))
-    listed = ", ".join(f"`{g}` ({s})" for g, s in shown[:20])
+    listed = ", ".join(f"{_slack_code(g)} ({slack_escape(s)})" for g, s in shown[:20])
     if len(shown) > 20:
         listed += f" and {len(shown) - 20} more"
     since = iso(payload.get("opened_at"))
+    cluster = slack_escape(payload.get("cluster"))
     if payload.get("event") == "resolved":
-        head = f":white_check_mark: *Resolved* on cluster *{payload.get('cluster')}*"
-        peak = payload.get("peak_severity")
+        head = f":white_check_mark: *Resolved* on cluster *{cluster}*"
+        peak = slack_escape(payload.get("peak_severity") or "")
         timing = f"Open from {since} to {iso(payload.get('resolved_at'))}" + (f", peaked at {peak}" if peak else "")
     else:
         sev = str(payload.get("severity", ""))
-        head = f"{_ICON.get(sev, ':warning:')} *{sev}* on cluster *{payload.get('cluster')}*"
+        head = f"{_ICON.get(sev, ':warning:')} *{slack_escape(sev)}* on cluster *{cluster}*"
         timing = f"Since {since}"
+    incident, event_id = _slack_code(payload.get("id")), _slack_code(payload.get("event_id"))
     lines = [
-        f"{head}: {payload.get('summary', '')}",
+        f"{head}: {slack_escape(payload.get('summary', ''))}",
         f"Groups: {listed}" if listed else "",
-        f"{timing} · incident `{payload.get('id')}` · event `{payload.get('event_id')}`",
+        f"{timing} · incident {incident} · event {event_id}",
         f"<{status_url}|Status page>" if status_url else "",
     ]
     return "\n".join(line for line in lines if line)
@@ -152,21 +172,26 @@ _AM_SEVERITY = {"WARN": "warning", "ERR": "critical"}
 
 
 def alert_labels(incident: dict[str, Any]) -> dict[str, str]:
-    """The labels of an incident's alert (its identity in Alertmanager)."""
+    """The labels of an incident's alert: its identity in Alertmanager, fixed for the incident's
+    life. A label that changed (severity, reason) would make a new alert and resolve the old one
+    at the receivers while the incident is still open, so what changes goes in the annotations."""
     return {
         "alertname": ALERTNAME,
         "cluster": str(incident.get("cluster", "")),
-        "severity": _AM_SEVERITY.get(str(incident.get("severity")), "warning"),
-        "reason": str(incident.get("reason", "")),
         "incident_id": str(incident.get("id", "")),
     }
 
 
 def alert(incident: dict[str, Any], now: int, ttl_ms: int, status_url: str, resolved: bool) -> dict[str, Any]:
     """One Alertmanager v2 alert: firing until now + ttl, or resolved (endsAt = now)."""
+    severity = str(incident.get("severity", ""))
     out: dict[str, Any] = {
         "labels": alert_labels(incident),
         "annotations": {
+            "severity": _AM_SEVERITY.get(severity, "warning"),
+            "status": severity,
+            "peak_severity": str(incident.get("peak_severity") or severity),
+            "reason": str(incident.get("reason", "")),
             "summary": str(incident.get("summary", "")),
             "groups": ", ".join(sorted(incident.get("groups", {}))),
             "event_id": str(incident.get("event_id", "")),
@@ -186,8 +211,16 @@ def alertmanager(alerts: list[dict[str, Any]], settings: SinkSettings, event_id:
     return Request(url, json.dumps(alerts, separators=(",", ":")).encode(), headers)
 
 
-def request_for(settings: SinkSettings, payload: dict[str, Any], now: int, status_url: str) -> Request:
-    """The request that delivers one incident event to the sink."""
+def incident_url(status_page: str, incident_id: str) -> str:
+    """The incident's own row on the status page (its timeline and groups), or "" without a page."""
+    if not status_page:
+        return ""
+    return f"{status_page.split('#', 1)[0]}#incident-{quote(incident_id, safe='')}"
+
+
+def request_for(settings: SinkSettings, payload: dict[str, Any], now: int, status_page: str) -> Request:
+    """The request that delivers one incident event to the sink, linking the incident's own page."""
+    status_url = incident_url(status_page, str(payload.get("id", "")))
     if settings.kind == "webhook":
         return webhook(settings, payload, status_url)
     if settings.kind == "slack":
@@ -200,7 +233,8 @@ def request_for(settings: SinkSettings, payload: dict[str, Any], now: int, statu
 
 
 def status_page_url(configured: str, listen: str) -> str:
-    """notify.status-page-url, else the status page at http.listen (an any-address shown as 127.0.0.1)."""
+    """notify.status-page-url, else the status page at http.listen (an any-address shown as
+    127.0.0.1: check-config refuses sinks then, see lagd.config.public_listen)."""
     if configured:
         return configured
     host, _, port = listen.rpartition(":")

@@ -28,6 +28,7 @@ from lagd.evaluate.sight import ClusterSight, judge_sight
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.evaluate.verdicts import Stamp
 from lagd.model import GroupStatus, PartitionOwner, PartitionStatus
+from lagd.notify import eventlog
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.slices import SLICE_S
@@ -138,6 +139,8 @@ class VerdictWatch:
     # what the list pages (/metrics, /lagd/v1/groups, the status page) read of each verdict judged
     snapshots: Snapshots | None = None
     turn: Turn = plain_turn  # awaited between the slices of a pass (lagd.turns: requests first)
+    # group status changes logged one by one, at most so many a cluster a minute (lagd.notify.eventlog)
+    status_lines: eventlog.LineBudget = field(default_factory=eventlog.LineBudget)
 
     def __post_init__(self) -> None:
         self.evaluator.blind_since = self.blind_since
@@ -279,18 +282,22 @@ class VerdictWatch:
                 self.stamps[key] = evaluator.stamp(cluster, group)
                 if self.snapshots is not None:
                     self.snapshots.keep(snap)
-                if self.statuses.get(key) != snap.status:
+                before = self.statuses.get(key)
+                if before != snap.status:
                     self.statuses[key] = snap.status
-                    self._on_change(snap, now)
+                    self._on_change(snap, now, before)
                     yield 1
                 else:
                     if self.changes is not None and self._partitions_due(key, snap, now):
                         self.changes.put_nowait(self._change(snap, now))  # the same status, other partitions
                     yield 0
         for key in [k for k in self.statuses if k not in seen and k[0] not in skipped]:
+            before = self.statuses.get(key)
             self._forget(key)
-            self._on_change(self.evaluator.snapshot(key[0], key[1], now), now)  # NOTFOUND: resolves its incidents
+            # NOTFOUND: resolves its incidents
+            self._on_change(self.evaluator.snapshot(key[0], key[1], now), now, before)
             yield 1
+        eventlog.held_back(self.status_lines, now)
         if self.changes is not None and not skipped:
             self.changes.mark_complete("groups")
 
@@ -318,8 +325,11 @@ class VerdictWatch:
         else:
             self.not_ok.pop(key, None)
 
-    def _on_change(self, snap: GroupSnapshot, now: int) -> None:
+    def _on_change(self, snap: GroupSnapshot, now: int, before: GroupStatus | None) -> None:
         self.state.record_status(snap.cluster, snap.group, snap.status.value, now)
+        eventlog.group_status_changed(
+            self.status_lines, snap.cluster, snap.group, before, snap.status, snap.not_ok, now
+        )
         if self.changes is not None:
             self._offered((snap.cluster, snap.group), _not_ok_hash(snap), now)
             # coalesced per group: bounded by the number of groups, never dropped
