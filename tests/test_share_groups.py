@@ -22,8 +22,13 @@ from lagd.ingest.share_groups import (
     parse_share_groups,
     parse_share_offsets,
 )
+from lagd.ingest.validate import EdgeLimits
 
 TOPIC_ID = bytes(range(16))
+
+
+def _limits() -> EdgeLimits:
+    return EdgeLimits("c")
 
 
 def _answer(version: int, groups: list[Any]) -> Any:
@@ -52,8 +57,12 @@ def test_share_groups_are_listed_from_every_brokers_answer() -> None:
         answer(0, 0, [("s1", "", "Stable", "share", {}), ("c1", "consumer", "Empty", "classic", {})], {}).encode()
     )
     failed = answer.decode(answer(0, 15, [], {}).encode())
-    states, errors = parse_share_groups([ok, failed])
+    bad = answer.decode(
+        answer(0, 0, [("x\x00", "", "Stable", "share", {}), ("", "", "Stable", "share", {})], {}).encode()
+    )
+    states, errors, refused = parse_share_groups([ok, failed, bad], _limits())
     assert states == {"s1": "Stable"}
+    assert refused == 2
     assert errors == ["GroupCoordinatorNotAvailableError"]
 
 
@@ -62,7 +71,7 @@ def test_offsets_are_read_as_kafka_reports_them_unknowns_as_none() -> None:
         1,
         [("s1", [("t", TOPIC_ID, [_partition(1, 10, 50), _partition(0, -1, -1)], {})], 0, None, {})],
     )
-    groups, refused = parse_share_offsets(answer, {"s1": "Empty"}, 123)
+    groups, refused = parse_share_offsets(answer, {"s1": "Empty"}, 123, _limits())
     assert refused == 0
     assert groups == [
         ShareGroup("s1", "Empty", (SharePartition("t", 0, None, None, 0), SharePartition("t", 1, 10, 50, 0)), 123)
@@ -72,7 +81,7 @@ def test_offsets_are_read_as_kafka_reports_them_unknowns_as_none() -> None:
 
 def test_v0_answers_have_no_lag() -> None:
     answer = _answer(0, [("s1", [("t", TOPIC_ID, [_partition(0, 7, 0, version=0)], {})], 0, None, {})])
-    groups, _ = parse_share_offsets(answer, {"s1": "Stable"}, 1)
+    groups, _ = parse_share_offsets(answer, {"s1": "Stable"}, 1, _limits())
     assert groups[0].partitions == (SharePartition("t", 0, 7, None, 0),)
     assert groups[0].total_lag is None
 
@@ -88,13 +97,22 @@ def test_hostile_answers_are_refused_and_counted_not_passed_on() -> None:
                 None,
                 {},
             ),
-            ("s1", [("", TOPIC_ID, [_partition(0, 1, 1)], {})], 0, None, {}),
+            (
+                "s1",
+                [("", TOPIC_ID, [_partition(0, 1, 1)], {}), ("t\n", TOPIC_ID, [_partition(0, 1, 1)], {})],
+                0,
+                None,
+                {},
+            ),
+            ("s1", [("t", TOPIC_ID, [_partition(2, 9, 9)], {})], 0, None, {}),
             ("not-listed", [], 0, None, {}),
             ("s2", [], 69, "gone", {}),
         ],
     )
-    groups, refused = parse_share_offsets(answer, {"s1": "Stable", "s2": "Dead"}, 1)
-    assert refused == 4  # two impossible partitions, a nameless topic, a group nobody listed
+    groups, refused = parse_share_offsets(answer, {"s1": "Stable", "s2": "Dead"}, 1, _limits())
+    # two impossible partitions, one named twice, a nameless topic, a topic Kafka would refuse,
+    # a group nobody listed
+    assert refused == 6
     assert [g.partitions for g in groups if g.group == "s1"] == [  # named twice: one group
         (SharePartition("t", 2, 5, 5, 0, "TopicAuthorizationFailedError"),)
     ]

@@ -34,12 +34,12 @@ from lagd import logs
 from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
+from lagd.ingest.validate import MAX_PARTITIONS, EdgeLimits
 from lagd.model import IngestCounters
 
 log = logs.get(__name__)
 
 GROUP_COORDINATOR = 0  # FindCoordinator key type of groups (share groups included)
-MAX_PARTITION = 1 << 20  # a partition index beyond this is not Kafka's: the answer is refused
 UNKNOWN = -1  # Kafka's "no start offset / no lag" (a share-partition not initialised yet)
 
 
@@ -233,27 +233,35 @@ def _known(value: int) -> int | None:
     return None if value < 0 else value
 
 
-def parse_share_groups(responses: Iterable[Any]) -> tuple[dict[str, str], list[str]]:
-    """ListGroups v5 answers -> (share group -> state, error names of the brokers that failed)."""
+def parse_share_groups(responses: Iterable[Any], limits: EdgeLimits) -> tuple[dict[str, str], list[str], int]:
+    """ListGroups v5 answers -> (share group -> state, error names of the brokers that failed,
+    how many groups were refused: names the offsets reader would refuse too, lagd.ingest.validate)."""
     states: dict[str, str] = {}
     errors: list[str] = []
+    refused = 0
     for response in responses:
         if response.error_code != 0:
             errors.append(for_code(response.error_code).__name__)
             continue
         for group_id, _, state, group_type, _ in response.groups or ():
-            if group_type.lower() == "share" and group_id:
-                states[group_id] = state or ""
-    return states, errors
+            if (group_type or "").lower() != "share":
+                continue
+            if not group_id or limits.group_problem(group_id) is not None:
+                refused += 1
+                continue
+            states[group_id] = state or ""
+    return states, errors, refused
 
 
-def parse_share_offsets(response: Any, states: dict[str, str], observed_ms: int) -> tuple[list[ShareGroup], int]:
-    """One DescribeShareGroupOffsets answer -> its groups, and how many partitions were refused.
+def parse_share_offsets(
+    response: Any, states: dict[str, str], observed_ms: int, limits: EdgeLimits
+) -> tuple[list[ShareGroup], int]:
+    """One DescribeShareGroupOffsets answer -> its groups, and how many entries were refused.
 
-    Every field is checked at this edge: a partition with an impossible index or a topic
-    without a name is refused (counted), never passed on."""
+    Every field is checked at this edge: a group nobody listed, a topic name Kafka would not
+    allow, a partition index out of range or named twice is refused (counted), never passed on."""
     lag_field = response.API_VERSION >= 1
-    parts: dict[str, list[SharePartition]] = {}
+    parts: dict[str, dict[tuple[str, int], SharePartition]] = {}
     errors: dict[str, str | None] = {}
     refused = 0
     for group in response.groups or ():
@@ -261,7 +269,7 @@ def parse_share_offsets(response: Any, states: dict[str, str], observed_ms: int)
         if not group_id or group_id not in states:
             refused += 1
             continue
-        mine = parts.setdefault(group_id, [])  # a group named twice is one group
+        mine = parts.setdefault(group_id, {})  # a group named twice is one group
         if error_code:
             errors[group_id] = f"{for_code(error_code).__name__}: {error_message or ''}".rstrip(": ")
         for topic_name, _, partitions, _ in topics or ():
@@ -269,13 +277,20 @@ def parse_share_offsets(response: Any, states: dict[str, str], observed_ms: int)
                 index, start, epoch = p[0], p[1], p[2]
                 lag = p[3] if lag_field else UNKNOWN
                 code = p[4] if lag_field else p[3]
-                if not topic_name or not 0 <= index < MAX_PARTITION:
+                if (
+                    not topic_name
+                    or limits.topic_problem(topic_name) is not None
+                    or not 0 <= index < MAX_PARTITIONS
+                    or (topic_name, index) in mine
+                ):
                     refused += 1
                     continue
                 error = for_code(code).__name__ if code else None
-                mine.append(SharePartition(topic_name, index, _known(start), _known(lag), _known(epoch), error))
+                mine[(topic_name, index)] = SharePartition(
+                    topic_name, index, _known(start), _known(lag), _known(epoch), error
+                )
     out = [
-        ShareGroup(g, states[g], tuple(sorted(ps, key=lambda s: (s.topic, s.partition))), observed_ms, errors.get(g))
+        ShareGroup(g, states[g], tuple(ps[k] for k in sorted(ps)), observed_ms, errors.get(g))
         for g, ps in parts.items()
     ]
     return out, refused
@@ -310,9 +325,10 @@ async def _session(
 ) -> None:
     client = await start_client(cluster)
     coordinators: dict[str, int] = {}
+    limits = EdgeLimits.for_cluster(cluster)
     try:
         while not stop.is_set():
-            supported = await poll_once(client, cluster, view, counters, coordinators, clock=clock)
+            supported = await poll_once(client, cluster, view, counters, limits, coordinators, clock=clock)
             if supported is False and view.supported.get(cluster.name) is not False:
                 log.info(
                     "share groups: the brokers have no share-group API (DescribeShareGroupOffsets, Kafka 4); "
@@ -332,6 +348,7 @@ async def poll_once(
     cluster: ClusterSettings,
     view: ShareGroups,
     counters: IngestCounters,
+    limits: EdgeLimits,
     coordinators: dict[str, int] | None = None,
     *,
     clock: Clock = wall_ms,
@@ -360,9 +377,11 @@ async def poll_once(
             complete = False
             continue
         listed.append(answer)
-    states, errors = parse_share_groups(listed)
+    states, errors, refused_groups = parse_share_groups(listed, limits)
     for name in errors:
         counters.count_failure(f"share_groups_list_{name}")
+    if refused_groups:
+        counters.count_failure("share_groups_refused")
     complete = complete and not errors
     for group in [g for g in coordinators if g not in states]:
         del coordinators[group]
@@ -391,9 +410,9 @@ async def poll_once(
             for group in groups:
                 coordinators.pop(group, None)
             continue
-        described, refused = parse_share_offsets(answer, states, clock())
+        described, refused = parse_share_offsets(answer, states, clock(), limits)
         if refused:
-            counters.count_failure("share_groups_refused_partition")
+            counters.count_failure("share_groups_refused")
         for share_group in described:
             if share_group.error is not None:
                 coordinators.pop(share_group.group, None)  # moved, loading, gone: ask again next round
