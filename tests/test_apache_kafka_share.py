@@ -10,11 +10,17 @@ the group's membership records in `__consumer_offsets` are named and counted, ne
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from lagd.embedded_kafka import KafkaCluster
+from lagd.config import parse
+from lagd.embedded_kafka import KAFKA_OLD_VERSION, KafkaCluster, start_kafka
+from lagd.ingest.kafka_client import start_client
+from lagd.ingest.share_groups import ShareGroups, poll_once
+from lagd.ingest.validate import EdgeLimits
+from lagd.model import IngestCounters
 from tests.kafka_groups import (
     console_consumer,
     create_topic,
@@ -126,3 +132,28 @@ async def _counted(lagd: Lagd, kinds: set[str], timeout: float = 30.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"after {timeout:.0f} s lagd counts {sorted(counted)}, not all of {sorted(kinds)}")
         await asyncio.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def old_kafka() -> Iterator[KafkaCluster]:
+    """Apache Kafka of the older line (3.9), which has no share-group API."""
+    cluster = start_kafka(1, version=KAFKA_OLD_VERSION)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["4.4", "3.9"])
+async def test_the_poller_tells_brokers_without_the_share_api(
+    apache_kafka: KafkaCluster, old_kafka: KafkaCluster, old: bool
+) -> None:
+    """Kafka 3.9 has no DescribeShareGroupOffsets: unsupported, not a cluster without share groups."""
+    cluster = old_kafka if old else apache_kafka
+    settings = parse({"clusters": {"c": {"bootstrap-servers": cluster.bootstrap.split(",")}}}, env={}).clusters["c"]
+    client = await start_client(settings)
+    try:
+        view, counters = ShareGroups(), IngestCounters()
+        supported = await poll_once(client, settings, view, counters, EdgeLimits.for_cluster(settings))
+    finally:
+        await client.close()
+    assert supported is (not old)
+    assert counters.failures == {}

@@ -41,6 +41,9 @@ log = logs.get(__name__)
 
 GROUP_COORDINATOR = 0  # FindCoordinator key type of groups (share groups included)
 UNKNOWN = -1  # Kafka's "no start offset / no lag" (a share-partition not initialised yet)
+# What aiokafka raises, before sending, for a request the broker has no version of that lagd
+# can build: ListGroups below v5, or no DescribeShareGroupOffsets at all (Kafka 3.x)
+_UNSUPPORTED = (IncompatibleBrokerVersion, NotImplementedError)
 
 
 # --- the wire: ListGroups v5 and DescribeShareGroupOffsets v0/v1 --------------------------
@@ -361,14 +364,11 @@ async def poll_once(
     group's coordinator between rounds; a group whose coordinator fails is looked up again."""
     coordinators = {} if coordinators is None else coordinators
     nodes = sorted(b.nodeId for b in client.cluster.brokers())
-    try:
-        answers = await asyncio.gather(*(client.send(n, ListShareGroups()) for n in nodes), return_exceptions=True)
-    except IncompatibleBrokerVersion:
-        return False
+    answers = await asyncio.gather(*(client.send(n, ListShareGroups()) for n in nodes), return_exceptions=True)
     listed: list[Any] = []
     complete = True
     for answer in answers:
-        if isinstance(answer, IncompatibleBrokerVersion):
+        if isinstance(answer, _UNSUPPORTED):
             return False
         if isinstance(answer, BaseException):
             if isinstance(answer, asyncio.CancelledError):
@@ -400,10 +400,20 @@ async def poll_once(
     for group in states:
         if group in before:
             now[group] = before[group]
+    if not by_coordinator and nodes:
+        # no share group to describe: whether the brokers could is asked with an empty request
+        # (aiokafka refuses it before sending when they cannot), so a cluster without the API
+        # reads as unsupported, not as one without share groups
+        try:
+            await client.send(nodes[0], DescribeShareGroupOffsets([]))
+        except _UNSUPPORTED:
+            return False
+        except Exception as exc:
+            counters.count_failure(f"share_groups_describe_{exc.__class__.__name__}")
     for node, groups in sorted(by_coordinator.items()):
         try:
             answer = await client.send(node, DescribeShareGroupOffsets(groups))
-        except IncompatibleBrokerVersion:
+        except _UNSUPPORTED:
             return False
         except Exception as exc:
             counters.count_failure(f"share_groups_describe_{exc.__class__.__name__}")
