@@ -34,6 +34,7 @@ from lagd.http.app import Health, HttpContext, bound_port, start_http
 from lagd.ingest.log_end import sample_log_ends
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
 from lagd.ingest.progress import ReaderProgress
+from lagd.ingest.share_groups import ShareGroups, poll_share_groups
 from lagd.ingest.source import read_offsets
 from lagd.loop_lag import LoopLag, watch_loop
 from lagd.model import Event, IngestCounters
@@ -90,6 +91,7 @@ class Runtime:
     clock: Clock = wall_ms  # the one clock every part reads "now" from (lagd.clock)
     # HTTP requests first: the background loops leave their turns to requests waiting (lagd.turns)
     turns: Turns = field(default_factory=Turns)
+    share_groups: ShareGroups = field(default_factory=ShareGroups)  # shown, not judged (lagd.ingest.share_groups)
 
     def ready(self) -> bool:
         return self.restored.is_set() and all(getattr(p, "caught_up", False) for p in self.progress.values())
@@ -371,6 +373,7 @@ def _start_readers(
             clock=rt.clock,
         )
         spawn(sampler, f"log-end-{name}")
+        spawn(poll_share_groups(cluster, rt.share_groups, counters, rt.stop, clock=rt.clock), f"share-groups-{name}")
 
 
 def _start_workers(
@@ -415,6 +418,8 @@ def _start_workers(
             clock=rt.clock,
         )
         spawn(sampler, f"log-end-{name}")
+        # every worker polls every share group: they are few, cheap to ask, and any worker answers
+        spawn(poll_share_groups(cluster, rt.share_groups, counters, rt.stop, clock=rt.clock), f"share-groups-{name}")
         relay = relay_log_ends(
             handover.store, rt.state, name, assignment.owns, rt.events, rt.stop, cluster.offset_refresh
         )
@@ -515,6 +520,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         on_delete=forget,
         snapshots=snapshots,
         turns=rt.turns,
+        share_groups=rt.share_groups,
     )
     ingest: list[asyncio.Task[None]] = []
     others: list[asyncio.Task[None]] = []

@@ -14,6 +14,7 @@ from aiohttp import web
 from lagd.config import ClusterSettings, HttpSettings, Secret, Settings
 from lagd.evaluate import Evaluator
 from lagd.http.app import Health, HttpContext, bound_port, start_http
+from lagd.ingest.share_groups import ShareGroup, ShareGroups, SharePartition
 from lagd.model import Commit, GroupMembers, LogEndSample, PartitionOwner
 from lagd.state.windows import State
 
@@ -69,8 +70,17 @@ def build_settings(**http: Any) -> Settings:
     return Settings(clusters={CLUSTER: cluster}, http=HttpSettings(**defaults))
 
 
+def build_share_groups() -> ShareGroups:
+    """One share group as Kafka 4.4 reports one: a share-partition initialised, one not yet."""
+    view = ShareGroups(supported={CLUSTER: True})
+    partitions = (SharePartition("orders", 0, 40, 12, 0), SharePartition("orders", 1, None, None, None))
+    view.groups[CLUSTER] = {"s-share": ShareGroup("s-share", "Stable", partitions, NOW)}
+    return view
+
+
 def build_context(settings: Settings | None = None, *, ready: bool = True, **kw: Any) -> HttpContext:
     state = build_state()
+    kw.setdefault("share_groups", build_share_groups())
     return HttpContext(
         settings=settings or build_settings(),
         state=state,

@@ -10,14 +10,20 @@ these records is written by lagd's encoder.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import subprocess
+import threading
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
+from lagd.embedded import ServiceError
 from lagd.embedded_kafka import KafkaCluster, java
 
 
@@ -96,6 +102,25 @@ async def commit_in_transaction(
         await producer.stop()
 
 
+_OFFSETS_TOPIC_MADE: set[str] = set()
+
+
+async def ensure_offsets_topic(bootstrap: str) -> None:
+    """Make Kafka create `__consumer_offsets` (on a group's first use) before lagd is asked to read it."""
+    if bootstrap in _OFFSETS_TOPIC_MADE:
+        return
+    topic = "lagd-offsets-topic-maker"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        if topic not in await admin.list_topics():
+            await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+    await commit_classic(bootstrap, "lagd-offsets-topic-maker", {TopicPartition(topic, 0): 0})
+    _OFFSETS_TOPIC_MADE.add(bootstrap)
+
+
 @dataclass
 class JavaConsumer:
     """The Java console consumer: `kafka-console-consumer` (or `kafka-console-share-consumer`)."""
@@ -147,6 +172,106 @@ def console_consumer(
     return JavaConsumer(proc)
 
 
+JAVA_SOURCES = Path(__file__).parent / "java"  # the tests' own Java programs
+_COMPILE = threading.Lock()
+
+
+def _javac() -> str:
+    import shutil
+
+    exe = shutil.which("javac")
+    if exe is None:
+        raise ServiceError("the Kafka Streams tests compile their application: apt-get install default-jdk-headless")
+    return exe
+
+
+def java_classes(cluster: KafkaCluster) -> Path:
+    """tests/java/*.java compiled with javac against `cluster`'s own jars, once per cluster."""
+    out = cluster.workdir / "test-classes"
+    with _COMPILE:
+        if not (out / ".complete").exists():
+            sources = [str(p) for p in sorted(JAVA_SOURCES.glob("*.java"))]
+            done = subprocess.run(
+                [_javac(), "-d", str(out), "-cp", cluster_classpath(cluster), *sources],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise ServiceError(f"javac {' '.join(sources)} failed:\n{done.stderr[-3000:]}")
+            (out / ".complete").touch()
+    return out
+
+
+@dataclass
+class StreamsApp:
+    """A running Kafka Streams application (tests/java/Passthrough.java): source topic to sink topic."""
+
+    proc: subprocess.Popen[str]
+    app_id: str
+    errors: Path
+    lines: queue.Queue[str] = field(default_factory=queue.Queue)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+
+    def expect(self, word: str, timeout: float = 120.0) -> None:
+        """Until the application prints `word` (RUNNING, PAUSED, RESUMED); fails with its errors after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.lines.get(timeout=max(0.0, deadline - time.monotonic())) == word:
+                    return
+            except queue.Empty:
+                self.stop()
+                raise AssertionError(
+                    f"streams app {self.app_id} did not print {word} within {timeout:.0f} s:\n"
+                    f"{self.errors.read_text(errors='replace')[-2000:]}"
+                ) from None
+
+    def command(self, line: str, answer: str) -> None:
+        """Send a command ("pause", "resume") and wait for its answer."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        self.expect(answer, 30.0)
+
+    def stop(self) -> None:
+        """SIGTERM: the application closes, committing what it processed."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+
+
+def streams_app(cluster: KafkaCluster, app_id: str, source: str, sink: str, protocol: str) -> StreamsApp:
+    """Start the passthrough application `app_id` on `cluster` with `group.protocol=protocol`:
+    "classic" (a classic consumer group of protocol type "consumer") or "streams" (KIP-1071)."""
+    classes = java_classes(cluster)
+    args = [
+        java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={cluster.workdir / 'log4j2.yaml'}",
+        f"-Dkafka.logs.file={cluster.workdir / 'streams.log'}",
+        f"-Djava.io.tmpdir={cluster.workdir}",
+        "-cp", f"{classes}:{cluster_classpath(cluster)}", "Passthrough",
+        cluster.bootstrap, app_id, source, sink, protocol,
+    ]  # fmt: skip
+    err = cluster.workdir / f"streams-{app_id}.err"
+    with err.open("w") as errors:
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True)
+    return StreamsApp(proc, app_id, err)
+
+
 def cluster_classpath(cluster: KafkaCluster) -> str:
     from lagd.embedded_kafka import classpath
 
@@ -161,7 +286,15 @@ def describe_offsets(
     Kafka's own tool is the ground truth lagd is compared with; "-" reads as None.
     """
     out = cluster.consumer_groups("--describe", "--group", group, "--offsets")
-    rows: dict[tuple[str, int], tuple[int | None, int | None, int | None]] = {}
+    return {
+        (r["TOPIC"], int(r["PARTITION"])): (_num(r["CURRENT-OFFSET"]), _num(r["LOG-END-OFFSET"]), _num(r["LAG"]))
+        for r in _table(out)
+    }
+
+
+def _table(out: str) -> list[dict[str, str]]:
+    """The rows of a Kafka group tool's table (a header line starting with GROUP), as dicts."""
+    rows: list[dict[str, str]] = []
     header: list[str] | None = None
     for line in out.splitlines():
         cells = line.split()
@@ -169,19 +302,8 @@ def describe_offsets(
             continue
         if cells[0] == "GROUP":
             header = cells
-            continue
-        if header is None or len(cells) < len(header):
-            continue
-        row = dict(zip(header, cells, strict=False))
-
-        def num(v: str) -> int | None:
-            return None if v == "-" else int(v)
-
-        rows[(row["TOPIC"], int(row["PARTITION"]))] = (
-            num(row["CURRENT-OFFSET"]),
-            num(row["LOG-END-OFFSET"]),
-            num(row["LAG"]),
-        )
+        elif header is not None and len(cells) >= len(header):
+            rows.append(dict(zip(header, cells, strict=False)))
     return rows
 
 
@@ -260,3 +382,39 @@ async def offsets_topic_records(bootstrap: str) -> list[tuple[int, int, bytes, b
         return sorted(out)
     finally:
         await consumer.stop()
+
+
+def _num(v: str) -> int | None:
+    return None if v == "-" else int(v)
+
+
+def share_from_earliest(cluster: KafkaCluster, group: str) -> None:
+    """Make share group `group` start at the log start (its default is the log end, KIP-932)."""
+    cluster.tool(
+        "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", cluster.bootstrap, "--alter",
+        "--entity-type", "groups", "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest",
+    )  # fmt: skip
+
+
+def describe_share_offsets(cluster: KafkaCluster, group: str) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+    """`kafka-share-groups --describe --group G --offsets`: (topic, partition) -> (start offset, lag); "-" is None."""
+    out = cluster.tool(
+        "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+        "--bootstrap-server", cluster.bootstrap, "--describe", "--group", group, "--offsets",
+    )  # fmt: skip
+    return {(r["TOPIC"], int(r["PARTITION"])): (_num(r["START-OFFSET"]), _num(r["LAG"])) for r in _table(out)}
+
+
+def describe_streams_offsets(
+    cluster: KafkaCluster, group: str
+) -> dict[tuple[str, int], tuple[int | None, int | None, int | None]]:
+    """`kafka-streams-groups --describe --group G --offsets --verbose`: (topic, partition) ->
+    (committed, log end, lag), as describe_offsets reads the consumer tool; "-" is None."""
+    out = cluster.tool(
+        "org.apache.kafka.tools.streams.StreamsGroupCommand",
+        "--bootstrap-server", cluster.bootstrap, "--describe", "--group", group, "--offsets", "--verbose",
+    )  # fmt: skip
+    return {
+        (r["TOPIC"], int(r["PARTITION"])): (_num(r["CURRENT-OFFSET"]), _num(r["LOG-END-OFFSET"]), _num(r["OFFSET-LAG"]))
+        for r in _table(out)
+    }

@@ -22,7 +22,7 @@ from lagd import daemon
 from lagd.config import Settings, parse
 from lagd.embedded import free_port
 from lagd.embedded_kafka import KAFKA_OLD_VERSION, KafkaCluster, start_kafka
-from lagd.ingest.codec import DecodeError, OffsetCommit, SkippedRecord, decode
+from lagd.ingest.codec import DecodeError, GroupRecord, OffsetCommit, SkippedRecord, decode
 from tests.kafka_groups import (
     commit_classic,
     commit_in_transaction,
@@ -192,7 +192,7 @@ async def test_every_record_kafkas_coordinator_writes_decodes(apache_kafka: Kafk
             raise AssertionError(f"Kafka {apache_kafka.version} wrote a record lagd cannot decode: {exc}") from None
         if getattr(record, "group", None) not in mine:
             continue
-        kind = type(record).__name__
+        kind = record.kind if isinstance(record, GroupRecord) else type(record).__name__
         if isinstance(record, SkippedRecord):
             kind = f"skipped type {record.record_type}"
         kinds[kind] = kinds.get(kind, 0) + 1
@@ -207,8 +207,9 @@ async def test_every_record_kafkas_coordinator_writes_decodes(apache_kafka: Kafk
     # KIP-848: the group, its member and its assignments, in records of their own
     for kip848 in ("ConsumerGroupMetadata", "ConsumerGroupMemberMetadata", "ConsumerGroupCurrentMemberAssignment"):
         assert kinds.get(kip848, 0) >= 1, kinds
-    # share groups (KIP-932) write types of their own, which lagd passes over without a decode error
-    assert any(k.startswith("skipped type") for k in kinds), kinds
+    # share groups (KIP-932) write types of their own, each named by its kind; none is unknown
+    assert kinds.get("share_group_metadata", 0) >= 1 and kinds.get("share_group_member_metadata", 0) >= 1, kinds
+    assert not any(k.startswith("skipped type") for k in kinds), kinds
 
 
 async def test_lagd_serves_what_kafka_consumer_groups_describes(

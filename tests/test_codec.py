@@ -20,6 +20,7 @@ from lagd.ingest.codec import (
     ConsumerGroupTombstone,
     DecodeError,
     GroupMetadata,
+    GroupRecord,
     GroupTombstone,
     Member,
     OffsetCommit,
@@ -349,9 +350,20 @@ def test_unknown_versions_and_types() -> None:
     with pytest.raises(DecodeError) as err:
         decode(key, b"\xff\xfe" + value[2:])
     assert err.value.reason == "bad_version"
-    assert decode(b"\x00\x11\x00\x02s1", b"\x00\x00\x01\x02") == SkippedRecord(17, "s1")
+    assert decode(b"\x00\x11\x00\x02s1", b"\x00\x00\x01\x02") == GroupRecord(
+        17, "streams_group_metadata", "s1", None, 0
+    )
     assert decode(b"\x00\x63", b"whatever") == SkippedRecord(99, None)
-    assert decode(b"\x00\x0a\x00\x02s1\x00\x01m", None) == SkippedRecord(10, "s1")
+    assert decode(b"\x00\x63\x00\x02s1", b"whatever") == SkippedRecord(99, "s1")
+    assert decode(b"\x00\x0a\x00\x02s1\x00\x01m", None) == GroupRecord(
+        10, "share_group_member_metadata", "s1", "m", None
+    )
+    with pytest.raises(DecodeError) as err:  # a share-group member key without its member
+        decode(b"\x00\x0a\x00\x02s1", b"\x00\x00")
+    assert err.value.reason == "truncated"
+    with pytest.raises(DecodeError) as err:
+        decode(b"\x00\x0b\x00\x02s1", b"\xff\xff")
+    assert err.value.reason == "bad_version"
     assert decode(b"\x00\x05\x00\x02g1\x00\x02m1", None) == ConsumerGroupTombstone(5, "g1", "m1")
     assert decode(b"\x00\x03\x00\x02g1", b"\x00\x01\x00\x00\x00\x07\x00") == SkippedRecord(3, "g1")
 
@@ -547,13 +559,17 @@ def test_bad_and_skipped_records_are_counted_not_raised() -> None:
     assert events_from_record("c1", b"\x00\x01\x00\x05ab", b"", 2, 0, counters) == []
     key, value = encode_offset_commit("g", "t", 0, 1, 1)
     assert events_from_record("c1", key, value[:-3], 3, 0, counters) == []
+    assert events_from_record("c1", b"\x00\x63\x00\x01s", b"\x00\x00", 4, 0, counters) == []
     assert events_from_record("c1", b"\x00\x11\x00\x01s", b"\x00\x00", 4, 0, counters) == []
+    assert events_from_record("c1", b"\x00\x0e\x00\x01s\x00\x01m", None, 4, 0, counters) == []
     vec = BY_NAME["redpanda_kafka_cg_member_metadata_type5_null_classic"]
     assert events_from_record("c1", _hex(vec["key_hex"]), _hex(vec["value_hex"]), 5, 0, counters) == []
     assert events_from_record("c1", b"\x00\x08\x00\x01g\x00\x01m", None, 6, 0, counters) == []
     assert counters.decode_errors == {"null_key": 1, "truncated": 2}
     assert counters.records_by_type == {
         "unknown": 1,
+        "streams_group_metadata": 1,
+        "share_group_current_member_assignment_tombstone": 1,
         "consumer_group_member_metadata": 1,
         "consumer_group_tombstone_type_8": 1,
     }

@@ -200,6 +200,8 @@ def test_lagd_api_conforms_to_its_openapi_document(live: str) -> None:
         "/lagd/v1/quarantine/{id}",
         "/lagd/v1/schemas",
         "/lagd/v1/schemas/{name}",
+        "/lagd/v1/share/{cluster}",
+        "/lagd/v1/share/{cluster}/{group}",
     ]
     statuses: list[int] = []
     for op in operations:

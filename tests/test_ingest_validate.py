@@ -157,11 +157,16 @@ def test_commit_age_defaults_to_expire_group() -> None:
 
 
 def test_unknown_record_types_share_one_label() -> None:
+    """Unknown types share one label; share- and streams-group types (9, 17) go by their kind."""
     counters = IngestCounters()
-    for rtype in (27008, 17, 9, 32767):
+    for rtype in (27008, 17, 9, 24, 32767):
         key = struct.pack(">h", rtype) + b"\x00\x01g"
         assert events((key, b"\x00\x00"), limits(), counters) == []
-    assert counters.records_by_type == {"unknown": 4}
+    assert counters.records_by_type == {
+        "unknown": 3,
+        "streams_group_metadata": 1,
+        "share_group_partition_metadata": 1,
+    }
     assert counters.rejected == {}
 
 

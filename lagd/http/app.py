@@ -24,6 +24,7 @@ from lagd.clock import Clock
 from lagd.config import Settings
 from lagd.evaluate import Evaluator
 from lagd.evaluate.snapshot import Snapshots
+from lagd.ingest.share_groups import ShareGroups
 from lagd.model import IngestCounters
 from lagd.scale.ownership import OwnerMap
 from lagd.state.windows import State
@@ -98,6 +99,8 @@ class HttpContext:
     # requests first (lagd.turns): the server reports each request; background work, and the
     # long answers rendered in slices, wait for those waiting
     turns: Turns = field(default_factory=Turns)
+    # share groups as last polled (lagd.ingest.share_groups): shown, not judged
+    share_groups: ShareGroups = field(default_factory=ShareGroups)
 
 
 CTX: web.AppKey[HttpContext] = web.AppKey("lagd_ctx", HttpContext)

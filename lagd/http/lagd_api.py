@@ -23,6 +23,7 @@ from lagd.evaluate import rules as R
 from lagd.evaluate.snapshot import GroupSnapshot
 from lagd.http.app import CTX, HttpContext, envelope
 from lagd.http.metrics import each_snapshot
+from lagd.ingest.share_groups import ShareGroup
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 
 log = logs.get(__name__)
@@ -149,6 +150,48 @@ async def consumer(request: web.Request) -> web.Response:
     if v.status is GroupStatus.NOTFOUND:
         return _error(request, 404, "cluster or consumer not found")
     return _json(group_view(v))
+
+
+def share_group_view(g: ShareGroup) -> dict[str, Any]:
+    """A share group as Kafka's share coordinator reported it (null: Kafka does not know yet)."""
+    return {
+        "group": g.group,
+        "state": g.state,
+        "observed_ms": g.observed_ms,
+        "error": g.error,
+        "total_lag": g.total_lag,
+        "partitions": [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "start_offset": p.start_offset,
+                "lag": p.lag,
+                "leader_epoch": p.leader_epoch,
+                "error": p.error,
+            }
+            for p in g.partitions
+        ],
+    }
+
+
+async def share_groups(request: web.Request) -> web.Response:
+    """A cluster's share groups (KIP-932) with their lag per share-partition: shown, not judged."""
+    ctx = _ctx(request)
+    cluster = request.match_info["cluster"]
+    if cluster not in ctx.settings.clusters:
+        return _error(request, 404, "cluster not found")
+    view = ctx.share_groups
+    groups = [share_group_view(g) for _, g in sorted(view.of(cluster).items())]
+    return _json({"cluster": cluster, "supported": view.supported.get(cluster), "groups": groups})
+
+
+async def share_group(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    cluster, group = request.match_info["cluster"], request.match_info["group"]
+    found = ctx.share_groups.of(cluster).get(group)
+    if found is None:
+        return _error(request, 404, "cluster or share group not found")
+    return _json(share_group_view(found))
 
 
 def _name_param(text: str, name: str) -> str:
@@ -618,6 +661,8 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/lagd/v1/schemas/{name}", payload_schema)
     r.add_delete("/lagd/v1/quarantine", clear_quarantine)
     r.add_delete("/lagd/v1/quarantine/{id}", delete_quarantined)
+    r.add_get("/lagd/v1/share/{cluster}", share_groups)
+    r.add_get("/lagd/v1/share/{cluster}/{group}", share_group)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}", consumer)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}/trend", trend)
     r.add_get("/lagd/v1/consumer/{cluster}/{group}/history", history)

@@ -23,6 +23,7 @@ from lagd import logs
 from lagd.evaluate import Evaluator
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.http.app import CTX, Health, HttpContext
+from lagd.ingest.share_groups import ShareGroups
 from lagd.ingest.validate import REASONS as REJECT_REASONS
 from lagd.model import GroupStatus
 from lagd.slices import SLICE_S, Slices
@@ -210,6 +211,31 @@ def render(
     for _ in render_steps(state, evaluator, health, now_ms, detail, out, snapshots):
         pass
     return "".join(out)
+
+
+def share_group_series(out: list[str], view: ShareGroups) -> None:
+    """Share groups (KIP-932) as Kafka reports them: lag and start offset per share-partition
+    where Kafka knows them, and each group's total (lagd.ingest.share_groups)."""
+    lag = _Family(
+        out, "lagd_share_group_lag", "gauge", "Records of a share-partition not yet acknowledged, as Kafka reports it"
+    )
+    start = _Family(
+        [], "lagd_share_group_start_offset", "gauge", "Start offset of a share-partition, as Kafka reports it"
+    )
+    total = _Family([], "lagd_share_group_total_lag", "gauge", "Sum of a share group's known share-partition lags")
+    for cluster, groups in sorted(view.groups.items()):
+        for name, g in sorted(groups.items()):
+            labels = f'cluster="{_esc(cluster)}",group="{_esc(name)}"'
+            for p in g.partitions:
+                part = f'{labels},topic="{_esc(p.topic)}",partition="{p.partition}"'
+                if p.lag is not None:
+                    lag.add(part, p.lag)
+                if p.start_offset is not None:
+                    start.add(part, p.start_offset)
+            if g.total_lag is not None:
+                total.add(labels, g.total_lag)
+    out.extend(start.text())
+    out.extend(total.text())
 
 
 def _health(out: list[str], health: Health, now_ms: int) -> None:
@@ -441,6 +467,7 @@ async def metrics(request: web.Request) -> web.Response:
         _note_detail(ctx.health, detail, http.metrics_partition_limit, tracked)
     for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), detail, out, ctx.snapshots):
         await slices.turn()
+    share_group_series(out, ctx.share_groups)
     return web.Response(body=_chunks(out, ctx.turns.turn), headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -38,6 +38,28 @@ _STATUS = {"type": "string", "enum": ["NOTFOUND", "OK", "WARN", "ERR"]}
 _PSTATUS = {"type": "string", "enum": ["OK", "WARN", "STOP", "STALL", "REWIND"]}
 
 SCHEMAS: dict[str, Any] = {
+    "ShareGroup": _obj(
+        {
+            "group": STR,
+            "state": STR,
+            "observed_ms": INT,
+            "error": _nullable(STR),
+            "total_lag": _nullable(INT),
+            "partitions": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "topic": STR,
+                        "partition": INT,
+                        "start_offset": _nullable(INT),
+                        "lag": _nullable(INT),
+                        "leader_epoch": _nullable(INT),
+                        "error": _nullable(STR),
+                    }
+                ),
+            },
+        }
+    ),
     "Error": _obj({"error": BOOL, "message": STR, "request": _obj({"url": STR, "host": STR})}),
     "Offset": _obj(
         {
@@ -723,6 +745,29 @@ def document() -> dict[str, Any]:
                     "Clusters.",
                 )
             },
+        ),
+        "/lagd/v1/share/{cluster}": _get(
+            "The cluster's share groups (KIP-932), their lag per share-partition as Kafka reports it: shown, not judged.",
+            [_path_param("cluster")],
+            {
+                "200": _json(
+                    _obj(
+                        {
+                            "cluster": STR,
+                            # null until the first answer; false: the brokers have no share-group API
+                            "supported": _nullable(BOOL),
+                            "groups": {"type": "array", "items": _ref("ShareGroup")},
+                        }
+                    ),
+                    "Share groups.",
+                ),
+                "404": _err("Unknown cluster."),
+            },
+        ),
+        "/lagd/v1/share/{cluster}/{group}": _get(
+            "One share group (KIP-932) as last polled from its coordinator.",
+            _GROUP_PARAMS,
+            {"200": _json(_ref("ShareGroup"), "The share group."), "404": _err("Unknown cluster or share group.")},
         ),
         "/lagd/v1/consumer/{cluster}/{group}": _get(
             "A group's verdict: statuses, lag, lag in seconds, and which rule fired on which partitions since when.",

@@ -7,6 +7,11 @@ corrupt record costs one counted error, never a crash, a hang or a huge allocati
 Offset commits are by far the most frequent record, so their path is written flat (a few
 precompiled `struct` reads, no per-field calls); everything else goes through `_Reader`.
 
+Share groups (KIP-932, types 9..15) and streams groups (KIP-1071, types 17..23) are named
+by their key (`GroupRecord`: kind, group, member) and their values left unread: lagd takes
+neither lag nor owners from them (share-group lag comes from the admin API, see
+`lagd.ingest.share_groups`; a streams application's commits are ordinary type 1 records).
+
 KIP-848 groups name topics by topic id (a uuid) in their assignment records (types 7, 8).
 The decoder returns the raw ids; mapping them to names needs other records of the topic
 (type 4 partition metadata, written by 3.7-4.0 brokers, or the topic id tag of a v4
@@ -37,6 +42,7 @@ __all__ = [
     "ControlRecord",
     "DecodeError",
     "GroupMetadata",
+    "GroupRecord",
     "GroupTombstone",
     "Member",
     "OffsetCommit",
@@ -262,9 +268,45 @@ class ConsumerGroupTombstone:
     member_id: str | None = None
 
 
+# Share-group (KIP-932) and streams-group (KIP-1071) record types: their kind (the label they
+# are counted under) and whether the key names a member after the group. Kafka's own names
+# (CoordinatorRecordType); 9 and 18 were written by 4.0 and 4.0-4.1 only (partition metadata,
+# replaced by a hash of it in the group's metadata record).
+GROUP_RECORD_KINDS: dict[int, tuple[str, bool]] = {
+    9: ("share_group_partition_metadata", False),
+    10: ("share_group_member_metadata", True),
+    11: ("share_group_metadata", False),
+    12: ("share_group_target_assignment_metadata", False),
+    13: ("share_group_target_assignment_member", True),
+    14: ("share_group_current_member_assignment", True),
+    15: ("share_group_state_partition_metadata", False),
+    17: ("streams_group_metadata", False),
+    18: ("streams_group_partition_metadata", False),
+    19: ("streams_group_member_metadata", True),
+    20: ("streams_group_target_assignment_metadata", False),
+    21: ("streams_group_target_assignment_member", True),
+    22: ("streams_group_current_member_assignment", True),
+    23: ("streams_group_topology", False),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A share-group or streams-group record (GROUP_RECORD_KINDS), named by its key.
+
+    lagd uses neither their lag nor their members, so the value is only checked for its
+    version; `value_version` is None for a tombstone (that one record deleted)."""
+
+    record_type: int
+    kind: str
+    group: str
+    member_id: str | None
+    value_version: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class SkippedRecord:
-    """A record of a type lagd does not use (share/streams groups, regexes, unknown)."""
+    """A record of a type lagd does not know (or a newer value version of a KIP-848 type)."""
 
     record_type: int
     group: str | None
@@ -292,6 +334,7 @@ Record = (
     | ConsumerGroupTargetAssignmentMember
     | ConsumerGroupCurrentMemberAssignment
     | ConsumerGroupTombstone
+    | GroupRecord
     | SkippedRecord
 )
 
@@ -996,8 +1039,10 @@ def decode(key: bytes, value: bytes | None, keys: CommitKeys | None = None) -> R
             if value is None:
                 return ConsumerGroupTombstone(rtype, group, member_id)
             return _kip848_value(rtype, group, member_id, value)
-        # Share groups, streams groups, and types this lagd does not know: skipped, but the
-        # group is reported when the key starts with one (every known type does).
+        if rtype in GROUP_RECORD_KINDS:
+            return _group_record(rtype, key, value)
+        # Types this lagd does not know: skipped, but the group is reported when the key
+        # starts with one (every known type does).
         try:
             skipped_group: str | None = _Reader(key, 2).string("group")
         except DecodeError:
@@ -1005,6 +1050,22 @@ def decode(key: bytes, value: bytes | None, keys: CommitKeys | None = None) -> R
         return SkippedRecord(rtype, skipped_group)
     except (struct.error, IndexError, OverflowError, MemoryError) as exc:  # belt and braces
         raise DecodeError("corrupt", f"{exc.__class__.__name__}: {exc}") from None
+
+
+def _group_record(rtype: int, key: bytes, value: bytes | None) -> GroupRecord:
+    """A share- or streams-group record: the key's group (and member), the value's version."""
+    kind, member_keyed = GROUP_RECORD_KINDS[rtype]
+    r = _Reader(key, 2)
+    group = r.string("group")
+    member_id = r.string("member_id") if member_keyed else None
+    return GroupRecord(rtype, kind, group, member_id, None if value is None else _value_version(rtype, value))
+
+
+def _value_version(rtype: int, value: bytes) -> int:
+    version = _Reader(value).int16()
+    if version < 0:
+        raise DecodeError("bad_version", f"record type {rtype} value version {version}")
+    return version
 
 
 def decode_value(record_type: int, value: bytes, group: str = "", member_id: str | None = None) -> Record:
@@ -1017,6 +1078,10 @@ def decode_value(record_type: int, value: bytes, group: str = "", member_id: str
             return _group_value(group, value)
         if record_type in _KIP848:
             return _kip848_value(record_type, group, member_id, value)
+        if record_type in GROUP_RECORD_KINDS:
+            return GroupRecord(
+                record_type, GROUP_RECORD_KINDS[record_type][0], group, member_id, _value_version(record_type, value)
+            )
         return SkippedRecord(record_type, group or None)
     except (struct.error, IndexError, OverflowError, MemoryError) as exc:
         raise DecodeError("corrupt", f"{exc.__class__.__name__}: {exc}") from None

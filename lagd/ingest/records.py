@@ -35,6 +35,7 @@ from lagd.ingest.codec import (
     ConsumerGroupTombstone,
     DecodeError,
     GroupMetadata,
+    GroupRecord,
     GroupTombstone,
     Member,
     OffsetCommit,
@@ -341,7 +342,7 @@ def _record_events(
             kip848.forget_seed(rec.group)
         return [GroupDeleted(cluster, rec.group, order)]
     counters.count_record(_kind(rec))
-    if isinstance(rec, SkippedRecord):
+    if isinstance(rec, (SkippedRecord, GroupRecord)):
         return []
     return [] if kip848 is None else kip848.apply(cluster, rec, order, counters)
 
@@ -350,10 +351,13 @@ def _kind(rec: Record) -> str:
     """The record's label in lagd_ingest_records_total: a fixed set, whatever the record says.
 
     Types this lagd does not know (and newer versions of known ones) are all "unknown", so
-    a stream of made-up types cannot mint a metric series each.
+    a stream of made-up types cannot mint a metric series each; share- and streams-group
+    records go by their kind (codec.GROUP_RECORD_KINDS), tombstones apart.
     """
     if isinstance(rec, SkippedRecord):
         return "unknown"
+    if isinstance(rec, GroupRecord):
+        return rec.kind if rec.value_version is not None else f"{rec.kind}_tombstone"
     if isinstance(rec, ConsumerGroupTombstone):
         return f"consumer_group_tombstone_type_{rec.record_type}" if rec.record_type in _KIP848_TYPES else "unknown"
     return _RECORD_KINDS.get(rec.__class__.__name__, "unknown")
