@@ -725,6 +725,12 @@ def open_members(cluster: str, data: dict[str, Any]) -> dict[str, GroupChange]:
     return out
 
 
+def in_open_incident(data: dict[str, Any], member: str) -> bool:
+    """Is `member` in one of the open incidents of a cluster's stored engine state (whatever its
+    status there)?"""
+    return any(member in raw.get("members", {}) for raw in data.get("open", ()))
+
+
 def _load_incident(raw: dict[str, Any]) -> _Incident:
     inc = _Incident(
         id=raw["id"],
