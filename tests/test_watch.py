@@ -272,7 +272,7 @@ def test_a_cached_verdict_is_not_served_once_lagd_judges_as_of_an_earlier_time()
             state.apply(LogEndSample(C, T, 0, 1000 * t, ms))
         state.apply(Commit(C, "g", T, 0, 1000 * t, t + 1, ms, ms))
     blind: list[int | None] = [None]
-    evaluator.blind_since = lambda cluster, now: blind[0]
+    evaluator.seen_through = lambda cluster, now: blind[0]
     first = evaluator.group(C, "g", T0 + 60_000)
     assert evaluator.group(C, "g", T0 + 61_000) is first  # seeing: served from the cache
     blind[0] = T0 + 30_000

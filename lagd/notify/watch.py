@@ -146,7 +146,7 @@ class VerdictWatch:
     turn: Turn = plain_turn  # awaited between the slices of a pass (lagd.turns: requests first)
 
     def __post_init__(self) -> None:
-        self.evaluator.blind_since = self.blind_since
+        self.evaluator.seen_through = self.seen_through
 
     def sight(self, name: str, now: int) -> ClusterSight:
         """lagd's sight of one cluster now (pure: from the readers' progress and the state)."""
@@ -166,9 +166,10 @@ class VerdictWatch:
             offset_refresh_ms=int((cluster.offset_refresh if cluster else 10.0) * 1000),
         )
 
-    def blind_since(self, name: str, now: int) -> int | None:
-        """What the evaluator asks at each evaluation: judge as of when lagd last saw the cluster."""
-        return self.sight(name, now).blind_since
+    def seen_through(self, name: str, now: int) -> int | None:
+        """What the evaluator asks at each evaluation: judge as of the time through which lagd
+        has read the cluster whole (ClusterSight.judged_as_of)."""
+        return self.sight(name, now).judged_as_of
 
     def judge_sights(self, now: int) -> None:
         """Keep each cluster's sight for /metrics, readiness and /lagd/v1; an unreachable cluster
