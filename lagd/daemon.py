@@ -540,6 +540,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         me = Me.of(f"{host}:{bound_port(runner)}", settings.scale.advertise_host, scheme=scheme)
         ctx.owners = OwnerMap(store.engine, me)
         handover = WorkerHandover(rt.state, rt.evaluator, rt.events, wb, store, store.engine, me, clock)
+        handover.held = ctx.owners.held
         log.info("worker", worker=me.worker, url=me.url, group_id=settings.scale.group)
     spawn(watch_loop(loop_lag), "loop-lag")
     interval = sdnotify.watchdog_interval()
