@@ -544,6 +544,9 @@ class IncidentEngine:
     def _emit(
         self, inc: _Incident, kind: EventKind, at: int, resolved_at: int | None = None, note: str = ""
     ) -> IncidentEvent:
+        # An incident's events never go back in time: a change judged before a tick resolved the
+        # incident, taken after it, reopens it with the resolve's time, not its own older one.
+        at = max(at, inc.last_event_at)
         inc.seq += 1
         inc.peak = _peak(inc.peak, inc.severity)
         inc.last_event_at = at
