@@ -48,10 +48,11 @@ def events(url: str) -> list[tuple[str, str, str]]:
 
 
 def leads(url: str) -> bool:
+    """Has the notifier taken prod over: its catch-up recorded (the group's retained status)?"""
     conn = psycopg2.connect(url)
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+            cur.execute("SELECT count(*) FROM outbox WHERE retain")
             return bool(cur.fetchone()[0])
     finally:
         conn.close()
