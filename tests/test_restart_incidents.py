@@ -32,6 +32,9 @@ from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 
 Settle = Callable[..., Awaitable[Any]]
 pytestmark = pytest.mark.slow
+# the lagging group is WARN, or ERR (STOP) where a loaded host delays the simulator's commits
+# past stop-after; either way bad, in the incident
+BAD = {"WARN", "ERR"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,13 +206,13 @@ async def test_a_restart_keeps_open_incidents_open_until_their_groups_recover(
                 if not events or events[-1]["event"] == "resolved":
                     return None
                 last = events[-1]
-                return (
-                    str(last["id"])
-                    if (last["groups"].get(slow), last["groups"].get(stopped)) == ("WARN", "ERR")
-                    else None
-                )
+                return str(last["id"]) if {last["groups"].get(slow), last["groups"].get(stopped)} <= BAD else None
 
-            incident = await settle(open_with_both, timeout=90, what="one incident with both groups bad")
+            try:
+                incident = await settle(open_with_both, timeout=90, what="one incident with both groups bad")
+            except AssertionError as exc:  # what MQTT delivered and what lagd said, to tell why
+                said = log.read_text(errors="replace").splitlines()[-30:]
+                raise AssertionError(f"{exc}; events: {sub.events()[-3:]}; lagd: {said}") from None
             await settle(lambda: sub.statuses(stopped) and sub.statuses(slow), timeout=20, what="retained statuses")
 
             processes[-1].send_signal(how)
@@ -217,7 +220,7 @@ async def test_a_restart_keeps_open_incidents_open_until_their_groups_recover(
             cut = len(sub.got)
             processes.append(start_lagd(config, log, migrate=False))
             await settle(lambda: ready(session, port), timeout=60, what="lagd ready after the restart")
-            assert await status_of(session, port, slow) == "WARN"
+            assert await status_of(session, port, slow) in BAD
             assert await status_of(session, port, stopped) == "ERR"
             # the restarted notifier catches up with the current verdicts: each group's retained
             # status is published again (before the fix: cleared, the group taken for gone)
@@ -226,7 +229,7 @@ async def test_a_restart_keeps_open_incidents_open_until_their_groups_recover(
                 timeout=60,
                 what="the groups' statuses published after the restart",
             )
-            assert [s and s["status"] for s in sub.statuses(slow, cut)] == ["WARN"] * len(sub.statuses(slow, cut))
+            assert all(s and s["status"] in BAD for s in sub.statuses(slow, cut)), sub.statuses(slow, cut)
             assert [s and s["status"] for s in sub.statuses(stopped, cut)] == ["ERR"] * len(sub.statuses(stopped, cut))
             recovery = len(sub.got)
 
