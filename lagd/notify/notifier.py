@@ -28,10 +28,10 @@ cluster whose lease went that way (`Lease.lost_to_outage`) is judged on, its cha
 its incidents ticked (a group ERR for the hold time and OK again inside the outage opens and
 resolves its incident), and the events are held, each saying in its summary that it is
 recorded late (as does an event whose record failed), until the lease is regained and they
-are recorded (issue 50: the feed keeps
-only each group's newest status, so a change not taken then was lost). Held memory stays
-bounded: a held `updated` replaces the one held before it for its incident, and the retained
-statuses are not held (the takeover's catch-up publishes every group's current one).
+are recorded (issue 50: the feed keeps only each group's newest status, so a change not
+taken then was lost). Held memory stays bounded: a held `updated` replaces the one held
+before it for its incident, and the retained statuses are not held (the takeover's catch-up
+publishes every group's current one).
 """
 
 from __future__ import annotations
@@ -264,13 +264,13 @@ class Notifier:
             return
         self.attempts.pop(cluster, None)
         self.stored[cluster] = outbox.Fence(True, token)
-        late = [ev for ev in pend.events if ev.summary.startswith(LATE)]
-        if late:
+        held_back = [ev for ev in pend.events if ev.summary.startswith(LATE)]
+        if held_back:
             log.warning(
                 "incident events held while Postgres was away recorded late",
                 cluster=cluster,
-                events=len(late),
-                late_s=round((self.clock() - min(ev.at for ev in late)) / 1000, 1),
+                events=len(held_back),
+                late_s=round((self.clock() - min(ev.at for ev in held_back)) / 1000, 1),
             )
         self.held[cluster] = _Unrecorded()
 
