@@ -41,13 +41,13 @@ from lagd.model import Event, IngestCounters
 from lagd.notify import outbox
 from lagd.notify.delivery import SinkStatus, run_sink
 from lagd.notify.feed import VerdictFeed
-from lagd.notify.incidents import open_members
+from lagd.notify.incidents import in_open_incident, open_members
 from lagd.notify.mirror_verdicts import watch_mirrors
 from lagd.notify.mqtt import PublisherStatus, announce_availability, publish_outbox
 from lagd.notify.notifier import VerdictSource, run_notifier
 from lagd.notify.shared_verdicts import SharedFeed, VerdictPublisher, flush_verdicts
 from lagd.notify.sinks import status_page_url
-from lagd.notify.watch import VerdictWatch
+from lagd.notify.watch import VerdictWatch, cluster_member
 from lagd.scale.handover import WorkerHandover
 from lagd.scale.ownership import Me, OwnerMap
 from lagd.scale.relay import relay_log_ends
@@ -170,12 +170,16 @@ async def freeze_when_caught_up(rt: Runtime, every_s: float = 1.0) -> None:
 async def resume_open_incidents(engine: AsyncEngine, watch: VerdictWatch) -> None:
     """Before the first verdict pass of a restarted lagd: the groups in open incidents start from
     the statuses the incident engine stored (their non-OK partitions as the rules' priors), so
-    a WARN held by hysteresis neither resolves its incident nor is reported again. (Workers
-    start from what the groups' last owner published instead: lagd.scale.handover.)"""
+    a WARN held by hysteresis neither resolves its incident nor is reported again, and each is
+    offered to the notifier at its first judgement, agreeing or not, as is lagd's sight of the
+    cluster where that is in an open incident (a member missing from the notifier's snapshot is
+    taken for gone). (Workers start from what the groups' last owner published instead:
+    lagd.scale.handover.)"""
     for cluster in watch.clusters:
         try:
             data = await outbox.load_engine_state(engine, cluster)
             members = open_members(cluster, data) if data is not None else {}
+            sight = data is not None and in_open_incident(data, cluster_member(cluster))
         except Exception as exc:  # not worth failing the start for: the groups are judged afresh
             log.warning(
                 "open incidents not read; their groups are judged afresh",
@@ -184,6 +188,8 @@ async def resume_open_incidents(engine: AsyncEngine, watch: VerdictWatch) -> Non
                 hint="check that Postgres answers; a WARN held only by hysteresis may resolve its incident",
             )
             continue
+        if sight:
+            watch.resume_sight(cluster)
         if members:
             watch.take_over(cluster, members)
             log.info("groups of open incidents resumed", cluster=cluster, groups=len(members))
@@ -540,6 +546,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         me = Me.of(f"{host}:{bound_port(runner)}", settings.scale.advertise_host, scheme=scheme)
         ctx.owners = OwnerMap(store.engine, me)
         handover = WorkerHandover(rt.state, rt.evaluator, rt.events, wb, store, store.engine, me, clock)
+        handover.held = ctx.owners.held
         log.info("worker", worker=me.worker, url=me.url, group_id=settings.scale.group)
     spawn(watch_loop(loop_lag), "loop-lag")
     interval = sdnotify.watchdog_interval()

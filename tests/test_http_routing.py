@@ -67,9 +67,14 @@ async def test_a_group_is_answered_by_its_owner_and_lists_merge(store: Store) ->
             assert strip_request(via_x[1]) == strip_request(direct[1])
             assert via_x[2][ANSWERED_BY] == "host:a"
 
-        # a forwarded request is answered where it arrives, never sent on
+        # a forwarded request is answered where it arrives, never sent on: x does not hold the
+        # group's partition, so the group is in transit to it, not unknown
+        status, _, headers = await get(x_url + "/v3/kafka/prod/consumer/g-warn/lag", **{FORWARDED: "host:a"})
+        assert (status, headers[ANSWERED_BY], headers["Retry-After"]) == (503, "host:x", "1")
+        empty.owners.held.take(CLUSTER, range(N), N)  # x holds every partition: the group is unknown there
         status, _, headers = await get(x_url + "/v3/kafka/prod/consumer/g-warn/lag", **{FORWARDED: "host:a"})
         assert status == 404 and headers[ANSWERED_BY] == "host:x"
+        empty.owners.held.drop(CLUSTER, range(N))
 
         # lists: x's own part (nothing) merged with a's
         status, body, headers = await get(x_url + "/v3/kafka/prod/consumer")
@@ -95,6 +100,28 @@ async def test_a_group_is_answered_by_its_owner_and_lists_merge(store: Store) ->
         # the owner's own state answers where it holds the group
         status, _, headers = await get(a_url + "/v3/kafka/prod/consumer/g-ok/status")
         assert status == 200 and headers[ANSWERED_BY] == "host:a"
+
+
+async def test_a_group_moving_to_or_from_its_owner_is_503_never_unknown(store: Store) -> None:
+    """The owners table names this worker, but it does not hold the group's partition now: it
+    is letting the group go, or restoring it (issue 50: a worker SIGKILLed, the survivor
+    answered 404 for groups that exist). 503 + Retry-After; once held, an unknown group is 404."""
+    ctx = build_context(build_settings(listen="127.0.0.1:0", auth_token=Secret("")))
+    ctx.state = State(intervals=3)  # none of the groups here (yet, or any more)
+    ctx.evaluator = Evaluator(ctx.state)
+    async with serve(ctx) as url:
+        me = Me("host:me", url)
+        ctx.owners = OwnerMap(store.engine, me, refresh_s=60.0)  # a cached map, as between refreshes
+        await ownership.publish(store.engine, CLUSTER, me, range(N), N)
+        for path in ("/v3/kafka/prod/consumer/g-warn/status", "/lagd/v1/consumer/prod/g-warn", "/group/prod/g-warn"):
+            status, _, headers = await get(url + path)
+            assert (status, headers["Retry-After"]) == (503, "1"), path
+        ctx.owners.held.take(CLUSTER, range(N), N)  # restored: what is not here now is unknown
+        status, _, _ = await get(url + "/v3/kafka/prod/consumer/g-warn/status")
+        assert status == 404
+        ctx.owners.held.drop(CLUSTER, [offsets_partition("g-warn", N)])  # letting it go
+        status, _, _ = await get(url + "/v3/kafka/prod/consumer/g-warn/status")
+        assert status == 503
 
 
 async def test_single_instance_is_untouched() -> None:

@@ -186,6 +186,22 @@ def test_a_failure_after_the_hold_time_since_the_resolve_opens_a_new_incident() 
     assert again[0].reason == "group g"
 
 
+def test_an_incident_event_never_goes_back_in_time() -> None:
+    """A change judged before a tick resolved the incident but taken after it (it waited in the
+    feed) reopens the incident: its `updated` is stamped no earlier than the `resolved` before it
+    (issue 50: it carried its own older time)."""
+    engine = IncidentEngine(RULES)
+    events = run(
+        engine, [change("g", GroupStatus.WARN, T0), change("g", GroupStatus.OK, T0 + 1000)], until=T0 + 301_000
+    )
+    assert kinds(events) == ["opened", "resolved"]
+    resolved_at = events[-1].at
+    late = engine.apply(change("g", GroupStatus.WARN, resolved_at - 500))  # judged before the resolve
+    assert kinds(late) == ["updated"] and late[0].incident_id == events[0].incident_id
+    assert late[0].at == resolved_at
+    assert [e.at for e in [*events, *late]] == sorted(e.at for e in [*events, *late])
+
+
 def test_a_resolved_incident_still_reopens_after_a_state_round_trip() -> None:
     engine = IncidentEngine(RULES)
     events = run(engine, [change("g", GroupStatus.WARN, T0), change("g", GroupStatus.OK, T0 + 1000)], T0 + 301_000)

@@ -238,10 +238,34 @@ def test_blind_cluster_holds_time_driven_verdicts() -> None:
     drive(state, 300, produce, healthy)
     # lagd lost the offsets reader at 299 s: no commits since, while the log end kept growing
     state.apply(LogEndSample(C, T, 0, produce(3600), T0 + 3_600_000))
-    evaluator.blind_since = lambda cluster, now: T0 + 299_000 if cluster == C else None
+    evaluator.seen_through = lambda cluster, now: T0 + 299_000 if cluster == C else None
     assert evaluator.group(C, G, T0 + 3_600_000).status is GroupStatus.OK
-    evaluator.blind_since = lambda cluster, now: None
+    evaluator.seen_through = lambda cluster, now: None
     assert evaluator.group(C, G, T0 + 3_600_000).status is GroupStatus.ERR  # judged now: STOP
+
+
+def test_a_stop_after_shorter_than_blindness_raises_no_stop_before_lagd_knows_it_is_blind() -> None:
+    """stop-after 4 s, blindness known after 3 offset-refreshes + 10 s: a partition committing
+    every second until the brokers were cut off is not STOP 5 s later, judged as of what the
+    reader had read (issue 50: it went STOP, then ERR, before the cluster was unreachable)."""
+    state, evaluator = core(stop_after=4.0)
+    drive(state, 300, produce, healthy, sample_every=1, commit_every=1)
+    cut = T0 + 299_000
+    state.apply(LogEndSample(C, T, 0, produce(305), T0 + 305_000))
+    sight = judge_sight(
+        C,
+        T0 + 305_000,
+        caught_up=True,
+        reader_fresh_at=cut,
+        newest_commit=cut,
+        newest_sample=T0 + 305_000,
+        offset_refresh_ms=500,
+    )
+    assert not sight.unreachable and sight.blind_since is None
+    evaluator.seen_through = lambda cluster, now: sight.judged_as_of
+    assert evaluator.group(C, G, T0 + 305_000).status is GroupStatus.OK
+    evaluator.seen_through = lambda cluster, now: None
+    assert evaluator.group(C, G, T0 + 305_000).status is GroupStatus.ERR  # judged now: STOP
 
 
 def test_sight_tells_unreachable_from_catching_up() -> None:
@@ -260,6 +284,11 @@ def test_sight_tells_unreachable_from_catching_up() -> None:
 
     seen = seen_as(reader_fresh_at=now - 1000)
     assert seen.blind_since is None and not seen.unreachable
+    # seen, yet judged as of what the reader has read (issue 50): not one second of silence
+    # lagd has not read counts towards STOP, however short stop-after is
+    assert (seen.seen_through, seen.judged_as_of) == (now - 1000, now - 1000)
+    cut = seen_as(reader_fresh_at=now - 11_000)  # cut off 11 s ago: not blind yet (limit 40 s)
+    assert (cut.blind_since, cut.unreachable, cut.judged_as_of) == (None, False, now - 11_000)
     catching = catching_up(newest_commit=now - 50_000, newest_sample=now)
     assert (catching.blind_since, catching.unreachable) == (now, False)  # the newest sample is the newest data
     # started 40 s ago or more and no answer from the brokers yet: unreachable, not catching up
@@ -270,6 +299,7 @@ def test_sight_tells_unreachable_from_catching_up() -> None:
     assert (answered.blind_since, answered.unreachable) == (now - 50_000, False)  # a long catch-up
     reader = seen_as(reader_fresh_at=now - 45_000)
     assert (reader.blind_since, reader.unreachable) == (now - 45_000, True)
+    assert reader.judged_as_of == now - 45_000
     sampler = seen_as(reader_fresh_at=now, newest_sample=now - 60_000)
     assert sampler.unreachable and sampler.blind_since == now - 50_000
     behind = seen_as(reader_fresh_at=now - 45_000, reader_moving_at=now - 40_000)

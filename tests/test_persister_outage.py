@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -315,3 +316,44 @@ async def test_discard_frees_keyed_rows_down_to_one_slice_and_lets_other_tasks_r
     task.cancel()
     assert left == [persister.DISCARD_SLICE + 5, 5]  # the rest goes with the batch, at once
     assert ran - before >= 2  # the other task ran between the slices
+
+
+async def test_writes_resume_within_seconds_of_postgres_return_however_long_the_retry_wait(
+    private_postgres: Postgres, settle: Any
+) -> None:
+    """Postgres comes back while the retry wait has doubled to 12.8 s: a probe every second
+    finds it, so writes resume within 3 s, and the outage logged is the outage, not the wait
+    (issue 50: 16.9 s after a 45 s outage, and outage_s counted the wait)."""
+    pg = private_postgres
+    state = State(intervals=10)
+    store = Store.from_url(pg.url)
+    wb = WriteBehind(store=store, state=state, flush_interval=0.2, backoff_max=30.0)
+    task = asyncio.create_task(persister.run(wb))
+
+    def commit(i: int) -> None:
+        ts = NOV22 + i * 1000
+        state.apply_many([Commit("c", "g", "t", 0, i, i, ts, ts + 1)])
+        wb.wake.set()
+
+    try:
+        commit(1)
+        await settle(lambda: wb.status.last_write_ms is not None, what="a first write")
+        await asyncio.to_thread(pg.stop_server)
+        stopped_at = time.monotonic()
+        commit(2)
+        # failures after 0.2, 0.4, ... 6.4 s of waiting: the next wait is 12.8 s
+        await settle(lambda: wb.status.failed_writes >= 7, timeout=60, what="the retry wait doubled to 12.8 s")
+        with capture_logs() as logs:
+            await asyncio.to_thread(pg.start_server)
+            back_at = time.monotonic()
+            await settle(lambda: wb.status.healthy and wb.status.pending == 0, timeout=30, what="writes resumed")
+            resumed_after = time.monotonic() - back_at
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await store.close()
+    assert resumed_after < 3.0, resumed_after
+    [resumed] = [e for e in logs if e["event"] == "postgres writes resumed"]
+    assert resumed["outage_s"] <= back_at - stopped_at + 1.5, (resumed, back_at - stopped_at)
+    assert count(pg.url, "SELECT count(*) FROM commit_history") == 2

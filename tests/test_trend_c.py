@@ -581,7 +581,7 @@ def test_the_compiled_pass_judges_every_kind_of_partition_as_the_python(
             state.apply(Commit(C, G, topic, p, offset, order, now, now))
         blind = rng.random() < 0.2
         for evaluator in (compiled, python, *twins):
-            evaluator.blind_since = (lambda cluster, at: at - 30_000) if blind else (lambda cluster, at: None)
+            evaluator.seen_through = (lambda cluster, at: at - 30_000) if blind else (lambda cluster, at: None)
         _judged_alike(compiled, python, now, (twins[0], twins[1]))
     assert {"empty", "caught-up"} <= set(answered), answered
     assert handed, "nothing handed back to the Python"

@@ -272,7 +272,7 @@ def test_a_cached_verdict_is_not_served_once_lagd_judges_as_of_an_earlier_time()
             state.apply(LogEndSample(C, T, 0, 1000 * t, ms))
         state.apply(Commit(C, "g", T, 0, 1000 * t, t + 1, ms, ms))
     blind: list[int | None] = [None]
-    evaluator.blind_since = lambda cluster, now: blind[0]
+    evaluator.seen_through = lambda cluster, now: blind[0]
     first = evaluator.group(C, "g", T0 + 60_000)
     assert evaluator.group(C, "g", T0 + 61_000) is first  # seeing: served from the cache
     blind[0] = T0 + 30_000
@@ -512,7 +512,9 @@ def test_groups_let_go_to_another_worker_are_never_reported_notfound() -> None:
         feed_commits(watch, g, range(0, 60))
     watch.take_over(C, {g: GroupChange(C, g, GroupStatus.OK, T0 + 60_000) for g in gone})
     assert watch.scan(T0 + 61_000) == 0
-    assert drain(feed) == []
+    # offered as their current verdicts (the publisher writes only a row that differs), not recorded
+    assert sorted((c.group, c.status) for c in drain(feed)) == sorted((g, GroupStatus.OK) for g in gone)
+    assert watch.state.drain_changes().status_history == []
 
     # a group deleted for real is still reported NOTFOUND
     watch.state.remove_group(C, names[-1])
@@ -636,6 +638,67 @@ def test_a_group_taken_over_keeps_its_warn_held_by_hysteresis() -> None:
     assert taker.scan(HELD_AT) == 0  # judged WARN, as published: no change, no alert cleared
     assert taker.statuses[(C, "g")] is GroupStatus.WARN
     assert taker.evaluator.group(C, "g", HELD_AT).partitions[0].rule == "still-behind"
+
+
+def test_a_group_resumed_as_it_was_is_no_change_yet_in_the_feeds_snapshot() -> None:
+    """lagd restarted with the group in an open incident (WARN): its first judgement agrees, so
+    nothing is recorded and no change reaches the history, but the feed's snapshot holds it:
+    a notifier taking the cluster over would otherwise take it for gone (NOTFOUND) and resolve
+    its incident (issue 50)."""
+    owner, published = held_warn()
+    restarted = successor(owner)
+    feed = restarted.changes
+    assert isinstance(feed, VerdictFeed)
+    restarted.take_over(C, {"g": published})
+    assert restarted.scan(HELD_AT) == 0
+    assert restarted.state.drain_changes().status_history == []
+    snap = feed.snapshot(C)
+    assert snap is not None and [(c.group, c.status) for c in snap] == [("g", GroupStatus.WARN)]
+    assert [p[:3] for p in snap[0].partitions] == [(T, 0, "WARN")]
+    assert restarted.priors == {}  # kept only until the first judgement
+
+
+def test_a_group_resumed_but_judged_otherwise_is_a_change() -> None:
+    """A prior that the first judgement contradicts (the group recovered while lagd was down)
+    is a change like any other: recorded and offered."""
+    owner, published = held_warn()
+    restarted = successor(owner)
+    restarted.take_over(C, {"g": dataclasses.replace(published, status=GroupStatus.ERR)})
+    assert restarted.scan(HELD_AT) == 1
+    assert restarted.state.drain_changes().status_history == [(HELD_AT, C, "g", "WARN")]
+    assert [(c.group, c.status) for c in drain(restarted.changes)] == [("g", GroupStatus.WARN)]  # type: ignore[arg-type]
+
+
+def test_a_resumed_group_that_is_gone_leaves_no_prior_and_no_change_of_the_watch() -> None:
+    """Taken over but deleted while lagd was down: the watch offers nothing for it (the notifier
+    reports a member missing from the snapshot gone) and keeps no prior for it."""
+    owner, published = held_warn()
+    restarted = successor(owner, partitions=range(0))  # nothing of "g" restored
+    restarted.take_over(C, {"g": published})
+    assert restarted.scan(HELD_AT) == 0
+    assert restarted.priors == {} and drain(restarted.changes) == []  # type: ignore[arg-type]
+    assert restarted.changes is not None and restarted.changes.snapshot(C) == []
+
+
+def test_a_resumed_sight_is_offered_at_its_first_judgement_changed_or_not() -> None:
+    """lagd restarted with its sight of the cluster in an open incident and sees it now: the
+    member is offered OK (its incident resolves as the cluster's, not as a member gone), once."""
+    watch, feed = watch_of(healthy_progress(T0), Clock(T0))
+    watch.resume_sight(C)
+    watch.scan(T0)
+    assert [(c.group, c.status, c.kind) for c in drain(feed)] == [(cluster_member(C), GroupStatus.OK, "cluster")]
+    assert [(c.group, c.status) for c in feed.snapshot(C) or []] == [(cluster_member(C), GroupStatus.OK)]
+    watch.scan(T0 + 2_000)
+    assert drain(feed) == []
+
+
+def test_a_published_sight_is_not_taken_over_as_a_group() -> None:
+    """A worker given the offsets partition a `cluster:<name>` row hashes to takes no group over
+    from it: a group never seen would be reported NOTFOUND at the first pass."""
+    watch, feed = watch_of(healthy_progress(T0), Clock(T0))
+    watch.take_over(C, {cluster_member(C): GroupChange(C, cluster_member(C), GroupStatus.ERR, T0, kind="cluster")})
+    watch.scan(T0)
+    assert watch.priors == {} and drain(feed) == []
 
 
 def test_a_changes_partitions_hold_plain_values_the_collector_stops_tracking() -> None:

@@ -10,6 +10,7 @@ change, a lost or duplicated commit in the history, or a duplicate incident even
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -202,6 +203,8 @@ async def test_workers_share_groups_and_survive_a_sigkill(
             owned = [await judged_groups(session, w) for w in workers]
             victim = next(w for w, mine in zip(workers, owned, strict=True) if stopped in mine)
             survivors = [w for w in workers if w is not victim]
+            polling = asyncio.Event()
+            poller = asyncio.create_task(poll_statuses(session, survivors, groups, polling))
             killed_at = time.time() * 1000
             victim.proc.send_signal(signal.SIGKILL)
             victim.proc.wait(10)
@@ -214,6 +217,10 @@ async def test_workers_share_groups_and_survive_a_sigkill(
             await settle(
                 lambda: answers_everything(session, survivors, groups, statuses_before), timeout=30, what="answers"
             )
+            polling.set()
+            answered = await poller
+            # issue 50: a group in transit is 503 + Retry-After, never unknown
+            assert answered[404] == 0 and answered[200] > 0, answered
             feeding.set()
             await feeder
             fed_until = driver.scenario.ts_ms(driver.t)  # after this every group falls silent (STOP): expected
@@ -253,6 +260,23 @@ async def test_workers_share_groups_and_survive_a_sigkill(
         if feeder is not None:
             await asyncio.gather(feeder, return_exceptions=True)
         await driver.close()
+
+
+async def poll_statuses(
+    session: aiohttp.ClientSession, at: list[Worker], groups: set[str], stop: asyncio.Event
+) -> Counter[int]:
+    """Every group's status asked of every worker in `at` every 250 ms until `stop`: how many
+    answers of each HTTP status (a 503 must carry Retry-After)."""
+    answered: Counter[int] = Counter()
+    while not stop.is_set():
+        for w in at:
+            for g in sorted(groups):
+                status, _, headers = await get(session, f"{w.url}/v3/kafka/sim/consumer/{g}/status")
+                answered[status] += 1
+                assert status != 503 or headers.get("Retry-After", "").isdigit(), (w.port, g, headers)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.25)
+    return answered
 
 
 async def answers_everything(

@@ -22,13 +22,22 @@ class ClusterSight:
     """`blind_since` is None when lagd sees the cluster; `unreachable` when it cannot read it
     (as opposed to still catching up after a start); `behind` when its offsets reader reads but
     runs further behind the topic than the limit (lagd's own load, not the cluster's); `reason`
-    says why, for operators."""
+    says why, for operators. `seen_through`: while lagd sees the cluster, how far its reader had
+    read at its last answer (everything committed before then is read); verdicts are judged as of
+    then (`judged_as_of`), never counting silence lagd has not read: between the moment brokers
+    are cut off and the moment lagd can tell it is blind, no commit arrives, yet no STOP is due."""
 
     cluster: str
     blind_since: int | None
     unreachable: bool
     reason: str
     behind: bool = False
+    seen_through: int | None = None
+
+    @property
+    def judged_as_of(self) -> int | None:
+        """The time the cluster's time-driven verdicts are judged as of (None: now)."""
+        return self.blind_since if self.blind_since is not None else self.seen_through
 
 
 def judge_sight(
@@ -98,4 +107,4 @@ def judge_sight(
             "it reads slower than commits arrive",
             behind=True,
         )
-    return ClusterSight(cluster, None, False, "")
+    return ClusterSight(cluster, None, False, "", seen_through=reader_fresh_at)

@@ -180,15 +180,15 @@ def _sparse(before: bytes | dict[int, int] | None) -> defaultdict[int, int]:
 
 
 # What an evaluation depended on: the group's version (windows and samples), when a time-driven
-# rule could next change it (ms), and the time it was judged as of (ms: now, or when lagd last saw
-# the cluster whole while it is blind to it).
+# rule could next change it (ms), and the time it was judged as of (ms: now, or the time through
+# which lagd had read the cluster whole).
 Stamp = tuple[int, int, int]
 # Group severity rank of a partition status, and the group status of a rank (rules.group_status).
 _WORST = (GroupStatus.OK, GroupStatus.WARN, GroupStatus.ERR)
 _RANK_OF = {status: _WORST.index(SEVERITY[status]) for status in PartitionStatus}
 
 
-def _never_blind(cluster: str, now_ms: int) -> int | None:
+def _seen_now(cluster: str, now_ms: int) -> int | None:
     return None
 
 
@@ -245,10 +245,12 @@ class Evaluator:
         # judge_lagd (the reference the fast path is tested against).
         self.fast = fast
         self._judge = LagdJudge(self.lagd_params)
-        # (cluster, now) -> since when lagd has been blind to it (reader or sampler failing or
-        # behind), or None: time-driven verdicts (STOP, STALL) are judged as of that moment, not
-        # now. Asked at each evaluation, so a verdict never lags behind lagd's own sight.
-        self.blind_since: Callable[[str, int], int | None] = _never_blind
+        # (cluster, now) -> the time through which lagd has read the cluster whole (since when it
+        # has been blind to it, or how far its reader had read at its last answer), or None: now.
+        # Time-driven verdicts (STOP, STALL) are judged as of that moment, not now, so silence
+        # lagd has not read (brokers cut off, before lagd can tell it is blind) never counts.
+        # Asked at each evaluation, so a verdict never lags behind lagd's own sight.
+        self.seen_through: Callable[[str, int], int | None] = _seen_now
         self.allowed_lag = allowed_lag
         self.minimum_complete = minimum_complete
         self.cache_ttl_ms = cache_ttl_ms
@@ -382,12 +384,12 @@ class Evaluator:
         return at >= recheck or at < judged_at
 
     def _as_of(self, cluster: str, now_ms: int) -> int:
-        """The time a group of `cluster` is judged as of now: `now_ms`, or when lagd last saw the
-        cluster whole while it is blind to it (lagd's rules)."""
+        """The time a group of `cluster` is judged as of now: `now_ms`, or the time through which
+        lagd has read the cluster whole where that is earlier (lagd's rules: see seen_through)."""
         if self.rules == "lagd":
-            blind = self.blind_since(cluster, now_ms)
-            if blind is not None and blind < now_ms:
-                return blind
+            seen = self.seen_through(cluster, now_ms)
+            if seen is not None and seen < now_ms:
+                return seen
         return now_ms
 
     def _evict(self, now_ms: int) -> None:

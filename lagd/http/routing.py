@@ -6,8 +6,10 @@ its answer is relayed; a list (consumers, topics, groups) is this instance's par
 every other worker's. A forwarded request carries FORWARDED, and is answered locally by its
 receiver, never forwarded again. Every answer says which worker gave it (ANSWERED_BY).
 
-When the owner cannot be reached (killed, before the group protocol moves its partitions) or
-no worker owns the group's partition (a rebalance in progress), the answer is 503 with
+When the owner cannot be reached (killed, before the group protocol moves its partitions), no
+worker owns the group's partition (a rebalance in progress), or the owner is this worker but
+it does not hold the partition now (restoring it, or letting it go: OwnerMap.held), the
+answer is 503 with
 Retry-After: the groups move within `scale.session-timeout`. Trend and history read Postgres,
 which every instance reads alike: they are answered where they are asked.
 """
@@ -35,6 +37,7 @@ PARTIAL = "X-Lagd-Partial"  # on a merged list: workers that did not answer (the
 CONNECT_TIMEOUT_S = 1.0
 TOTAL_TIMEOUT_S = 3.0
 WARN_EVERY_S = 60.0
+IN_TRANSIT = "this group is moving between workers (a rebalance): retry"
 
 # Routes about one group (match_info "cluster" and "group"), answered by the group's owner.
 _GROUP_ROUTES = frozenset(
@@ -77,11 +80,15 @@ def install(app: web.Application) -> None:
 async def route_to_owner(request: web.Request, handler: Handler) -> web.StreamResponse:
     ctx: HttpContext = request.app[CTX]
     owners = ctx.owners
-    if owners is None or FORWARDED in request.headers:
-        return _stamp(await handler(request), ctx)
+    if owners is None:
+        return await handler(request)
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else ""
     info = request.match_info
+    if FORWARDED in request.headers:
+        if route in _GROUP_ROUTES and _let_go(ctx, info["cluster"], info["group"]):
+            return _stamp(_unavailable(request, IN_TRANSIT), ctx)
+        return _stamp(await handler(request), ctx)
     if route in _GROUP_ROUTES:
         cluster, group = info["cluster"], info["group"]
         if ctx.state.has_group(cluster, group):
@@ -95,6 +102,13 @@ async def route_to_owner(request: web.Request, handler: Handler) -> web.StreamRe
     if route in _LIST_ROUTES and request.method == "GET":
         return await _merged(request, handler, ctx, _LIST_ROUTES[route], info.get("cluster"))
     return _stamp(await handler(request), ctx)
+
+
+def _let_go(ctx: HttpContext, cluster: str, group: str) -> bool:
+    """Asked of this worker as the group's owner: not here, and its partition not held now (let
+    go, or not restored yet): in transit, not unknown."""
+    assert ctx.owners is not None
+    return not ctx.state.has_group(cluster, group) and not ctx.owners.held.holds(cluster, group)
 
 
 def _stamp(response: web.StreamResponse, ctx: HttpContext) -> web.StreamResponse:
@@ -117,7 +131,11 @@ async def _to_owner(
             return _stamp(await handler(request), ctx)  # no worker has joined yet: say what this one knows
         return _unavailable(request, "no worker owns this group right now (the workers are rebalancing)")
     if ctx.owners.is_me(owner):
-        return _stamp(await handler(request), ctx)  # not here yet (or gone): this instance's answer is the answer
+        if not ctx.owners.held.holds(cluster, name):
+            # the row is this worker's, the partition is not (yet, or any more): in transit
+            await ctx.owners.refresh(force=True)
+            return _unavailable(request, IN_TRANSIT)
+        return _stamp(await handler(request), ctx)  # held, and not here: this instance's answer is the answer
     answer = await _ask(request, owner)
     if answer is not None and answer.status == 404:
         # The owner may have just let the group go: look again once.
@@ -125,6 +143,8 @@ async def _to_owner(
         again = await ctx.owners.owner(cluster, name)
         if again is not None and again != owner:
             if ctx.owners.is_me(again):
+                if not ctx.owners.held.holds(cluster, name):
+                    return _unavailable(request, IN_TRANSIT)
                 return _stamp(await handler(request), ctx)
             owner, answer = again, await _ask(request, again)
     if answer is None:

@@ -544,6 +544,9 @@ class IncidentEngine:
     def _emit(
         self, inc: _Incident, kind: EventKind, at: int, resolved_at: int | None = None, note: str = ""
     ) -> IncidentEvent:
+        # An incident's events never go back in time: a change judged before a tick resolved the
+        # incident, taken after it, reopens it with the resolve's time, not its own older one.
+        at = max(at, inc.last_event_at)
         inc.seq += 1
         inc.peak = _peak(inc.peak, inc.severity)
         inc.last_event_at = at
@@ -730,6 +733,12 @@ def open_members(cluster: str, data: dict[str, Any]) -> dict[str, GroupChange]:
                 tuple(m.hosts),
             )
     return out
+
+
+def in_open_incident(data: dict[str, Any], member: str) -> bool:
+    """Is `member` in one of the open incidents of a cluster's stored engine state (whatever its
+    status there)?"""
+    return any(member in raw.get("members", {}) for raw in data.get("open", ()))
 
 
 def _load_incident(raw: dict[str, Any]) -> _Incident:

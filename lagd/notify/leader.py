@@ -49,6 +49,10 @@ class Lease:
         # what the log names the lease by: the sink's name for a sink's lease, else the cluster
         self.names = {"sink": sink} if sink else {"cluster": cluster}
         self.is_leader = False
+        # held until Postgres went away (its session lost with the database, not taken by
+        # another instance): nobody can lead meanwhile, so the holder goes on judging incidents
+        # and keeps what it cannot record (lagd.notify.notifier), until Postgres answers again
+        self.lost_to_outage = False
         self.tried_at = 0.0  # time.monotonic() of the last refresh
         self._conn: AsyncConnection | None = None
 
@@ -65,8 +69,10 @@ class Lease:
                     log.info("notify leadership acquired", **self.names, lock=self.key)
                 self.is_leader = bool(got)
             await self._conn.commit()
+            self.lost_to_outage = False
         except (SQLAlchemyError, OSError) as exc:
             if self.is_leader:
+                self.lost_to_outage = True
                 log.warning(
                     "notify leadership lost with its database session",
                     **self.names,
@@ -82,7 +88,7 @@ class Lease:
             with contextlib.suppress(SQLAlchemyError, OSError):
                 await self._conn.scalar(_UNLOCK, {"key": self.key})
                 await self._conn.commit()
-        self.is_leader = False
+        self.is_leader = self.lost_to_outage = False
         await self._drop()
 
     async def _drop(self) -> None:

@@ -244,17 +244,32 @@ async def publish_outbox(
         await lease.release()
 
 
+ONLINE, DEGRADED = b"online", b"degraded"
+
+
 async def _while_connected(
     clients: list[tuple[str, aiomqtt.Client]], stop: asyncio.Event, lease: Lease, lease_retry: float
 ) -> None:
-    """Return on stop or when the lease is lost; raise MqttError as soon as a connection drops.
+    """Return on stop or when another instance holds the lease; raise MqttError as soon as a
+    connection drops. While the lease is lost with Postgres (Lease.lost_to_outage) the topics
+    say "degraded": lagd serves verdicts, but stores no history and records no incident.
 
     Each client listens on its own topic: aiomqtt ends a message iteration with MqttError when
     the connection goes, which is how a dropped connection is noticed at once.
     """
 
     async def hold() -> None:
-        while not stop.is_set() and await lease.refresh():
+        degraded = False
+        while not stop.is_set():
+            led = await lease.refresh()
+            if not led and not lease.lost_to_outage:
+                return  # another instance announces now
+            if degraded == led:  # Postgres went away, or is back
+                degraded = not led
+                word = DEGRADED if degraded else ONLINE
+                for topic, client in clients:
+                    await client.publish(topic, word, qos=1, retain=True)
+                log.info("availability announced", state=word.decode())
             await _pause(stop, lease_retry)
 
     async def watch(topic: str, client: aiomqtt.Client) -> None:
@@ -293,7 +308,8 @@ async def announce_availability(
     lease_retry: float = LEASE_RETRY,
     keepalive: int = 30,
 ) -> None:
-    """Keep `<prefix>/<cluster>/status` at "online" (retained) while lagd runs, "offline" after.
+    """Keep `<prefix>/<cluster>/status` at "online" (retained) while lagd runs ("degraded" while
+    Postgres is away: see _while_connected), "offline" after.
 
     Why one MQTT connection per cluster: a connection has one last will, and each cluster's
     topic needs its own. The broker publishes the will ("offline", retained) when the
@@ -319,7 +335,7 @@ async def announce_availability(
                         opts = {**base, "identifier": f"{base['identifier']}-status-{n}"}
                         will = aiomqtt.Will(topic, b"offline", qos=1, retain=True)
                         client = await stack.enter_async_context(aiomqtt.Client(will=will, keepalive=keepalive, **opts))
-                        await client.publish(topic, b"online", qos=1, retain=True)
+                        await client.publish(topic, ONLINE, qos=1, retain=True)
                         clients.append((topic, client))
                     status.online = True
                     backoff = 0.5

@@ -22,12 +22,23 @@ two writers can never both extend one state: the loser gets no rows stored, give
 back and takes over again later. If recording fails (database away) the events are kept in
 memory and retried on the next tick with the newer state, so nothing is lost while the
 process lives.
+
+While Postgres is away the lease is lost with its session, but nobody else can lead then: a
+cluster whose lease went that way (`Lease.lost_to_outage`) is judged on, its changes taken and
+its incidents ticked (a group ERR for the hold time and OK again inside the outage opens and
+resolves its incident), and the events are held, each saying in its summary that it is
+recorded late (as does an event whose record failed), until the lease is regained and they
+are recorded (issue 50: the feed keeps only each group's newest status, so a change not
+taken then was lost). Held memory stays bounded: a held `updated` replaces the one held
+before it for its incident, and the retained statuses are not held (the takeover's catch-up
+publishes every group's current one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -53,6 +64,7 @@ TICK = 1.0
 # Incident members JSON-encoded between two looks at the clock when the state is saved: a
 # member of 100 bad partitions takes about 75 us, so a step stays well inside a slice (SLICE_S).
 MEMBERS_PER_STEP = 8
+LATE = "recorded late, Postgres was away"  # the summary's prefix of an event held through an outage
 
 
 class VerdictSource(Protocol):
@@ -79,6 +91,29 @@ class _Unrecorded:
 
     def any(self) -> bool:
         return bool(self.events or self.retained or self.dirty)
+
+    def hold(self, events: list[IncidentEvent], kept: int) -> None:
+        """Hold events made while Postgres is away, each marked late; an `updated` replaces the
+        held `updated` of its incident (each event carries the whole incident) past the first
+        `kept` events, which a record that seemed to fail may have stored (_Attempt)."""
+        for ev in events:
+            if ev.event == "updated":
+                for i in range(len(self.events) - 1, kept - 1, -1):
+                    held = self.events[i]
+                    if held.incident_id == ev.incident_id:
+                        if held.event == "updated" and held.summary.startswith(LATE):
+                            del self.events[i]
+                        break
+            self.events.append(late(ev))
+
+    def fail(self) -> None:
+        """A record failed (Postgres away): what it carried goes out late, and says so."""
+        self.events = [late(ev) for ev in self.events]
+
+
+def late(ev: IncidentEvent) -> IncidentEvent:
+    """The event as recorded after an outage held it: its summary says so."""
+    return ev if ev.summary.startswith(LATE) else dataclasses.replace(ev, summary=f"{LATE}: {ev.summary}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,19 +265,41 @@ class Notifier:
             return
         except (SQLAlchemyError, OSError) as exc:
             self.incidents.save_failed(cluster)
+            pend.fail()
             self.attempts.setdefault(cluster, []).append(_Attempt(token, len(pend.events), len(pend.retained)))
             log.warning("recording incident events failed; retrying on the next tick", cluster=cluster, error=str(exc))
             return
         self.attempts.pop(cluster, None)
         self.stored[cluster] = outbox.Fence(True, token)
+        held_back = [ev for ev in pend.events if ev.summary.startswith(LATE)]
+        if held_back:
+            log.warning(
+                "incident events held while Postgres was away recorded late",
+                cluster=cluster,
+                events=len(held_back),
+                late_s=round((self.clock() - min(ev.at for ev in held_back)) / 1000, 1),
+            )
         self.held[cluster] = _Unrecorded()
         for ev in pend.events:  # recorded: now they happened (a failed record is retried, not logged twice)
             eventlog.incident_event(ev)
 
+    def away(self, cluster: str) -> bool:
+        """Is `cluster` led by this process but for Postgres being away (see the module doc)?"""
+        lease = self.leases.get(cluster)
+        return lease is not None and lease.lost_to_outage
+
+    def _kept(self, cluster: str) -> int:
+        return sum(attempt.events for attempt in self.attempts.get(cluster, ()))
+
     async def take(self, change: GroupChange) -> None:
         """A verdict change: into the engine where we lead its cluster, recorded at once when it
-        made incident events (its retained status waits for the next tick)."""
+        made incident events (its retained status waits for the next tick); held while Postgres
+        is away (see the module doc)."""
         if not await self.ensure_lease(change.cluster, retry=False):
+            if self.away(change.cluster):
+                pend = self.hold(change.cluster)
+                pend.hold(self.incidents.apply(change), self._kept(change.cluster))
+                pend.dirty = True
             return
         pend = self.hold(change.cluster)
         pend.events.extend(self.incidents.apply(change))
@@ -262,10 +319,13 @@ class Notifier:
         for cluster in sorted(self.unreconciled):
             if self.leases[cluster].is_leader:
                 await self.reconcile(cluster)
-        led = {cluster for cluster, lease in self.leases.items() if lease.is_leader}
+        led = {cluster for cluster, lease in self.leases.items() if lease.is_leader or lease.lost_to_outage}
         for ev in self.incidents.tick(self.clock(), led):
             pend = self.hold(ev.cluster)
-            pend.events.append(ev)
+            if self.away(ev.cluster):
+                pend.hold([ev], self._kept(ev.cluster))
+            else:
+                pend.events.append(ev)
             pend.dirty = True
         for cluster in list(self.held):
             await self.flush(cluster)

@@ -126,6 +126,12 @@ class VerdictWatch:
     # group over, or lagd restarted, keeps as the rules' prior) must know it. Offered at most
     # every PARTITIONS_EVERY_MS a group, so partitions flapping in a bad group stay quiet.
     not_ok: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # the statuses groups were taken over with (take_over: lagd restarted with open incidents, or
+    # a worker given them), until their first judgement here. One that agrees is no change (not
+    # recorded, nobody alerted again) but is still offered as the group's current verdict: the
+    # feed's snapshot must hold every group judged, or a notifier taking the cluster over takes
+    # a group missing from it for gone (NOTFOUND) and falsely resolves its incident.
+    priors: dict[tuple[str, str], GroupStatus] = field(default_factory=dict)
     sights: dict[str, ClusterSight] = field(default_factory=dict)
     judged_at: dict[str, int] = field(default_factory=dict)  # cluster -> when its groups were last judged
     pass_seconds: float = 0.0  # time the last pass held the loop (its slices, not the waits between)
@@ -143,7 +149,7 @@ class VerdictWatch:
     status_lines: eventlog.LineBudget = field(default_factory=eventlog.LineBudget)
 
     def __post_init__(self) -> None:
-        self.evaluator.blind_since = self.blind_since
+        self.evaluator.seen_through = self.seen_through
 
     def sight(self, name: str, now: int) -> ClusterSight:
         """lagd's sight of one cluster now (pure: from the readers' progress and the state)."""
@@ -163,9 +169,10 @@ class VerdictWatch:
             offset_refresh_ms=int((cluster.offset_refresh if cluster else 10.0) * 1000),
         )
 
-    def blind_since(self, name: str, now: int) -> int | None:
-        """What the evaluator asks at each evaluation: judge as of when lagd last saw the cluster."""
-        return self.sight(name, now).blind_since
+    def seen_through(self, name: str, now: int) -> int | None:
+        """What the evaluator asks at each evaluation: judge as of the time through which lagd
+        has read the cluster whole (ClusterSight.judged_as_of)."""
+        return self.sight(name, now).judged_as_of
 
     def judge_sights(self, now: int) -> None:
         """Keep each cluster's sight for /metrics, readiness and /lagd/v1; an unreachable cluster
@@ -175,6 +182,12 @@ class VerdictWatch:
             before = self.sights.get(name)
             self.sights[name] = sight
             was_unreachable = before is not None and before.unreachable
+            prior = self.priors.pop((name, cluster_member(name)), None) if before is None else None
+            if prior is not None and self.changes is not None:
+                # resumed from an open incident: its member's current status, changed or not
+                # (missing from the feed's snapshot it would be taken for gone)
+                status = GroupStatus.ERR if sight.unreachable else GroupStatus.OK
+                self.changes.put_nowait(GroupChange(name, cluster_member(name), status, now, kind="cluster"))
             if sight.unreachable != was_unreachable:
                 if sight.unreachable:
                     log.warning(
@@ -185,7 +198,7 @@ class VerdictWatch:
                     )
                 else:
                     log.info("lagd sees the cluster again", cluster=name)
-                if self.changes is not None:
+                if self.changes is not None and prior is None:
                     status = GroupStatus.ERR if sight.unreachable else GroupStatus.OK
                     self.changes.put_nowait(GroupChange(name, cluster_member(name), status, now, kind="cluster"))
             if sight.behind != (before is not None and before.behind):
@@ -228,21 +241,32 @@ class VerdictWatch:
     def _forget(self, key: tuple[str, str]) -> None:
         """Drop what the watch keeps of a group: its status, stamp and snapshot."""
         self.statuses.pop(key, None)
+        self.priors.pop(key, None)
         self.stamps.pop(key, None)
         self.not_ok.pop(key, None)
         if self.snapshots is not None:
             self.snapshots.drop(*key)
 
     def take_over(self, cluster: str, published: Mapping[str, GroupChange]) -> None:
-        """Groups this worker was just given, with the verdict their last owner published: a first
-        judgement that agrees is no change (nothing recorded, nobody re-alerted), and its
+        """Groups this worker was just given, with the verdict their last owner published (or those
+        of open incidents, lagd restarted): a first judgement that agrees is no change (nothing
+        recorded, nobody re-alerted) yet offered as the current verdict (see `priors`), and its
         partitions that were not OK keep their status as the rules' prior (hysteresis)."""
         for group, change in published.items():
-            self.statuses.setdefault((cluster, group), change.status)
+            key = (cluster, group)
+            if change.kind != "group" or key in self.statuses:
+                continue  # lagd's sight is no group (see resume_sight); one judged here has its own prior
+            self.priors[key] = change.status
             bad = tuple((t, p, PartitionStatus(s)) for t, p, s, _ in change.partitions)
             if bad:
                 self.not_ok.setdefault((cluster, group), (hash(bad), change.at))
             self.evaluator.take_over(cluster, group, bad, change.at)
+
+    def resume_sight(self, cluster: str) -> None:
+        """lagd restarted with its sight of `cluster` in an open incident: the first judgement of
+        the sight is offered whatever it finds, changed or not (see `priors`)."""
+        if cluster not in self.sights:
+            self.priors[(cluster, cluster_member(cluster))] = GroupStatus.ERR
 
     def scan(self, now: int) -> int:
         """One whole pass over every group at once; returns how many changed status."""
@@ -285,12 +309,18 @@ class VerdictWatch:
                 before = self.statuses.get(key)
                 if before != snap.status:
                     self.statuses[key] = snap.status
-                    self._on_change(snap, now, before)
-                    yield 1
+                    if self.priors.pop(key, None) is snap.status:
+                        self._resumed(snap, now)  # as taken over: no change, but the current verdict
+                        yield 0
+                    else:
+                        self._on_change(snap, now, before)
+                        yield 1
                 else:
                     if self.changes is not None and self._partitions_due(key, snap, now):
                         self.changes.put_nowait(self._change(snap, now))  # the same status, other partitions
                     yield 0
+        for key in [k for k in self.priors if k not in seen and k[0] not in skipped]:
+            del self.priors[key]  # taken over but not there (deleted meanwhile): the notifier reports it gone
         for key in [k for k in self.statuses if k not in seen and k[0] not in skipped]:
             before = self.statuses.get(key)
             self._forget(key)
@@ -324,6 +354,12 @@ class VerdictWatch:
             self.not_ok[key] = (not_ok, now)
         else:
             self.not_ok.pop(key, None)
+
+    def _resumed(self, snap: GroupSnapshot, now: int) -> None:
+        """A group judged as it was taken over: nothing to record, but the feed gets its verdict."""
+        if self.changes is not None:
+            self._offered((snap.cluster, snap.group), _not_ok_hash(snap), now)
+            self.changes.put_nowait(self._change(snap, now))
 
     def _on_change(self, snap: GroupSnapshot, now: int, before: GroupStatus | None) -> None:
         self.state.record_status(snap.cluster, snap.group, snap.status.value, now)

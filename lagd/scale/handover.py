@@ -26,7 +26,7 @@ from lagd.notify.incidents import GroupChange
 from lagd.notify.shared_verdicts import decode_change
 from lagd.notify.watch import VerdictWatch
 from lagd.scale import ownership
-from lagd.scale.ownership import Me
+from lagd.scale.ownership import Held, Me
 from lagd.state import persister
 from lagd.state.changes import forget_groups
 from lagd.state.persister import WriteBehind
@@ -52,6 +52,7 @@ class WorkerHandover:
     clock: Clock = wall_ms
     watch: VerdictWatch | None = None  # set once the daemon has built it
     publish_verdicts: Callable[[], Awaitable[None]] | None = None  # pushes held verdict changes out
+    held: Held | None = None  # the partitions held now, which the API routes by (OwnerMap.held)
 
     async def assigned(
         self, cluster: str, partitions: set[int], count: int
@@ -66,6 +67,8 @@ class WorkerHandover:
         mine = [m for m in self.state.group_members(cluster) if offsets_partition(m.group, count) in partitions]
         if self.watch is not None:
             self.watch.take_over(cluster, await self._published(cluster, partitions, count))
+        if self.held is not None:
+            self.held.take(cluster, partitions, count)
         await ownership.publish(self.engine, cluster, self.me, partitions, count, self.clock)
         log.info(
             "groups restored for assigned partitions",
@@ -77,6 +80,8 @@ class WorkerHandover:
         return positions, mine
 
     async def revoked(self, cluster: str, partitions: set[int], count: int) -> None:
+        if self.held is not None:
+            self.held.drop(cluster, partitions)  # in transit from now: the API answers 503, not 404
         await self.events.join()  # everything the reader queued is applied (it queues nothing more meanwhile)
         flushed = False
         try:

@@ -93,6 +93,28 @@ async def release(engine: AsyncEngine, cluster: str, me: Me, revoked: Iterable[i
 
 
 @dataclass
+class Held:
+    """The offsets partitions this worker holds now, per cluster: from when their groups are
+    restored (just before its ownership rows are written) until it starts letting them go
+    (before the rows are deleted). The rows, read at most every REFRESH_S, lag behind both: a
+    group whose row says "this worker" but whose partition is not held is in transit."""
+
+    partitions: dict[str, tuple[int, frozenset[int]]] = field(default_factory=dict)  # cluster -> (count, held)
+
+    def take(self, cluster: str, partitions: Iterable[int], count: int) -> None:
+        _, held = self.partitions.get(cluster, (count, frozenset()))
+        self.partitions[cluster] = (count, held | frozenset(partitions))
+
+    def drop(self, cluster: str, partitions: Iterable[int]) -> None:
+        count, held = self.partitions.get(cluster, (0, frozenset()))
+        self.partitions[cluster] = (count, held - frozenset(partitions))
+
+    def holds(self, cluster: str, group: str) -> bool:
+        count, held = self.partitions.get(cluster, (0, frozenset()))
+        return bool(count) and offsets_partition(group, count) in held
+
+
+@dataclass
 class OwnerMap:
     """A cached read of `offsets_owners`: the owner of a group, and every instance of a cluster.
 
@@ -103,6 +125,7 @@ class OwnerMap:
     engine: AsyncEngine
     me: Me
     refresh_s: float = REFRESH_S
+    held: Held = field(default_factory=Held)  # kept by this worker's handover (lagd.scale.handover)
     _owners: dict[tuple[str, int], Owner] = field(default_factory=dict)
     _counts: dict[str, int] = field(default_factory=dict)
     _read_at: float = -1e9
