@@ -331,10 +331,17 @@ def _distinct_ports(count: int) -> list[int]:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's own."""
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's own.
+
+    Never one starting with "-", which the storage tool would read as an option (one id in 64
+    did: "argument --cluster-id/-t: expected one argument"); Kafka's Uuid.randomUuid skips those too.
+    """
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _format(version: str, folder: Path, config: Path, cluster_id: str, log: Path) -> None:
