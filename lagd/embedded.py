@@ -233,10 +233,20 @@ class Postgres:
 
 
 def system_postgres(host: str = "127.0.0.1", port: int = 5432) -> Postgres | None:
-    """The machine's own PostgreSQL, when one listens (trust auth, user postgres)."""
-    if port_open(host, port):
-        return Postgres(url=f"postgresql://postgres@{host}:{port}/postgres")
-    return None
+    """The machine's own PostgreSQL, when one listens and lets user postgres in without a
+    password (trust auth); else None, and the caller starts a private one. Debian's package,
+    started as it comes (`pg_ctlcluster 15 main start`), asks for a password over TCP: a
+    listening port alone sent every test of a run to a server that refused them all."""
+    if not port_open(host, port):
+        return None
+    import psycopg2  # type: ignore[import-untyped]
+
+    url = f"postgresql://postgres@{host}:{port}/postgres"
+    try:
+        psycopg2.connect(url, connect_timeout=2).close()
+    except psycopg2.OperationalError:
+        return None
+    return Postgres(url=url)
 
 
 def postgres_bin_dir() -> Path:
