@@ -301,7 +301,11 @@ def start_kafka(
         config = workdir / f"server-{node_id}.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         log = workdir / f"node-{node_id}.log"
-        _format(version, cp_folder, config, cluster_id, log)
+        try:
+            _format(version, cp_folder, config, cluster_id, log)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)  # no cluster to stop yet: its folder goes here
+            raise
         members.append(Node(node_id=node_id, port=port, controller_port=cport, config=config, log=log))
     cluster = KafkaCluster(version=version, nodes=members, workdir=workdir)
     try:
