@@ -167,6 +167,11 @@ class KafkaCluster:
 
     def start_node(self, node: Node, timeout: float = 90.0) -> None:
         """Start (or restart, with its data) one node, and wait until it listens."""
+        self._launch(node)
+        self._wait_listening(node, time.monotonic() + timeout, timeout)
+
+    def _launch(self, node: Node) -> None:
+        """Start one node's JVM without waiting for it (a no-op while it runs)."""
         if node.proc is not None and node.proc.poll() is None:
             return
         cp = classpath(self.version)
@@ -182,7 +187,9 @@ class KafkaCluster:
         ]  # fmt: skip
         with (node.log.parent / f"node-{node.node_id}.out").open("ab") as out:
             node.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
+
+    def _wait_listening(self, node: Node, deadline: float, timeout: float) -> None:
+        assert node.proc is not None, "launch the node first"
         while not port_open("127.0.0.1", node.port):
             if node.proc.poll() is not None:
                 raise ServiceError(f"Kafka node {node.node_id} exited ({node.proc.returncode}):\n{self.log_tail(node)}")
@@ -255,7 +262,8 @@ def start_kafka(
     workdir = Path(tempfile.mkdtemp(prefix=f"lagd-kafka-{version}-"))
     (workdir / "log4j2.yaml").write_text(_LOG4J2)
     (workdir / "log4j.properties").write_text(_LOG4J1)
-    ports = [(free_low_port(), free_low_port()) for _ in range(nodes)]
+    picked = _distinct_ports(2 * nodes)
+    ports = list(zip(picked[::2], picked[1::2], strict=True))
     voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
     rf = min(3, nodes)
     cluster_id = _cluster_id()
@@ -293,12 +301,21 @@ def start_kafka(
         config = workdir / f"server-{node_id}.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         log = workdir / f"node-{node_id}.log"
-        _format(version, cp_folder, config, cluster_id, log)
+        try:
+            _format(version, cp_folder, config, cluster_id, log)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)  # no cluster to stop yet: its folder goes here
+            raise
         members.append(Node(node_id=node_id, port=port, controller_port=cport, config=config, log=log))
     cluster = KafkaCluster(version=version, nodes=members, workdir=workdir)
     try:
+        # All at once: a node's broker waits for a controller quorum (a majority of the nodes)
+        # before it listens, and gives up after a minute, so starting them one by one never ends.
         for node in members:
-            cluster.start_node(node, timeout)
+            cluster._launch(node)
+        deadline = time.monotonic() + timeout
+        for node in members:
+            cluster._wait_listening(node, deadline, timeout)
         _wait_ready(cluster, timeout)
     except BaseException:
         cluster.stop()
@@ -306,11 +323,29 @@ def start_kafka(
     return cluster
 
 
+def _distinct_ports(count: int) -> list[int]:
+    """`count` free ports, no two alike: each is free when picked, but nothing holds it, so the
+    same one could be picked twice for two listeners of one cluster."""
+    picked: list[int] = []
+    while len(picked) < count:
+        port = free_low_port()
+        if port not in picked:
+            picked.append(port)
+    return picked
+
+
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's own."""
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's own.
+
+    Never one starting with "-", which the storage tool would read as an option (one id in 64
+    did: "argument --cluster-id/-t: expected one argument"); Kafka's Uuid.randomUuid skips those too.
+    """
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _format(version: str, folder: Path, config: Path, cluster_id: str, log: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import queue
 import subprocess
 import threading
@@ -18,9 +19,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from lagd.embedded import ServiceError
@@ -384,6 +387,121 @@ async def offsets_topic_records(bootstrap: str) -> list[tuple[int, int, bytes, b
         await consumer.stop()
 
 
+# --- steady traffic, for brokers failing under it -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Committed:
+    """One commit a client made and Kafka acknowledged, at `at_ms` (wall clock, ms)."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    at_ms: int
+
+
+@dataclass
+class Traffic:
+    """What the steady clients did: every commit Kafka acknowledged, records produced, and every
+    commit or send Kafka refused (`failures`), so a test can tell its clients' troubles from lagd's."""
+
+    commits: list[Committed] = field(default_factory=list)
+    produced: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def last_commit_ms(self, group: str) -> int | None:
+        return max((c.at_ms for c in self.commits if c.group == group), default=None)
+
+    def latest(self, group: str) -> dict[tuple[str, int], int]:
+        """The offset `group` committed last for each of its partitions."""
+        out: dict[tuple[str, int], int] = {}
+        for c in self.commits:
+            if c.group == group:
+                out[(c.topic, c.partition)] = c.offset
+        return out
+
+    def first_beyond_ms(self, group: str, topic: str, partition: int, offset: int) -> int | None:
+        """When the first commit of `group` past `offset` on that partition was acknowledged
+        (None: none was): how long a reader showing `offset` has missed a commit."""
+        return min(
+            (
+                c.at_ms
+                for c in self.commits
+                if c.group == group and c.partition == partition and c.topic == topic and c.offset > offset
+            ),
+            default=None,
+        )
+
+    def longest_silence_ms(self, group: str) -> int:
+        """The longest time between two acknowledged commits of `group` (a coordinator's failover)."""
+        times = sorted({c.at_ms for c in self.commits if c.group == group})
+        return max((b - a for a, b in itertools.pairwise(times)), default=0)
+
+
+async def produce_steadily(
+    bootstrap: str, topic: str, partitions: int, stop: asyncio.Event, traffic: Traffic, per_second: float = 10.0
+) -> None:
+    """Until `stop`: a record into each partition every 1/`per_second` s, acks=all, one partition
+    not waiting for another (a partition without a leader holds only its own records back)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, request_timeout_ms=30000)
+    await producer.start()
+
+    async def into(partition: int) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                await producer.send_and_wait(topic, f"r{n}".encode(), partition=partition)
+                traffic.produced += 1
+            except KafkaError as exc:
+                traffic.failures.append(f"producer, partition {partition}: {exc!r}")
+            n += 1
+            with contextlib.suppress(TimeoutError):  # the pace, cut short by stop
+                await asyncio.wait_for(stop.wait(), 1 / per_second)
+
+    try:
+        await asyncio.gather(*(into(p) for p in range(partitions)))
+    finally:
+        await producer.stop()
+
+
+async def consume_and_commit(
+    bootstrap: str, topic: str, group: str, stop: asyncio.Event, traffic: Traffic, every: float = 0.5
+) -> None:
+    """A classic group member (aiokafka) that reads everything and commits its positions every
+    `every` s until `stop`, noting each commit Kafka acknowledged in `traffic` (aiokafka finds a
+    moved coordinator and retries itself; a commit it gives up on is noted as a failure)."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=10000,
+        heartbeat_interval_ms=1000,
+        client_id=f"steady-{group}",
+    )
+    await consumer.start()
+    loop = asyncio.get_running_loop()
+    try:
+        commit_at = loop.time()
+        while not stop.is_set():
+            await consumer.getmany(timeout_ms=100)
+            if loop.time() < commit_at or not consumer.assignment():
+                continue
+            commit_at = loop.time() + every
+            try:
+                offsets = {tp: await consumer.position(tp) for tp in consumer.assignment()}
+                await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+            except KafkaError as exc:
+                traffic.failures.append(f"{group}: commit {exc!r}")
+                continue
+            at = int(time.time() * 1000)
+            traffic.commits += [Committed(group, tp.topic, tp.partition, o, at) for tp, o in offsets.items()]
+    finally:
+        await consumer.stop()
+
+
 def _num(v: str) -> int | None:
     return None if v == "-" else int(v)
 
@@ -418,3 +536,56 @@ def describe_streams_offsets(
         (r["TOPIC"], int(r["PARTITION"])): (_num(r["CURRENT-OFFSET"]), _num(r["LOG-END-OFFSET"]), _num(r["OFFSET-LAG"]))
         for r in _table(out)
     }
+
+
+# --- the cluster's layout, as its metadata tells it -----------------------------------------
+
+
+async def _admin(bootstrap: str) -> AIOKafkaAdminClient:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    try:
+        await admin.start()
+    except BaseException:
+        await admin.close()
+        raise
+    return admin
+
+
+async def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """Partition -> leader's node id (-1 while it has none)."""
+    admin = await _admin(bootstrap)
+    try:
+        (described,) = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return {p["partition"]: p["leader"] for p in described["partitions"]}
+
+
+async def group_coordinators(bootstrap: str, groups: Iterable[str]) -> dict[str, int]:
+    """Group -> the node id of its coordinator (FindCoordinator): the leader of the offsets
+    partition that holds the group's records."""
+    admin = await _admin(bootstrap)
+    try:
+        return {g: await admin.find_coordinator(g) for g in groups}
+    finally:
+        await admin.close()
+
+
+async def under_replicated(bootstrap: str, brokers: int) -> str:
+    """ "" when `brokers` brokers are registered and every partition of every topic has a leader
+    and all its replicas in sync; else what is not yet, for a failure message."""
+    admin = await _admin(bootstrap)
+    try:
+        cluster: dict[str, Any] = await admin.describe_cluster()
+        topics = await admin.describe_topics()
+    finally:
+        await admin.close()
+    if len(cluster["brokers"]) != brokers:
+        return f"brokers {sorted(b['node_id'] for b in cluster['brokers'])}"
+    lacking = [
+        f"{t['topic']}-{p['partition']} leader {p['leader']} isr {sorted(p['isr'])} of {sorted(p['replicas'])}"
+        for t in topics
+        for p in t["partitions"]
+        if p["leader"] < 0 or set(p["isr"]) != set(p["replicas"])
+    ]
+    return "; ".join(lacking)

@@ -36,6 +36,7 @@ from lagd.ingest.kafka_client import close_quietly
 from lagd.ingest.log_end import (
     ABSENT_REFRESHES_BEFORE_DELETE,
     Layout,
+    broker_news,
     confirm_absent,
     deleted_topics,
     parse_list_offsets,
@@ -931,6 +932,26 @@ def test_plan_requests_groups_by_leader_and_skips_leaderless() -> None:
     by_node, leaderless = plan_requests(layout, ["a", "b", "missing"])
     assert by_node == {1: {"a": [0], "b": [0]}, 2: {"a": [1]}}
     assert leaderless == 1
+
+
+def test_a_broker_failing_round_after_round_is_news_once_in_a_while() -> None:
+    """A dead broker fails every round until it is fenced: one warning, then one every 30 s
+    while it keeps failing; news again once asked and failing after a time away; and a line
+    when it answers again."""
+    warn, back, failing = broker_news([2], [1, 3], {}, now=100.0)
+    assert (warn, back, failing) == ([2], [], {2: 100.0})
+    warn, back, failing = broker_news([2], [1, 3], failing, now=101.0)
+    assert (warn, back, failing) == ([], [], {2: 100.0})
+    warn, back, failing = broker_news([2], [1, 3], failing, now=130.0)  # still failing 30 s on
+    assert (warn, back, failing) == ([2], [], {2: 130.0})
+    warn, back, failing = broker_news([], [1, 3], failing, now=131.0)  # fenced: its partitions moved
+    assert (warn, back, failing) == ([], [], {})
+    warn, back, failing = broker_news([2], [1, 3], failing, now=140.0)  # leading again, failing again
+    assert (warn, back, failing) == ([2], [], {2: 140.0})
+    warn, back, failing = broker_news([], [1, 2, 3], failing, now=141.0)
+    assert (warn, back, failing) == ([], [2], {})
+    warn, back, failing = broker_news([1, 3], [2], {3: 140.0}, now=141.0)
+    assert (warn, back, failing) == ([1], [], {1: 141.0, 3: 140.0})
 
 
 def test_absence_decides_deletion_only_on_repeated_evidence() -> None:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import re
+import time
 from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 
 from lagd import logs
+from lagd.backoff import LOG_EVERY_S, describe_error
 from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
@@ -125,6 +127,26 @@ def confirm_absent(
     return [k for k, n in new.items() if n >= rounds], new
 
 
+def broker_news(
+    failed: Iterable[int],
+    answered: Iterable[int],
+    failing: Mapping[int, float],
+    now: float,
+    every: float = LOG_EVERY_S,
+) -> tuple[list[int], list[int], dict[int, float]]:
+    """Of one round's ListOffsets (pure): the brokers whose failure to warn of (the first of a
+    run of failures, then one every `every` seconds; the rest go to debug), those answering
+    again after a failure, and the failing brokers with when each was last warned of. A broker
+    that died keeps leading its partitions until the controller fences it
+    (broker.session.timeout.ms, 9 s by default) and fails every round until then: one
+    warning, not one a round. One no longer asked (its partitions have new leaders) is
+    forgotten, so its next failure is news again."""
+    warn = [n for n in sorted(set(failed)) if n not in failing or now - failing[n] >= every]
+    failing_now = {n: now if n in warn else failing[n] for n in set(failed)}
+    back = sorted(set(answered) & set(failing))
+    return warn, back, failing_now
+
+
 def deleted_topics(
     sampled: Iterable[str], layout: Layout | None, streaks: Mapping[str, int]
 ) -> tuple[list[str], dict[str, int]]:
@@ -159,10 +181,22 @@ async def sample_log_ends(
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     sampled: set[str] = set(known)
     absent: dict[str, int] = {}  # sampled topics missing from the latest refreshes, survives reconnects
+    failing: dict[int, float] = {}  # brokers whose ListOffsets failed when last asked: when warned of (broker_news)
     matchers = tuple(patterns)
     await reconnecting(
         lambda: _session(
-            cluster, topics_wanted, put, counters, stop, sampled, matchers, absent, every_topic, share, clock=clock
+            cluster,
+            topics_wanted,
+            put,
+            counters,
+            stop,
+            sampled,
+            matchers,
+            absent,
+            every_topic,
+            share,
+            clock=clock,
+            failing=failing,
         ),
         stop,
         counters,
@@ -186,6 +220,7 @@ async def _session(
     share: Callable[[str], bool] | None = None,
     *,
     clock: Clock = wall_ms,
+    failing: dict[int, float] | None = None,
 ) -> None:
     absent = {} if absent is None else absent
     deny = re.compile(cluster.topics_deny) if cluster.topics_deny else None
@@ -232,7 +267,7 @@ async def _session(
                         topics=sorted(t for t in streaks if t not in gone),
                     )
                     refresh_at = started
-            events, stale = await sample_once(client, cluster, layout, wanted, counters, clock=clock)
+            events, stale = await sample_once(client, cluster, layout, wanted, counters, clock=clock, failing=failing)
             if stale:
                 refresh_at = 0.0
             if events:
@@ -279,11 +314,14 @@ async def sample_once(
     counters: IngestCounters,
     *,
     clock: Clock = wall_ms,
+    failing: dict[int, float] | None = None,
 ) -> tuple[list[LogEndSample], bool]:
     """One round: a ListOffsets(LATEST) per leader, in parallel; failures are counted and skipped.
 
     Also says whether the layout looks stale (a leader failed or a partition lacks a leader),
-    so the caller refreshes metadata before the next round.
+    so the caller refreshes metadata before the next round. `failing`: the brokers that failed
+    last round, kept by the caller and updated here, so a broker failing round after round is
+    warned of once, then every LOG_EVERY_S (broker_news); without it every failure is.
     """
     by_node, leaderless = plan_requests(layout, wanted)
     if leaderless:
@@ -299,17 +337,13 @@ async def sample_once(
     ts = clock()
     stale = leaderless > 0
     out: list[LogEndSample] = []
+    failed: dict[int, BaseException] = {}
     for node, answer in zip(nodes, answers, strict=True):
         if isinstance(answer, BaseException):
             if isinstance(answer, asyncio.CancelledError):
                 raise answer
             counters.count_failure(f"log_end_{answer.__class__.__name__}")
-            log.warning(
-                "ListOffsets failed; retrying next round",
-                cluster=cluster.name,
-                broker=node,
-                error=f"{answer.__class__.__name__}: {answer}",
-            )
+            failed[node] = answer
             stale = True
             continue
         offsets, errors = parse_list_offsets(answer)
@@ -319,4 +353,28 @@ async def sample_once(
             counters.count_failure(f"log_end_{name}")
             log.debug("partition offset error; retrying next round", topic=topic, partition=partition, error=name)
             stale = True
+    _log_broker_failures(cluster.name, failed, [n for n in nodes if n not in failed], failing)
     return out, stale
+
+
+def _log_broker_failures(
+    cluster: str, failed: dict[int, BaseException], answered: list[int], failing: dict[int, float] | None
+) -> None:
+    """A warning for each broker whose failure is news, a debug line for the rest of its run of
+    failures, and a line when it answers again (broker_news); `failing` is updated."""
+    warn, back, failing_now = broker_news(failed, answered, failing or {}, time.monotonic())
+    if failing is not None:
+        failing.clear()
+        failing.update(failing_now)
+    for node, exc in failed.items():
+        (log.warning if failing is None or node in warn else log.debug)(
+            "ListOffsets failed; retrying next round",
+            cluster=cluster,
+            broker=node,
+            error=describe_error(exc),
+            hint="a broker that stopped answering leads its partitions until the controller fences it "
+            "(broker.session.timeout.ms, 9 s by default); lagd then samples them from their new leaders. "
+            "If this broker stays unreachable longer, check it and the network to it",
+        )
+    for node in back:
+        log.info("broker answers ListOffsets again", cluster=cluster, broker=node)
