@@ -67,7 +67,9 @@ async def unreadable_reason(cluster: ClusterSettings) -> str | None:
     return None
 
 
-async def choose_source(cluster: ClusterSettings, stop: asyncio.Event, counters: IngestCounters) -> Source | None:
+async def choose_source(
+    cluster: ClusterSettings, stop: asyncio.Event, counters: IngestCounters, progress: ReaderProgress | None = None
+) -> Source | None:
     """ "topic" where the offsets topic can be read, else "admin"; None when stopped first."""
     chosen: list[Source] = []
 
@@ -100,10 +102,11 @@ async def choose_source(cluster: ClusterSettings, stop: asyncio.Event, counters:
             probe,
             stop_probe,
             counters,
-            cluster=cluster.name,
+            cluster=cluster,
             what="choosing the offsets source",
             counter="offsets_source_probe",
             hint="check that the brokers are reachable; lagd picks the offsets topic or admin polling once they answer",
+            progress=progress,
         )
     )
     stopper = asyncio.ensure_future(stop.wait())
@@ -136,7 +139,7 @@ async def read_offsets(
     the topic reader awaits `turn` between slices of its work (lagd.turns)."""
     source: Source | None
     if cluster.offsets_source == "auto":
-        source = await choose_source(cluster, stop, counters)
+        source = await choose_source(cluster, stop, counters, progress)
         if source is None:
             return
     else:
