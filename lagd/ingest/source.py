@@ -14,7 +14,9 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Literal
 
+from aiokafka.cluster import ClusterMetadata
 from aiokafka.errors import TopicAuthorizationFailedError, UnknownTopicOrPartitionError
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition
 
 from lagd import logs
@@ -36,17 +38,20 @@ PROBE_FETCH_MS = 1_000  # one fetch long enough for the broker to answer an unau
 async def unreadable_reason(cluster: ClusterSettings) -> str | None:
     """Why lagd cannot stream the cluster's offsets topic, or None when it can.
 
-    Metadata says whether the topic exists and may be described; one fetch from its first
-    partition says whether it may be read. Connection failures raise (the caller retries):
-    they say nothing about the topic.
+    Metadata of the topic by name says whether it exists and may be described (asked for
+    every topic, a broker leaves out those lagd may not describe, as if they did not exist);
+    one fetch from its first partition says whether it may be read. Connection failures
+    raise (the caller retries): they say nothing about the topic.
     """
     topic = cluster.offsets_topic
     client = await start_client(cluster)
     try:
-        metadata = await client.fetch_all_metadata()
+        answer = await client.send(client.get_random_node(), MetadataRequest([topic], allow_auto_topic_creation=False))
     finally:
         await close_quietly(client.close)
-    if topic in getattr(metadata, "unauthorized_topics", ()):
+    metadata = ClusterMetadata()
+    metadata.update_metadata(answer)
+    if topic in metadata.unauthorized_topics:
         return f"not authorized to describe topic {topic}"
     partitions = metadata.partitions_for_topic(topic)
     if not partitions:
