@@ -135,6 +135,7 @@ def classpath(version: str = KAFKA_VERSION) -> str:
 
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
+_SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required"
 
 
 @dataclass(frozen=True)
@@ -155,14 +156,21 @@ class SaslSslListener:
         """The server properties of the listener (named SASL_SSL, as its protocol)."""
         return {
             "sasl.enabled.mechanisms": SCRAM_MECHANISM,
-            f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            ),
+            f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": f"{_SCRAM_LOGIN};",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self.keystore),
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(self.truststore),
         }
+
+    def client_properties(self, user: str, path: Path) -> Path:
+        """A Java client's properties for `user` on this listener (`--command-config` of Kafka's tools)."""
+        jaas = f'{_SCRAM_LOGIN} username="{user}" password="{self.users[user]}";'
+        path.write_text(
+            f"security.protocol=SASL_SSL\nsasl.mechanism={SCRAM_MECHANISM}\nsasl.jaas.config={jaas}\n"
+            f"ssl.truststore.type=PEM\nssl.truststore.location={self.truststore}\n"
+        )
+        return path
 
     def format_args(self) -> list[str]:
         """StorageTool's `--add-scram` for each user."""
@@ -280,14 +288,19 @@ class KafkaCluster:
     def consumer_groups(self, *args: str, timeout: float = 120.0, command_config: Path | None = None) -> str:
         """`kafka-consumer-groups.sh --bootstrap-server <this cluster> ARGS`; with `command_config`
         (client properties: SASL and TLS) through the SASL_SSL listener."""
+        return self._admin_tool(
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", args, timeout, command_config
+        )
+
+    def acls(self, *args: str, timeout: float = 120.0, command_config: Path | None = None) -> str:
+        """`kafka-acls.sh --bootstrap-server <this cluster> ARGS` (Kafka 4's AclCommand; a cluster with an authorizer)."""
+        return self._admin_tool("org.apache.kafka.tools.AclCommand", args, timeout, command_config)
+
+    def _admin_tool(self, main_class: str, args: tuple[str, ...], timeout: float, command_config: Path | None) -> str:
         if command_config is None:
-            return self.tool(
-                "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-                "--bootstrap-server", self.bootstrap, *args, timeout=timeout,
-            )  # fmt: skip
+            return self.tool(main_class, "--bootstrap-server", self.bootstrap, *args, timeout=timeout)
         return self.tool(
-            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-            "--bootstrap-server", self.sasl_ssl_bootstrap, "--command-config", str(command_config), *args,
+            main_class, "--bootstrap-server", self.sasl_ssl_bootstrap, "--command-config", str(command_config), *args,
             timeout=timeout,
         )  # fmt: skip
 

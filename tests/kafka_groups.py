@@ -13,6 +13,8 @@ import asyncio
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -21,8 +23,9 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from lagd.embedded_kafka import KafkaCluster, java
 
 
-async def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1, **client: Any) -> None:
+    """`client`: more aiokafka keywords (SASL and TLS), as for `produce` and `commit_classic`."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(name, partitions, replication)])
@@ -30,9 +33,9 @@ async def create_topic(bootstrap: str, name: str, partitions: int, replication: 
         await admin.close()
 
 
-async def produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
+async def produce(bootstrap: str, topic: str, per_partition: int, partitions: int, **client: Any) -> None:
     """`per_partition` records into each of the topic's partitions."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **client)
     await producer.start()
     try:
         sends = [
@@ -52,6 +55,7 @@ async def commit_classic(
     *,
     instance_id: str | None = None,
     metadata: str = "",
+    **client: Any,
 ) -> None:
     """A classic group member (aiokafka, protocol `consumer`) that joins and commits `offsets`.
 
@@ -69,6 +73,7 @@ async def commit_classic(
         session_timeout_ms=10000,
         heartbeat_interval_ms=1000,
         client_id=f"lagd-test-{group}",
+        **client,
     )
     await consumer.start()
     try:
@@ -154,13 +159,14 @@ def cluster_classpath(cluster: KafkaCluster) -> str:
 
 
 def describe_offsets(
-    cluster: KafkaCluster, group: str
+    cluster: KafkaCluster, group: str, command_config: Path | None = None
 ) -> dict[tuple[str, int], tuple[int | None, int | None, int | None]]:
     """`kafka-consumer-groups --describe --group G --offsets`: (topic, partition) -> (committed, log end, lag).
 
-    Kafka's own tool is the ground truth lagd is compared with; "-" reads as None.
+    Kafka's own tool is the ground truth lagd is compared with; "-" reads as None. With
+    `command_config` (SASL and TLS client properties) it asks through the SASL_SSL listener.
     """
-    out = cluster.consumer_groups("--describe", "--group", group, "--offsets")
+    out = cluster.consumer_groups("--describe", "--group", group, "--offsets", command_config=command_config)
     rows: dict[tuple[str, int], tuple[int | None, int | None, int | None]] = {}
     header: list[str] | None = None
     for line in out.splitlines():
@@ -183,3 +189,12 @@ def describe_offsets(
             num(row["LAG"]),
         )
     return rows
+
+
+def allow(
+    cluster: KafkaCluster, user: str, operations: Iterable[str], *resources: str, command_config: Path | None = None
+) -> None:
+    """`kafka-acls --add --allow-principal User:USER --operation OP ... RESOURCES`: `resources` as
+    the tool takes them ("--topic", "t", "--group", "g"), each given every operation."""
+    ops = [arg for op in operations for arg in ("--operation", op)]
+    cluster.acls("--add", "--allow-principal", f"User:{user}", *ops, *resources, command_config=command_config)

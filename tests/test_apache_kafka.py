@@ -9,8 +9,10 @@ group coordinator, not by lagd's encoder. The ground truth is Kafka's own tool:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -65,7 +67,11 @@ async def offsets_topic_records(bootstrap: str) -> list[tuple[int, int, bytes, b
         await consumer.stop()
 
 
-def settings_for(cluster: KafkaCluster, database_url: str, port: int, source: str = "topic") -> Settings:
+def settings_for(
+    cluster: KafkaCluster, database_url: str, port: int, source: str = "topic", **cluster_keys: Any
+) -> Settings:
+    """lagd's settings for `cluster` (named "real"); `cluster_keys` add or override its keys
+    (bootstrap-servers of another listener, SASL and TLS)."""
     return parse(
         {
             "clusters": {
@@ -74,6 +80,7 @@ def settings_for(cluster: KafkaCluster, database_url: str, port: int, source: st
                     "offsets-source": source,
                     "offset-refresh": 1.0,
                     "topic-refresh": 2.0,
+                    **cluster_keys,
                 }
             },
             "storage": {"database-url": database_url, "flush-interval": 0.2},
@@ -90,6 +97,7 @@ class Lagd:
 
     def __init__(self, port: int, session: aiohttp.ClientSession) -> None:
         self.port, self.session = port, session
+        self.task: asyncio.Task[int] | None = None  # the daemon's run, while lagd_running holds it
 
     async def get(self, path: str) -> tuple[int, Any]:
         async with self.session.get(f"http://127.0.0.1:{self.port}{path}") as answer:
@@ -104,9 +112,10 @@ class Lagd:
             return {}
         return {(p["topic"], p["partition"]): p for p in body["status"]["partitions"]}
 
-    async def agrees(self, cluster: KafkaCluster, group: str) -> str:
-        """ "" when lagd's committed offsets and lags equal `kafka-consumer-groups --describe`'s; else the difference."""
-        tool = await asyncio.to_thread(describe_offsets, cluster, group)
+    async def agrees(self, cluster: KafkaCluster, group: str, command_config: Path | None = None) -> str:
+        """ "" when lagd's committed offsets and lags equal `kafka-consumer-groups --describe`'s
+        (through the SASL_SSL listener with `command_config`); else the difference."""
+        tool = await asyncio.to_thread(describe_offsets, cluster, group, command_config)
         ours = await self.partitions(group)
         # partitions with a committed offset: Kafka's tool also lists those a live member owns uncommitted
         mine = {k: (p["end"]["offset"], p["current_lag"]) for k, p in ours.items() if p["end"]}
@@ -116,12 +125,13 @@ class Lagd:
         )
 
 
-@pytest.fixture(params=["topic", "admin"])
-async def lagd_on_kafka(apache_kafka: KafkaCluster, database_url: str, request: Any) -> AsyncIterator[Lagd]:
-    """lagd reading the offsets topic, and lagd polling committed offsets through the admin API."""
-    port = free_port()
+@contextlib.asynccontextmanager
+async def lagd_running(settings: Settings, *, ready: bool = True) -> AsyncIterator[Lagd]:
+    """The daemon run in this process with `settings` until the block ends (then it must exit 0);
+    with `ready`, entered once /burrow/admin/ready says READY, else once its HTTP API answers."""
+    port = int(settings.http.listen.rpartition(":")[2])
     stop = asyncio.Event()
-    task = asyncio.create_task(daemon.run(settings_for(apache_kafka, database_url, port, request.param), stop=stop))
+    task = asyncio.create_task(daemon.run(settings, stop=stop))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         lagd = Lagd(port, session)
         try:
@@ -132,15 +142,23 @@ async def lagd_on_kafka(apache_kafka: KafkaCluster, database_url: str, request: 
                     status, _ = await lagd.get("/burrow/admin/ready")
                 except aiohttp.ClientError:
                     status = 0
-                if status == 200:
+                if status == 200 or (status and not ready):
                     break
                 await asyncio.sleep(0.1)
             else:
                 raise AssertionError("lagd not ready within 60 s on Apache Kafka")
+            lagd.task = task
             yield lagd
         finally:
             stop.set()
             assert await asyncio.wait_for(task, 30) == 0
+
+
+@pytest.fixture(params=["topic", "admin"])
+async def lagd_on_kafka(apache_kafka: KafkaCluster, database_url: str, request: Any) -> AsyncIterator[Lagd]:
+    """lagd reading the offsets topic, and lagd polling committed offsets through the admin API."""
+    async with lagd_running(settings_for(apache_kafka, database_url, free_port(), request.param)) as lagd:
+        yield lagd
 
 
 async def test_every_record_kafkas_coordinator_writes_decodes(apache_kafka: KafkaCluster, unique: str) -> None:
@@ -206,7 +224,7 @@ async def test_lagd_serves_what_kafka_consumer_groups_describes(
     await asyncio.to_thread(console_consumer(apache_kafka, topic, kip848, 45, protocol="consumer").wait)
 
     for group in (classic, static, txn, kip848):
-        await _agreed(lagd_on_kafka, apache_kafka, group)
+        await agreed(lagd_on_kafka, apache_kafka, group)
 
     # an aborted transactional commit never moves the window
     await commit_in_transaction(b, txn, {TP(topic, 0): 19}, f"tx-{unique}", abort=True)
@@ -217,7 +235,7 @@ async def test_lagd_serves_what_kafka_consumer_groups_describes(
 
     # more records: the lag follows the log end, as the tool's does
     await produce(b, topic, 5, PARTITIONS)
-    await _agreed(lagd_on_kafka, apache_kafka, classic)
+    await agreed(lagd_on_kafka, apache_kafka, classic)
 
 
 async def test_offsets_reset_backwards_reads_as_rewind(
@@ -258,7 +276,7 @@ async def test_deleted_offsets_and_groups_leave_lagd(
     await create_topic(b, topic, 2)
     await produce(b, topic, PER_PARTITION, 2)
     await commit_classic(b, group, {TP(topic, 0): 10, TP(topic, 1): 12})
-    await _agreed(lagd_on_kafka, apache_kafka, group)
+    await agreed(lagd_on_kafka, apache_kafka, group)
 
     await asyncio.to_thread(apache_kafka.consumer_groups, "--delete-offsets", "--group", group, "--topic", f"{topic}:1")
 
@@ -307,10 +325,12 @@ async def test_kip848_group_owners_and_client_ids_in_burrows_api(
         member.proc.wait(30)
 
 
-async def _agreed(lagd: Lagd, cluster: KafkaCluster, group: str, timeout: float = 30.0) -> None:
+async def agreed(
+    lagd: Lagd, cluster: KafkaCluster, group: str, timeout: float = 30.0, command_config: Path | None = None
+) -> None:
     """Until lagd agrees with `kafka-consumer-groups` on `group`; fails with the last difference."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while difference := await lagd.agrees(cluster, group):
+    while difference := await lagd.agrees(cluster, group, command_config):
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{group} after {timeout:.0f} s: {difference}")
         await asyncio.sleep(0.2)
