@@ -67,9 +67,9 @@ async def _connect(cluster: ClusterSettings, address: str) -> BaseException | No
     from lagd.ingest.kafka_client import client_options  # kafka_client logs through this module
 
     host, _, port = address.rpartition(":")
-    opts = client_options(cluster)
     timeout = min(cluster.request_timeout, PROBE_TIMEOUT_S)
     try:
+        opts = client_options(cluster)  # reads the TLS files, which may have gone since the client read them
         conn = await asyncio.wait_for(
             create_conn(
                 host.strip("[]"),
@@ -105,9 +105,10 @@ def explain(cluster: ClusterSettings, listener: str, exc: BaseException) -> Prob
             f"sasl-password ({env}), and that the user has {mechanism} credentials on the cluster",
         )
     if isinstance(exc, UnsupportedSaslMechanismError | IllegalSaslStateError):
+        said = str(exc) if "mechanisms" in str(exc) else f"the listener does not take SASL {mechanism}"
         return Problem(
             listener,
-            describe_error(exc),
+            said,
             "set sasl-mechanism to one the listener enables, and security-protocol to the listener's",
         )
     if isinstance(exc, ssl.SSLCertVerificationError):
