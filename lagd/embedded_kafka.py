@@ -293,8 +293,11 @@ class KafkaCluster:
         )
 
     def acls(self, *args: str, timeout: float = 120.0, command_config: Path | None = None) -> str:
-        """`kafka-acls.sh --bootstrap-server <this cluster> ARGS` (Kafka 4's AclCommand; a cluster with an authorizer)."""
-        return self._admin_tool("org.apache.kafka.tools.AclCommand", args, timeout, command_config)
+        """`kafka-acls.sh --bootstrap-server <this cluster> ARGS` (a cluster with an authorizer)."""
+        main = (
+            "kafka.admin.AclCommand" if self.version.startswith(("2.", "3.")) else "org.apache.kafka.tools.AclCommand"
+        )
+        return self._admin_tool(main, args, timeout, command_config)
 
     def _admin_tool(self, main_class: str, args: tuple[str, ...], timeout: float, command_config: Path | None) -> str:
         if command_config is None:
