@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -133,6 +134,52 @@ def classpath(version: str = KAFKA_VERSION) -> str:
     return str(libs(version) / "*")
 
 
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+_SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+
+
+@dataclass(frozen=True)
+class SaslSslListener:
+    """A SASL_SSL client listener (SCRAM-SHA-512) beside the PLAINTEXT one, which stays the
+    brokers' own listener (between brokers, and to the controllers).
+
+    `keystore` is one PEM file with the broker's private key (PKCS#8, unencrypted) and its
+    certificate chain; `truststore` the PEM of the CA that signed it. `users` (name ->
+    password) get SCRAM credentials when the storage is formatted, before a broker runs.
+    """
+
+    keystore: Path
+    truststore: Path
+    users: Mapping[str, str] = field(default_factory=dict)
+
+    def properties(self) -> dict[str, str]:
+        """The server properties of the listener (named SASL_SSL, as its protocol)."""
+        return {
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": f"{_SCRAM_LOGIN};",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.truststore),
+        }
+
+    def client_properties(self, user: str, path: Path) -> Path:
+        """A Java client's properties for `user` on this listener (`--command-config` of Kafka's tools)."""
+        jaas = f'{_SCRAM_LOGIN} username="{user}" password="{self.users[user]}";'
+        path.write_text(
+            f"security.protocol=SASL_SSL\nsasl.mechanism={SCRAM_MECHANISM}\nsasl.jaas.config={jaas}\n"
+            f"ssl.truststore.type=PEM\nssl.truststore.location={self.truststore}\n"
+        )
+        return path
+
+    def format_args(self) -> list[str]:
+        """StorageTool's `--add-scram` for each user."""
+        args: list[str] = []
+        for name, password in self.users.items():
+            args += ["--add-scram", f"{SCRAM_MECHANISM}=[name={name},password={password}]"]
+        return args
+
+
 @dataclass
 class Node:
     """One broker-and-controller JVM of a cluster."""
@@ -143,6 +190,7 @@ class Node:
     config: Path
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    sasl_ssl_port: int | None = None  # with a SaslSslListener
 
     @property
     def address(self) -> str:
@@ -161,6 +209,13 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(n.address for n in self.nodes)
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        """The SASL_SSL listener's addresses (a cluster started with a SaslSslListener)."""
+        if any(n.sasl_ssl_port is None for n in self.nodes):
+            raise ServiceError("this cluster was started without a SASL_SSL listener (start_kafka(sasl_ssl=...))")
+        return ",".join(f"127.0.0.1:{n.sasl_ssl_port}" for n in self.nodes)
 
     def node(self, node_id: int) -> Node:
         return next(n for n in self.nodes if n.node_id == node_id)
@@ -237,11 +292,26 @@ class KafkaCluster:
             raise ServiceError(f"{main_class} {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         return done.stdout
 
-    def consumer_groups(self, *args: str, timeout: float = 120.0) -> str:
-        """`kafka-consumer-groups.sh --bootstrap-server <this cluster> ARGS`."""
+    def consumer_groups(self, *args: str, timeout: float = 120.0, command_config: Path | None = None) -> str:
+        """`kafka-consumer-groups.sh --bootstrap-server <this cluster> ARGS`; with `command_config`
+        (client properties: SASL and TLS) through the SASL_SSL listener."""
+        return self._admin_tool(
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", args, timeout, command_config
+        )
+
+    def acls(self, *args: str, timeout: float = 120.0, command_config: Path | None = None) -> str:
+        """`kafka-acls.sh --bootstrap-server <this cluster> ARGS` (a cluster with an authorizer)."""
+        main = (
+            "kafka.admin.AclCommand" if self.version.startswith(("2.", "3.")) else "org.apache.kafka.tools.AclCommand"
+        )
+        return self._admin_tool(main, args, timeout, command_config)
+
+    def _admin_tool(self, main_class: str, args: tuple[str, ...], timeout: float, command_config: Path | None) -> str:
+        if command_config is None:
+            return self.tool(main_class, "--bootstrap-server", self.bootstrap, *args, timeout=timeout)
         return self.tool(
-            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-            "--bootstrap-server", self.bootstrap, *args, timeout=timeout,
+            main_class, "--bootstrap-server", self.sasl_ssl_bootstrap, "--command-config", str(command_config), *args,
+            timeout=timeout,
         )  # fmt: skip
 
 
@@ -251,35 +321,42 @@ def start_kafka(
     offsets_partitions: int = 4,
     broker_properties: dict[str, str] | None = None,
     timeout: float = 120.0,
+    sasl_ssl: SaslSslListener | None = None,
 ) -> KafkaCluster:
     """Apache Kafka `version` in KRaft mode: `nodes` combined broker/controller JVMs on free ports.
 
     The offsets topic gets `offsets_partitions` partitions (few, so a test's groups are easy to
     find) and a replication factor of min(3, nodes); `broker_properties` adds or overrides
-    server properties (listeners for SASL, say).
+    server properties (an authorizer, say). `sasl_ssl` adds a SASL_SSL client listener.
     """
     cp_folder = libs(version)
     workdir = Path(tempfile.mkdtemp(prefix=f"lagd-kafka-{version}-"))
     (workdir / "log4j2.yaml").write_text(_LOG4J2)
     (workdir / "log4j.properties").write_text(_LOG4J1)
-    picked = _distinct_ports(2 * nodes)
-    ports = list(zip(picked[::2], picked[1::2], strict=True))
-    voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+    per_node = 3 if sasl_ssl else 2
+    picked = _distinct_ports(per_node * nodes)
+    ports = [
+        (picked[per_node * i], picked[per_node * i + 1], picked[per_node * i + 2] if sasl_ssl else None)
+        for i in range(nodes)
+    ]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c, _) in enumerate(ports))
     rf = min(3, nodes)
     cluster_id = _cluster_id()
     members: list[Node] = []
-    for i, (port, cport) in enumerate(ports):
+    for i, (port, cport, sport) in enumerate(ports):
         node_id = i + 1
         data = workdir / f"node-{node_id}"
+        client_listeners = f"PLAINTEXT://127.0.0.1:{port}" + (f",SASL_SSL://127.0.0.1:{sport}" if sport else "")
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listeners": f"{client_listeners},CONTROLLER://127.0.0.1:{cport}",
+            "advertised.listeners": client_listeners,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            + (",SASL_SSL:SASL_SSL" if sport else ""),
             "log.dirs": str(data),
             "num.partitions": "1",
             "offsets.topic.num.partitions": str(offsets_partitions),
@@ -297,16 +374,19 @@ def start_kafka(
             "log.flush.interval.ms": "60000",
             "controlled.shutdown.enable": "true",
         }
+        props.update(sasl_ssl.properties() if sasl_ssl else {})
         props.update(broker_properties or {})
         config = workdir / f"server-{node_id}.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         log = workdir / f"node-{node_id}.log"
         try:
-            _format(version, cp_folder, config, cluster_id, log)
+            _format(version, cp_folder, config, cluster_id, log, sasl_ssl.format_args() if sasl_ssl else [])
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)  # no cluster to stop yet: its folder goes here
             raise
-        members.append(Node(node_id=node_id, port=port, controller_port=cport, config=config, log=log))
+        members.append(
+            Node(node_id=node_id, port=port, controller_port=cport, config=config, log=log, sasl_ssl_port=sport)
+        )
     cluster = KafkaCluster(version=version, nodes=members, workdir=workdir)
     try:
         # All at once: a node's broker waits for a controller quorum (a majority of the nodes)
@@ -348,10 +428,11 @@ def _cluster_id() -> str:
             return cluster_id
 
 
-def _format(version: str, folder: Path, config: Path, cluster_id: str, log: Path) -> None:
+def _format(version: str, folder: Path, config: Path, cluster_id: str, log: Path, extra: list[str]) -> None:
     done = subprocess.run(
         [java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", f"-Dkafka.logs.file={log}",
-         "-cp", str(folder / "*"), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
+         "-cp", str(folder / "*"), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config),
+         *extra],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:

@@ -190,6 +190,17 @@ class IngestCounters:
     def count_failure(self, what: str) -> None:
         self.failures[what] = self.failures.get(what, 0) + 1
 
+    # The explained failure (lagd.ingest.diagnose) last logged by any reader of the cluster,
+    # and when (monotonic s): a wrong password fails every reader, and is told once between them.
+    told: tuple[str, float] | None = None
+
+    def tell(self, problem: str, now: float, every: float) -> bool:
+        """Whether `problem` is to be logged now: not when a reader logged it less than `every` s ago."""
+        if self.told is not None and self.told[0] == problem and now - self.told[1] < every:
+            return False
+        self.told = (problem, now)
+        return True
+
     # Records skipped as invalid, by a reason of lagd.ingest.validate.REASONS (a fixed set).
     rejected: dict[str, int] = field(default_factory=dict)
 

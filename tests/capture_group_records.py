@@ -32,11 +32,11 @@ from tests.kafka_groups import (
     describe_offsets,
     describe_streams_offsets,
     java_classes,
+    offsets_topic_records,
     produce,
     share_from_earliest,
     streams_app,
 )
-from tests.test_apache_kafka import offsets_topic_records
 
 DATA = Path(__file__).parent / "data"
 PARTITIONS = 2

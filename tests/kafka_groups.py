@@ -30,8 +30,9 @@ from lagd.embedded import ServiceError
 from lagd.embedded_kafka import KafkaCluster, java
 
 
-async def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1, **client: Any) -> None:
+    """`client`: more aiokafka keywords (SASL and TLS), as for `produce` and `commit_classic`."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(name, partitions, replication)])
@@ -39,9 +40,9 @@ async def create_topic(bootstrap: str, name: str, partitions: int, replication: 
         await admin.close()
 
 
-async def produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
+async def produce(bootstrap: str, topic: str, per_partition: int, partitions: int, **client: Any) -> None:
     """`per_partition` records into each of the topic's partitions."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **client)
     await producer.start()
     try:
         sends = [
@@ -61,6 +62,7 @@ async def commit_classic(
     *,
     instance_id: str | None = None,
     metadata: str = "",
+    **client: Any,
 ) -> None:
     """A classic group member (aiokafka, protocol `consumer`) that joins and commits `offsets`.
 
@@ -78,6 +80,7 @@ async def commit_classic(
         session_timeout_ms=10000,
         heartbeat_interval_ms=1000,
         client_id=f"lagd-test-{group}",
+        **client,
     )
     await consumer.start()
     try:
@@ -282,13 +285,14 @@ def cluster_classpath(cluster: KafkaCluster) -> str:
 
 
 def describe_offsets(
-    cluster: KafkaCluster, group: str
+    cluster: KafkaCluster, group: str, command_config: Path | None = None
 ) -> dict[tuple[str, int], tuple[int | None, int | None, int | None]]:
     """`kafka-consumer-groups --describe --group G --offsets`: (topic, partition) -> (committed, log end, lag).
 
-    Kafka's own tool is the ground truth lagd is compared with; "-" reads as None.
+    Kafka's own tool is the ground truth lagd is compared with; "-" reads as None. With
+    `command_config` (SASL and TLS client properties) it asks through the SASL_SSL listener.
     """
-    out = cluster.consumer_groups("--describe", "--group", group, "--offsets")
+    out = cluster.consumer_groups("--describe", "--group", group, "--offsets", command_config=command_config)
     return {
         (r["TOPIC"], int(r["PARTITION"])): (_num(r["CURRENT-OFFSET"]), _num(r["LOG-END-OFFSET"]), _num(r["LAG"]))
         for r in _table(out)
@@ -589,3 +593,12 @@ async def under_replicated(bootstrap: str, brokers: int) -> str:
         if p["leader"] < 0 or set(p["isr"]) != set(p["replicas"])
     ]
     return "; ".join(lacking)
+
+
+def allow(
+    cluster: KafkaCluster, user: str, operations: Iterable[str], *resources: str, command_config: Path | None = None
+) -> None:
+    """`kafka-acls --add --allow-principal User:USER --operation OP ... RESOURCES`: `resources` as
+    the tool takes them ("--topic", "t", "--group", "g"), each given every operation."""
+    ops = [arg for op in operations for arg in ("--operation", op)]
+    cluster.acls("--add", "--allow-principal", f"User:{user}", *ops, *resources, command_config=command_config)

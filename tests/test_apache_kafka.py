@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -42,7 +43,11 @@ PARTITIONS = 3
 PER_PARTITION = 20
 
 
-def settings_for(cluster: KafkaCluster, database_url: str, port: int, source: str = "topic") -> Settings:
+def settings_for(
+    cluster: KafkaCluster, database_url: str, port: int, source: str = "topic", **cluster_keys: Any
+) -> Settings:
+    """lagd's settings for `cluster` (named "real"); `cluster_keys` add or override its keys
+    (bootstrap-servers of another listener, SASL and TLS)."""
     return parse(
         {
             "clusters": {
@@ -51,6 +56,7 @@ def settings_for(cluster: KafkaCluster, database_url: str, port: int, source: st
                     "offsets-source": source,
                     "offset-refresh": 1.0,
                     "topic-refresh": 2.0,
+                    **cluster_keys,
                 }
             },
             "storage": {"database-url": database_url, "flush-interval": 0.2},
@@ -65,8 +71,12 @@ def settings_for(cluster: KafkaCluster, database_url: str, port: int, source: st
 class Lagd:
     """The real daemon, in this process, read over its HTTP API as a dashboard would."""
 
-    def __init__(self, port: int, session: aiohttp.ClientSession, source: str, report: list[dict[str, Any]]) -> None:
-        self.port, self.session, self.source, self.report = port, session, source, report
+    def __init__(
+        self, port: int, session: aiohttp.ClientSession, source: str = "", report: list[dict[str, Any]] | None = None
+    ) -> None:
+        self.port, self.session, self.source = port, session, source
+        self.report = [] if report is None else report  # the agreement checks made (`agreed`)
+        self.task: asyncio.Task[int] | None = None  # the daemon's run, while lagd_running holds it
 
     async def get(self, path: str) -> tuple[int, Any]:
         async with self.session.get(f"http://127.0.0.1:{self.port}{path}") as answer:
@@ -81,9 +91,10 @@ class Lagd:
             return {}
         return {(p["topic"], p["partition"]): p for p in body["status"]["partitions"]}
 
-    async def agrees(self, cluster: KafkaCluster, group: str) -> str:
-        """ "" when lagd's committed offsets and lags equal `kafka-consumer-groups --describe`'s; else the difference."""
-        tool = await asyncio.to_thread(describe_offsets, cluster, group)
+    async def agrees(self, cluster: KafkaCluster, group: str, command_config: Path | None = None) -> str:
+        """ "" when lagd's committed offsets and lags equal `kafka-consumer-groups --describe`'s
+        (through the SASL_SSL listener with `command_config`); else the difference."""
+        tool = await asyncio.to_thread(describe_offsets, cluster, group, command_config)
         ours = await self.partitions(group)
         # partitions with a committed offset: Kafka's tool also lists those a live member owns uncommitted
         mine = {k: (p["end"]["offset"], p["current_lag"]) for k, p in ours.items() if p["end"]}
@@ -94,15 +105,17 @@ class Lagd:
 
 
 @contextlib.asynccontextmanager
-async def running_lagd(
-    cluster: KafkaCluster, database_url: str, source: str, report: list[dict[str, Any]]
+async def lagd_running(
+    settings: Settings, *, ready: bool = True, report: list[dict[str, Any]] | None = None
 ) -> AsyncIterator[Lagd]:
-    """The daemon on `cluster` with offsets-source `source`, once it says READY; stopped after."""
-    port = free_port()
+    """The daemon run in this process with `settings` until the block ends (then it must exit 0);
+    with `ready`, entered once /burrow/admin/ready says READY, else once its HTTP API answers.
+    `report` gathers its agreement checks (the `agreement` fixture)."""
+    port = int(settings.http.listen.rpartition(":")[2])
     stop = asyncio.Event()
-    task = asyncio.create_task(daemon.run(settings_for(cluster, database_url, port, source), stop=stop))
+    task = asyncio.create_task(daemon.run(settings, stop=stop))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        lagd = Lagd(port, session, source, report)
+        lagd = Lagd(port, session, settings.clusters[0].offsets_source, report)
         try:
             for _ in range(600):
                 if task.done():
@@ -111,11 +124,12 @@ async def running_lagd(
                     status, _ = await lagd.get("/burrow/admin/ready")
                 except aiohttp.ClientError:
                     status = 0
-                if status == 200:
+                if status == 200 or (status and not ready):
                     break
                 await asyncio.sleep(0.1)
             else:
-                raise AssertionError(f"lagd not ready within 60 s on Apache Kafka {cluster.version}")
+                raise AssertionError("lagd not ready within 60 s on Apache Kafka")
+            lagd.task = task
             yield lagd
         finally:
             stop.set()
@@ -127,7 +141,9 @@ async def lagd_on_kafka(
     apache_kafka: KafkaCluster, database_url: str, request: Any, agreement: list[dict[str, Any]]
 ) -> AsyncIterator[Lagd]:
     """lagd reading the offsets topic, and lagd polling committed offsets through the admin API."""
-    async with running_lagd(apache_kafka, database_url, request.param, agreement) as lagd:
+    async with lagd_running(
+        settings_for(apache_kafka, database_url, free_port(), request.param), report=agreement
+    ) as lagd:
         yield lagd
 
 
@@ -147,7 +163,7 @@ async def test_kafka_3_9_classic_groups_agree_with_its_own_tool(
     b = kafka_3.bootstrap
     topic = f"old-{unique}"
     classic, txn, gone = (f"old-{unique}-{k}" for k in ("classic", "txn", "gone"))
-    async with running_lagd(kafka_3, database_url, source, agreement) as lagd:
+    async with lagd_running(settings_for(kafka_3, database_url, free_port(), source), report=agreement) as lagd:
         await create_topic(b, topic, PARTITIONS)
         await produce(b, topic, PER_PARTITION, PARTITIONS)
         await commit_classic(b, classic, {TP(topic, 0): 15, TP(topic, 1): 7, TP(topic, 2): 9})
@@ -155,7 +171,7 @@ async def test_kafka_3_9_classic_groups_agree_with_its_own_tool(
         await commit_in_transaction(b, txn, {TP(topic, 0): 19}, f"tx-{unique}", abort=True)
         await commit_classic(b, gone, {TP(topic, 1): 3})
         for group in (classic, txn, gone):
-            await _agreed(lagd, kafka_3, group)
+            await agreed(lagd, kafka_3, group)
         await asyncio.to_thread(
             kafka_3.consumer_groups,
             "--reset-offsets",
@@ -169,7 +185,7 @@ async def test_kafka_3_9_classic_groups_agree_with_its_own_tool(
         )
         await settle(lambda: _offset_is(lagd, classic, topic, 0, 4), timeout=30, what="the reset offset")
         assert (await lagd.partitions(classic))[(topic, 0)]["status"] == "REWIND"
-        await _agreed(lagd, kafka_3, classic)
+        await agreed(lagd, kafka_3, classic)
         await delete_group(kafka_3, gone)
 
         async def deleted() -> bool:
@@ -227,7 +243,7 @@ async def test_lagd_serves_what_kafka_consumer_groups_describes(
     await asyncio.to_thread(console_consumer(apache_kafka, topic, kip848, 45, protocol="consumer").wait)
 
     for group in (classic, static, txn, kip848):
-        await _agreed(lagd_on_kafka, apache_kafka, group)
+        await agreed(lagd_on_kafka, apache_kafka, group)
 
     # an aborted transactional commit never moves the window
     await commit_in_transaction(b, txn, {TP(topic, 0): 19}, f"tx-{unique}", abort=True)
@@ -238,7 +254,7 @@ async def test_lagd_serves_what_kafka_consumer_groups_describes(
 
     # more records: the lag follows the log end, as the tool's does
     await produce(b, topic, 5, PARTITIONS)
-    await _agreed(lagd_on_kafka, apache_kafka, classic)
+    await agreed(lagd_on_kafka, apache_kafka, classic)
 
 
 async def test_offsets_reset_backwards_reads_as_rewind(
@@ -279,7 +295,7 @@ async def test_deleted_offsets_and_groups_leave_lagd(
     await create_topic(b, topic, 2)
     await produce(b, topic, PER_PARTITION, 2)
     await commit_classic(b, group, {TP(topic, 0): 10, TP(topic, 1): 12})
-    await _agreed(lagd_on_kafka, apache_kafka, group)
+    await agreed(lagd_on_kafka, apache_kafka, group)
 
     await asyncio.to_thread(apache_kafka.consumer_groups, "--delete-offsets", "--group", group, "--topic", f"{topic}:1")
 
@@ -334,14 +350,16 @@ async def test_kip848_group_owners_and_client_ids_in_burrows_api(
         member.proc.wait(30)
 
 
-async def _agreed(lagd: Lagd, cluster: KafkaCluster, group: str, timeout: float = 30.0) -> None:
+async def agreed(
+    lagd: Lagd, cluster: KafkaCluster, group: str, timeout: float = 30.0, command_config: Path | None = None
+) -> None:
     """Until lagd agrees with `kafka-consumer-groups` on `group`; fails with the last difference.
-    Each check goes into the agreement report (the `agreement` fixture)."""
+    Each check goes into the agreement report (`lagd.report`)."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     row = {"kafka": cluster.version, "source": lagd.source, "group": group.rsplit("-", 1)[-1], "agreed": False}
     lagd.report.append(row)
-    while difference := await lagd.agrees(cluster, group):
+    while difference := await lagd.agrees(cluster, group, command_config):
         if loop.time() - started > timeout:
             row["detail"] = difference
             raise AssertionError(f"{group} after {timeout:.0f} s: {difference}")

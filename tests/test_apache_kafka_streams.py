@@ -24,10 +24,11 @@ from tests.kafka_groups import (
     describe_offsets,
     describe_streams_offsets,
     ensure_offsets_topic,
+    offsets_topic_records,
     produce,
     streams_app,
 )
-from tests.test_apache_kafka import Lagd, _agreed, offsets_topic_records
+from tests.test_apache_kafka import Lagd, agreed
 from tests.test_apache_kafka import lagd_on_kafka as _lagd_fixture
 
 lagd_on_kafka = _lagd_fixture  # lagd reading the offsets topic, and lagd polling the admin API
@@ -132,7 +133,7 @@ async def test_streams_app_on_the_classic_protocol(
     await _exercise(lagd_on_kafka, apache_kafka, app_id, "classic", unique)
     # stopped, its group is Empty; the consumer tool still describes it, and lagd agrees
     await produce(apache_kafka.bootstrap, f"streams-in-{unique}", MORE, PARTITIONS)
-    await _agreed(lagd_on_kafka, apache_kafka, app_id)
+    await agreed(lagd_on_kafka, apache_kafka, app_id)
 
     kinds = await _kinds(apache_kafka, app_id)
     assert kinds.get("GroupMetadata(consumer)", 0) >= 1 and kinds.get("OffsetCommit", 0) >= PARTITIONS, kinds

@@ -52,6 +52,7 @@ def judge_sight(
     reader_moving_at: int | None = None,
     reader_started_at: int | None = None,
     reader_answered: bool = True,
+    reader_problem: str = "",
 ) -> ClusterSight:
     """Blind while the reader has not caught up since start (judged as of the newest data
     restored or read so far), while what it has read is older than a while (`reader_fresh_at`:
@@ -62,7 +63,9 @@ def judge_sight(
     moving cuts lagd off, however current the others are. A reader the cluster has not
     answered at all (`reader_answered`) for longer than that since it started
     (`reader_started_at`) cuts lagd off too: a broker address that is wrong, or brokers down
-    when lagd starts, is reported as such, not as a catch-up that never ends."""
+    when lagd starts, is reported as such, not as a catch-up that never ends. The reader's
+    latest failure (`reader_problem`: a refused password, say) ends the reason of a cluster cut off."""
+    cause = f": {reader_problem}" if reader_problem else ""
     limit = STALE_FACTOR * offset_refresh_ms + STALE_SLACK_MS
     if not caught_up:
         # Complete up to the newest data restored or read so far (the samples go on until a
@@ -75,7 +78,7 @@ def judge_sight(
                 min(since, now_ms),
                 True,
                 f"no answer from the cluster's brokers in the {(now_ms - reader_started_at) // 1000} s "
-                "since the offsets reader started",
+                f"since the offsets reader started{cause}",
             )
         return ClusterSight(cluster, min(since, now_ms), False, "offsets reader still catching up")
     reader_stale = reader_fresh_at is not None and now_ms - reader_fresh_at > limit
@@ -88,7 +91,7 @@ def judge_sight(
             cluster,
             since,
             True,
-            f"offsets reader has not reached the end of the offsets topic for {(now_ms - since) // 1000} s",
+            f"offsets reader has not reached the end of the offsets topic for {(now_ms - since) // 1000} s{cause}",
         )
     if newest_sample is not None and now_ms - newest_sample > limit:
         since = newest_sample + offset_refresh_ms

@@ -230,10 +230,11 @@ async def poll_admin(
         lambda: _session(cluster, put, progress, counters, stop, groups, known_topics, memory, clock=clock),
         stop,
         counters,
-        cluster=cluster.name,
+        cluster=cluster,
         what="admin polling",
         counter="admin_poll",
         hint="check that the brokers are reachable and lagd may describe groups and fetch their offsets",
+        progress=progress,
     )
 
 

@@ -19,6 +19,8 @@ from aiokafka.helpers import create_ssl_context
 from lagd import logs
 from lagd.backoff import Backoff, describe_error
 from lagd.config import ClusterSettings
+from lagd.ingest.diagnose import diagnose
+from lagd.ingest.progress import ReaderProgress
 from lagd.model import IngestCounters
 
 log = logs.get(__name__)
@@ -111,16 +113,22 @@ async def reconnecting(
     stop: asyncio.Event,
     counters: IngestCounters,
     *,
-    cluster: str,
+    cluster: ClusterSettings,
     what: str,
     counter: str,
     hint: str,
+    progress: ReaderProgress | None = None,
 ) -> None:
     """Run `session` until `stop` is set; after a failure, count it and retry with capped,
     jittered backoff (lagd.backoff), reset by a session that ends cleanly or ran a while. The
     first failure of an outage is logged at once, then one line every 30 s or so with the
     attempt count. Every reader of a cluster (offsets topic, admin polling, log-end sampler)
-    survives broker outages this way."""
+    survives broker outages this way.
+
+    A failure lagd can explain (lagd.ingest.diagnose: a refused password, an untrusted
+    certificate, nothing listening) is logged with the listener and what to fix instead of
+    `hint`, once for all the cluster's readers that meet it, and kept in `progress` for the
+    cluster's status."""
     backoff = Backoff()
     loop = asyncio.get_running_loop()
     while not stop.is_set():
@@ -133,15 +141,21 @@ async def reconnecting(
             if loop.time() - started >= backoff.cap:
                 backoff.succeeded()  # it worked for a while: this is a new outage
             counters.count_failure(f"{counter}_{exc.__class__.__name__}")
+            problem = await diagnose(cluster, exc) if not isinstance(exc, asyncio.CancelledError) else None
             delay, log_now = backoff.failed()
+            if progress is not None:
+                progress.problem = str(problem) if problem else describe_error(exc)
+            fields: dict[str, Any] = {"error": describe_error(exc), "hint": hint}
+            if problem is not None:
+                log_now = log_now and counters.tell(str(problem), loop.time(), backoff.log_every)
+                fields = {"listener": problem.listener, "error": problem.error, "hint": problem.fix}
             (log.warning if log_now else log.debug)(
                 f"{what} failed; reconnecting",
-                cluster=cluster,
-                error=describe_error(exc),
+                cluster=cluster.name,
+                **fields,
                 attempt=backoff.attempts,
                 waiting_s=backoff.waiting_s,
                 retry_in_s=round(delay, 1),
-                hint=hint,
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)

@@ -200,7 +200,7 @@ async def sample_log_ends(
         ),
         stop,
         counters,
-        cluster=cluster.name,
+        cluster=cluster,
         what="log-end sampler",
         counter="log_end",
         hint="check that the brokers are reachable (bootstrap-servers, security settings)",

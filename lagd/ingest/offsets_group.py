@@ -232,12 +232,13 @@ async def read_offsets_as_worker(
         ),
         stop,
         counters,
-        cluster=cluster.name,
+        cluster=cluster,
         what="offsets-topic worker",
         counter="offsets_topic",
         hint="check that the brokers are reachable, that lagd may read "
         + cluster.offsets_topic
         + " and join the consumer group scale.group-id",
+        progress=progress,
     )
 
 

@@ -274,10 +274,11 @@ async def read_offsets_topic(
         ),
         stop,
         counters,
-        cluster=cluster.name,
+        cluster=cluster,
         what="offsets-topic reader",
         counter="offsets_topic",
         hint="check that the brokers are reachable and that lagd may read " + cluster.offsets_topic,
+        progress=progress,
     )
 
 

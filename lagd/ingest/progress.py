@@ -35,11 +35,15 @@ class ReaderProgress:
     # When the reader started (ms; None: not told), so that a cluster whose brokers never
     # answer is told apart from one still being caught up with (lagd.evaluate.sight).
     started_at_ms: int | None = None
+    # Why the reader's latest attempt failed ("" once the cluster answers it again), explained
+    # where lagd can (lagd.ingest.diagnose): what a cluster lagd cannot read is reported with.
+    problem: str = ""
 
     def mark_fresh(self, now_ms: int) -> None:
         """Everything there was to read at `now_ms` has been read (admin polling's round, a
         reader with nothing assigned)."""
         self.fresh_at_ms = self.moving_at_ms = now_ms
+        self.problem = ""
 
     def reached_end(self, polled: Mapping[int, int]) -> None:
         """Partitions the reader stands at the end of, as of the broker's answer at each time (ms)."""
@@ -80,6 +84,7 @@ class ReaderProgress:
         self._settle()
 
     def _settle(self) -> None:
+        self.problem = ""  # the cluster answered
         if self.read_through:
             self.fresh_at_ms = min(self.read_through.values())
         if self.moved_at:
@@ -92,6 +97,7 @@ class ReaderProgress:
                 self.end[p] = off
                 self.begin[p] = begin.get(p, 0)
         self.measured = True
+        self.problem = ""
         self._check()
 
     def advance(self, partition: int, offset: int) -> None:

@@ -316,7 +316,7 @@ async def poll_share_groups(
         functools.partial(_session, cluster, view, counters, stop, clock),
         stop,
         counters,
-        cluster=cluster.name,
+        cluster=cluster,
         what="share-group poller",
         counter="share_groups",
         hint="check that the brokers are reachable and lagd may describe groups and topics",

@@ -14,7 +14,9 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Literal
 
+from aiokafka.cluster import ClusterMetadata
 from aiokafka.errors import TopicAuthorizationFailedError, UnknownTopicOrPartitionError
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition
 
 from lagd import logs
@@ -36,17 +38,20 @@ PROBE_FETCH_MS = 1_000  # one fetch long enough for the broker to answer an unau
 async def unreadable_reason(cluster: ClusterSettings) -> str | None:
     """Why lagd cannot stream the cluster's offsets topic, or None when it can.
 
-    Metadata says whether the topic exists and may be described; one fetch from its first
-    partition says whether it may be read. Connection failures raise (the caller retries):
-    they say nothing about the topic.
+    Metadata of the topic by name says whether it exists and may be described (asked for
+    every topic, a broker leaves out those lagd may not describe, as if they did not exist);
+    one fetch from its first partition says whether it may be read. Connection failures
+    raise (the caller retries): they say nothing about the topic.
     """
     topic = cluster.offsets_topic
     client = await start_client(cluster)
     try:
-        metadata = await client.fetch_all_metadata()
+        answer = await client.send(client.get_random_node(), MetadataRequest([topic], allow_auto_topic_creation=False))
     finally:
         await close_quietly(client.close)
-    if topic in getattr(metadata, "unauthorized_topics", ()):
+    metadata = ClusterMetadata()
+    metadata.update_metadata(answer)
+    if topic in metadata.unauthorized_topics:
         return f"not authorized to describe topic {topic}"
     partitions = metadata.partitions_for_topic(topic)
     if not partitions:
@@ -67,7 +72,9 @@ async def unreadable_reason(cluster: ClusterSettings) -> str | None:
     return None
 
 
-async def choose_source(cluster: ClusterSettings, stop: asyncio.Event, counters: IngestCounters) -> Source | None:
+async def choose_source(
+    cluster: ClusterSettings, stop: asyncio.Event, counters: IngestCounters, progress: ReaderProgress | None = None
+) -> Source | None:
     """ "topic" where the offsets topic can be read, else "admin"; None when stopped first."""
     chosen: list[Source] = []
 
@@ -100,10 +107,11 @@ async def choose_source(cluster: ClusterSettings, stop: asyncio.Event, counters:
             probe,
             stop_probe,
             counters,
-            cluster=cluster.name,
+            cluster=cluster,
             what="choosing the offsets source",
             counter="offsets_source_probe",
             hint="check that the brokers are reachable; lagd picks the offsets topic or admin polling once they answer",
+            progress=progress,
         )
     )
     stopper = asyncio.ensure_future(stop.wait())
@@ -136,7 +144,7 @@ async def read_offsets(
     the topic reader awaits `turn` between slices of its work (lagd.turns)."""
     source: Source | None
     if cluster.offsets_source == "auto":
-        source = await choose_source(cluster, stop, counters)
+        source = await choose_source(cluster, stop, counters, progress)
         if source is None:
             return
     else:

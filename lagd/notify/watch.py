@@ -164,6 +164,7 @@ class VerdictWatch:
             reader_moving_at=getattr(progress, "moving_at_ms", None),
             reader_started_at=getattr(progress, "started_at_ms", None),
             reader_answered=bool(getattr(progress, "answered", True)),
+            reader_problem=str(getattr(progress, "problem", "")),
             newest_commit=newest_commit,
             newest_sample=newest_sample,
             offset_refresh_ms=int((cluster.offset_refresh if cluster else 10.0) * 1000),
