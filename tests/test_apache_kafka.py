@@ -112,10 +112,11 @@ async def lagd_running(
     with `ready`, entered once /burrow/admin/ready says READY, else once its HTTP API answers.
     `report` gathers its agreement checks (the `agreement` fixture)."""
     port = int(settings.http.listen.rpartition(":")[2])
+    source = next(iter(settings.clusters.values())).offsets_source
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(settings, stop=stop))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        lagd = Lagd(port, session, settings.clusters[0].offsets_source, report)
+        lagd = Lagd(port, session, source, report)
         try:
             for _ in range(600):
                 if task.done():
