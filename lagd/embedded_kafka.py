@@ -278,16 +278,23 @@ class KafkaCluster:
             self.kill_node(node, signal.SIGKILL)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def java_command(self, main_class: str, *args: str, log: str = "tools.log", classes: str = "") -> list[str]:
+        """The command line of a small client JVM of this cluster's version (a tool, a consumer, a
+        Streams app): quiet logging into `log` in the cluster's folder, `classes` before the jars."""
+        cp = f"{classes}:{classpath(self.version)}" if classes else classpath(self.version)
+        return [
+            java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.yaml'}",
+            f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
+            f"-Dkafka.logs.file={self.workdir / log}", f"-Djava.io.tmpdir={self.workdir}",
+            "-cp", cp, main_class, *args,
+        ]  # fmt: skip
+
     def tool(self, main_class: str, *args: str, timeout: float = 120.0, check: bool = True) -> str:
         """Run one of Kafka's command-line tools (its Java main class) against this cluster; its stdout."""
         done = subprocess.run(
-            [java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.yaml'}",
-             f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
-             f"-Dkafka.logs.file={self.workdir / 'tools.log'}",
-             "-cp", classpath(self.version), main_class, *args],
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
+            self.java_command(main_class, *args), capture_output=True, text=True, timeout=timeout, check=False
+        )
         if check and done.returncode != 0:
             raise ServiceError(f"{main_class} {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         return done.stdout

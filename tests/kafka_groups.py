@@ -27,7 +27,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from lagd.embedded import ServiceError
-from lagd.embedded_kafka import KafkaCluster, java
+from lagd.embedded_kafka import KafkaCluster, classpath
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1, **client: Any) -> None:
@@ -160,16 +160,12 @@ def console_consumer(
         if share
         else "org.apache.kafka.tools.consumer.ConsoleConsumer"
     )
-    args = [
-        java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-        f"-Dlog4j2.configurationFile={cluster.workdir / 'log4j2.yaml'}",
-        f"-Dlog4j.configuration=file:{cluster.workdir / 'log4j.properties'}",
-        f"-Dkafka.logs.file={cluster.workdir / 'tools.log'}",
-        "-cp", str(cluster_classpath(cluster)), main,
+    args = cluster.java_command(
+        main,
         "--bootstrap-server", cluster.bootstrap, "--topic", topic, "--group", group,
         "--max-messages", str(max_messages), "--timeout-ms", "60000",
         "--consumer-property", f"client.id=java-{group}",
-    ]  # fmt: skip
+    )  # fmt: skip
     if not share:
         args += ["--from-beginning", "--consumer-property", f"group.protocol={protocol}"]
     for prop in properties:
@@ -198,7 +194,7 @@ def java_classes(cluster: KafkaCluster) -> Path:
         if not (out / ".complete").exists():
             sources = [str(p) for p in sorted(JAVA_SOURCES.glob("*.java"))]
             done = subprocess.run(
-                [_javac(), "-d", str(out), "-cp", cluster_classpath(cluster), *sources],
+                [_javac(), "-d", str(out), "-cp", classpath(cluster.version), *sources],
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
             if done.returncode != 0:
@@ -264,24 +260,13 @@ def streams_app(cluster: KafkaCluster, app_id: str, source: str, sink: str, prot
     """Start the passthrough application `app_id` on `cluster` with `group.protocol=protocol`:
     "classic" (a classic consumer group of protocol type "consumer") or "streams" (KIP-1071)."""
     classes = java_classes(cluster)
-    args = [
-        java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-        f"-Dlog4j2.configurationFile={cluster.workdir / 'log4j2.yaml'}",
-        f"-Dkafka.logs.file={cluster.workdir / 'streams.log'}",
-        f"-Djava.io.tmpdir={cluster.workdir}",
-        "-cp", f"{classes}:{cluster_classpath(cluster)}", "Passthrough",
-        cluster.bootstrap, app_id, source, sink, protocol,
-    ]  # fmt: skip
+    args = cluster.java_command(
+        "Passthrough", cluster.bootstrap, app_id, source, sink, protocol, log="streams.log", classes=str(classes)
+    )
     err = cluster.workdir / f"streams-{app_id}.err"
     with err.open("w") as errors:
         proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True)
     return StreamsApp(proc, app_id, err)
-
-
-def cluster_classpath(cluster: KafkaCluster) -> str:
-    from lagd.embedded_kafka import classpath
-
-    return classpath(cluster.version)
 
 
 def describe_offsets(

@@ -189,11 +189,7 @@ async def test_kafka_3_9_classic_groups_agree_with_its_own_tool(
         await agreed(lagd, kafka_3, classic)
         await delete_group(kafka_3, gone)
 
-        async def deleted() -> bool:
-            status, _ = await lagd.get(f"/v3/kafka/real/consumer/{gone}/lag")
-            return status == 404
-
-        await settle(deleted, timeout=30, what="the deleted group gone")
+        await settle(lambda: _unknown(lagd, gone), timeout=30, what="the deleted group gone")
 
 
 async def test_every_record_kafkas_coordinator_writes_decodes(apache_kafka: KafkaCluster, unique: str) -> None:
@@ -311,11 +307,7 @@ async def test_deleted_offsets_and_groups_leave_lagd(
 
     await delete_group(apache_kafka, group)
 
-    async def gone() -> bool:
-        status, _ = await lagd_on_kafka.get(f"/v3/kafka/real/consumer/{group}/lag")
-        return status == 404
-
-    await settle(gone, timeout=30, what="the deleted group gone")
+    await settle(lambda: _unknown(lagd_on_kafka, group), timeout=30, what="the deleted group gone")
 
 
 async def test_kip848_group_owners_and_client_ids_in_burrows_api(
@@ -366,6 +358,12 @@ async def agreed(
             raise AssertionError(f"{group} after {timeout:.0f} s: {difference}")
         await asyncio.sleep(0.2)
     row.update(agreed=True, partitions=len(await lagd.partitions(group)), seconds=round(loop.time() - started, 1))
+
+
+async def _unknown(lagd: Lagd, group: str) -> bool:
+    """lagd answers 404 for `group` (deleted, or never seen)."""
+    status, _ = await lagd.get(f"/v3/kafka/real/consumer/{group}/lag")
+    return status == 404
 
 
 async def _offset_is(lagd: Lagd, group: str, topic: str, partition: int, offset: int) -> bool:
