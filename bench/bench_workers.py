@@ -60,6 +60,7 @@ import psycopg2  # type: ignore[import-untyped]
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.errors import KafkaError
 from aiokafka.protocol.commit import OffsetCommitRequest
 from aiokafka.structs import TopicPartition
 
@@ -91,6 +92,9 @@ from lagd.db.migrate import upgrade
 from lagd.state.windows import offsets_partition
 
 SESSION_TIMEOUT_S = 6.0
+# OffsetCommit errors a fresh broker answers while its offsets topic loads: COORDINATOR_LOAD_IN_PROGRESS,
+# COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+RETRIABLE_COMMIT_ERRORS = {14, 15, 16}
 TIMEOUT_S = 600.0
 
 
@@ -165,13 +169,24 @@ async def fill_kafka(bootstrap: str, groups: int, partitions: int, rounds: int, 
     async def commit(g: int, offsets: dict[int, int]) -> None:
         """One OffsetCommit request of group `g` to its coordinator, as aiokafka's consumer sends it."""
         group = bench_group(g)
-        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
         request = OffsetCommitRequest(group, -1, "", -1, [(topic_of(g), [(p, o, "") for p, o in offsets.items()])])
-        answer = await client.send(node, request)
-        errors = {e for _, parts in answer.topics for _, e in parts if e}
-        if errors:
-            raise RuntimeError(f"OffsetCommit of {group} refused with error codes {sorted(errors)}: is the broker up?")
-        done[0] += len(offsets)
+        tries = 0
+        while tries < 60:
+            tries += 1
+            try:
+                node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+                answer = await client.send(node, request)
+            except KafkaError:  # the offsets topic still being created or loaded after the broker's start
+                await asyncio.sleep(0.5)
+                continue
+            errors = {e for _, parts in answer.topics for _, e in parts if e}
+            if not errors:
+                done[0] += len(offsets)
+                return
+            if not errors <= RETRIABLE_COMMIT_ERRORS:
+                break
+            await asyncio.sleep(0.5)
+        raise RuntimeError(f"OffsetCommit of {group} refused ({tries} tries): is the broker up? see its log")
 
     async def committer(mine: range) -> None:
         for r in range(rounds):

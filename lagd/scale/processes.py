@@ -70,7 +70,10 @@ async def supervise(settings: Settings, config: str, migrate: bool = True) -> in
                 with contextlib.suppress(ProcessLookupError):
                     w.process.send_signal(sig)
 
+    asked: list[int] = []  # the signal that stopped lagd, passed on to the workers
+
     def on_stop(sig: signal.Signals) -> None:
+        asked.append(sig)
         stop.set()
         forward(sig)
 
@@ -88,7 +91,14 @@ async def supervise(settings: Settings, config: str, migrate: bool = True) -> in
     finally:
         pet.cancel()
         sdnotify.notify("STOPPING=1")
-    failed = [w.index for w in workers if w.process is not None and w.process.returncode not in (0, None)]
+    # A worker still starting when the signal came (one started again after a crash, say) has no
+    # handler for it yet and ends by the signal itself: that is the stop asked for, not a failure.
+    stopped_by = {-s for s in asked}
+    failed = [
+        w.index
+        for w in workers
+        if w.process is not None and w.process.returncode not in (0, None) and w.process.returncode not in stopped_by
+    ]
     log.info("workers stopped", failed=failed)
     return 1 if failed else 0
 
