@@ -209,10 +209,18 @@ async def watch_statuses(
     return answered
 
 
-def incident_events(database_url: str, unique: str) -> list[tuple[int, str, Any]]:
+def outbox(database_url: str, unique: str, kind: str) -> list[tuple[int, str, Any]]:
+    """The outbox rows of this test's lagd whose MQTT topic is `<prefix>/real/<kind>/...`
+    (lagd.notify.outbox: `incidents` for incident events, `groups` for retained group statuses)."""
     return query(
-        database_url, "SELECT id, event_id, payload FROM outbox WHERE topic LIKE %s ORDER BY id", f"lagd-{unique}/%"
+        database_url,
+        "SELECT id, event_id, payload FROM outbox WHERE topic LIKE %s ORDER BY id",
+        f"lagd-{unique}/real/{kind}/%",
     )
+
+
+def incident_events(database_url: str, unique: str) -> list[tuple[int, str, Any]]:
+    return outbox(database_url, unique, "incidents")
 
 
 async def test_sigkilled_worker_groups_judged_again_without_a_change(
@@ -295,6 +303,7 @@ async def test_sigkilled_worker_groups_judged_again_without_a_change(
 
             await settle(incident_open, timeout=60, interval=0.25, what="the stopped group's incident opened")
             before = incident_events(database_url, unique)
+            statuses_before = outbox(database_url, unique, "groups")
 
             pids = worker_pids(sup.pid)
             owned = {p: await judged(session, p, groups) for p in ports}
@@ -371,3 +380,7 @@ async def test_sigkilled_worker_groups_judged_again_without_a_change(
     said = Counter((p["id"], p["event"], p["severity"], json.dumps(p["groups"], sort_keys=True)) for _, _, p in events)
     assert [k for k, n in said.items() if n > 1] == [], events
     assert any(p["event"] == "opened" and stopped in p["groups"] for _, _, p in events), events
+    # The group statuses published on MQTT (retained) from the kill on say what they said before.
+    published = outbox(database_url, unique, "groups")[len(statuses_before) :]
+    assert [p for _, _, p in published if p.get("group") in groups and p["status"] != expected[p["group"]]] == []
+    print(f"group status messages published after the kill: {len(published)} (each the status from before)")
