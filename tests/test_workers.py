@@ -318,3 +318,51 @@ async def _caught_up(session: aiohttp.ClientSession, w: Worker, final: dict[tupl
         if p >= len(offsets) or not offsets[p]["offsets"] or offsets[p]["offsets"][-1]["offset"] != off:
             return False
     return True
+
+
+def test_supervisor_stopped_while_its_workers_start_exits_0(tmp_path: Path) -> None:
+    """SIGTERM to `lagd run` with workers = 2 as soon as it has started them: workers that have
+    no handler yet end by the signal itself, which is the stop asked for, so lagd exits 0 (a
+    supervisor that counted them as failed exited 1, and systemd would mark the unit failed)."""
+    config = tmp_path / "lagd.toml"
+    port = free_low_port()
+    config.write_text(
+        f"""
+[clusters.sim]
+bootstrap-servers = ["127.0.0.1:9"]
+
+[storage]
+database-url = "postgresql://lagd@127.0.0.1:9/lagd"
+
+[http]
+listen = "127.0.0.1:{port}"
+
+[notify]
+enabled = false
+
+[scale]
+workers = 2
+
+[log]
+format = "json"
+""",
+        encoding="utf-8",
+    )
+    argv = [sys.executable, "-m", "lagd", "run", "--config", str(config), "--no-migrate"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line.decode(errors="replace"))
+            if '"workers running"' in seen[-1]:
+                break
+        else:
+            raise AssertionError(f"lagd ended before starting its workers: {''.join(seen)}")
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=60)[0].decode(errors="replace")
+        assert proc.returncode == 0, "".join(seen) + rest
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
