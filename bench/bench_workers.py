@@ -107,6 +107,7 @@ from lagd.db.migrate import upgrade
 from lagd.state.windows import offsets_partition
 
 SESSION_TIMEOUT_S = 6.0
+IDLE_S = 5.0  # --broker kafka: each process's CPU measured this long after completion
 # OffsetCommit errors a fresh broker answers while its offsets topic loads: COORDINATOR_LOAD_IN_PROGRESS,
 # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 RETRIABLE_COMMIT_ERRORS = {14, 15, 16}
@@ -254,6 +255,7 @@ class WorkersRun:
     # (pid, CPU-s, peak RSS MB, RSS MB at completion)
     per_worker: list[tuple[int, float, float, float]] = field(default_factory=list)
     failover_s: float | None = None
+    idle_cpu: list[tuple[int, float]] = field(default_factory=list)  # (pid, CPU-s per second) once complete
     completed: bool = False
     reading_s: float | None = None  # the last poll at which the workers' /metrics counted no record read
     machine_busy_s: float = 0.0  # CPU-s the whole machine was busy from the spawn to completion
@@ -418,6 +420,14 @@ async def run_one(
                     note_at = now
                     say(f"{label}: {now - started:5.1f} s: {note}")
                 await asyncio.sleep(POLL_S)
+            if run.completed and at_owners:
+                # what each process costs with nothing left to read: its timers, sampling, judging, flushes
+                pids = tree(proc.pid)
+                before = {p: cpu_seconds(p) for p in pids}
+                t0 = time.perf_counter()
+                await asyncio.sleep(IDLE_S)
+                elapsed = time.perf_counter() - t0
+                run.idle_cpu = [(p, (cpu_seconds(p) - before[p]) / elapsed) for p in pids]
             if run.completed and failover:
                 victim = tree(proc.pid)[-1]  # the newest worker process
                 killed = time.perf_counter()
@@ -468,6 +478,9 @@ def report(r: WorkersRun, records: int) -> None:
         f"{r.label}: the machine was busy {r.machine_busy_s:.2f} CPU-s of the {cores * r.seconds:.2f} its {cores} "
         f"cores had ({r.machine_busy_s / r.seconds:.2f} cores on average): lagd, the broker, Postgres, the shim (Tansu only) and this bench"
     )
+    if r.idle_cpu:
+        each = ", ".join(f"{pid} {rate * 1000:.0f} ms" for pid, rate in r.idle_cpu)
+        print(f"{r.label}: once complete, CPU per second over {IDLE_S:g} s with nothing to read: {each}")
     if r.failover_s is not None:
         print(f"{r.label}: after SIGKILL of one worker, the other judged all groups {r.failover_s:.1f} s later")
 
