@@ -783,9 +783,10 @@ def _validate_sink(where: str, sink: SinkSettings) -> None:
         )
 
 
-# LAGD_* variables that are not settings: the settings file's path, and the switch that runs the
-# Python rules code where the compiled one is built (lagd.evaluate.native).
-_NOT_SETTINGS = ("LAGD_CONFIG", NO_EXTENSIONS)
+# LAGD_* variables that are not settings: the settings file's path, the switch that runs the
+# Python rules code where the compiled one is built (lagd.evaluate.native), and the workers'
+# join barrier their supervisor sets (lagd.scale.barrier).
+_NOT_SETTINGS = ("LAGD_CONFIG", NO_EXTENSIONS, "LAGD_JOIN_BARRIER")
 # Variables that were read outside the settings once: now ordinary keys under a new name.
 _RENAMED_ENV = {"LAGD_SPARK_DRIVER_MEMORY": "LAGD_JOBS_DRIVER_MEMORY (jobs.driver-memory)"}
 

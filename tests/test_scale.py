@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +13,7 @@ from lagd.config import ConfigError, parse
 from lagd.ingest.offsets_group import Assignment
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import Commit, GroupMembers, LogEndSample, PartitionOwner, ReaderPosition
-from lagd.scale import ownership
+from lagd.scale import barrier, ownership
 from lagd.scale.ownership import Me, OwnerMap
 from lagd.scale.processes import worker_env, worker_listen
 from lagd.state.store import Store
@@ -174,12 +177,13 @@ def test_scale_settings_defaults_and_checks() -> None:
 def test_each_worker_process_gets_its_own_port_and_the_shared_group() -> None:
     settings = parse(base(workers=3), env={})
     assert [worker_listen("0.0.0.0:8000", i) for i in range(3)] == ["0.0.0.0:8000", "0.0.0.0:8001", "0.0.0.0:8002"]
-    env = worker_env(settings, 2, {"PATH": "/bin", "NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "1"})
+    env = worker_env(settings, 2, {"PATH": "/bin", "NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "1"}, "/tmp/j:3")
     assert env == {
         "PATH": "/bin",
         "LAGD_HTTP_LISTEN": "127.0.0.1:8002",
         "LAGD_SCALE_WORKERS": "1",
         "LAGD_SCALE_GROUP_ID": "lagd",
+        "LAGD_JOIN_BARRIER": "/tmp/j:3",  # not a setting: parse() below reads past it
     }
     # what a worker reads back from that environment
     worker = parse(base(workers=3), env=env).scale
@@ -218,3 +222,30 @@ async def test_relayed_log_ends_come_from_the_store_and_are_not_stored_again(sto
     assert worker.latest_log_end(C, "t", 0) == 120
     ch = worker.drain_changes()
     assert ch.log_end == {} and ch.log_end_history == []  # its sampler stores it, not this worker
+
+
+async def test_workers_wait_at_the_join_barrier_for_each_other(tmp_path: Path) -> None:
+    """Each worker marks itself ready and joins once all have (lagd.scale.barrier); the last to
+    arrive lets every one through, and one that comes back after a crash does not wait."""
+    stop = asyncio.Event()
+    text = barrier.value(str(tmp_path), 2)
+    first = asyncio.create_task(barrier.arrive(text, stop, timeout=30))
+    for _ in range(200):  # until the first has marked itself ready
+        if await asyncio.to_thread(os.listdir, tmp_path):
+            break
+        await asyncio.sleep(0.01)
+    assert len(await asyncio.to_thread(os.listdir, tmp_path)) == 1
+    # it waits for the second: nothing lets it through in two of its polls
+    await asyncio.wait({first}, timeout=barrier.POLL_S * 2)
+    assert not first.done()
+    (tmp_path / "another-worker").touch()  # the second worker, another process, ready
+    assert await asyncio.wait_for(first, 5) is True
+    assert await asyncio.wait_for(barrier.arrive(text, stop, timeout=30), 1) is True  # passed: no wait again
+
+
+async def test_a_worker_that_never_comes_holds_the_join_back_only_so_long(tmp_path: Path) -> None:
+    stop = asyncio.Event()
+    started = asyncio.get_running_loop().time()
+    assert await barrier.arrive(barrier.value(str(tmp_path), 3), stop, timeout=0.3) is False
+    assert 0.3 <= asyncio.get_running_loop().time() - started < 5
+    assert await barrier.arrive(None, stop) is True  # no supervisor: nothing to wait for

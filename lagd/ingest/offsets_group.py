@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -49,6 +50,7 @@ from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners
 from lagd.ingest.validate import EdgeLimits
 from lagd.model import Event, GroupMembers, IngestCounters, OffsetsPartitionReset
+from lagd.scale import barrier
 from lagd.state.windows import offsets_partition
 from lagd.turns import Turn, plain_turn
 
@@ -283,6 +285,7 @@ async def _session(
         )
         sh.consumer = consumer
         await consumer.start()
+        await barrier.arrive(os.environ.get(barrier.ENV), stop)  # the workers of one `lagd run` join together
         consumer.subscribe([topic], listener=_Listener(sh))
         loop = asyncio.get_running_loop()
         refresh_at = loop.time() + cluster.topic_refresh

@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from dataclasses import dataclass
 
 from lagd import logs, sdnotify
 from lagd.config import Settings
+from lagd.scale import barrier
 
 log = logs.get("lagd.workers")
 
@@ -41,20 +44,23 @@ def worker_listen(listen: str, index: int) -> str:
     return f"{host}:{int(port) + index}"
 
 
-def worker_env(settings: Settings, index: int, base: dict[str, str]) -> dict[str, str]:
-    """The environment of worker `index`: the supervisor's, with the worker's own overrides."""
+def worker_env(settings: Settings, index: int, base: dict[str, str], join: str = "") -> dict[str, str]:
+    """The environment of worker `index`: the supervisor's, with the worker's own overrides
+    (`join`: the barrier at which the workers wait for each other before they join the group)."""
     env = {k: v for k, v in base.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
     env["LAGD_HTTP_LISTEN"] = worker_listen(settings.http.listen, index)
     env["LAGD_SCALE_WORKERS"] = "1"
     env["LAGD_SCALE_GROUP_ID"] = settings.scale.group
+    if join:
+        env[barrier.ENV] = join
     return env
 
 
-async def _start(w: _Worker, settings: Settings, config: str, migrate: bool) -> None:
+async def _start(w: _Worker, settings: Settings, config: str, migrate: bool, join: str) -> None:
     argv = [sys.executable, "-m", "lagd", "run", "--config", config]
     if not (migrate and w.index == 0):
         argv.append("--no-migrate")
-    w.process = await asyncio.create_subprocess_exec(*argv, env=worker_env(settings, w.index, dict(os.environ)))
+    w.process = await asyncio.create_subprocess_exec(*argv, env=worker_env(settings, w.index, dict(os.environ), join))
     log.info("worker started", worker=w.index, pid=w.process.pid, listen=w.listen)
 
 
@@ -80,16 +86,19 @@ async def supervise(settings: Settings, config: str, migrate: bool = True) -> in
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_stop, sig)
     loop.add_signal_handler(signal.SIGHUP, forward, signal.SIGHUP)
+    joining = tempfile.mkdtemp(prefix="lagd-join-")
+    join = barrier.value(joining, len(workers))
     for w in workers:
-        await _start(w, settings, config, migrate)
+        await _start(w, settings, config, migrate, join)
     sdnotify.notify("READY=1")
     sdnotify.notify(f"STATUS={len(workers)} workers running")
     log.info("workers running", workers=len(workers), group_id=settings.scale.group)
     pet = asyncio.create_task(_pet_watchdog(stop))
     try:
-        await asyncio.gather(*(_keep(w, settings, config, stop) for w in workers))
+        await asyncio.gather(*(_keep(w, settings, config, stop, join) for w in workers))
     finally:
         pet.cancel()
+        shutil.rmtree(joining, ignore_errors=True)
         sdnotify.notify("STOPPING=1")
     # A worker still starting when the signal came (one started again after a crash, say) has no
     # handler for it yet and ends by the signal itself: that is the stop asked for, not a failure.
@@ -103,7 +112,7 @@ async def supervise(settings: Settings, config: str, migrate: bool = True) -> in
     return 1 if failed else 0
 
 
-async def _keep(w: _Worker, settings: Settings, config: str, stop: asyncio.Event) -> None:
+async def _keep(w: _Worker, settings: Settings, config: str, stop: asyncio.Event, join: str) -> None:
     """Wait for worker `w`; start it again while lagd runs, with a growing pause."""
     while True:
         assert w.process is not None
@@ -135,7 +144,7 @@ async def _keep(w: _Worker, settings: Settings, config: str, stop: asyncio.Event
             await asyncio.wait_for(stop.wait(), delay)
         if stop.is_set():
             return
-        await _start(w, settings, config, migrate=False)
+        await _start(w, settings, config, migrate=False, join=join)
 
 
 async def _pet_watchdog(stop: asyncio.Event) -> None:
