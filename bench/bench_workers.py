@@ -32,7 +32,8 @@ itself) is the failover time. The supervisor starts the killed worker again afte
 so the groups may land on it or on the survivor, whichever the rebalance gives them to.
 
 `--broker kafka` (issue 49, "Workers on the real group protocol"): the same runs on Apache
-Kafka itself (lagd.embedded_kafka, one KRaft node, 50 offsets partitions), whose group
+Kafka itself (lagd.embedded_kafka, one KRaft node, 50 offsets partitions, Kafka's default
+`group.initial.rebalance.delay.ms` of 3 s where the tests' brokers use 0), whose group
 coordinator wrote every record of `__consumer_offsets` (fill_kafka: 1,000 groups x 50
 partitions x 5 commits by default, 250,050 records) and whose group protocol assigns the
 workers their partitions. Scaling is measured as cost, not wall time: CPU-s per record of two
@@ -256,11 +257,24 @@ class WorkersRun:
     per_worker: list[tuple[int, float, float, float]] = field(default_factory=list)
     failover_s: float | None = None
     idle_cpu: list[tuple[int, float]] = field(default_factory=list)  # (pid, CPU-s per second) once complete
+    assigned: list[int] = field(
+        default_factory=list
+    )  # offsets partitions owned at each assignment, in order, to completion
     completed: bool = False
     reading_s: float | None = None  # the last poll at which the workers' /metrics counted no record read
     machine_busy_s: float = 0.0  # CPU-s the whole machine was busy from the spawn to completion
     reading_busy_s: float | None = None  # ... and from `reading_s` on
     reading_cpu_s: float | None = None  # CPU-s of lagd's processes (supervisor and workers) from `reading_s` on
+
+
+def assignments(log: Path) -> list[int]:
+    """How many offsets partitions each assignment gave a worker, in the order of the log (info level)."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if '"offsets partitions assigned"' in line:
+            with contextlib.suppress(ValueError, KeyError):
+                out.append(int(json.loads(line)["owned"]))
+    return out
 
 
 def rss_mb(pid: int) -> float:
@@ -415,6 +429,8 @@ async def run_one(
                         run.reading_busy_s = busy - reading_busy0
                         run.reading_cpu_s = run.cpu_s - reading_cpu0
                     run.completed = True
+                    if at_owners:
+                        run.assigned = assignments(workdir / f"{label}.log")
                     break
                 if now - note_at >= 5:
                     note_at = now
@@ -478,6 +494,8 @@ def report(r: WorkersRun, records: int) -> None:
         f"{r.label}: the machine was busy {r.machine_busy_s:.2f} CPU-s of the {cores * r.seconds:.2f} its {cores} "
         f"cores had ({r.machine_busy_s / r.seconds:.2f} cores on average): lagd, the broker, Postgres, the shim (Tansu only) and this bench"
     )
+    if r.workers and r.assigned:
+        print(f"{r.label}: offsets partitions owned at each assignment until complete, in order: {r.assigned}")
     if r.idle_cpu:
         each = ", ".join(f"{pid} {rate * 1000:.0f} ms" for pid, rate in r.idle_cpu)
         print(f"{r.label}: once complete, CPU per second over {IDLE_S:g} s with nothing to read: {each}")
@@ -522,7 +540,13 @@ async def main_async(a: argparse.Namespace) -> None:
             from lagd.embedded_kafka import KAFKA_VERSION, start_kafka
 
             say(f"starting Apache Kafka {KAFKA_VERSION} (one KRaft node, {OFFSETS_PARTITIONS} offsets partitions)")
-            cluster = start_kafka(1, offsets_partitions=OFFSETS_PARTITIONS)
+            # Kafka's own default for the first join's delay (3 s), which the tests' brokers set to 0 for speed:
+            # with 0, the first worker to join is given every partition unless the other joins in the same instant
+            cluster = start_kafka(
+                1,
+                offsets_partitions=OFFSETS_PARTITIONS,
+                broker_properties={"group.initial.rebalance.delay.ms": str(a.initial_rebalance_delay_ms)},
+            )
             stops.append(cluster.stop)
             bootstrap = cluster.bootstrap
             info = await fill_kafka(bootstrap, a.groups, a.partitions, a.rounds)
@@ -609,6 +633,12 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=2000)
     ap.add_argument("--partitions", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=5, help="kafka: commits of every partition per group")
+    ap.add_argument(
+        "--initial-rebalance-delay-ms",
+        type=int,
+        default=3000,
+        help="kafka: the broker's group.initial.rebalance.delay.ms (Kafka's default 3000; lagd's tests use 0)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directory (configs, logs)")
     asyncio.run(main_async(ap.parse_args()))
 
