@@ -353,21 +353,29 @@ async def delete_group(cluster: KafkaCluster, group: str, timeout: float = 60.0)
 
 async def offsets_topic_records(bootstrap: str) -> list[tuple[int, int, bytes, bytes | None]]:
     """Every record of `__consumer_offsets` as a read_committed consumer sees it: (partition, offset, key, value)."""
+    return [(p, o, k, v) for p, o, k, v, _ in await topic_records(bootstrap, "__consumer_offsets")]
+
+
+async def topic_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, bytes | None, int]]:
+    """Every record of `topic` up to its end now, read_committed: (partition, offset, key, value,
+    timestamp ms); none for a topic that does not exist."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed")
     await consumer.start()
     try:
         await consumer._client.force_metadata_update()
-        found = consumer._client.cluster.partitions_for_topic("__consumer_offsets") or set()
-        parts = [TopicPartition("__consumer_offsets", p) for p in sorted(found)]
+        found = consumer._client.cluster.partitions_for_topic(topic) or set()
+        parts = [TopicPartition(topic, p) for p in sorted(found)]
+        if not parts:
+            return []
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
         ends = await consumer.end_offsets(parts)
-        out: list[tuple[int, int, bytes, bytes | None]] = []
+        out: list[tuple[int, int, bytes, bytes | None, int]] = []
         pending = set(parts)
         while pending:
             got = await consumer.getmany(*pending, timeout_ms=500)
             for tp, records in got.items():
-                out += [(tp.partition, r.offset, r.key, r.value) for r in records]
+                out += [(tp.partition, r.offset, r.key, r.value, r.timestamp) for r in records]
             for tp in list(pending):
                 if await consumer.position(tp) >= ends[tp]:
                     pending.discard(tp)
