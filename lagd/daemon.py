@@ -32,6 +32,7 @@ from lagd.evaluate import Evaluator, native
 from lagd.evaluate.snapshot import Snapshots
 from lagd.http.app import Health, HttpContext, bound_port, start_http
 from lagd.ingest.log_end import sample_log_ends
+from lagd.ingest.mirror_flows import MirrorFlows, mm2_alias, watch_mirror_flow
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.share_groups import ShareGroups, poll_share_groups
@@ -92,6 +93,7 @@ class Runtime:
     # HTTP requests first: the background loops leave their turns to requests waiting (lagd.turns)
     turns: Turns = field(default_factory=Turns)
     share_groups: ShareGroups = field(default_factory=ShareGroups)  # shown, not judged (lagd.ingest.share_groups)
+    mirror_flows: MirrorFlows = field(default_factory=MirrorFlows)  # MM2 flows (lagd.ingest.mirror_flows)
 
     def ready(self) -> bool:
         return self.restored.is_set() and all(getattr(p, "caught_up", False) for p in self.progress.values())
@@ -432,6 +434,16 @@ def _start_workers(
         spawn(relay, f"log-end-relay-{name}")
 
 
+def _start_mirror_flows(rt: Runtime, spawn: Callable[[Coroutine[Any, Any, None], str], None]) -> None:
+    """A reader of MirrorMaker 2's heartbeats and checkpoints per mirror with an MM2 alias (every
+    worker runs one too: they are two small topics, and each worker answers for every mirror)."""
+    for name, mirror in rt.settings.mirrors.items():
+        if mm2_alias(mirror):
+            target = rt.settings.clusters[mirror.target]
+            flow = watch_mirror_flow(target, mirror, rt.mirror_flows, rt.counters[target.name], rt.stop, clock=rt.clock)
+            spawn(flow, f"mirror-flow-{name}")
+
+
 def _consumed_share(rt: Runtime, cluster: str, assignment: Assignment) -> set[str]:
     """The consumed topics a worker samples itself: its share (the rest come relayed, lagd.scale.relay)."""
     return {t for t in rt.state.consumed_topics(cluster) if assignment.owns(t)}
@@ -527,6 +539,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         snapshots=snapshots,
         turns=rt.turns,
         share_groups=rt.share_groups,
+        mirror_flows=rt.mirror_flows,
     )
     ingest: list[asyncio.Task[None]] = []
     others: list[asyncio.Task[None]] = []
@@ -569,6 +582,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 health.reports_topic = functools.partial(_reports_topic, rt)
             else:
                 _start_readers(rt, positions, spawn_ingest)
+            _start_mirror_flows(rt, spawn_ingest)
             spawn(freeze_when_caught_up(rt), "gc-freeze")
             spawn(collector.pace(turn=rt.turns.turn), "gc-pace")
             spawn(apply_events(rt, wb), "apply")

@@ -24,6 +24,7 @@ from lagd.clock import Clock
 from lagd.config import Settings
 from lagd.evaluate import Evaluator
 from lagd.evaluate.snapshot import Snapshots
+from lagd.ingest.mirror_flows import MirrorFlows
 from lagd.ingest.share_groups import ShareGroups
 from lagd.model import IngestCounters
 from lagd.scale.ownership import OwnerMap
@@ -101,6 +102,8 @@ class HttpContext:
     turns: Turns = field(default_factory=Turns)
     # share groups as last polled (lagd.ingest.share_groups): shown, not judged
     share_groups: ShareGroups = field(default_factory=ShareGroups)
+    # MirrorMaker 2 flows as last read from their heartbeats and checkpoints (lagd.ingest.mirror_flows)
+    mirror_flows: MirrorFlows = field(default_factory=MirrorFlows)
 
 
 CTX: web.AppKey[HttpContext] = web.AppKey("lagd_ctx", HttpContext)

@@ -9,6 +9,7 @@ what to check, never a hang: queries are bounded by DB_TIMEOUT_S.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from typing import Any
@@ -20,9 +21,11 @@ from lagd import logs
 from lagd.db import schema
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.evaluate import rules as R
+from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.evaluate.snapshot import GroupSnapshot
 from lagd.http.app import CTX, HttpContext, envelope
 from lagd.http.metrics import each_snapshot
+from lagd.ingest.mirror_flows import mm2_alias
 from lagd.ingest.share_groups import ShareGroup
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 
@@ -183,6 +186,33 @@ async def share_groups(request: web.Request) -> web.Response:
     view = ctx.share_groups
     groups = [share_group_view(g) for _, g in sorted(view.of(cluster).items())]
     return _json({"cluster": cluster, "supported": view.supported.get(cluster), "groups": groups})
+
+
+def flow_view(v: FlowVerdict) -> dict[str, Any]:
+    gaps = [dataclasses.asdict(g) for g in v.gaps]
+    return {
+        "mirror": v.mirror,
+        "status": v.status,
+        "reason": v.reason,
+        "observed_at": v.observed_ms,
+        "newest_heartbeat_at": v.newest_heartbeat_ms,
+        "heartbeat_age_s": v.heartbeat_age_s,
+        "age_trend_s_per_min": v.age_trend_s_per_min,
+        "failover": gaps,
+    }
+
+
+async def mirror_flow(request: web.Request) -> web.Response:
+    """A MirrorMaker 2 flow as read from its heartbeats and checkpoints on the target."""
+    ctx = _ctx(request)
+    name = request.match_info["mirror"]
+    mirror = ctx.settings.mirrors.get(name)
+    if mirror is None or not mm2_alias(mirror):
+        return _error(request, 404, "no such mirror, or it has no MirrorMaker 2 alias (mirrors.<name>.mm2-alias)")
+    found = ctx.mirror_flows.verdicts.get(name)
+    if found is None:
+        return _error(request, 503, "the mirror's MirrorMaker 2 topics have not been read yet; retry shortly")
+    return _json(flow_view(found))
 
 
 async def share_group(request: web.Request) -> web.Response:
@@ -655,6 +685,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/lagd/v1/clusters", clusters)
     r.add_get("/lagd/v1/incidents", incidents)
     r.add_get("/lagd/v1/mirrors", mirrors)
+    r.add_get("/lagd/v1/mirrors/{mirror}/flow", mirror_flow)
     r.add_get("/lagd/v1/quarantine", quarantine)
     r.add_get("/lagd/v1/dead-letters", dead_letters)
     r.add_get("/lagd/v1/schemas", payload_schemas)

@@ -21,8 +21,10 @@ from aiohttp import web
 
 from lagd import logs
 from lagd.evaluate import Evaluator
+from lagd.evaluate.mirror_flow import FLOW_STATUSES
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.http.app import CTX, Health, HttpContext
+from lagd.ingest.mirror_flows import MirrorFlows
 from lagd.ingest.share_groups import ShareGroups
 from lagd.ingest.validate import REASONS as REJECT_REASONS
 from lagd.model import GroupStatus
@@ -236,6 +238,38 @@ def share_group_series(out: list[str], view: ShareGroups) -> None:
                 total.add(labels, g.total_lag)
     out.extend(start.text())
     out.extend(total.text())
+
+
+def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
+    """MirrorMaker 2 flows (lagd.ingest.mirror_flows): heartbeat age, status, and each mirrored
+    group's failover gap summed over its partitions (per partition at /lagd/v1/mirrors/<m>/flow)."""
+    if not view.verdicts:
+        return
+    age = _Family(
+        out, "lagd_mirror_heartbeat_age_seconds", "gauge",
+        "Seconds since the newest heartbeat replicated to the target was emitted: replication latency plus at most one interval",
+    )  # fmt: skip
+    status = _Family([], "lagd_mirror_flow_status", "gauge", "1 for the flow's current status, 0 for the others")
+    gap = _Family(
+        [], "lagd_mirror_failover_gap_records", "gauge",
+        "Records a mirrored group would read again if it moved to the target now (MM2's checkpoints)",
+    )  # fmt: skip
+    dropped = _Family([], "lagd_mirror_checkpoints_dropped_total", "counter", "Checkpoints not kept (bound reached)")
+    for name, v in sorted(view.verdicts.items()):
+        labels = f'mirror="{_esc(name)}"'
+        if v.heartbeat_age_s is not None:
+            age.add(labels, v.heartbeat_age_s)
+        for s in FLOW_STATUSES:
+            status.add(f'{labels},status="{s}"', 1 if v.status == s else 0)
+        per_group: dict[str, int] = {}
+        for g in v.gaps:
+            per_group[g.group] = per_group.get(g.group, 0) + g.records
+        for group, records in sorted(per_group.items()):
+            gap.add(f'{labels},group="{_esc(group)}"', records)
+        dropped.add(labels, view.dropped_checkpoints.get(name, 0))
+    out.extend(status.text())
+    out.extend(gap.text())
+    out.extend(dropped.text())
 
 
 def _health(out: list[str], health: Health, now_ms: int) -> None:
@@ -468,6 +502,7 @@ async def metrics(request: web.Request) -> web.Response:
     for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), detail, out, ctx.snapshots):
         await slices.turn()
     share_group_series(out, ctx.share_groups)
+    mirror_flow_series(out, ctx.mirror_flows)
     return web.Response(body=_chunks(out, ctx.turns.turn), headers={"Content-Type": CONTENT_TYPE})
 
 

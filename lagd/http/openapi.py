@@ -138,6 +138,30 @@ SCHEMAS: dict[str, Any] = {
             "body": {"type": "object", "description": "The full incident: groups, partitions, statuses."},
         }
     ),
+    "MirrorFlow": _obj(
+        {
+            "mirror": STR,
+            "status": {"type": "string", "enum": ["OK", "LAGGING", "STALLED", "NO_HEARTBEATS"]},
+            "reason": STR,
+            "observed_at": INT,
+            "newest_heartbeat_at": _nullable(INT),
+            "heartbeat_age_s": _nullable(NUM),
+            "age_trend_s_per_min": _nullable(NUM),
+            "failover": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "group": STR,
+                        "topic": STR,
+                        "partition": INT,
+                        "upstream_offset": INT,
+                        "downstream_offset": INT,
+                        "records": INT,
+                    }
+                ),
+            },
+        }
+    ),
     "Mirror": _obj(
         {
             "mirror": STR,
@@ -762,6 +786,17 @@ def document() -> dict[str, Any]:
                     "Share groups.",
                 ),
                 "404": _err("Unknown cluster."),
+            },
+        ),
+        "/lagd/v1/mirrors/{mirror}/flow": _get(
+            "A MirrorMaker 2 flow judged from the heartbeats and checkpoints MM2 keeps on the target: OK, "
+            "LAGGING, STALLED or NO_HEARTBEATS, the heartbeat age, and per mirrored group and partition where "
+            "it would resume after a failover.",
+            [_path_param("mirror")],
+            {
+                "200": _json(_ref("MirrorFlow"), "The flow."),
+                "404": _err("Unknown mirror, or one without a MirrorMaker 2 alias."),
+                "503": _err("Not read yet."),
             },
         ),
         "/lagd/v1/share/{cluster}/{group}": _get(
