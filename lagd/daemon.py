@@ -604,7 +604,10 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                     notifier_input = shared
             if settings.notify.enabled and changes is not None and notifier_input is not None:
                 if settings.mirrors:
-                    spawn(watch_mirrors(store.engine, settings.mirrors, changes, clock=clock), "mirrors")
+                    mirrors = watch_mirrors(
+                        store.engine, settings.mirrors, changes, clock=clock, flows=rt.mirror_flows.verdicts
+                    )
+                    spawn(mirrors, "mirrors")
                 spawn(
                     run_notifier(
                         store.engine, settings.notify, notifier_input, rt.stop, clock=clock, turn=rt.turns.turn
