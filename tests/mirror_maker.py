@@ -121,10 +121,18 @@ def mirror_maker(
 # --- a mirrored run, captured: the records MM2 wrote and what Kafka's own tools say ------------
 
 
-async def mirrored_run(source: KafkaCluster, target: KafkaCluster, topic: str, group: str) -> dict[str, Any]:
+async def mirrored_run(
+    source: KafkaCluster,
+    target: KafkaCluster,
+    topic: str,
+    group: str,
+    while_mirroring: Callable[[dict[int, int], dict[int, int]], Awaitable[None]] | None = None,
+) -> dict[str, Any]:
     """Mirror `topic` (two partitions, steady traffic) from `source` ("src") to `target` ("dst") with
     real MirrorMaker 2, commit `group` on the source once MM2 copies, and wait until MM2 has
-    checkpointed that commit and synced it to the target group. Returns every record of MM2's
+    checkpointed that commit and synced it to the target group; then `while_mirroring` (given the
+    group's committed offsets per partition on the source and on the target, as
+    `kafka-consumer-groups` prints them) runs before MM2 stops. Returns every record of MM2's
     topics (hex, with partition, offset and record timestamp) and the ground truth the records
     must agree with: what `kafka-consumer-groups` prints for the group on both clusters."""
     await create_topic(source.bootstrap, topic, PARTITIONS)
@@ -135,7 +143,7 @@ async def mirrored_run(source: KafkaCluster, target: KafkaCluster, topic: str, g
         traffic = asyncio.create_task(_steady(source.bootstrap, topic, stop))
         try:
             mirrored = f"src.{topic}"
-            await _until(lambda: _copied(target.bootstrap, mirrored, 100), mm, f"MM2 to copy {topic} to {mirrored}")
+            await _until(lambda: copied(target.bootstrap, mirrored, 100), mm, f"MM2 to copy {topic} to {mirrored}")
             ends = await _end_offsets(source.bootstrap, topic)
             committed = {p: end - 7 for p, end in ends.items()}
             await commit_classic(source.bootstrap, group, {TopicPartition(topic, p): o for p, o in committed.items()})
@@ -152,6 +160,9 @@ async def mirrored_run(source: KafkaCluster, target: KafkaCluster, topic: str, g
 
             await _until(target_group_synced, mm, f"MM2 to sync {group}'s offsets to the target")
             source_rows = await asyncio.to_thread(describe_offsets, source, group)
+            if while_mirroring is not None:
+                on_source = {p: c for (t, p), (c, _, _) in source_rows.items() if t == topic and c is not None}
+                await while_mirroring(on_source, dict(synced))
         finally:
             stop.set()
             await traffic
@@ -213,7 +224,7 @@ async def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-async def _copied(bootstrap: str, topic: str, at_least: int) -> bool:
+async def copied(bootstrap: str, topic: str, at_least: int) -> bool:
     ends = await _end_offsets(bootstrap, topic)
     return len(ends) == PARTITIONS and all(o >= at_least for o in ends.values())
 

@@ -86,6 +86,7 @@ KNOWN: dict[str, Any] = {
     "kind": "cluster",
     "name": "prod",
     "id": 1,
+    "mirror": "dr",
 }
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -195,6 +196,7 @@ def test_lagd_api_conforms_to_its_openapi_document(live: str) -> None:
         "/lagd/v1/groups",
         "/lagd/v1/incidents",
         "/lagd/v1/mirrors",
+        "/lagd/v1/mirrors/{mirror}/flow",
         "/lagd/v1/quarantine",
         "/lagd/v1/quarantine",
         "/lagd/v1/quarantine/{id}",

@@ -19,6 +19,7 @@ STALLED = FlowVerdict(
     NOW,
     NOW - 41_000,
     41.0,
+    40.0,
     0.9,
     (
         FailoverGap("billing", "src.orders", 0, 498, 495, 3),
@@ -44,7 +45,8 @@ async def test_a_flow_is_shown_by_the_api_the_metrics_and_the_status_page() -> N
         async with s.get("/lagd/v1/mirrors/dr/flow") as resp:
             assert resp.status == 200
             body = await resp.json()
-        assert (body["status"], body["heartbeat_age_s"], body["newest_heartbeat_at"]) == ("STALLED", 41.0, NOW - 41_000)
+        assert (body["status"], body["heartbeat_age_s"], body["delay_s"]) == ("STALLED", 41.0, 40.0)
+        assert (body["newest_heartbeat_at"], body["delay_trend_s_per_min"]) == (NOW - 41_000, 0.9)
         assert [(g["group"], g["partition"], g["records"]) for g in body["failover"]] == [
             ("billing", 0, 3),
             ("billing", 1, 2),
@@ -57,6 +59,7 @@ async def test_a_flow_is_shown_by_the_api_the_metrics_and_the_status_page() -> N
         async with s.get("/metrics") as resp:
             metrics = await resp.text()
         assert 'lagd_mirror_heartbeat_age_seconds{mirror="dr"} 41' in metrics
+        assert 'lagd_mirror_delay_seconds{mirror="dr"} 40' in metrics
         assert 'lagd_mirror_flow_status{mirror="dr",status="STALLED"} 1' in metrics
         assert 'lagd_mirror_flow_status{mirror="dr",status="OK"} 0' in metrics
         assert 'lagd_mirror_failover_gap_records{mirror="dr",group="billing"} 5' in metrics

@@ -104,7 +104,7 @@ async def test_changed_mirror_verdicts_reach_the_feed_once(engine: AsyncEngine) 
 
 
 def flow(status: str) -> FlowVerdict:
-    return FlowVerdict("dr", status, "why", T0, T0, 1.0, None, ())  # type: ignore[arg-type]
+    return FlowVerdict("dr", status, "why", T0, T0, 1.0, 1.0, None, ())  # type: ignore[arg-type]
 
 
 async def test_a_mirror_maker_flows_verdict_changes_reach_the_feed_as_the_mirror(engine: AsyncEngine) -> None:

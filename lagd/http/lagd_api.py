@@ -197,7 +197,8 @@ def flow_view(v: FlowVerdict) -> dict[str, Any]:
         "observed_at": v.observed_ms,
         "newest_heartbeat_at": v.newest_heartbeat_ms,
         "heartbeat_age_s": v.heartbeat_age_s,
-        "age_trend_s_per_min": v.age_trend_s_per_min,
+        "delay_s": v.delay_s,
+        "delay_trend_s_per_min": v.delay_trend_s_per_min,
         "failover": gaps,
     }
 

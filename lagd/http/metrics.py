@@ -245,9 +245,13 @@ def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
     group's failover gap summed over its partitions (per partition at /lagd/v1/mirrors/<m>/flow)."""
     if not view.verdicts:
         return
+    delay = _Family(
+        out, "lagd_mirror_delay_seconds", "gauge",
+        "How far the target is behind the source, from the heartbeats MirrorMaker 2 replicates (lagd.evaluate.mirror_flow)",
+    )  # fmt: skip
     age = _Family(
-        out, "lagd_mirror_heartbeat_age_seconds", "gauge",
-        "Seconds since the newest heartbeat replicated to the target was emitted: replication latency plus at most one interval",
+        [], "lagd_mirror_heartbeat_age_seconds", "gauge",
+        "Seconds since the newest heartbeat replicated to the target was emitted",
     )  # fmt: skip
     status = _Family([], "lagd_mirror_flow_status", "gauge", "1 for the flow's current status, 0 for the others")
     gap = _Family(
@@ -257,6 +261,8 @@ def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
     dropped = _Family([], "lagd_mirror_checkpoints_dropped_total", "counter", "Checkpoints not kept (bound reached)")
     for name, v in sorted(view.verdicts.items()):
         labels = f'mirror="{_esc(name)}"'
+        if v.delay_s is not None:
+            delay.add(labels, v.delay_s)
         if v.heartbeat_age_s is not None:
             age.add(labels, v.heartbeat_age_s)
         for s in FLOW_STATUSES:
@@ -267,6 +273,7 @@ def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
         for group, records in sorted(per_group.items()):
             gap.add(f'{labels},group="{_esc(group)}"', records)
         dropped.add(labels, view.dropped_checkpoints.get(name, 0))
+    out.extend(age.text())
     out.extend(status.text())
     out.extend(gap.text())
     out.extend(dropped.text())

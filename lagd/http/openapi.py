@@ -146,7 +146,8 @@ SCHEMAS: dict[str, Any] = {
             "observed_at": INT,
             "newest_heartbeat_at": _nullable(INT),
             "heartbeat_age_s": _nullable(NUM),
-            "age_trend_s_per_min": _nullable(NUM),
+            "delay_s": _nullable(NUM),
+            "delay_trend_s_per_min": _nullable(NUM),
             "failover": {
                 "type": "array",
                 "items": _obj(

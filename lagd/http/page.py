@@ -311,8 +311,8 @@ def render_health(ctx: HttpContext, now_ms: int) -> str:
 
 
 def render_mirror_flows(ctx: HttpContext) -> str:
-    """MirrorMaker 2 flows (lagd.ingest.mirror_flows): each one's status and why, its heartbeat
-    age, and per mirrored group how many records a failover to the target would read again."""
+    """MirrorMaker 2 flows (lagd.ingest.mirror_flows): each one's status and why, how far the
+    target is behind, and per mirrored group how many records a failover to the target would read again."""
     verdicts = ctx.mirror_flows.verdicts
     if not verdicts:
         return ""
@@ -322,14 +322,14 @@ def render_mirror_flows(ctx: HttpContext) -> str:
         for g in v.gaps:
             per_group[g.group] = per_group.get(g.group, 0) + g.records
         gaps = ", ".join(f"{escape(group)}: {records}" for group, records in sorted(per_group.items())) or "none"
-        age = "-" if v.heartbeat_age_s is None else f"{v.heartbeat_age_s:.1f}"
+        delay = "-" if v.delay_s is None else f"{v.delay_s:.1f}"
         rows.append(
             f'<tr class="mirror-flow is-{v.status.lower()}"><td>{escape(name)}</td><td>{_badge(v.status)}</td>'
-            f"<td>{escape(v.reason)}</td><td class=n>{age}</td><td>{gaps}</td></tr>"
+            f"<td>{escape(v.reason)}</td><td class=n>{delay}</td><td>{gaps}</td></tr>"
         )
     return (
         "<h2>mirrors (MirrorMaker 2)</h2><table><tr><th>mirror</th><th>status</th><th>why</th>"
-        "<th>heartbeat age (s)</th><th>records a failover re-reads, per group</th></tr>" + "".join(rows) + "</table>"
+        "<th>behind (s)</th><th>records a failover re-reads, per group</th></tr>" + "".join(rows) + "</table>"
     )
 
 

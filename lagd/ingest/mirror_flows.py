@@ -3,11 +3,13 @@
 For a mirror whose source has a MirrorMaker 2 alias (`mirrors.<name>.mm2-alias`, by default the
 prefix without its dot), lagd reads two topics MM2 keeps on the target, without joining a group:
 - `<alias>.heartbeats`: from each partition's newest record on, so a start costs one record;
+  then every heartbeat as it arrives (a fetch waits at most FETCH_WAIT_MS), its arrival noted,
+  which makes arrival minus emission the replication latency;
 - `<alias>.checkpoints.internal`: from the beginning (it is compacted: one record per group and
   partition), then what is new.
-Each round reads both up to the end offsets it found at its start, folds the records into the
-flow's `FlowWindow` and stores the verdict (`lagd.evaluate.mirror_flow`) in `MirrorFlows`, which
-/lagd/v1/mirrors/<name>/flow and /metrics show. A record that does not decode is counted
+Records already there when a partition was taken on carry no arrival time. Every offset-refresh
+the flow's `FlowWindow` is judged (`lagd.evaluate.mirror_flow`) into `MirrorFlows`, which
+/lagd/v1/mirrors/<name>/flow, /metrics and the status page show. A record that does not decode is counted
 (`mirror_records_<reason>`) and skipped. Missing topics are not an error: the flow reads
 NO_HEARTBEATS until MM2 creates them.
 """
@@ -15,7 +17,6 @@ NO_HEARTBEATS until MM2 creates them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ from lagd.ingest.mirror_records import decode_checkpoint, decode_heartbeat
 from lagd.model import IngestCounters
 
 log = logs.get(__name__)
+
+FETCH_WAIT_MS = 100  # how long a fetch may wait for a heartbeat: the latency's resolution
 
 
 @dataclass
@@ -91,48 +94,51 @@ async def _session(
     clock: Clock,
 ) -> None:
     alias = mm2_alias(mirror)
-    reader = FlowReader(await start_consumer(target), f"{alias}.heartbeats", f"{alias}.checkpoints.internal")
+    consumer = await start_consumer(target, fetch_max_wait_ms=FETCH_WAIT_MS)
+    reader = FlowReader(consumer, f"{alias}.heartbeats", f"{alias}.checkpoints.internal", clock)
+    loop = asyncio.get_running_loop()
     try:
         while not stop.is_set():
-            await reader.read_round(window, counters)
+            until = loop.time() + target.offset_refresh
+            await reader.assign()
+            while not stop.is_set() and loop.time() < until:
+                await reader.read(window, counters, timeout_ms=int(min(1.0, until - loop.time()) * 1000))
             flows.verdicts[mirror.name] = judge_flow(mirror.name, window, clock())
             flows.dropped_checkpoints[mirror.name] = window.dropped_checkpoints
             window.look(clock())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), target.offset_refresh)
     finally:
-        await close_quietly(reader.consumer.stop)
+        await close_quietly(consumer.stop)
 
 
 class FlowReader:
     """One consumer (no group) over a flow's heartbeats and checkpoints topics, and where it stands."""
 
-    def __init__(self, consumer: Any, heartbeats: str, checkpoints: str) -> None:
+    def __init__(self, consumer: Any, heartbeats: str, checkpoints: str, clock: Clock) -> None:
         self.consumer = consumer
         self.heartbeats = heartbeats
         self.checkpoints = checkpoints
+        self.clock = clock
         self.assigned: set[TopicPartition] = set()
+        self.live_from: dict[TopicPartition, int] = {}  # below: there before lagd looked, arrival unknown
 
-    async def read_round(self, window: FlowWindow, counters: IngestCounters) -> None:
-        """Read both topics up to the end offsets found now, into `window`."""
-        await self._assign()
+    async def read(self, window: FlowWindow, counters: IngestCounters, timeout_ms: int) -> None:
+        """Fold what arrives within `timeout_ms` (at most) into `window`."""
         if not self.assigned:
+            await asyncio.sleep(timeout_ms / 1000)
             return
-        ends: dict[TopicPartition, int] = await self.consumer.end_offsets(list(self.assigned))
-        pending = {tp for tp, end in ends.items() if await self.consumer.position(tp) < end}
-        while pending:
-            batches = await self.consumer.getmany(*pending, timeout_ms=1000, max_records=5000)
-            for tp, records in batches.items():
-                for r in records:
-                    self._fold(tp.topic, r.key, r.value, window, counters)
-            for tp in list(pending):
-                if await self.consumer.position(tp) >= ends[tp]:
-                    pending.discard(tp)
+        batches = await self.consumer.getmany(timeout_ms=max(1, timeout_ms), max_records=5000)
+        arrived = self.clock()
+        for tp, records in batches.items():
+            live_from = self.live_from.get(tp, 0)
+            for r in records:
+                self._fold(tp.topic, r.key, r.value, arrived if r.offset >= live_from else None, window, counters)
 
-    async def _assign(self) -> None:
+    async def assign(self) -> None:
         """Take on partitions of the two topics that appeared (MM2 creates them when it starts)."""
-        await self.consumer._client.force_metadata_update()
-        cluster = self.consumer._client.cluster
+        # every topic's metadata, asked apart from the consumer's own: asking for the two by name
+        # could make a broker with auto.create.topics.enable create them, and the consumer only
+        # keeps the metadata of the topics it is assigned
+        cluster = await self.consumer._client.fetch_all_metadata()
         found = {
             TopicPartition(topic, p)
             for topic in (self.heartbeats, self.checkpoints)
@@ -147,19 +153,27 @@ class FlowReader:
         self.consumer.assign(sorted(self.assigned))
         for tp, position in kept.items():
             self.consumer.seek(tp, position)
-        checkpoints = [tp for tp in new if tp.topic == self.checkpoints]
-        heartbeats = [tp for tp in new if tp.topic == self.heartbeats]
-        if checkpoints:
-            await self.consumer.seek_to_beginning(*checkpoints)
-        if heartbeats:
-            ends = await self.consumer.end_offsets(heartbeats)
-            for tp in heartbeats:
+        ends = await self.consumer.end_offsets(sorted(new))
+        self.live_from.update(ends)
+        for tp in sorted(new):
+            if tp.topic == self.heartbeats:
                 self.consumer.seek(tp, max(0, ends[tp] - 1))  # only the newest heartbeat matters
+        checkpoints = sorted(tp for tp in new if tp.topic == self.checkpoints)
+        if checkpoints:
+            await self.consumer.seek_to_beginning(*checkpoints)  # compacted: its start may be past 0
 
-    def _fold(self, topic: str, key: bytes | None, value: bytes | None, window: FlowWindow, counters: Any) -> None:
+    def _fold(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        arrived: int | None,
+        window: FlowWindow,
+        counters: IngestCounters,
+    ) -> None:
         try:
             if topic == self.heartbeats:
-                window.heartbeat(decode_heartbeat(key, value).timestamp_ms)
+                window.heartbeat(decode_heartbeat(key, value).timestamp_ms, arrived)
             elif value is not None:  # a compacted-away checkpoint's tombstone says nothing
                 window.checkpoint(decode_checkpoint(key, value))
         except DecodeError as exc:
