@@ -350,8 +350,8 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
                 "lagd_store_postgres_requested_checkpoints",
                 "gauge",
                 "Checkpoints Postgres ran on request (most often its WAL filling max_wal_size) in the last 10 minutes, "
-                "as lagd last read them: 3 or more and its window writes fill the WAL with whole pages (README: Postgres for a "
-                "large estate)",
+                "as lagd last read them: 3 or more and its window writes fill the WAL with whole pages (docs/operations.md: "
+                "Postgres for a large estate)",
             ).add("", int(forced))
     pub = health.publisher
     if pub is not None:
