@@ -285,7 +285,13 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
     for cluster, c in counters:
         for kind, n in sorted(c.records_by_type.items()):
             f.add(f'cluster="{_esc(cluster)}",type="{_esc(kind)}"', n)
-    f = _Family(out, "lagd_ingest_decode_errors_total", "counter", "Records that could not be decoded, by reason")
+    f = _Family(
+        out,
+        "lagd_ingest_decode_errors_total",
+        "counter",
+        "Records that could not be decoded, and KIP-848 owners that could not be updated (unknown_topic_id, "
+        "kip848_owners_unseeded: no record rejected), by reason (a fixed set: docs/hostile-input.md)",
+    )
     for cluster, c in counters:
         for reason, n in sorted(c.decode_errors.items()):
             f.add(f'cluster="{_esc(cluster)}",reason="{_esc(reason)}"', n)
@@ -391,8 +397,8 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
                 "lagd_store_postgres_requested_checkpoints",
                 "gauge",
                 "Checkpoints Postgres ran on request (most often its WAL filling max_wal_size) in the last 10 minutes, "
-                "as lagd last read them: 3 or more and its window writes fill the WAL with whole pages (README: Postgres for a "
-                "large estate)",
+                "as lagd last read them: 3 or more and its window writes fill the WAL with whole pages (docs/operations.md: "
+                "Postgres for a large estate)",
             ).add("", int(forced))
     pub = health.publisher
     if pub is not None:
