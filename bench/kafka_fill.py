@@ -104,8 +104,8 @@ class _Assigned(ConsumerRebalanceListener):  # type: ignore[misc]
             self.done.set()
 
 
-async def _one_group(bootstrap: str, g: int, partitions: int) -> int:
-    """One consumer of group g: join, commit ROUNDS times, leave. The commits it made."""
+async def _one_group(bootstrap: str, g: int, partitions: int, counts: dict[str, int]) -> None:
+    """One consumer of group g: join, commit ROUNDS times, leave; each step counted in `counts`."""
     topic = topic_of(g)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -123,13 +123,15 @@ async def _one_group(bootstrap: str, g: int, partitions: int) -> int:
         listener = _Assigned(partitions)
         consumer.subscribe([topic], listener=listener)
         await asyncio.wait_for(listener.done.wait(), JOIN_TIMEOUT_S)
+        counts["joined"] += 1
         for r in range(ROUNDS):
             await consumer.commit(
                 {TopicPartition(topic, p): OffsetAndMetadata(round_offset(r), "") for p in range(partitions)}
             )
-        return ROUNDS * partitions
+            counts["commits"] += partitions
     finally:
         await consumer.stop()
+    counts["groups"] += 1
 
 
 async def _worker(bootstrap: str, index: int, procs: int, groups: int, partitions: int, concurrency: int) -> None:
@@ -137,20 +139,18 @@ async def _worker(bootstrap: str, index: int, procs: int, groups: int, partition
     quiet_aiokafka()
     mine = [g for g in range(groups) if g % procs == index]
     sem = asyncio.Semaphore(concurrency)
-    pending = {"commits": 0, "groups": 0}
+    pending = {"commits": 0, "groups": 0, "joined": 0}
 
     async def run(g: int) -> None:
         async with sem:
-            commits = await _one_group(bootstrap, g, partitions)
-        pending["commits"] += commits
-        pending["groups"] += 1
+            await _one_group(bootstrap, g, partitions, pending)
 
     async def report() -> None:
         while True:
             await asyncio.sleep(0.5)
-            if pending["groups"]:
+            if any(pending.values()):
                 print(json.dumps(pending), flush=True)
-                pending.update(commits=0, groups=0)
+                pending.update(commits=0, groups=0, joined=0)
 
     reporter = asyncio.create_task(report())
     try:
@@ -190,7 +190,7 @@ async def _run_processes(
 ) -> int:
     """The fill processes, their progress summed into one line every PROGRESS_S. Commits made."""
     expected = groups * partitions * ROUNDS
-    totals = {"commits": 0, "groups": 0}
+    totals = {"commits": 0, "groups": 0, "joined": 0}
     children = [
         await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.kafka_fill", "--worker", str(i), "--procs", str(procs),
@@ -208,14 +208,16 @@ async def _run_processes(
             part = json.loads(line)
             totals["commits"] += part["commits"]
             totals["groups"] += part["groups"]
+            totals["joined"] += part["joined"]
 
     async def progress() -> None:
         while True:
             await asyncio.sleep(PROGRESS_S)
             now = time.perf_counter()
             say(
-                f"fill: {totals['commits']:,}/{expected:,} offsets committed by {totals['groups']:,}/{groups:,} "
-                f"consumers ({totals['commits'] / (now - t0):,.0f}/s; {now - started:.0f} s in)"
+                f"fill: {totals['commits']:,}/{expected:,} offsets committed ({totals['commits'] / (now - t0):,.0f}/s); "
+                f"consumers: {totals['joined']:,}/{groups:,} joined, {totals['groups']:,} done and left; "
+                f"{now - started:.0f} s in"
             )
 
     ticker = asyncio.create_task(progress())
