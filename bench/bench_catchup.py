@@ -53,6 +53,27 @@ requests share the daemon's loop; Burrow keeps everything in memory and writes n
 lagd also writes its windows to Postgres (whose CPU is not counted). The bench process
 itself and the shim share the 2 cores with the daemon under test.
 Run: `python -m bench.bench_catchup [--groups 2000] [--partitions 50] [--rounds 3] [--no-burrow]`.
+
+The Kafka variant (`--kafka`, issue 49): the same measuring on a real Apache Kafka (the pinned
+4.x, or `--kafka-version 3.9.1`; one KRaft node from lagd.embedded_kafka, 50 offsets
+partitions) whose `__consumer_offsets` real clients filled (bench/kafka_fill.py: one aiokafka
+consumer per group joins its group, commits its 50 partitions 5 times and leaves; the group
+coordinator writes every record, in its own record versions, and the group metadata of every
+join and leave besides; then one marker commit per offsets partition, checked to be that
+partition's last record). With the defaults that is 500,050 offset commits among about 506,000
+records; the figures count every record of the topic, since a reader reads them all. Filled
+anew each run (nothing cached), the fill's time printed. Kafka advertises the shim's port, so
+lagd, Burrow and the fill reach it through the shim as on Tansu (Kafka 4 removed ListOffsets v0
+too). lagd runs as above (notify on when a Mosquitto listens on :1883, as there); Postgres is the
+local one when it listens, else one private PostgreSQL (fsync off) for the whole run. Every figure of this
+variant is printed with `[Kafka VERSION]` before it, the Tansu variant's with `[Tansu]` on its
+first line. Burrow runs as above; one that has not caught up after `--burrow-timeout` seconds
+is given up (and not run again in later rounds), and what its log said is printed counted by
+message: Burrow 1.2.1 decodes offset commit values v0, v1 and v3 and group metadata values v0
+and v1 only, so on Kafka 4.4.0 (commit values v4) it rejects every commit. No target is judged
+on this variant: issue 13's are judged on the Tansu one.
+Run: `python -m bench.bench_catchup --kafka [--kafka-version V] [--groups 2000] [--rounds 3]
+[--fill-procs 4] [--fill-concurrency 50] [--burrow-timeout 300]`.
 """
 
 from __future__ import annotations
@@ -449,20 +470,12 @@ client-id = "lagd-bench-{tag}"
 
 
 async def run_lagd(
-    bootstrap: str,
-    info: Input,
-    shim_pid: int,
-    workdir: Path,
-    pg: embedded.Postgres | None = None,
-    mqtt_url: str | None = None,
+    bootstrap: str, info: Input, shim_pid: int, workdir: Path, pg: embedded.Postgres | None = None
 ) -> Run:
-    """One catch-up of lagd; on `pg` and `mqtt_url` when given (else the local ones, if running)."""
+    """One catch-up of lagd, its database on `pg` when given (see fresh_database)."""
     url, admin_url, dbname = fresh_database(pg)
     port = free_port()
-    if mqtt_url is not None:
-        mqtt = mqtt_url
-    else:
-        mqtt = "mqtt://127.0.0.1:1883" if embedded.port_open("127.0.0.1", 1883) else ""
+    mqtt = "mqtt://127.0.0.1:1883" if embedded.port_open("127.0.0.1", 1883) else ""
     tag = uuid.uuid4().hex[:6]
     config = workdir / "lagd.toml"
     config.write_text(lagd_config(bootstrap, url, port, mqtt, tag))
@@ -772,12 +785,6 @@ async def main_async_kafka(a: argparse.Namespace) -> None:
         if pg is None:
             pg = embedded.start_private_postgres()
             started.append(pg)
-        if embedded.port_open("127.0.0.1", 1883):
-            mqtt = "mqtt://127.0.0.1:1883"
-        else:
-            mosquitto = embedded.start_mosquitto()
-            started.append(mosquitto)
-            mqtt = f"mqtt://{mosquitto.address}"
         kafka_port, shim_port = free_port(), free_port()
         shim = spawn(
             [sys.executable, "-m", "bench.kafka_shim", "--listen", f"127.0.0.1:{shim_port}",
@@ -832,7 +839,7 @@ async def main_async_kafka(a: argparse.Namespace) -> None:
                 where.mkdir()
                 print(f"{label} round {i + 1} of {a.rounds}: {name}")
                 if name == "lagd":
-                    runs[name] = await run_lagd(bootstrap, info, shim.pid, where, pg=pg, mqtt_url=mqtt)
+                    runs[name] = await run_lagd(bootstrap, info, shim.pid, where, pg=pg)
                 else:
                     runs[name] = await run_burrow(
                         burrow or "", bootstrap, info, shim.pid, where, timeout=a.burrow_timeout

@@ -365,17 +365,16 @@ def start_kafka(
     `client_ports` picks each node's PLAINTEXT port (free ones otherwise): a proxy started
     before the cluster can then forward to it while `broker_properties` advertises the proxy.
     """
+    if client_ports is not None and len(client_ports) != nodes:
+        raise ServiceError(f"client_ports names {len(client_ports)} ports for {nodes} nodes: give one per node")
     cp_folder = libs(version)
     workdir = Path(tempfile.mkdtemp(prefix=f"lagd-kafka-{version}-"))
     (workdir / "log4j2.yaml").write_text(_LOG4J2)
     (workdir / "log4j.properties").write_text(_LOG4J1)
     per_node = 3 if sasl_ssl else 2
     picked = _distinct_ports(per_node * nodes)
-    if client_ports is not None:
-        if len(client_ports) != nodes:
-            raise ServiceError(f"client_ports names {len(client_ports)} ports for {nodes} nodes: give one per node")
-        for i, port in enumerate(client_ports):
-            picked[per_node * i] = port
+    for i, port in enumerate(client_ports or []):
+        picked[per_node * i] = port
     ports = [
         (picked[per_node * i], picked[per_node * i + 1], picked[per_node * i + 2] if sasl_ssl else None)
         for i in range(nodes)

@@ -1,0 +1,66 @@
+"""The pure parts of the catch-up bench's Kafka variant: the fill's marker check reads real
+Kafka keys as lagd's decoder does, the marker groups, and the summary of Burrow's log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.bench_catchup import burrow_log_summary
+from bench.kafka_fill import OFFSETS_PARTITIONS, _commit_key, _homes, group_name
+from lagd.embedded import ServiceError
+from lagd.embedded_kafka import start_kafka
+from lagd.ingest.codec import OffsetCommit, decode
+from lagd.sim.encode import offsets_partition_for
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("name", ["kafka-4.4.0-offsets-records.json", "kafka-3.9.1-offsets-records.json"])
+def test_commit_keys_read_as_lagds_decoder_reads_them(name: str) -> None:
+    """Records Kafka itself wrote: a commit's key gives lagd's group, topic and partition; any other key None."""
+    records = json.loads((DATA / name).read_text())["records"]
+    commits = 0
+    for rec in records:
+        key = bytes.fromhex(rec["key"])
+        value = bytes.fromhex(rec["value"]) if rec["value"] is not None else None
+        decoded = decode(key, value)
+        got = _commit_key(key)
+        if isinstance(decoded, OffsetCommit):
+            commits += 1
+            assert got == (decoded.group, decoded.topic, decoded.partition)
+        elif key[:2] not in (b"\x00\x00", b"\x00\x01"):
+            assert got is None
+    assert commits > 0
+
+
+def test_each_offsets_partition_with_a_group_gets_its_first_group_as_marker() -> None:
+    homes = _homes(2000)
+    assert len(homes) == OFFSETS_PARTITIONS  # 2,000 groups reach every partition
+    for partition, g in homes.items():
+        assert offsets_partition_for(group_name(g), OFFSETS_PARTITIONS) == partition
+        assert all(offsets_partition_for(group_name(h), OFFSETS_PARTITIONS) != partition for h in range(g))
+    assert len(_homes(3)) <= 3
+
+
+def test_burrows_log_is_counted_by_message_and_reason(tmp_path: Path) -> None:
+    lines = [
+        {"level": "warn", "ts": 1.0, "msg": "failed to decode", "reason": "value version", "version": 4, "group": "a"},
+        {"level": "warn", "ts": 2.0, "msg": "failed to decode", "reason": "value version", "version": 4, "group": "b"},
+        {"level": "warn", "ts": 3.0, "msg": "unknown consumer", "group": "c"},
+    ]
+    (tmp_path / "burrow.log").write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
+    assert burrow_log_summary(tmp_path) == [
+        "2 x level=warn, msg=failed to decode, reason=value version, version=4",
+        "1 x level=warn, msg=unknown consumer",
+        "1 x not json",
+    ]
+    assert burrow_log_summary(tmp_path, top=1)[-1] == "... and 2 other kinds of line"
+    assert burrow_log_summary(tmp_path / "none") == []
+
+
+def test_client_ports_must_name_one_port_per_node() -> None:
+    with pytest.raises(ServiceError, match="give one per node"):
+        start_kafka(nodes=1, client_ports=[20001, 20002])
