@@ -686,8 +686,14 @@ async def main_async(a: argparse.Namespace) -> None:
         sys.stderr,
         ROOT,
     )
+    private_pg: embedded.Postgres | None = None
     try:
         embedded.wait_port("127.0.0.1", shim_port, 20, shim)  # type: ignore[arg-type]
+        # one private server for every round when none listens (a fresh database each round):
+        # one started per round outlived the bench
+        pg = embedded.system_postgres()
+        if pg is None:
+            pg = private_pg = embedded.start_private_postgres()
         bootstrap = f"127.0.0.1:{shim_port}"
         info = await fill(bootstrap, a.groups, a.partitions)
         burrow = burrow_binary()
@@ -707,7 +713,7 @@ async def main_async(a: argparse.Namespace) -> None:
                 where.mkdir()
                 print(f"round {i + 1} of {a.rounds}: {name}")
                 if name == "lagd":
-                    runs[name] = await run_lagd(bootstrap, info, shim.pid, where)
+                    runs[name] = await run_lagd(bootstrap, info, shim.pid, where, pg=pg)
                 else:
                     runs[name] = await run_burrow(burrow or "", bootstrap, info, shim.pid, where)
                 report(runs[name], info.records)
@@ -719,6 +725,8 @@ async def main_async(a: argparse.Namespace) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             shim.wait(5)
         broker.stop()
+        if private_pg is not None:
+            private_pg.stop()
         if not a.keep:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
