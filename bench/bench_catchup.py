@@ -737,22 +737,36 @@ async def main_async(a: argparse.Namespace) -> None:
 
 
 def burrow_log_summary(conf: Path, top: int = 6) -> list[str]:
-    """What Burrow logged (warn and above), counted by message and reason: the finding when it
-    does not catch up. Burrow 1.2.1 logs JSON lines (zap); anything else is counted whole."""
+    """What Burrow logged (warn and above), counted by message and reason, and how many offsets-topic
+    records its lines name and over what span: the finding when it does not catch up. Burrow 1.2.1
+    logs JSON lines (zap) to burrow.log and rotates it at 100 MB into burrow-TIME.log, which are
+    read too; a line that is not JSON is counted whole."""
     counts: dict[str, int] = {}
-    with contextlib.suppress(OSError), (conf / "burrow.log").open(errors="replace") as f:
-        for line in f:
-            try:
-                entry = json.loads(line)
-                keep = ("level", "msg", "message_type", "reason", "version", "error")
-                what = ", ".join(f"{k}={entry[k]}" for k in keep if k in entry)
-            except ValueError:
-                what = line.strip()[:200]
-            counts[what] = counts.get(what, 0) + 1
+    seen: set[tuple[int, int]] = set()
+    stamps: list[float] = []
+    for path in [*sorted(conf.glob("burrow-*.log")), conf / "burrow.log"]:
+        with contextlib.suppress(OSError), path.open(errors="replace") as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                    keep = ("level", "msg", "message_type", "reason", "version", "error")
+                    what = ", ".join(f"{k}={entry[k]}" for k in keep if k in entry)
+                    if "offset_partition" in entry and "offset_offset" in entry:
+                        seen.add((entry["offset_partition"], entry["offset_offset"]))
+                        stamps.append(float(entry.get("ts", 0.0)))
+                except (ValueError, TypeError, AttributeError):
+                    what = line.strip()[:200]
+                counts[what] = counts.get(what, 0) + 1
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])
-    return [f"{n:,} x {what}" for what, n in ranked[:top]] + (
-        [f"... and {len(ranked) - top} other kinds of line"] if len(ranked) > top else []
-    )
+    lines = [f"{n:,} x {what}" for what, n in ranked[:top]]
+    if len(ranked) > top:
+        lines.append(f"... and {len(ranked) - top} other kinds of line")
+    if seen:
+        lines.append(
+            f"its lines name {len(seen):,} distinct offsets-topic records, the first to the last "
+            f"{max(stamps) - min(stamps):.1f} s apart"
+        )
+    return lines
 
 
 def judge_kafka(rounds: list[dict[str, Run]], records: int, label: str) -> None:

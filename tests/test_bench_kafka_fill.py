@@ -45,19 +45,27 @@ def test_each_offsets_partition_with_a_group_gets_its_first_group_as_marker() ->
     assert len(_homes(3)) <= 3
 
 
-def test_burrows_log_is_counted_by_message_and_reason(tmp_path: Path) -> None:
-    lines = [
-        {"level": "warn", "ts": 1.0, "msg": "failed to decode", "reason": "value version", "version": 4, "group": "a"},
-        {"level": "warn", "ts": 2.0, "msg": "failed to decode", "reason": "value version", "version": 4, "group": "b"},
-        {"level": "warn", "ts": 3.0, "msg": "unknown consumer", "group": "c"},
-    ]
-    (tmp_path / "burrow.log").write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
+def test_burrows_log_is_counted_by_message_and_reason_over_its_rotated_files(tmp_path: Path) -> None:
+    def line(ts: float, msg: str, **more: object) -> str:
+        return json.dumps({"level": "warn", "ts": ts, "msg": msg, **more}) + "\n"
+
+    reject = {"reason": "value version", "version": 4, "offset_topic": "__consumer_offsets"}
+    (tmp_path / "burrow-2026-12-03T06-34-56.164.log").write_text(
+        line(10.0, "failed to decode", offset_partition=0, offset_offset=0, **reject)
+        + line(11.0, "failed to decode", offset_partition=0, offset_offset=1, **reject)
+    )
+    (tmp_path / "burrow.log").write_text(
+        line(13.5, "failed to decode", offset_partition=1, offset_offset=0, **reject)
+        + line(14.0, "unknown consumer", consumer="group-00001")
+        + "not json\n"
+    )
     assert burrow_log_summary(tmp_path) == [
-        "2 x level=warn, msg=failed to decode, reason=value version, version=4",
+        "3 x level=warn, msg=failed to decode, reason=value version, version=4",
         "1 x level=warn, msg=unknown consumer",
         "1 x not json",
+        "its lines name 3 distinct offsets-topic records, the first to the last 3.5 s apart",
     ]
-    assert burrow_log_summary(tmp_path, top=1)[-1] == "... and 2 other kinds of line"
+    assert burrow_log_summary(tmp_path, top=1)[1] == "... and 2 other kinds of line"
     assert burrow_log_summary(tmp_path / "none") == []
 
 
