@@ -73,7 +73,7 @@ message: Burrow 1.2.1 decodes offset commit values v0, v1 and v3 and group metad
 and v1 only, so on Kafka 4.4.0 (commit values v4) it rejects every commit. No target is judged
 on this variant: issue 13's are judged on the Tansu one.
 Run: `python -m bench.bench_catchup --kafka [--kafka-version V] [--groups 2000] [--rounds 3]
-[--fill-procs 4] [--fill-concurrency 50] [--burrow-timeout 300]`.
+[--fill-procs 4] [--fill-concurrency 50] [--burrow-timeout 180]`.
 """
 
 from __future__ import annotations
@@ -902,7 +902,7 @@ def main() -> None:
         "--fill-concurrency", type=int, default=50, help="with --kafka: consumers at a time in each fill process"
     )
     ap.add_argument(
-        "--burrow-timeout", type=float, default=300.0, help="with --kafka: seconds before Burrow's run is given up"
+        "--burrow-timeout", type=float, default=180.0, help="with --kafka: seconds before Burrow's run is given up"
     )
     a = ap.parse_args()
     if a.kafka:
