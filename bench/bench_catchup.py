@@ -780,13 +780,22 @@ def judge_kafka(rounds: list[dict[str, Run]], records: int, label: str) -> None:
             f"{label} lagd, median of {len(done)} rounds: {rps:,.0f} records/s, {per_cpu:,.0f} records per "
             f"CPU-second (rounds: {', '.join(f'{records / r.seconds:,.0f}' for r in done)} records/s)"
         )
+    ratios: list[tuple[float, float, float]] = []
     for i, runs in enumerate(rounds):
         b, mine = runs.get("burrow"), runs["lagd"]
         if b and b.completed and mine.completed:
+            ratio = (b.seconds / mine.seconds, b.cpu_s / mine.cpu_s, mine.peak_rss_mb / b.peak_rss_mb)
+            ratios.append(ratio)
             print(
-                f"{label} round {i + 1}: ratios lagd/Burrow: records/s {b.seconds / mine.seconds:.2f}x, records per "
-                f"CPU-second {b.cpu_s / mine.cpu_s:.2f}x, peak RSS {mine.peak_rss_mb / b.peak_rss_mb:.2f}x"
+                f"{label} round {i + 1}: ratios lagd/Burrow: records/s {ratio[0]:.2f}x, records per "
+                f"CPU-second {ratio[1]:.2f}x, peak RSS {ratio[2]:.2f}x"
             )
+    if ratios:
+        rps_x, cpu_x, rss_x = (statistics.median(r[k] for r in ratios) for k in range(3))
+        print(
+            f"{label} ratios lagd/Burrow, median of {len(ratios)} rounds: records/s {rps_x:.2f}x, records per "
+            f"CPU-second {cpu_x:.2f}x, peak RSS {rss_x:.2f}x"
+        )
     for i, runs in enumerate(rounds):
         for name, r in runs.items():
             if not r.completed:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_catchup import burrow_log_summary
+from bench.bench_catchup import Run, burrow_log_summary, judge_kafka
 from bench.kafka_fill import OFFSETS_PARTITIONS, _commit_key, _homes, group_name
 from lagd.embedded import ServiceError
 from lagd.embedded_kafka import start_kafka
@@ -72,3 +72,33 @@ def test_burrows_log_is_counted_by_message_and_reason_over_its_rotated_files(tmp
 def test_client_ports_must_name_one_port_per_node() -> None:
     with pytest.raises(ServiceError, match="give one per node"):
         start_kafka(nodes=1, client_ports=[20001, 20002])
+
+
+def test_the_kafka_summary_gives_lagds_medians_and_ratios_only_where_burrow_caught_up(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def run(name: str, seconds: float, cpu: float, rss: float, completed: bool = True) -> Run:
+        return Run(name, seconds=seconds, cpu_s=cpu, peak_rss_mb=rss, completed=completed, last_note="0/2 listed")
+
+    rounds = [
+        {"lagd": run("lagd", 10, 4, 100), "burrow": run("burrow", 20, 10, 200)},
+        {"lagd": run("lagd", 20, 5, 100), "burrow": run("burrow", 30, 20, 100)},
+        {"lagd": run("lagd", 5, 2, 100)},
+    ]
+    judge_kafka(rounds, 1000, "[K]")
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0]
+        == "[K] lagd, median of 3 rounds: 100 records/s, 250 records per CPU-second (rounds: 100, 50, 200 records/s)"
+    )
+    assert out[1] == "[K] round 1: ratios lagd/Burrow: records/s 2.00x, records per CPU-second 2.50x, peak RSS 0.50x"
+    assert out[2] == "[K] round 2: ratios lagd/Burrow: records/s 1.50x, records per CPU-second 4.00x, peak RSS 1.00x"
+    assert (
+        out[3]
+        == "[K] ratios lagd/Burrow, median of 2 rounds: records/s 1.75x, records per CPU-second 3.25x, peak RSS 0.75x"
+    )
+    rounds[0]["burrow"] = run("burrow", 180, 10, 300, completed=False)
+    judge_kafka(rounds, 1000, "[K]")
+    out = capsys.readouterr().out.splitlines()
+    assert "[K] round 1: burrow did not catch up (0/2 listed)" in out
+    assert not any("round 1: ratios" in line for line in out)
