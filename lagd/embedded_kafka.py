@@ -355,19 +355,26 @@ def start_kafka(
     broker_properties: dict[str, str] | None = None,
     timeout: float = 120.0,
     sasl_ssl: SaslSslListener | None = None,
+    client_ports: list[int] | None = None,
 ) -> KafkaCluster:
     """Apache Kafka `version` in KRaft mode: `nodes` combined broker/controller JVMs on free ports.
 
     The offsets topic gets `offsets_partitions` partitions (few, so a test's groups are easy to
     find) and a replication factor of min(3, nodes); `broker_properties` adds or overrides
     server properties (an authorizer, say). `sasl_ssl` adds a SASL_SSL client listener.
+    `client_ports` picks each node's PLAINTEXT port (free ones otherwise): a proxy started
+    before the cluster can then forward to it while `broker_properties` advertises the proxy.
     """
+    if client_ports is not None and len(client_ports) != nodes:
+        raise ServiceError(f"client_ports names {len(client_ports)} ports for {nodes} nodes: give one per node")
     cp_folder = libs(version)
     workdir = Path(tempfile.mkdtemp(prefix=f"lagd-kafka-{version}-"))
     (workdir / "log4j2.yaml").write_text(_LOG4J2)
     (workdir / "log4j.properties").write_text(_LOG4J1)
     per_node = 3 if sasl_ssl else 2
     picked = _distinct_ports(per_node * nodes)
+    for i, port in enumerate(client_ports or []):
+        picked[per_node * i] = port
     ports = [
         (picked[per_node * i], picked[per_node * i + 1], picked[per_node * i + 2] if sasl_ssl else None)
         for i in range(nodes)
