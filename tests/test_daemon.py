@@ -161,6 +161,8 @@ def test_brokers_that_never_answer_make_lagd_degraded_rather_than_starting_for_e
         assert message.startswith(f"lagd cannot reach the brokers of cluster(s) local (bootstrap-servers {nowhere}"), (
             message
         )
+        # the database migration is told: here a schema already at the newest revision
+        assert "database schema up to date (revision " in log.read_text(), log.read_text()[-3000:]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, log.read_text()[-3000:]
     finally:
