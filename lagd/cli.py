@@ -97,15 +97,15 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
-    from lagd.db.migrate import upgrade
+    from lagd.db.migrate import migration_summary, upgrade
 
     try:
-        upgrade(settings.storage.database_url.reveal(), args.revision)
+        before, after = upgrade(settings.storage.database_url.reveal(), args.revision)
     except Exception as exc:  # the operator needs the reason, not a traceback
         print(f"lagd: database upgrade failed: {exc.__class__.__name__}: {exc}".splitlines()[0], file=sys.stderr)
         print("check storage.database-url and that the database exists and accepts connections", file=sys.stderr)
         return 1
-    print(f"database at {args.revision}")
+    print(migration_summary(before, after))
     return 0
 
 

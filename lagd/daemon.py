@@ -327,9 +327,10 @@ async def _restore(rt: Runtime, store: Store, migrate: bool) -> dict[tuple[str, 
     """Migrate, then restore. A worker (lagd.scale) restores only log-end samples here: its
     groups come as the consumer group assigns it their offsets partitions."""
     if migrate:
-        from lagd.db.migrate import upgrade  # Alembic: a fifth of start-up, only when migrating
+        from lagd.db.migrate import migration_summary, upgrade  # Alembic: a fifth of start-up, only when migrating
 
-        await _in_thread(upgrade, rt.settings.storage.database_url.reveal())
+        before, after = await _in_thread(upgrade, rt.settings.storage.database_url.reveal())
+        log.info(migration_summary(before, after), from_revision=before, to_revision=after)
     started = time.monotonic()
     if rt.settings.scale.enabled:
         await store.fold_log()  # workers write `windows`: what a single daemon logged goes there first

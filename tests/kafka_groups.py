@@ -190,16 +190,16 @@ def _javac() -> str:
 def java_classes(cluster: KafkaCluster) -> Path:
     """tests/java/*.java compiled with javac against `cluster`'s own jars, once per cluster."""
     out = cluster.workdir / "test-classes"
+    programs = sorted(JAVA_SOURCES.glob("*.java"))
     with _COMPILE:
-        if not (out / ".complete").exists():
-            sources = [str(p) for p in sorted(JAVA_SOURCES.glob("*.java"))]
+        if not all((out / f"{p.stem}.class").exists() for p in programs):
+            sources = [str(p) for p in programs]
             done = subprocess.run(
                 [_javac(), "-d", str(out), "-cp", classpath(cluster.version), *sources],
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
             if done.returncode != 0:
                 raise ServiceError(f"javac {' '.join(sources)} failed:\n{done.stderr[-3000:]}")
-            (out / ".complete").touch()
     return out
 
 

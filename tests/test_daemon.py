@@ -152,6 +152,17 @@ def test_brokers_that_never_answer_make_lagd_degraded_rather_than_starting_for_e
         assert cluster["reason"].startswith("no answer from the cluster's brokers"), cluster
         with urllib.request.urlopen(f"{base}/metrics", timeout=5) as answer:
             assert 'lagd_cluster_degraded{cluster="local"} 1' in answer.read().decode()
+        # the API's answers say the brokers are unreachable and what to check, not "restoring"
+        try:
+            urllib.request.urlopen(f"{base}/v3/kafka/local/consumer/g/lag", timeout=5)
+            raise AssertionError("answered before ready")
+        except urllib.error.HTTPError as refused:
+            message = json.loads(refused.read())["message"]
+        assert message.startswith(f"lagd cannot reach the brokers of cluster(s) local (bootstrap-servers {nowhere}"), (
+            message
+        )
+        # the database migration is told: here a schema already at the newest revision
+        assert "database schema up to date (revision " in log.read_text(), log.read_text()[-3000:]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, log.read_text()[-3000:]
     finally:

@@ -90,6 +90,28 @@ async def test_readiness_names_a_cluster_lagd_cannot_read_even_while_it_starts()
             )
 
 
+async def test_answers_before_ready_say_the_brokers_are_unreachable_and_what_to_check() -> None:
+    """While a cluster's brokers do not answer, lagd is not ready: its answers say that, with the
+    reason met and what to check, not that it is restoring its state (it may never be)."""
+    ctx = build_context(ready=False)
+    ctx.health.sights = {CLUSTER: ClusterSight(CLUSTER, NOW - 60_000, True, "no answer from the cluster's brokers")}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with serve(ctx) as base, aiohttp.ClientSession(base, headers=auth) as s:
+        status, _, body = await fetch(s, "GET", f"/v3/kafka/{CLUSTER}/consumer/g-ok/lag")
+    message = body["message"]
+    assert status == 503
+    assert message.startswith(f"lagd cannot reach the brokers of cluster(s) {CLUSTER} (bootstrap-servers kafka1:9092:")
+    assert "no answer from the cluster's brokers" in message
+    for what_to_check in ("brokers run", "reaches bootstrap-servers", "SASL and TLS settings"):
+        assert what_to_check in message, message
+    assert "restoring" not in message
+    # a cluster seen again: the answer before ready is the restoring one
+    ctx.health.sights = {CLUSTER: ClusterSight(CLUSTER, None, False, "")}
+    async with serve(ctx) as base, aiohttp.ClientSession(base, headers=auth) as s:
+        status, _, body = await fetch(s, "GET", f"/v3/kafka/{CLUSTER}/consumer/g-ok/lag")
+    assert (status, body["message"]) == (503, RESTORING_MESSAGE)
+
+
 async def test_v3_kafka_answers_503_while_restoring() -> None:
     """Before ready State is partial: a 503 saying so, not NOTFOUND or a partial list."""
     ctx = build_context(ready=False)

@@ -75,8 +75,8 @@ class PartitionVerdict:
 
     @property
     def reason(self) -> str:
-        """Why the partition has its status, in words."""
-        return words(self.why)
+        """Why the partition has its status, in words ("at least" where its lag in seconds is a bound)."""
+        return words(self.why, self.current_lag > 0 and self.lag_seconds_estimated)
 
     @property
     def start(self) -> WindowEntry | None:

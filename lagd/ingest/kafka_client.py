@@ -118,6 +118,7 @@ async def reconnecting(
     counter: str,
     hint: str,
     progress: ReaderProgress | None = None,
+    backoff: Backoff | None = None,
 ) -> None:
     """Run `session` until `stop` is set; after a failure, count it and retry with capped,
     jittered backoff (lagd.backoff), reset by a session that ends cleanly or ran a while. The
@@ -128,8 +129,11 @@ async def reconnecting(
     A failure lagd can explain (lagd.ingest.diagnose: a refused password, an untrusted
     certificate, nothing listening) is logged with the listener and what to fix instead of
     `hint`, once for all the cluster's readers that meet it, and kept in `progress` for the
-    cluster's status."""
-    backoff = Backoff()
+    cluster's status. One that is a setting to change (a refused password, an untrusted
+    certificate: Problem.settings) is one warning for as long as it lasts, the retries (still
+    backing off: the cluster's users or certificates may be mended) at debug; once a reader
+    gets in, it would be told again. `backoff`: the policy (tests shorten it)."""
+    backoff = backoff or Backoff()
     loop = asyncio.get_running_loop()
     while not stop.is_set():
         started = loop.time()
@@ -140,6 +144,7 @@ async def reconnecting(
                 raise
             if loop.time() - started >= backoff.cap:
                 backoff.succeeded()  # it worked for a while: this is a new outage
+                counters.answered()
             counters.count_failure(f"{counter}_{exc.__class__.__name__}")
             problem = await diagnose(cluster, exc) if not isinstance(exc, asyncio.CancelledError) else None
             delay, log_now = backoff.failed()
@@ -147,7 +152,10 @@ async def reconnecting(
                 progress.problem = str(problem) if problem else describe_error(exc)
             fields: dict[str, Any] = {"error": describe_error(exc), "hint": hint}
             if problem is not None:
-                log_now = log_now and counters.tell(str(problem), loop.time(), backoff.log_every)
+                if problem.settings:
+                    log_now = counters.tell(str(problem), loop.time(), None)
+                else:
+                    log_now = log_now and counters.tell(str(problem), loop.time(), backoff.log_every)
                 fields = {"listener": problem.listener, "error": problem.error, "hint": problem.fix}
             (log.warning if log_now else log.debug)(
                 f"{what} failed; reconnecting",
@@ -161,3 +169,4 @@ async def reconnecting(
                 await asyncio.wait_for(stop.wait(), delay)
         else:
             backoff.succeeded()
+            counters.answered()
