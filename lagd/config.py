@@ -26,8 +26,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from lagd.evaluate.native import NO_EXTENSIONS
-
-MIN_INTERVALS_LAGD = 6  # a Mann-Kendall trend over fewer commits can never reach significance
+from lagd.ruleset import rule_set
 
 
 class ConfigError(ValueError):
@@ -568,10 +567,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError("evaluator.minimum-complete", f"got {s.evaluator.minimum_complete}, expected 0.0 to 1.0")
     if s.evaluator.allowed_lag_seconds < 0:
         raise ConfigError("evaluator.allowed-lag-seconds", f"got {s.evaluator.allowed_lag_seconds}, expected 0 or more")
-    if s.evaluator.rules == "lagd" and st.intervals < MIN_INTERVALS_LAGD:
+    rules = rule_set(s.evaluator.rules)
+    if st.intervals < rules.min_intervals:
         raise ConfigError(
             "storage.intervals",
-            f'got {st.intervals}, expected {MIN_INTERVALS_LAGD} or more with evaluator.rules = "lagd" '
+            f'got {st.intervals}, expected {rules.min_intervals} or more with evaluator.rules = "{rules.name}" '
             "(the falling-behind trend needs that many commits to be significant)",
         )
     _validate_scale(s)

@@ -23,6 +23,7 @@ from lagd.evaluate.lagd_rules import J_CATCHING_UP, LagdParams, TrendFit, lag_po
 from lagd.evaluate.rules import J_CAUGHT_UP
 from lagd.evaluate.verdicts import GroupVerdict
 from lagd.model import Commit, LogEndSample, PartitionStatus
+from lagd.ruleset import LAGD, lagd_rules
 from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
 
 C, G, T = "c", "g", "t"
@@ -91,7 +92,7 @@ def traffic(steps: list[Tick]) -> list[Op]:
 
 def pair(state: State, **kw: object) -> tuple[Evaluator, Evaluator]:
     def one(fast: bool) -> Evaluator:
-        return Evaluator(state, rules="lagd", cache_ttl_ms=0, fast=fast, **kw)  # type: ignore[arg-type]
+        return Evaluator(state, rules=LAGD, cache_ttl_ms=0, fast=fast, **kw)  # type: ignore[arg-type]
 
     return one(True), one(False)
 
@@ -157,7 +158,7 @@ def test_fast_path_gives_the_reference_verdicts(
     allowed_lag: int,
     stop_after_ms: int,
 ) -> None:
-    state = State(intervals=6, lag_samples=lag_samples, window_step_ms=window_step_ms)
+    state = State(intervals=6, lag_samples=lag_samples, rules=lagd_rules(window_step_ms))
     fast, slow = pair(
         state,
         allowed_lag=allowed_lag,
@@ -172,7 +173,7 @@ def test_fast_path_agrees_through_falling_behind_holding_and_recovering() -> Non
     """A consumer that falls behind (WARN), stays behind (held WARN), stops (STOP) and catches
     up, sampled every 2 s and committing every 5 s, judged every second and again every 2 s:
     every branch of the rules reached through kept facts, new samples and new commits."""
-    state = State(intervals=10, lag_samples=200, window_step_ms=15_000)
+    state = State(intervals=10, lag_samples=200, rules=lagd_rules(15_000))
     fast, slow = pair(state)
     history: list[Op] = []
     for t in range(1800):

@@ -42,6 +42,7 @@ from lagd.evaluate.rules import (
 )
 from lagd.evaluate.snapshot import GroupSnapshot, Rows, not_ok_of, snapshot_of
 from lagd.model import GroupStatus, PartitionOwner, PartitionStatus, WindowEntry
+from lagd.ruleset import RuleSet
 from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples
@@ -220,7 +221,7 @@ class Evaluator:
         self,
         state: State,
         *,
-        rules: str = "burrow",
+        rules: RuleSet | None = None,
         allowed_lag: int = 0,
         allowed_lag_seconds: float = 5.0,
         minimum_complete: float = 0.0,
@@ -229,10 +230,11 @@ class Evaluator:
         stop_after_ms: int = 60_000,
         fast: bool = True,
     ) -> None:
-        if rules not in ("lagd", "burrow"):
-            raise ValueError(f"rules must be 'lagd' or 'burrow', got {rules!r}: check evaluator.rules")
         self.state = state
-        self.rules = rules
+        # The rules to judge by (None: those the state keeps its windows for); of them the
+        # Evaluator needs only which judge runs: lagd's (LagdJudge) or Burrow's (judge_flat).
+        self.rules = rules if rules is not None else state.rules
+        self._lagd = self.rules.lagd_judge
         self.lagd_params = LagdParams(
             allowed_lag=allowed_lag,
             allowed_lag_seconds=allowed_lag_seconds,
@@ -386,7 +388,7 @@ class Evaluator:
     def _as_of(self, cluster: str, now_ms: int) -> int:
         """The time a group of `cluster` is judged as of now: `now_ms`, or the time through which
         lagd has read the cluster whole where that is earlier (lagd's rules: see seen_through)."""
-        if self.rules == "lagd":
+        if self._lagd:
             seen = self.seen_through(cluster, now_ms)
             if seen is not None and seen < now_ms:
                 return seen
@@ -494,7 +496,7 @@ class Evaluator:
                     judged_at,
                     state.intervals,
                     self.minimum_complete,
-                    self.rules == "lagd",
+                    self._lagd,
                     *lean,
                 )
                 if k < stop:
@@ -584,7 +586,7 @@ class Evaluator:
         ok_code = code_of[ok]
         empty_reason = J_EMPTY.reason
         empty_rule = J_EMPTY.rule
-        lagd = self.rules == "lagd"
+        lagd = self._lagd
         judge = self._judge.judge if self.fast else partial(_judge_reference, self.lagd_params)
         status_of = _STATUS_OF
         # One tight loop: this runs for every partition of every evaluated group.

@@ -36,6 +36,7 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
+from lagd.ruleset import BURROW, RuleSet
 from lagd.state.changes import Changes, LogEndRow, PartitionKey, WindowKey, forget_groups
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
@@ -202,7 +203,7 @@ class State:
         expire_group_ms: int = 7 * 24 * 3600 * 1000,
         lag_samples: int = 360,
         record_history: bool = True,
-        window_step_ms: int = 0,
+        rules: RuleSet = BURROW,
     ) -> None:
         if intervals < 1 or lag_samples < 1:
             raise ValueError("intervals and lag_samples must be at least 1: check storage.intervals / lag-samples")
@@ -210,10 +211,10 @@ class State:
         self.min_distance_ms = min_distance_ms
         self.expire_group_ms = expire_group_ms
         self.lag_samples = lag_samples
-        # lagd rules: entries older than the newest two are kept at least this far apart, so
-        # a window of `intervals` commits spans minutes whatever the commit cadence (0: Burrow's
-        # window of the last `intervals` commits).
-        self.window_step_ms = window_step_ms
+        # The rules the windows are kept for: their step (see RuleSet.window_step_ms) is the
+        # only thing State needs of them.
+        self.rules = rules
+        self.window_step_ms = rules.window_step_ms
         self.record_history = record_history
         self._clusters: dict[str, _Cluster] = {}
         self._seq = 0
