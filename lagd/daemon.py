@@ -30,7 +30,8 @@ from lagd.config import ConfigError, Settings, load
 from lagd.core import build_core
 from lagd.evaluate import Evaluator, native
 from lagd.evaluate.snapshot import Snapshots
-from lagd.http.app import Health, HttpContext, bound_port, start_http
+from lagd.http.app import bound_port, start_http
+from lagd.http.context import Health, HttpContext
 from lagd.ingest.log_end import sample_log_ends
 from lagd.ingest.mirror_flows import MirrorFlows, mm2_alias, watch_mirror_flow
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker

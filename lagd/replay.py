@@ -31,7 +31,7 @@ import psycopg2  # type: ignore[import-untyped]
 
 from lagd.config import ConfigError, Secret, Settings, parse, sync_database_url
 from lagd.core import build_core
-from lagd.evaluate.verdicts import GroupVerdict
+from lagd.evaluate.verdict_types import GroupVerdict
 from lagd.ingest.codec import fast_constructor
 from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.times import epoch_ms

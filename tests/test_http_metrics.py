@@ -18,7 +18,7 @@ from lagd.config import ConfigError
 from lagd.config import parse as parse_settings
 from lagd.evaluate.sight import ClusterSight
 from lagd.http import metrics
-from lagd.http.app import HttpContext
+from lagd.http.context import HttpContext
 from lagd.ingest.progress import ReaderProgress
 from lagd.loop_lag import LoopLag
 from lagd.model import IngestCounters

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from lagd.config import ClusterSettings, parse
 from lagd.core import build_core
-from lagd.http.app import Health
+from lagd.http.context import Health
 from lagd.http.metrics import render
 from lagd.ingest.records import events_from_record
 from lagd.ingest.validate import MAX_PARTITIONS, REASONS, EdgeLimits

@@ -10,7 +10,7 @@ import pytest
 
 from lagd.config import ClusterSettings, Secret
 from lagd.ingest.group_filter import GroupFilter
-from lagd.ingest.kafka_client import client_options
+from lagd.ingest.kafka_options import client_options
 from lagd.model import IngestCounters
 
 

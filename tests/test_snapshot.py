@@ -13,7 +13,7 @@ from aiohttp.test_utils import make_mocked_request
 from lagd.evaluate import Evaluator, GroupVerdict
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
 from lagd.http import metrics, page
-from lagd.http.app import CTX, HttpContext
+from lagd.http.context import CTX, HttpContext
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.notify.watch import VerdictWatch

@@ -174,7 +174,7 @@ def test_a_collection_that_empties_the_list_before_the_loop_is_survived() -> Non
 import gc
 from array import array
 from lagd.evaluate import snapshot
-from lagd.evaluate.verdicts import PartitionVerdict
+from lagd.evaluate.verdict_types import PartitionVerdict
 from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, OFFSET
 

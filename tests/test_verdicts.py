@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from lagd.evaluate import Evaluator, GroupVerdict, group_status, lag_seconds, partition_status
 from lagd.evaluate.rules import apply_minimum_complete
 from lagd.evaluate.snapshot import snapshot_of
-from lagd.evaluate.verdicts import PartitionVerdict
+from lagd.evaluate.verdict_types import PartitionVerdict
 from lagd.model import (
     Commit,
     GroupMembers,

@@ -25,7 +25,7 @@ from typing import Any, TypeAlias
 
 from lagd.evaluate.lagd_fast import _C_SAID, Answer, GroupFacts, LagdJudge, judge_reference
 from lagd.evaluate.lagd_fast import compiled_pass as _judge_topic
-from lagd.evaluate.lagd_rules import NEVER, LagdParams, Why, words
+from lagd.evaluate.lagd_rules import NEVER, LagdParams
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import (
     J_CAUGHT_UP,
@@ -41,66 +41,15 @@ from lagd.evaluate.rules import (
     judge_flat,
 )
 from lagd.evaluate.snapshot import GroupSnapshot, Rows, not_ok_of, snapshot_of
-from lagd.model import GroupStatus, PartitionOwner, PartitionStatus, WindowEntry
+from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
+from lagd.model import GroupStatus, PartitionOwner, PartitionStatus
 from lagd.ruleset import RuleSet
-from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
+from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples
 # Burrow's judgements in the order the compiled pass answers them (_trend.c's FLAT_*).
 _FLAT = (J_STOP, J_REWIND, J_RECENT_LOW_LAG, J_STALL, J_WARN, J_PROGRESSING)
 MAX_PADDING = 1024  # empty slots listed beyond a topic's sampled partitions, up to a committed one
-
-
-@dataclass(slots=True)
-class PartitionVerdict:
-    topic: str
-    partition: int
-    status: PartitionStatus
-    # The window's oldest and newest entries, flat (offset, order, timestamp, observed, lag as in
-    # the flat window layout, then the same of the newest); None: no commits. An array of int64,
-    # which the garbage collector never tracks, where two WindowEntry objects per partition made
-    # every cached verdict three objects for its young passes (see `start`); a tuple of ints
-    # before 2026-11-27 cost an int object per number (about 280 B more) and twice the time.
-    entries: array[int] | None
-    current_lag: int
-    complete: float
-    owner: str
-    client_id: str
-    lag_seconds: float
-    lag_seconds_estimated: bool
-    # Why the partition has its status: in words, or the numbers to put in words when read
-    # (see lagd_rules.Why): most verdicts never show their reasons.
-    why: str | Why
-    since: int | None
-    rule: str = ""
-
-    @property
-    def reason(self) -> str:
-        """Why the partition has its status, in words ("at least" where its lag in seconds is a bound)."""
-        return words(self.why, self.current_lag > 0 and self.lag_seconds_estimated)
-
-    @property
-    def start(self) -> WindowEntry | None:
-        """The oldest commit in the window."""
-        return _entry(self.entries, 0)
-
-    @property
-    def end(self) -> WindowEntry | None:
-        """The newest commit in the window."""
-        return _entry(self.entries, FIELDS)
-
-
-def _entry(entries: array[int] | None, at: int) -> WindowEntry | None:
-    if entries is None:
-        return None
-    lag = entries[at + LAG]
-    return WindowEntry(
-        entries[at + OFFSET],
-        entries[at + ORDER],
-        entries[at + TS],
-        entries[at + OBSERVED],
-        None if lag == NO_LAG else lag,
-    )
 
 
 def _fills(cls: type, compiled: Callable[..., int] | None) -> Callable[..., int] | None:
@@ -116,25 +65,6 @@ def _fills(cls: type, compiled: Callable[..., int] | None) -> Callable[..., int]
 
 
 compiled_pass = _fills(PartitionVerdict, _judge_topic)
-
-
-@dataclass(slots=True)
-class GroupVerdict:
-    cluster: str
-    group: str
-    status: GroupStatus
-    complete: float
-    partitions: list[PartitionVerdict]  # every partition of its topics, sorted by (topic, partition)
-    partition_count: int
-    maxlag: PartitionVerdict | None
-    totallag: int
-    lag_seconds: float  # the highest over the partitions
-    evaluated_at: int
-
-    @property
-    def not_ok(self) -> tuple[str, ...]:
-        """The statuses of its partitions that are not OK, sorted."""
-        return tuple(sorted({p.status.value for p in self.partitions if p.status is not PartitionStatus.OK}))
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from aiohttp import web
 from lagd import compiled, logs
 from lagd.config import ClusterSettings, Settings
 from lagd.evaluate import GroupVerdict, PartitionVerdict
-from lagd.http.app import CTX, HOST, Handler, HttpContext, envelope
+from lagd.http.context import CTX, HOST, Handler, HttpContext, envelope
 from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, TS
 

@@ -23,7 +23,7 @@ from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.evaluate import rules as R
 from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.evaluate.snapshot import GroupSnapshot
-from lagd.http.app import CTX, HttpContext, envelope
+from lagd.http.context import CTX, MAX_INT32, MAX_MS, HttpContext, envelope
 from lagd.http.metrics import each_snapshot
 from lagd.ingest.mirror_flows import mm2_alias
 from lagd.ingest.share_groups import ShareGroup
@@ -32,8 +32,6 @@ from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 log = logs.get(__name__)
 
 DB_TIMEOUT_S = 5.0
-MAX_MS = 2**53 - 1
-MAX_INT32 = 2**31 - 1
 TREND_STEPS = (60, 3600)
 MAX_POINTS = 10_000
 DAY_MS = 24 * 3600 * 1000

@@ -23,7 +23,7 @@ from lagd import logs
 from lagd.evaluate import Evaluator
 from lagd.evaluate.mirror_flow import FLOW_STATUSES
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
-from lagd.http.app import CTX, Health, HttpContext
+from lagd.http.context import CTX, Health, HttpContext
 from lagd.ingest.mirror_flows import MirrorFlows
 from lagd.ingest.share_groups import ShareGroups
 from lagd.ingest.validate import REASONS as REJECT_REASONS

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lagd.http.lagd_api import MAX_INT32, MAX_MS
+from lagd.http.context import MAX_INT32, MAX_MS
 
 INT = {"type": "integer"}
 NUM = {"type": "number"}

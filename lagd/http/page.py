@@ -26,8 +26,8 @@ from aiohttp import web
 from lagd.db import schema
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
 from lagd.evaluate.snapshot import GroupSnapshot, group_reason
-from lagd.http.app import CTX, HttpContext
 from lagd.http.burrow_v3 import known_cluster
+from lagd.http.context import CTX, HttpContext
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
 from lagd.http.metrics import each_snapshot
 from lagd.http.routing import peer_groups

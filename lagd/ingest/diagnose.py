@@ -25,6 +25,7 @@ from aiokafka.errors import (
 
 from lagd.backoff import describe_error
 from lagd.config import ClusterSettings
+from lagd.ingest.kafka_options import client_options
 
 _SECURITY_ERRORS = (SaslAuthenticationFailed, UnsupportedSaslMechanismError, IllegalSaslStateError, ssl.SSLError)
 PROBE_TIMEOUT_S = 10.0  # at most: a broker that does not answer is named without waiting out request-timeout
@@ -68,8 +69,6 @@ async def diagnose(cluster: ClusterSettings, exc: BaseException) -> Problem | No
 
 async def _connect(cluster: ClusterSettings, address: str) -> BaseException | None:
     """Open one connection to `address` as lagd's clients do (TLS and SASL included); what failed."""
-    from lagd.ingest.kafka_client import client_options  # kafka_client logs through this module
-
     host, _, port = address.rpartition(":")
     timeout = min(cluster.request_timeout, PROBE_TIMEOUT_S)
     try:

@@ -1,7 +1,5 @@
-"""aiokafka clients built from a cluster's settings: one place that knows SASL and TLS.
-
-`client_options` is pure (apart from reading TLS files into an SSL context) so the mapping
-from settings to aiokafka keywords is testable without a broker.
+"""aiokafka clients built from a cluster's settings (their keywords: lagd.ingest.kafka_options),
+started, reconnected and closed.
 """
 
 from __future__ import annotations
@@ -14,40 +12,16 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
-from aiokafka.helpers import create_ssl_context
 
 from lagd import logs
 from lagd.backoff import Backoff, describe_error
 from lagd.config import ClusterSettings
 from lagd.ingest.diagnose import diagnose
+from lagd.ingest.kafka_options import client_options
 from lagd.ingest.progress import ReaderProgress
 from lagd.model import IngestCounters
 
 log = logs.get(__name__)
-
-
-def client_options(cluster: ClusterSettings) -> dict[str, Any]:
-    """Keyword arguments every aiokafka client of `cluster` shares (consumer, admin, client)."""
-    opts: dict[str, Any] = {
-        "bootstrap_servers": list(cluster.bootstrap_servers),
-        "client_id": cluster.client_id,
-        "security_protocol": cluster.security_protocol,
-        "request_timeout_ms": int(cluster.request_timeout * 1000),
-    }
-    if cluster.security_protocol.startswith("SASL"):
-        opts["sasl_mechanism"] = cluster.sasl_mechanism
-        opts["sasl_plain_username"] = cluster.sasl_username
-        opts["sasl_plain_password"] = cluster.sasl_password.reveal()
-    if cluster.security_protocol in ("SSL", "SASL_SSL"):
-        ctx = create_ssl_context(
-            cafile=cluster.tls_ca_file or None,
-            certfile=cluster.tls_cert_file or None,
-            keyfile=cluster.tls_key_file or None,
-            password=cluster.tls_key_password.reveal() or None,
-        )
-        ctx.check_hostname = cluster.tls_check_hostname
-        opts["ssl_context"] = ctx
-    return opts
 
 
 async def start_admin(cluster: ClusterSettings) -> Any:

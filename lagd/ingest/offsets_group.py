@@ -32,7 +32,8 @@ from lagd.clock import Clock, wall_ms
 from lagd.config import ClusterSettings
 from lagd.ingest.codec import CommitKeys
 from lagd.ingest.group_filter import GroupFilter
-from lagd.ingest.kafka_client import client_options, close_quietly, reconnecting, start_client
+from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
+from lagd.ingest.kafka_options import client_options
 from lagd.ingest.offsets_topic import (
     FETCH_MAX_RECORDS,
     POSITIONS_EVERY_S,
