@@ -37,7 +37,7 @@ system-deps:
 
 # Apache Kafka's jars (broker, tools, clients) from Maven Central into ~/.cache/lagd/kafka, once per version.
 kafka: venv system-deps
-	$(PY) -m lagd.embedded_kafka fetch
+	$(PY) -m lagd.embedded.kafka fetch
 
 lint: venv
 	$(VENV)/bin/ruff check lagd tests bench hatch_build.py

@@ -55,7 +55,7 @@ itself and the shim share the 2 cores with the daemon under test.
 Run: `python -m bench.bench_catchup [--groups 2000] [--partitions 50] [--rounds 3] [--no-burrow]`.
 
 The Kafka variant (`--kafka`, issue 49): the same measuring on a real Apache Kafka (the pinned
-4.x, or `--kafka-version 3.9.1`; one KRaft node from lagd.embedded_kafka, 50 offsets
+4.x, or `--kafka-version 3.9.1`; one KRaft node from lagd.embedded.kafka, 50 offsets
 partitions) whose `__consumer_offsets` real clients filled (bench/kafka_fill.py: one aiokafka
 consumer per group joins its group, commits its 50 partitions 5 times and leaves; the group
 coordinator writes every record, in its own record versions, and the group metadata of every
@@ -103,8 +103,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import target
-from lagd import embedded
 from lagd.db.migrate import upgrade
+from lagd.embedded import services as embedded
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -806,7 +806,7 @@ async def main_async_kafka(a: argparse.Namespace) -> None:
     """The Kafka variant: a real Apache Kafka broker, its __consumer_offsets filled by real
     clients (bench/kafka_fill.py), read by lagd and Burrow as in the Tansu variant."""
     from bench import kafka_fill
-    from lagd import embedded_kafka
+    from lagd.embedded import kafka as embedded_kafka
 
     label = f"[Kafka {a.kafka_version}]"
     workdir = Path(tempfile.mkdtemp(prefix="lagd-bench-catchup-kafka-"))
@@ -915,7 +915,7 @@ def main() -> None:
     )
     a = ap.parse_args()
     if a.kafka:
-        from lagd.embedded_kafka import KAFKA_VERSION
+        from lagd.embedded.kafka import KAFKA_VERSION
 
         a.kafka_version = a.kafka_version or KAFKA_VERSION
         asyncio.run(main_async_kafka(a))

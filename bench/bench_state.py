@@ -52,11 +52,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import target
-from lagd import collector
+from lagd.core.model import Commit
+from lagd.core.ruleset import LAGD, rule_set
 from lagd.evaluate import Evaluator, native
 from lagd.evaluate.snapshot import Snapshots
-from lagd.model import Commit
-from lagd.ruleset import LAGD, rule_set
+from lagd.runtime import collector
 from lagd.state.windows import State
 
 CLUSTER = "bench"

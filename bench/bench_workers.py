@@ -74,7 +74,7 @@ from bench.bench_catchup import (
     say,
     spawn,
 )
-from lagd import embedded
+from lagd.embedded import services as embedded
 
 SESSION_TIMEOUT_S = 6.0
 TIMEOUT_S = 600.0

@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from lagd import __version__
-from lagd.config import ConfigError, Settings, load
+from lagd.core.config import ConfigError, Settings, load
 
 DEFAULT_CONFIG = os.environ.get("LAGD_CONFIG", "/etc/lagd/lagd.toml")
 
@@ -64,7 +64,7 @@ def load_daemon() -> Callable[..., Coroutine[Any, Any, int]]:
 def _cmd_run(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
     run = load_daemon()
-    from lagd import collector, logs
+    from lagd.runtime import collector, logs
 
     logs.configure(settings.log.level, settings.log.format)
     collector.tune()
@@ -136,7 +136,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
     import importlib.util
 
-    from lagd import logs
+    from lagd.runtime import logs
 
     logs.configure(settings.log.level, settings.log.format)  # as `lagd run`: [log] format and level
 

@@ -23,12 +23,10 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import collector, logs, sdnotify
-from lagd.backoff import Backoff, describe_error
-from lagd.clock import Clock, wall_ms
-from lagd.config import ConfigError, Settings, load
-from lagd.core import build_core
+from lagd.core.config import ConfigError, Settings, load
+from lagd.core.model import Event, IngestCounters
 from lagd.evaluate import Evaluator, native
+from lagd.evaluate.build import build_core
 from lagd.evaluate.snapshot import Snapshots
 from lagd.http.app import bound_port, start_http
 from lagd.http.context import Health, HttpContext
@@ -38,8 +36,6 @@ from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.share_groups import ShareGroups, poll_share_groups
 from lagd.ingest.source import read_offsets
-from lagd.loop_lag import LoopLag, watch_loop
-from lagd.model import Event, IngestCounters
 from lagd.notify import outbox
 from lagd.notify.delivery import SinkStatus, run_sink
 from lagd.notify.feed import VerdictFeed
@@ -50,6 +46,11 @@ from lagd.notify.notifier import VerdictSource, run_notifier
 from lagd.notify.shared_verdicts import SharedFeed, VerdictPublisher, flush_verdicts
 from lagd.notify.sinks import status_page_url
 from lagd.notify.watch import VerdictWatch, cluster_member
+from lagd.runtime import collector, logs, sdnotify
+from lagd.runtime.backoff import Backoff, describe_error
+from lagd.runtime.clock import Clock, wall_ms
+from lagd.runtime.loop_lag import LoopLag, watch_loop
+from lagd.runtime.turns import Turns, plain_turn
 from lagd.scale.handover import WorkerHandover
 from lagd.scale.ownership import Me, OwnerMap
 from lagd.scale.relay import relay_log_ends
@@ -58,7 +59,6 @@ from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.persister import PersisterStatus, WriteBehind
 from lagd.state.store import Store
 from lagd.state.windows import State
-from lagd.turns import Turns, plain_turn
 
 log = logs.get("lagd.daemon")
 
@@ -67,7 +67,7 @@ EVENT_QUEUE_BATCHES = (
 )
 APPLY_SLICE = 500  # events applied between two turns of the event loop (about 1.5 ms)
 # Batches queued behind the one applied from which apply has fallen behind and takes its turns
-# at once, not after waiting requests (lagd.turns): half the queue, 2,500 events at most, an
+# at once, not after waiting requests (lagd.runtime.turns): half the queue, 2,500 events at most, an
 # eighth of a second under 20,000 commits/s.
 APPLY_BEHIND_BATCHES = EVENT_QUEUE_BATCHES // 2
 STOP_BUDGET_S = 4.0  # everything must be down within 5 s of SIGTERM
@@ -90,8 +90,8 @@ class Runtime:
     progress: dict[str, Any] = field(default_factory=dict)
     persist_wake: asyncio.Event = field(default_factory=asyncio.Event)
     assignments: dict[str, Assignment] = field(default_factory=dict)  # workers: cluster -> owned offsets partitions
-    clock: Clock = wall_ms  # the one clock every part reads "now" from (lagd.clock)
-    # HTTP requests first: the background loops leave their turns to requests waiting (lagd.turns)
+    clock: Clock = wall_ms  # the one clock every part reads "now" from (lagd.runtime.clock)
+    # HTTP requests first: the background loops leave their turns to requests waiting (lagd.runtime.turns)
     turns: Turns = field(default_factory=Turns)
     share_groups: ShareGroups = field(default_factory=ShareGroups)  # shown, not judged (lagd.ingest.share_groups)
     mirror_flows: MirrorFlows = field(default_factory=MirrorFlows)  # MM2 flows (lagd.ingest.mirror_flows)
@@ -262,7 +262,7 @@ async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
 
 async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio.Event, hint: str) -> Any:
     """Run `attempt` until it succeeds or stop is set, with capped, jittered backoff
-    (lagd.backoff): the first failure is logged at once, then one line every 30 s or so.
+    (lagd.runtime.backoff): the first failure is logged at once, then one line every 30 s or so.
 
     Each attempt races `stop`, so SIGTERM ends a hung attempt at once; returns None then.
     """
@@ -481,7 +481,7 @@ async def run(
 ) -> int:
     """Run lagd until SIGTERM/SIGINT (or `stop` is set); returns the exit status.
 
-    `clock` is the one clock every part reads "now" from (lagd.clock): the wall clock unless
+    `clock` is the one clock every part reads "now" from (lagd.runtime.clock): the wall clock unless
     a test drives time itself.
     """
     stop = stop or asyncio.Event()

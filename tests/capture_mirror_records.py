@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from lagd.embedded_kafka import MIRROR_MAKER_VERSION, start_kafka
+from lagd.embedded.kafka import MIRROR_MAKER_VERSION, start_kafka
 from tests.mirror_maker import check_capture, mirrored_run
 
 DATA = Path(__file__).parent / "data"

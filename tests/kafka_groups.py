@@ -1,4 +1,4 @@
-"""Consumer groups of every kind, made by real clients on a real Apache Kafka (lagd.embedded_kafka).
+"""Consumer groups of every kind, made by real clients on a real Apache Kafka (lagd.embedded.kafka).
 
 Each helper drives a real client so that Kafka's own group coordinator writes the records
 lagd reads: aiokafka for classic groups, static members and transactional offset commits;
@@ -26,8 +26,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-from lagd.embedded import ServiceError
-from lagd.embedded_kafka import KafkaCluster, classpath
+from lagd.embedded.kafka import KafkaCluster, classpath
+from lagd.embedded.services import ServiceError
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1, **client: Any) -> None:

@@ -1,7 +1,7 @@
 """Real MirrorMaker 2 (dedicated mode) between two Apache Kafka clusters the tests started.
 
 `org.apache.kafka.connect.mirror.MirrorMaker` from Maven Central's `connect-mirror`
-(`lagd.embedded_kafka.mirror_maker_libs`), with short intervals so a test sees heartbeats,
+(`lagd.embedded.kafka.mirror_maker_libs`), with short intervals so a test sees heartbeats,
 offset syncs and checkpoints within seconds. It runs as its own JVM; `stop()` kills it.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from lagd.embedded_kafka import MIRROR_MAKER_VERSION, KafkaCluster, java, mirror_maker_libs
+from lagd.embedded.kafka import MIRROR_MAKER_VERSION, KafkaCluster, java, mirror_maker_libs
 from lagd.ingest.mirror_records import Checkpoint, decode_checkpoint, decode_heartbeat, decode_offset_sync
 from tests.kafka_groups import commit_classic, create_topic, describe_offsets, produce, topic_records
 

@@ -20,9 +20,9 @@ import pytest
 from aiokafka.structs import TopicPartition as TP
 
 from lagd import daemon
-from lagd.config import Settings, parse
-from lagd.embedded import free_port
-from lagd.embedded_kafka import KAFKA_OLD_VERSION, KafkaCluster, start_kafka
+from lagd.core.config import Settings, parse
+from lagd.embedded.kafka import KAFKA_OLD_VERSION, KafkaCluster, start_kafka
+from lagd.embedded.services import free_port
 from lagd.ingest.codec import DecodeError, GroupRecord, OffsetCommit, SkippedRecord, decode
 from tests.kafka_groups import (
     commit_classic,
@@ -379,10 +379,10 @@ async def test_auto_on_a_new_cluster_streams_the_offsets_topic_once_the_first_gr
     beginning once it is there (quick-start trial: it used to poll for good)."""
     from structlog.testing import capture_logs
 
-    from lagd.config import ClusterSettings
+    from lagd.core.config import ClusterSettings
+    from lagd.core.model import Commit, IngestCounters
     from lagd.ingest.progress import ReaderProgress
     from lagd.ingest.source import read_offsets
-    from lagd.model import Commit, IngestCounters
 
     fresh = start_kafka(1)
     try:

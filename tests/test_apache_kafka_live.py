@@ -58,9 +58,9 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as TP
 
-from lagd.config import Settings, parse
-from lagd.embedded import free_port
-from lagd.embedded_kafka import KafkaCluster
+from lagd.core.config import Settings, parse
+from lagd.embedded.kafka import KafkaCluster
+from lagd.embedded.services import free_port
 from tests.kafka_groups import _num, _table, create_topic, ensure_offsets_topic, java_classes
 from tests.test_apache_kafka import Lagd, lagd_running
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from lagd.config import parse
-from lagd.embedded_kafka import KafkaCluster, start_kafka
+from lagd.core.config import parse
+from lagd.core.model import IngestCounters
+from lagd.embedded.kafka import KafkaCluster, start_kafka
 from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.ingest.mirror_flows import MirrorFlows, watch_mirror_flow
-from lagd.model import IngestCounters
 from tests.kafka_groups import create_topic
 from tests.mirror_maker import PARTITIONS, copied, mirror_maker, mirrored_run
 

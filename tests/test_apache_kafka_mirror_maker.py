@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lagd.embedded_kafka import KafkaCluster, start_kafka
+from lagd.embedded.kafka import KafkaCluster, start_kafka
 from tests.mirror_maker import check_capture, mirrored_run
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from lagd.model import (
+from lagd.core.model import (
     Commit,
     Event,
     GroupDeleted,
@@ -28,7 +28,7 @@ from lagd.model import (
     OffsetDeleted,
     ReaderPosition,
 )
-from lagd.ruleset import lagd_rules
+from lagd.core.ruleset import lagd_rules
 from lagd.state import windows
 from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.windows import State

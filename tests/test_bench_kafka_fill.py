@@ -10,8 +10,8 @@ import pytest
 
 from bench.bench_catchup import Run, burrow_log_summary, judge_kafka
 from bench.kafka_fill import OFFSETS_PARTITIONS, _commit_key, _homes, group_name
-from lagd.embedded import ServiceError
-from lagd.embedded_kafka import start_kafka
+from lagd.embedded.kafka import start_kafka
+from lagd.embedded.services import ServiceError
 from lagd.ingest.codec import OffsetCommit, decode
 from lagd.sim.encode import offsets_partition_for
 

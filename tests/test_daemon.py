@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from lagd import daemon, embedded
-from lagd.config import parse
-from lagd.model import Commit
+from lagd import daemon
+from lagd.core.config import parse
+from lagd.core.model import Commit
+from lagd.embedded import services as embedded
 from tests.clocks import ManualClock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -325,7 +326,7 @@ async def test_parts_that_end_with_a_requested_stop_are_fine() -> None:
 
 
 async def test_group_expiry_reads_the_daemons_one_clock(settle: Any) -> None:
-    """The runtime carries the one injected clock (lagd.clock) and expiry reads it, not the wall
+    """The runtime carries the one injected clock (lagd.runtime.clock) and expiry reads it, not the wall
     clock: a group committed years ago by the wall clock is young by this one, and goes once
     the test moves the clock past expire-group (a week) instead of waiting for it."""
     t0 = 1_700_000_000_000

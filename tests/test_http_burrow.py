@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lagd import logs
-from lagd.config import Secret
+from lagd.core.config import Secret
 from lagd.evaluate.sight import ClusterSight
 from lagd.http.burrow_v3 import RESTORING_MESSAGE
+from lagd.runtime import logs
 from tests.http_state import CLUSTER, NOW, TOKEN, build_context, build_settings, serve
 
 HOST = socket.gethostname()
@@ -403,7 +403,7 @@ async def test_config_paths_have_burrows_shapes_and_no_secrets(api: aiohttp.Clie
 
 
 async def test_config_notifier_module_shows_no_sink_secrets() -> None:
-    from lagd.config import SinkSettings
+    from lagd.core.config import SinkSettings
 
     settings = build_settings()
     settings.sinks["page"] = SinkSettings(name="page", kind="webhook", url="https://x.example/hook?key=hunter2")
@@ -528,7 +528,7 @@ async def test_unsupported_methods_answer_405_with_allow_not_403() -> None:
 
 
 async def test_status_bodies_are_at_most_cache_ttl_old() -> None:
-    from lagd.model import Commit
+    from lagd.core.model import Commit
 
     clock = [NOW]
     ctx = build_context()
@@ -576,9 +576,9 @@ async def test_tls_when_cert_and_key_are_set(self_signed: tuple[str, str]) -> No
 
 
 def test_direct_status_json_equals_the_dict_reference() -> None:
+    from lagd.core.model import Commit, GroupMembers, PartitionOwner
     from lagd.evaluate import Evaluator
     from lagd.http.burrow_v3 import group_status, group_status_json
-    from lagd.model import Commit, GroupMembers, PartitionOwner
 
     ctx = build_context()
     odd = 'ü "q" \\ \n\t'

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from schemathesis.core.result import Ok
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from lagd import logs
-from lagd.config import async_database_url
+from lagd.core.config import async_database_url
 from lagd.db import schema
 from lagd.http.app import bound_port, start_http
+from lagd.runtime import logs
 from tests.http_state import CLUSTER, TOKEN, build_context
 
 ROWS: dict[Any, list[dict[str, Any]]] = {

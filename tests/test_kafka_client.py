@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lagd.config import ClusterSettings, Secret
+from lagd.core.config import ClusterSettings, Secret
+from lagd.core.model import IngestCounters
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_options import client_options
-from lagd.model import IngestCounters
 
 
 def test_plaintext_options() -> None:
@@ -132,8 +132,8 @@ async def _retries(exc: BaseException, failures_before: int, failures_after: int
 
     from structlog.testing import capture_logs
 
-    from lagd.backoff import Backoff
     from lagd.ingest.kafka_client import reconnecting
+    from lagd.runtime.backoff import Backoff
 
     stop = asyncio.Event()
     counters = IngestCounters()

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lagd.core.model import Commit, LogEndSample, PartitionStatus
+from lagd.core.ruleset import LAGD, lagd_rules
 from lagd.evaluate import Evaluator, lagd_fast, verdicts
 from lagd.evaluate.lagd_rules import J_CATCHING_UP, LagdParams, TrendFit, lag_points_used, lag_seconds_at, words
 from lagd.evaluate.rules import J_CAUGHT_UP
 from lagd.evaluate.verdict_types import GroupVerdict
-from lagd.model import Commit, LogEndSample, PartitionStatus
-from lagd.ruleset import LAGD, lagd_rules
 from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
 
 C, G, T = "c", "g", "t"

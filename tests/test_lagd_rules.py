@@ -14,12 +14,12 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from lagd.config import EvaluatorSettings, Settings
-from lagd.core import build_core
+from lagd.core.config import EvaluatorSettings, Settings
+from lagd.core.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.evaluate import Evaluator
+from lagd.evaluate.build import build_core
 from lagd.evaluate.lagd_rules import fit_trend, lag_seconds_at, lag_trend, rewound
 from lagd.evaluate.sight import ClusterSight, judge_sight
-from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.state.windows import COARSE_MAX, FIELDS, OFFSET, LogEnd, State
 
 C, G, T = "c", "g", "t"

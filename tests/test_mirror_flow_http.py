@@ -7,7 +7,7 @@ import dataclasses
 
 import aiohttp
 
-from lagd.config import MirrorSettings, Settings
+from lagd.core.config import MirrorSettings, Settings
 from lagd.evaluate.mirror_flow import FailoverGap, FlowVerdict
 from lagd.ingest.mirror_flows import MirrorFlows
 from tests.http_state import CLUSTER, NOW, build_context, build_settings, serve

@@ -11,10 +11,10 @@ import structlog
 from sqlalchemy import delete, insert, update
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from lagd.config import Settings, async_database_url, parse
+from lagd.core.config import Settings, async_database_url, parse
+from lagd.core.model import GroupStatus
 from lagd.db.schema import mirror_status
 from lagd.evaluate.mirror_flow import FlowVerdict
-from lagd.model import GroupStatus
 from lagd.notify import mirror_verdicts
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange

@@ -15,11 +15,11 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from structlog.testing import capture_logs
 
+from lagd.core.model import Commit, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
+from lagd.core.ruleset import lagd_rules
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
 from lagd.ingest.offsets_topic import outside_range, read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
-from lagd.ruleset import lagd_rules
 from lagd.sim.encode import encode_offset_commit
 from lagd.state.windows import State, offsets_partition
 from tests.test_ingest_kafka import Store, cluster, running

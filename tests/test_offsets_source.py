@@ -14,10 +14,10 @@ from typing import Any
 
 import aiohttp
 
-from lagd.config import parse
+from lagd.core.config import parse
+from lagd.core.model import Commit, GroupMembers, IngestCounters
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.source import choose_source, read_offsets, unreadable_reason
-from lagd.model import Commit, GroupMembers, IngestCounters
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import Scenario, standard
 from tests.http_state import build_context, serve
@@ -128,7 +128,7 @@ async def test_auto_streams_an_offsets_topic_it_can_read(kafka: str, unique: str
 
 
 async def test_choosing_waits_for_an_unreachable_broker_and_stops_on_request() -> None:
-    from lagd.embedded import free_port
+    from lagd.embedded.services import free_port
 
     settings = cluster(f"127.0.0.1:{free_port()}", offsets_source="auto", request_timeout=1.0)
     stop, counters = asyncio.Event(), IngestCounters()

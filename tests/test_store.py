@@ -9,9 +9,7 @@ import psycopg2  # type: ignore[import-untyped]
 import pytest
 from alembic import command
 
-from lagd.db.migrate import alembic_config, upgrade
-from lagd.db.schema import metadata
-from lagd.model import (
+from lagd.core.model import (
     Commit,
     GroupDeleted,
     GroupMembers,
@@ -22,6 +20,8 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
+from lagd.db.migrate import alembic_config, upgrade
+from lagd.db.schema import metadata
 from lagd.state.changes import Changes
 from lagd.state.store import DAY_MS, Store, partition_name
 from lagd.state.windows import State, flat_window, window_bytes

@@ -24,11 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lagd.core.model import Commit, GroupMembers, GroupStatus, LogEndSample, PartitionOwner, PartitionStatus
+from lagd.core.ruleset import LAGD, lagd_rules, rule_set
 from lagd.evaluate import Evaluator, PartitionVerdict, lagd_fast, native, verdicts
 from lagd.evaluate.lagd_rules import LagdParams
 from lagd.evaluate.snapshot import snapshot_of
-from lagd.model import Commit, GroupMembers, GroupStatus, LogEndSample, PartitionOwner, PartitionStatus
-from lagd.ruleset import LAGD, lagd_rules, rule_set
 from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 from tests.test_lagd_fast import C, G, Op, play, random_ticks, traffic

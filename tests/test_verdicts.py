@@ -5,11 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagd.evaluate import Evaluator, GroupVerdict, group_status, lag_seconds, partition_status
-from lagd.evaluate.rules import apply_minimum_complete
-from lagd.evaluate.snapshot import snapshot_of
-from lagd.evaluate.verdict_types import PartitionVerdict
-from lagd.model import (
+from lagd.core.model import (
     Commit,
     GroupMembers,
     GroupStatus,
@@ -18,7 +14,11 @@ from lagd.model import (
     PartitionStatus,
     WindowEntry,
 )
-from lagd.ruleset import LAGD
+from lagd.core.ruleset import LAGD
+from lagd.evaluate import Evaluator, GroupVerdict, group_status, lag_seconds, partition_status
+from lagd.evaluate.rules import apply_minimum_complete
+from lagd.evaluate.snapshot import snapshot_of
+from lagd.evaluate.verdict_types import PartitionVerdict
 from lagd.state.windows import State
 
 C, G = "c1", "g1"

@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from lagd.config import sync_database_url
+from lagd.core.config import sync_database_url
 
 
 def migrations_dir() -> Path:

@@ -27,9 +27,9 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import combinations
 
+from lagd.core.model import PartitionStatus
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_REWIND, Judgement
-from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAST, OFFSET, PREV, TS, LogEnd
 
 WARN = PartitionStatus.WARN

@@ -33,9 +33,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.evaluate import native
 from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
-from lagd.model import GroupStatus, PartitionStatus
 from lagd.state.windows import FIELDS, OFFSET
 
 _STATUSES = list(PartitionStatus)

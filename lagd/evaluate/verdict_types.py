@@ -9,8 +9,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 
+from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.evaluate.lagd_rules import Why, words
-from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, ORDER, TS
 
 

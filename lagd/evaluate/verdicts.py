@@ -23,6 +23,8 @@ from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, TypeAlias
 
+from lagd.core.model import GroupStatus, PartitionOwner, PartitionStatus
+from lagd.core.ruleset import RuleSet
 from lagd.evaluate.lagd_fast import _C_SAID, Answer, GroupFacts, LagdJudge, judge_reference
 from lagd.evaluate.lagd_fast import compiled_pass as _judge_topic
 from lagd.evaluate.lagd_rules import NEVER, LagdParams
@@ -42,8 +44,6 @@ from lagd.evaluate.rules import (
 )
 from lagd.evaluate.snapshot import GroupSnapshot, Rows, not_ok_of, snapshot_of
 from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
-from lagd.model import GroupStatus, PartitionOwner, PartitionStatus
-from lagd.ruleset import RuleSet
 from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples

@@ -14,10 +14,10 @@ from typing import Any
 
 from aiohttp import web
 
-from lagd import logs
 from lagd.http import burrow_v3, lagd_api, metrics, page, routing
 from lagd.http.context import CTX, Handler, HttpContext, envelope
-from lagd.turns import Turns
+from lagd.runtime import logs
+from lagd.runtime.turns import Turns
 
 log = logs.get(__name__)
 
@@ -170,7 +170,7 @@ async def start_http(ctx: HttpContext) -> web.AppRunner:
 
 def report_requests(runner: web.AppRunner, turns: Turns) -> None:
     """Tell `turns` of every request as soon as its head is parsed, and of its handler starting
-    (lagd.turns), before the server accepts connections.
+    (lagd.runtime.turns), before the server accepts connections.
 
     aiohttp answers a request over three turns of the loop: its bytes read and parsed, its
     Request built, its handler run. Reported when built, a request still waited behind a slice

@@ -18,17 +18,17 @@ from typing import Any
 
 from aiohttp import web
 
-from lagd import compiled, logs
-from lagd.config import ClusterSettings, Settings
+from lagd.core.config import ClusterSettings, Settings
+from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.http.context import CTX, HOST, Handler, HttpContext, envelope
-from lagd.model import GroupStatus, PartitionStatus, WindowEntry
+from lagd.runtime import compiled, logs
 from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, TS
 
 log = logs.get(__name__)
 
 # The partitions' JSON written compiled (_json.c), or None where the Python writes it: not built
-# (lagd.compiled), or built for another window entry layout than lagd.state.windows'.
+# (lagd.runtime.compiled), or built for another window entry layout than lagd.state.windows'.
 _json_c = compiled.load("lagd.http._json", Path(__file__).with_name("_json.c"))
 _partitions_json: Callable[..., str | None] | None = (
     _json_c.partitions_json if _json_c is not None and _json_c.LAYOUT == (FIELDS, OFFSET, TS, OBSERVED, LAG) else None

@@ -16,16 +16,16 @@ from typing import Any, Protocol
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd.clock import Clock
-from lagd.config import Settings
+from lagd.core.config import Settings
+from lagd.core.model import IngestCounters
 from lagd.evaluate import Evaluator
 from lagd.evaluate.snapshot import Snapshots
 from lagd.ingest.mirror_flows import MirrorFlows
 from lagd.ingest.share_groups import ShareGroups
-from lagd.model import IngestCounters
+from lagd.runtime.clock import Clock
+from lagd.runtime.turns import Turns
 from lagd.scale.ownership import OwnerMap
 from lagd.state.windows import State
-from lagd.turns import Turns
 
 HOST = socket.gethostname()
 # The bounds of the API's numbers (path and query parameters), which its OpenAPI document states.
@@ -71,7 +71,7 @@ class Health:
     metrics_partitions_omitted: int = 0  # group-partitions the last /metrics page left out (detail auto)
     sights: Mapping[str, Any] = field(default_factory=dict)  # cluster -> ClusterSight (degraded when blind)
     sinks: Mapping[str, Any] = field(default_factory=dict)  # sink name -> lagd.notify.delivery.SinkStatus
-    loop_lag: Any = None  # lagd.loop_lag.LoopLag of the daemon's event loop
+    loop_lag: Any = None  # lagd.runtime.loop_lag.LoopLag of the daemon's event loop
     watch: Any = None  # lagd.notify.watch.VerdictWatch (pass_seconds)
     # Workers (lagd.scale): (cluster, topic) -> is this worker the one that reports the topic's
     # log-end offsets in /metrics (so a Prometheus scraping every worker sums without duplicates)
@@ -85,7 +85,7 @@ class HttpContext:
     settings: Settings
     state: State
     evaluator: Evaluator
-    now_ms: Clock  # the daemon's one clock (lagd.clock)
+    now_ms: Clock  # the daemon's one clock (lagd.runtime.clock)
     ready: Callable[[], bool]
     health: Health
     engine: AsyncEngine | None = None
@@ -94,7 +94,7 @@ class HttpContext:
     # the verdict watch's snapshot of every group it judged, read by the pages that list every
     # group; None (no watch): those pages judge every group themselves
     snapshots: Snapshots | None = None
-    # requests first (lagd.turns): the server reports each request; background work, and the
+    # requests first (lagd.runtime.turns): the server reports each request; background work, and the
     # long answers rendered in slices, wait for those waiting
     turns: Turns = field(default_factory=Turns)
     # share groups as last polled (lagd.ingest.share_groups): shown, not judged

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from aiohttp import web
 
-from lagd import logs
+from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.db import schema
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.evaluate import rules as R
@@ -27,7 +27,7 @@ from lagd.http.context import CTX, MAX_INT32, MAX_MS, HttpContext, envelope
 from lagd.http.metrics import each_snapshot
 from lagd.ingest.mirror_flows import mm2_alias
 from lagd.ingest.share_groups import ShareGroup
-from lagd.model import GroupStatus, PartitionStatus, WindowEntry
+from lagd.runtime import logs
 
 log = logs.get(__name__)
 

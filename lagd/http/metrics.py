@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lagd import logs
+from lagd.core.model import GroupStatus
 from lagd.evaluate import Evaluator
 from lagd.evaluate.mirror_flow import FLOW_STATUSES
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
@@ -27,10 +27,10 @@ from lagd.http.context import CTX, Health, HttpContext
 from lagd.ingest.mirror_flows import MirrorFlows
 from lagd.ingest.share_groups import ShareGroups
 from lagd.ingest.validate import REASONS as REJECT_REASONS
-from lagd.model import GroupStatus
-from lagd.slices import SLICE_S, Slices
+from lagd.runtime import logs
+from lagd.runtime.slices import SLICE_S, Slices
+from lagd.runtime.turns import Turn
 from lagd.state.windows import State
-from lagd.turns import Turn
 
 log = logs.get(__name__)
 

@@ -279,7 +279,7 @@ _BAD = {"400": _err("A parameter is out of range or malformed; the message says 
 # The bodies follow Burrow 1.x field by field; JSON Schema does not fix the order of fields,
 # but the descriptions say where Burrow's order matters (and lagd keeps it).
 
-# The names Burrow's paths take. A cluster is named in lagd's configuration (lagd.config's
+# The names Burrow's paths take. A cluster is named in lagd's configuration (lagd.core.config's
 # name rule). A topic name is what Kafka allows: letters, digits, '.', '_' and '-', at most 249,
 # not '.' or '..'. A group id may be any string in Kafka, but a path segment cannot be empty,
 # '.' or '..' (URLs resolve them away), hold '{' or '}' (the router's placeholders) or '/'

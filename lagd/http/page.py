@@ -23,6 +23,7 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from aiohttp import web
 
+from lagd.core.model import GroupStatus
 from lagd.db import schema
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
 from lagd.evaluate.snapshot import GroupSnapshot, group_reason
@@ -31,7 +32,6 @@ from lagd.http.context import CTX, HttpContext
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
 from lagd.http.metrics import each_snapshot
 from lagd.http.routing import peer_groups
-from lagd.model import GroupStatus
 from lagd.state.windows import FIELDS, LAG, NO_LAG, State
 
 REFRESH_S = 10

@@ -41,9 +41,16 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 from aiokafka.structs import TopicPartition
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    GroupMembers,
+    IngestCounters,
+    OffsetDeleted,
+    PartitionOwner,
+)
 from lagd.ingest.group_describe import (
     GroupView,
     consumer_group_views,
@@ -54,15 +61,8 @@ from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_admin
 from lagd.ingest.log_end import confirm_absent
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import (
-    Commit,
-    Event,
-    GroupDeleted,
-    GroupMembers,
-    IngestCounters,
-    OffsetDeleted,
-    PartitionOwner,
-)
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
 
 log = logs.get(__name__)
 
@@ -223,7 +223,7 @@ async def poll_admin(
 ) -> None:
     """Poll committed offsets until `stop` is set; reconnect with backoff on outages.
 
-    `clock` (lagd.clock) gives each round's commits their observed time. `before_round`, given
+    `clock` (lagd.runtime.clock) gives each round's commits their observed time. `before_round`, given
     the session's admin client, is asked before each round whether to end the session instead
     (lagd.ingest.source: the offsets topic has appeared); it ends polling only with `stop` set.
     """

@@ -23,9 +23,9 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
-from lagd.backoff import describe_error
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
 from lagd.ingest.kafka_options import client_options
+from lagd.runtime.backoff import describe_error
 
 _SECURITY_ERRORS = (SaslAuthenticationFailed, UnsupportedSaslMechanismError, IllegalSaslStateError, ssl.SSLError)
 PROBE_TIMEOUT_S = 10.0  # at most: a broker that does not answer is named without waiting out request-timeout

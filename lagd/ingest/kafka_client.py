@@ -13,13 +13,13 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
 
-from lagd import logs
-from lagd.backoff import Backoff, describe_error
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import IngestCounters
 from lagd.ingest.diagnose import diagnose
 from lagd.ingest.kafka_options import client_options
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import IngestCounters
+from lagd.runtime import logs
+from lagd.runtime.backoff import Backoff, describe_error
 
 log = logs.get(__name__)
 
@@ -95,7 +95,7 @@ async def reconnecting(
     backoff: Backoff | None = None,
 ) -> None:
     """Run `session` until `stop` is set; after a failure, count it and retry with capped,
-    jittered backoff (lagd.backoff), reset by a session that ends cleanly or ran a while. The
+    jittered backoff (lagd.runtime.backoff), reset by a session that ends cleanly or ran a while. The
     first failure of an outage is logged at once, then one line every 30 s or so with the
     attempt count. Every reader of a cluster (offsets topic, admin polling, log-end sampler)
     survives broker outages this way.

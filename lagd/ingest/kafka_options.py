@@ -12,7 +12,7 @@ from typing import Any
 
 from aiokafka.helpers import create_ssl_context
 
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
 
 
 def client_options(cluster: ClusterSettings) -> dict[str, Any]:

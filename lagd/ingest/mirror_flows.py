@@ -23,14 +23,14 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import ClusterSettings, MirrorSettings
+from lagd.core.config import ClusterSettings, MirrorSettings
+from lagd.core.model import IngestCounters
 from lagd.evaluate.mirror_flow import FlowLimits, FlowVerdict, FlowWindow, judge_flow
 from lagd.ingest.codec import DecodeError
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_consumer
 from lagd.ingest.mirror_records import decode_checkpoint, decode_heartbeat
-from lagd.model import IngestCounters
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
 
 log = logs.get(__name__)
 

@@ -28,15 +28,15 @@ from aiokafka.errors import TopicAuthorizationFailedError, UnknownTopicOrPartiti
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import Event, GroupMembers, IngestCounters
 from lagd.ingest.admin_poll import Emit, poll_admin
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, start_consumer
 from lagd.ingest.offsets_topic import read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Event, GroupMembers, IngestCounters
-from lagd.turns import Turn, plain_turn
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
+from lagd.runtime.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -238,7 +238,7 @@ async def read_offsets(
     turn: Turn = plain_turn,
 ) -> None:
     """Run the cluster's offsets reader (choosing it first when offsets-source is "auto");
-    the topic reader awaits `turn` between slices of its work (lagd.turns)."""
+    the topic reader awaits `turn` between slices of its work (lagd.runtime.turns)."""
     source: Source
     if cluster.offsets_source == "auto":
         chosen = await _choose(cluster, stop, counters, progress)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from lagd import logs
-from lagd.config import ClusterSettings
-from lagd.model import IngestCounters
+from lagd.core.config import ClusterSettings
+from lagd.core.model import IngestCounters
+from lagd.runtime import logs
 
 log = logs.get(__name__)
 

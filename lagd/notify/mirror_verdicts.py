@@ -14,14 +14,14 @@ from collections.abc import Mapping
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import MirrorSettings
+from lagd.core.config import MirrorSettings
+from lagd.core.model import GroupStatus
 from lagd.db import schema
 from lagd.evaluate.mirror_flow import FlowVerdict
-from lagd.model import GroupStatus
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
 
 log = logs.get(__name__)
 
@@ -114,7 +114,7 @@ async def watch_mirrors(
 ) -> None:
     """Feeds changed mirror verdicts (written by `lagd jobs mirrors`, and the MM2 flows' in
     `flows`, which the flow readers keep current) to the incident engine,
-    each change at the time `clock` (lagd.clock) reads when its pass starts.
+    each change at the time `clock` (lagd.runtime.clock) reads when its pass starts.
 
     A database error or hang is logged and the read retried on the next round; never fatal.
     """

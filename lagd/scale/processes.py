@@ -17,8 +17,8 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from lagd import logs, sdnotify
-from lagd.config import Settings
+from lagd.core.config import Settings
+from lagd.runtime import logs, sdnotify
 
 log = logs.get("lagd.workers")
 

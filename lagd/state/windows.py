@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lagd import compiled
-from lagd.model import (
+from lagd.core.model import (
     Commit,
     Event,
     GroupDeleted,
@@ -36,7 +35,8 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
-from lagd.ruleset import BURROW, RuleSet
+from lagd.core.ruleset import BURROW, RuleSet
+from lagd.runtime import compiled
 from lagd.state.changes import Changes, LogEndRow, PartitionKey, WindowKey, forget_groups
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
@@ -50,7 +50,7 @@ LAST = -FIELDS  # the newest entry's base index
 PREV = -2 * FIELDS  # the second newest entry's
 
 # The usual commit applied compiled (State.apply_many), or None where the Python applies it: not
-# built (lagd.compiled), or built for another layout than the one above.
+# built (lagd.runtime.compiled), or built for another layout than the one above.
 _apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
 _apply_commits: Callable[..., int] | None = (
     _apply.apply_commits if _apply is not None and _apply.LAYOUT == (FIELDS, OFFSET, ORDER, TS, OBSERVED, LAG) else None

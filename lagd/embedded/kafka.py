@@ -7,7 +7,7 @@ and `start_kafka` runs one broker, or several with combined broker and controlle
 a JVM with a small heap. The tools (`kafka-consumer-groups` is `ConsumerGroupCommand`) run
 from the same jars, so the ground truth a test compares lagd with is Kafka's own.
 
-`python -m lagd.embedded_kafka fetch` fills the cache for the pinned versions and MirrorMaker 2
+`python -m lagd.embedded.kafka fetch` fills the cache for the pinned versions and MirrorMaker 2
 (make test does).
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from lagd.embedded import ServiceError, free_low_port, port_open
+from lagd.embedded.services import ServiceError, free_low_port, port_open
 
 # The current line, which most tests run on, and the older line kept runnable for compatibility.
 KAFKA_VERSION = "4.4.0"
@@ -514,7 +514,7 @@ def _wait_ready(cluster: KafkaCluster, timeout: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "fetch":
-        print("usage: python -m lagd.embedded_kafka fetch [VERSION ...]", file=sys.stderr)
+        print("usage: python -m lagd.embedded.kafka fetch [VERSION ...]", file=sys.stderr)
         return 2
     try:
         for version in args[1:] or VERSIONS:

@@ -6,9 +6,9 @@ rules with the same knobs.
 
 from __future__ import annotations
 
-from lagd.config import Settings
+from lagd.core.config import Settings
+from lagd.core.ruleset import RuleSet, rule_set
 from lagd.evaluate.verdicts import Evaluator
-from lagd.ruleset import RuleSet, rule_set
 from lagd.state.windows import State
 
 

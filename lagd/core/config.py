@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from lagd.core.ruleset import rule_set
 from lagd.evaluate.native import NO_EXTENSIONS
-from lagd.ruleset import rule_set
 
 
 class ConfigError(ValueError):
