@@ -175,3 +175,24 @@ def test_no_import_cycle() -> None:
         "import cycles in lagd (break each by moving what both sides share into a module of its own):\n"
         + ("\n".join(" -> ".join(cycle) for cycle in found))
     )
+
+
+# lagd's entry points: `python -m lagd`, the `lagd` command (pyproject's [project.scripts]), and
+# the subcommands that are a module each: `lagd run` (daemon), `lagd demo`, `lagd replay`.
+ENTRY_POINTS = {"lagd.__main__", "lagd.cli", "lagd.daemon", "lagd.demo", "lagd.replay"}
+
+
+def test_every_top_level_module_is_an_entry_point_or_a_package() -> None:
+    """Everything else lives in a package named for its job (runtime, core, evaluate, ...)."""
+    top = {path.stem for path in ROOT.glob("*.py") if path.name != "__init__.py"}
+    assert {f"lagd.{name}" for name in top} <= ENTRY_POINTS, (
+        f"top-level modules of lagd/ that are no entry point: {sorted(top - {e[5:] for e in ENTRY_POINTS})}: "
+        "move each into the package of its job (lagd/runtime/, lagd/core/, ...)"
+    )
+    graph = import_graph()
+    assert "lagd.cli" in graph["lagd.__main__"]
+    assert ENTRY_POINTS - {"lagd.__main__", "lagd.cli"} <= graph["lagd.cli"], (
+        "a subcommand's module the CLI does not run"
+    )
+    pyproject = ROOT.parent.joinpath("pyproject.toml").read_text()
+    assert 'lagd = "lagd.cli:main"' in pyproject
