@@ -83,7 +83,9 @@ class CompileExtensions(BuildHookInterface):  # type: ignore[misc]
 
     def _compile(self, root: Path, link: list[str], source: Path, target: Path) -> bool:
         """Compile one source into its extension beside it; False (and a warning) where that fails."""
-        digest = hashlib.sha1((root / source).read_bytes()).hexdigest()  # lagd.compiled refuses another source's build
+        digest = hashlib.sha1(
+            (root / source).read_bytes()
+        ).hexdigest()  # lagd.runtime.compiled refuses another source's build
         command = [
             *link,
             # the packager's flags, then lagd's, which hold where they disagree

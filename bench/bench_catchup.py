@@ -53,6 +53,27 @@ requests share the daemon's loop; Burrow keeps everything in memory and writes n
 lagd also writes its windows to Postgres (whose CPU is not counted). The bench process
 itself and the shim share the 2 cores with the daemon under test.
 Run: `python -m bench.bench_catchup [--groups 2000] [--partitions 50] [--rounds 3] [--no-burrow]`.
+
+The Kafka variant (`--kafka`, issue 49): the same measuring on a real Apache Kafka (the pinned
+4.x, or `--kafka-version 3.9.1`; one KRaft node from lagd.embedded.kafka, 50 offsets
+partitions) whose `__consumer_offsets` real clients filled (bench/kafka_fill.py: one aiokafka
+consumer per group joins its group, commits its 50 partitions 5 times and leaves; the group
+coordinator writes every record, in its own record versions, and the group metadata of every
+join and leave besides; then one marker commit per offsets partition, checked to be that
+partition's last record). With the defaults that is 500,050 offset commits among about 506,000
+records; the figures count every record of the topic, since a reader reads them all. Filled
+anew each run (nothing cached), the fill's time printed. Kafka advertises the shim's port, so
+lagd, Burrow and the fill reach it through the shim as on Tansu (Kafka 4 removed ListOffsets v0
+too). lagd runs as above (notify on when a Mosquitto listens on :1883, as there); Postgres is the
+local one when it listens, else one private PostgreSQL (fsync off) for the whole run. Every figure of this
+variant is printed with `[Kafka VERSION]` before it, the Tansu variant's with `[Tansu]` on its
+first line. Burrow runs as above; one that has not caught up after `--burrow-timeout` seconds
+is given up (and not run again in later rounds), and what its log said is printed counted by
+message: Burrow 1.2.1 decodes offset commit values v0, v1 and v3 and group metadata values v0
+and v1 only, so on Kafka 4.4.0 (commit values v4) it rejects every commit. No target is judged
+on this variant: issue 13's are judged on the Tansu one.
+Run: `python -m bench.bench_catchup --kafka [--kafka-version V] [--groups 2000] [--rounds 3]
+[--fill-procs 4] [--fill-concurrency 50] [--burrow-timeout 180]`.
 """
 
 from __future__ import annotations
@@ -82,8 +103,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import target
-from lagd import embedded
 from lagd.db.migrate import upgrade
+from lagd.embedded import services as embedded
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,6 +279,7 @@ class Run:
     connect_errors: int = 0
     completed: bool = False
     shim_cpu_s: float = 0.0
+    last_note: str = ""  # the completion test's last word (what a run that did not complete still lacked)
 
 
 async def _latency_client(base: str, groups: int, done: asyncio.Event, run: Run, started: float) -> None:
@@ -363,6 +385,7 @@ async def measure(
                     run.shim_cpu_s = cpu_seconds(shim_pid) - shim_cpu0
                     run.completed = True
                     break
+                run.last_note = note
                 if now - last_note >= SCRAPE_S:
                     last_note = now
                     # lagd's progress from /metrics, scraped as often as Prometheus commonly does
@@ -396,9 +419,10 @@ async def measure(
 # --- lagd -----------------------------------------------------------------------------
 
 
-def fresh_database() -> tuple[str, str, str]:
-    """(lagd's database URL, the admin URL, the name) of a new, migrated database."""
-    pg = embedded.system_postgres() or embedded.start_private_postgres()
+def fresh_database(pg: embedded.Postgres | None = None) -> tuple[str, str, str]:
+    """(lagd's database URL, the admin URL, the name) of a new, migrated database on `pg`
+    (else the local server, else a private one)."""
+    pg = pg or embedded.system_postgres() or embedded.start_private_postgres()
     name = f"lagd_bench_{uuid.uuid4().hex[:8]}"
     conn = psycopg2.connect(pg.url)
     conn.autocommit = True
@@ -445,8 +469,11 @@ client-id = "lagd-bench-{tag}"
 {extra}"""
 
 
-async def run_lagd(bootstrap: str, info: Input, shim_pid: int, workdir: Path) -> Run:
-    url, admin_url, dbname = fresh_database()
+async def run_lagd(
+    bootstrap: str, info: Input, shim_pid: int, workdir: Path, pg: embedded.Postgres | None = None
+) -> Run:
+    """One catch-up of lagd, its database on `pg` when given (see fresh_database)."""
+    url, admin_url, dbname = fresh_database(pg)
     port = free_port()
     mqtt = "mqtt://127.0.0.1:1883" if embedded.port_open("127.0.0.1", 1883) else ""
     tag = uuid.uuid4().hex[:6]
@@ -508,7 +535,9 @@ def start_zookeeper(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     raise RuntimeError(f"ZooKeeper on port {port} does not serve (log: {zk / 'zk.log'})")
 
 
-async def run_burrow(exe: str, bootstrap: str, info: Input, shim_pid: int, workdir: Path) -> Run:
+async def run_burrow(
+    exe: str, bootstrap: str, info: Input, shim_pid: int, workdir: Path, timeout: float = 600.0
+) -> Run:
     zk, zk_port = start_zookeeper(workdir)
     try:
         port = free_port()
@@ -572,6 +601,7 @@ expire-cache = 10
             shim_pid,
             cwd=conf,
             log=conf / "burrow.out",
+            timeout=timeout,
         )
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -590,21 +620,29 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(len(s) * q))]
 
 
-def report(r: Run, records: int) -> None:
+def report(r: Run, records: int, label: str = "") -> None:
+    """One run's figures; `label` (the broker) before each line when given."""
     rps = records / r.seconds
     per_cpu = records / r.cpu_s if r.cpu_s else float("nan")
     state = "" if r.completed else " (DID NOT COMPLETE: figures at the time limit)"
-    print(f"{r.name}: caught up on {records:,} records in {r.seconds:.2f} s from process start{state}")
+    name = f"{label} {r.name}" if label else r.name
+    if label and not r.completed:  # the Kafka variant: no rate for a run that did not catch up
+        print(
+            f"{name}: did NOT catch up within {r.seconds:.0f} s ({r.last_note}); meanwhile {r.cpu_s:.2f} CPU-s, "
+            f"peak RSS {r.peak_rss_mb:,.0f} MB; HTTP up after {r.startup_s:.2f} s"
+        )
+        return
+    print(f"{name}: caught up on {records:,} records in {r.seconds:.2f} s from process start{state}")
     print(
-        f"{r.name}: {rps:,.0f} records/s; {r.cpu_s:.2f} CPU-s ({per_cpu:,.0f} records per CPU-second); "
+        f"{name}: {rps:,.0f} records/s; {r.cpu_s:.2f} CPU-s ({per_cpu:,.0f} records per CPU-second); "
         f"peak RSS {r.peak_rss_mb:,.0f} MB; HTTP up after {r.startup_s:.2f} s"
     )
     print(
-        f"{r.name}: /lag during catch-up: max {max(r.latencies_ms, default=float('nan')):,.1f} ms, "
+        f"{name}: /lag during catch-up: max {max(r.latencies_ms, default=float('nan')):,.1f} ms, "
         f"p99 {pct(r.latencies_ms, 0.99):,.1f} ms, p50 {pct(r.latencies_ms, 0.5):,.1f} ms "
         f"({len(r.latencies_ms)} requests, {r.connect_errors} failed)"
     )
-    print(f"{r.name}: kafka_shim CPU meanwhile {r.shim_cpu_s:.2f} s (not counted above)")
+    print(f"{name}: kafka_shim CPU meanwhile {r.shim_cpu_s:.2f} s (not counted above)")
 
 
 def judge_rounds(rounds: list[dict[str, Run]]) -> None:
@@ -648,8 +686,14 @@ async def main_async(a: argparse.Namespace) -> None:
         sys.stderr,
         ROOT,
     )
+    private_pg: embedded.Postgres | None = None
     try:
         embedded.wait_port("127.0.0.1", shim_port, 20, shim)  # type: ignore[arg-type]
+        # one private server for every round when none listens (a fresh database each round):
+        # one started per round outlived the bench
+        pg = embedded.system_postgres()
+        if pg is None:
+            pg = private_pg = embedded.start_private_postgres()
         bootstrap = f"127.0.0.1:{shim_port}"
         info = await fill(bootstrap, a.groups, a.partitions)
         burrow = burrow_binary()
@@ -669,7 +713,7 @@ async def main_async(a: argparse.Namespace) -> None:
                 where.mkdir()
                 print(f"round {i + 1} of {a.rounds}: {name}")
                 if name == "lagd":
-                    runs[name] = await run_lagd(bootstrap, info, shim.pid, where)
+                    runs[name] = await run_lagd(bootstrap, info, shim.pid, where, pg=pg)
                 else:
                     runs[name] = await run_burrow(burrow or "", bootstrap, info, shim.pid, where)
                 report(runs[name], info.records)
@@ -681,6 +725,170 @@ async def main_async(a: argparse.Namespace) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             shim.wait(5)
         broker.stop()
+        if private_pg is not None:
+            private_pg.stop()
+        if not a.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            say(f"kept {workdir}")
+
+
+# --- the Kafka variant -----------------------------------------------------------------
+
+
+def burrow_log_summary(conf: Path, top: int = 6) -> list[str]:
+    """What Burrow logged (warn and above), counted by message and reason, and how many offsets-topic
+    records its lines name and over what span: the finding when it does not catch up. Burrow 1.2.1
+    logs JSON lines (zap) to burrow.log and rotates it at 100 MB into burrow-TIME.log, which are
+    read too; a line that is not JSON is counted whole."""
+    counts: dict[str, int] = {}
+    seen: set[tuple[int, int]] = set()
+    stamps: list[float] = []
+    for path in [*sorted(conf.glob("burrow-*.log")), conf / "burrow.log"]:
+        with contextlib.suppress(OSError), path.open(errors="replace") as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                    keep = ("level", "msg", "message_type", "reason", "version", "error")
+                    what = ", ".join(f"{k}={entry[k]}" for k in keep if k in entry)
+                    if "offset_partition" in entry and "offset_offset" in entry:
+                        seen.add((entry["offset_partition"], entry["offset_offset"]))
+                        stamps.append(float(entry.get("ts", 0.0)))
+                except (ValueError, TypeError, AttributeError):
+                    what = line.strip()[:200]
+                counts[what] = counts.get(what, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    lines = [f"{n:,} x {what}" for what, n in ranked[:top]]
+    if len(ranked) > top:
+        lines.append(f"... and {len(ranked) - top} other kinds of line")
+    if seen:
+        lines.append(
+            f"its lines name {len(seen):,} distinct offsets-topic records, the first to the last "
+            f"{max(stamps) - min(stamps):.1f} s apart"
+        )
+    return lines
+
+
+def judge_kafka(rounds: list[dict[str, Run]], records: int, label: str) -> None:
+    """lagd's figures over the rounds (median), and Burrow's beside them where it caught up. No
+    target: issue 13's targets are judged on the Tansu variant, whose input is the same for both."""
+    done = [r["lagd"] for r in rounds if r["lagd"].completed]
+    if done:
+        rps = statistics.median(records / r.seconds for r in done)
+        per_cpu = statistics.median(records / r.cpu_s for r in done)
+        print(
+            f"{label} lagd, median of {len(done)} rounds: {rps:,.0f} records/s, {per_cpu:,.0f} records per "
+            f"CPU-second (rounds: {', '.join(f'{records / r.seconds:,.0f}' for r in done)} records/s)"
+        )
+    ratios: list[tuple[float, float, float]] = []
+    for i, runs in enumerate(rounds):
+        b, mine = runs.get("burrow"), runs["lagd"]
+        if b and b.completed and mine.completed:
+            ratio = (b.seconds / mine.seconds, b.cpu_s / mine.cpu_s, mine.peak_rss_mb / b.peak_rss_mb)
+            ratios.append(ratio)
+            print(
+                f"{label} round {i + 1}: ratios lagd/Burrow: records/s {ratio[0]:.2f}x, records per "
+                f"CPU-second {ratio[1]:.2f}x, peak RSS {ratio[2]:.2f}x"
+            )
+    if ratios:
+        rps_x, cpu_x, rss_x = (statistics.median(r[k] for r in ratios) for k in range(3))
+        print(
+            f"{label} ratios lagd/Burrow, median of {len(ratios)} rounds: records/s {rps_x:.2f}x, records per "
+            f"CPU-second {cpu_x:.2f}x, peak RSS {rss_x:.2f}x"
+        )
+    for i, runs in enumerate(rounds):
+        for name, r in runs.items():
+            if not r.completed:
+                print(f"{label} round {i + 1}: {name} did not catch up ({r.last_note})")
+
+
+async def main_async_kafka(a: argparse.Namespace) -> None:
+    """The Kafka variant: a real Apache Kafka broker, its __consumer_offsets filled by real
+    clients (bench/kafka_fill.py), read by lagd and Burrow as in the Tansu variant."""
+    from bench import kafka_fill
+    from lagd.embedded import kafka as embedded_kafka
+
+    label = f"[Kafka {a.kafka_version}]"
+    workdir = Path(tempfile.mkdtemp(prefix="lagd-bench-catchup-kafka-"))
+    started: list[Any] = []  # what this run started, stopped at the end in reverse
+    try:
+        pg = embedded.system_postgres()
+        if pg is None:
+            pg = embedded.start_private_postgres()
+            started.append(pg)
+        kafka_port, shim_port = free_port(), free_port()
+        shim = spawn(
+            [sys.executable, "-m", "bench.kafka_shim", "--listen", f"127.0.0.1:{shim_port}",
+             "--upstream", f"127.0.0.1:{kafka_port}"],
+            sys.stderr, ROOT,
+        )  # fmt: skip
+        embedded.wait_port("127.0.0.1", shim_port, 20, shim)  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        say(f"kafka: starting Apache Kafka {a.kafka_version} (one KRaft node, {OFFSETS_PARTITIONS} offsets partitions)")
+        cluster = embedded_kafka.start_kafka(
+            version=a.kafka_version,
+            offsets_partitions=OFFSETS_PARTITIONS,
+            client_ports=[kafka_port],
+            broker_properties={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{shim_port}"},
+        )
+        started.append(cluster)
+        say(
+            f"kafka: up in {time.perf_counter() - t0:.1f} s on 127.0.0.1:{kafka_port}, advertised via the shim {shim_port}"
+        )
+        bootstrap = f"127.0.0.1:{shim_port}"
+        filled = await kafka_fill.fill(bootstrap, a.groups, a.partitions, a.fill_procs, a.fill_concurrency)
+        info = Input(records=filled.records, groups=filled.groups, markers=filled.markers)
+        print(
+            f"{label} broker: Apache Kafka {a.kafka_version}, one KRaft node; __consumer_offsets written by its group "
+            f"coordinator for {filled.groups:,} aiokafka consumers: {filled.records:,} records, {filled.commits:,} of "
+            f"them offset commits, the rest group metadata (joins and leaves)"
+        )
+        print(
+            f"{label} fill: {filled.seconds:.1f} s in all, the commits {filled.commit_seconds:.1f} s "
+            f"({(filled.commits - len(filled.markers)) / filled.commit_seconds:,.0f} commits/s by "
+            f"{a.fill_procs} processes of {a.fill_concurrency} consumers at a time)"
+        )
+        burrow = burrow_binary()
+        if a.no_burrow:
+            print(f"{label} burrow: not run (--no-burrow)")
+        elif not burrow:
+            print(
+                f"{label} burrow: not run: Burrow or ZooKeeper is not installed here (apt-get install burrow zookeeper)"
+            )
+        rounds: list[dict[str, Run]] = []
+        burrow_failed = False
+        for i in range(a.rounds):
+            names = ["lagd", "burrow"] if i % 2 == 0 else ["burrow", "lagd"]
+            runs: dict[str, Run] = {}
+            for name in names:
+                if name == "burrow" and (a.no_burrow or not burrow):
+                    continue
+                if name == "burrow" and burrow_failed:
+                    print(f"{label} round {i + 1} of {a.rounds}: burrow not run again (it did not catch up before)")
+                    continue
+                where = workdir / f"{name}-{i + 1}"
+                where.mkdir()
+                print(f"{label} round {i + 1} of {a.rounds}: {name}")
+                if name == "lagd":
+                    runs[name] = await run_lagd(bootstrap, info, shim.pid, where, pg=pg)
+                else:
+                    runs[name] = await run_burrow(
+                        burrow or "", bootstrap, info, shim.pid, where, timeout=a.burrow_timeout
+                    )
+                report(runs[name], info.records, label)
+                if name == "burrow" and not runs[name].completed:
+                    burrow_failed = True
+                    print(f"{label} burrow: after {a.burrow_timeout:.0f} s: {runs[name].last_note}; its log said:")
+                    for line in burrow_log_summary(where / "burrow"):
+                        print(f"{label} burrow:   {line}")
+            rounds.append(runs)
+        judge_kafka(rounds, info.records, label)
+    finally:
+        for thing in reversed(started):
+            thing.stop()
+        with contextlib.suppress(NameError, ProcessLookupError):
+            os.killpg(shim.pid, signal.SIGTERM)
+            shim.wait(5)
         if not a.keep:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
@@ -694,7 +902,26 @@ def main() -> None:
     ap.add_argument("--no-burrow", action="store_true", help="measure lagd alone")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of lagd and Burrow (median judged)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, configs)")
-    asyncio.run(main_async(ap.parse_args()))
+    ap.add_argument(
+        "--kafka", action="store_true", help="on a real Apache Kafka filled by real clients instead of Tansu"
+    )
+    ap.add_argument("--kafka-version", default=None, help="with --kafka: the Kafka version (default: the pinned 4.x)")
+    ap.add_argument("--fill-procs", type=int, default=4, help="with --kafka: processes of committing consumers")
+    ap.add_argument(
+        "--fill-concurrency", type=int, default=50, help="with --kafka: consumers at a time in each fill process"
+    )
+    ap.add_argument(
+        "--burrow-timeout", type=float, default=180.0, help="with --kafka: seconds before Burrow's run is given up"
+    )
+    a = ap.parse_args()
+    if a.kafka:
+        from lagd.embedded.kafka import KAFKA_VERSION
+
+        a.kafka_version = a.kafka_version or KAFKA_VERSION
+        asyncio.run(main_async_kafka(a))
+    else:
+        print("[Tansu] broker: Tansu (memory storage); __consumer_offsets written by lagd.sim.encode")
+        asyncio.run(main_async(a))
 
 
 if __name__ == "__main__":

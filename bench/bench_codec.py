@@ -23,9 +23,9 @@ import time
 from typing import Any
 
 from bench import target
+from lagd.core.model import IngestCounters
 from lagd.ingest.codec import CommitKeys
 from lagd.ingest.records import events_from_record
-from lagd.model import IngestCounters
 from lagd.sim.encode import (
     encode_group_metadata,
     encode_group_tombstone,

@@ -53,7 +53,7 @@ schedstat), and how busy the whole machine was (/proc/stat): that wait counts in
 and latencies like its own work does. It also prints what Postgres wrote to its WAL while
 measuring (pg_stat_wal: MB/s, whole pages, checkpoints on request and on the timer; the whole
 server's, lagd.state.checkpoints says why they matter).
-A full collection (lagd.collector runs one every 300 s, so none falls in the measured time) is
+A full collection (lagd.runtime.collector runs one every 300 s, so none falls in the measured time) is
 timed on the loop after it, over what the daemon then holds: at 1M group-partitions it is the
 loop's longest pause, and the large phase judges it against the stall target too. What it walks
 is what is not frozen, and under load that is mostly changes waiting for Postgres: until
@@ -102,9 +102,11 @@ from bench import target
 from bench.bench_catchup import drop_database, free_port, fresh_database, say
 from bench.lean_get import BadResponse, lean_client
 from bench.steps import StepTimer
-from lagd import collector, daemon, embedded, logs
-from lagd.config import load
+from lagd import daemon
+from lagd.core.config import load
+from lagd.embedded import services as embedded
 from lagd.notify.watch import DUTY, VerdictWatch
+from lagd.runtime import collector, logs
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
 from lagd.state.checkpoints import HAS_CHECKPOINTER_SQL, counters_sql
 
@@ -524,7 +526,7 @@ def cpu_between(a: CpuMark, b: CpuMark) -> tuple[float, float, float]:
 
 
 def full_collection() -> tuple[float, int]:
-    """A full collection timed on the calling thread (the daemon's loop, where lagd.collector runs
+    """A full collection timed on the calling thread (the daemon's loop, where lagd.runtime.collector runs
     one every FULL_EVERY_S), and how many objects the old generation held: the measured 15 s
     hold none of them, and at 1M group-partitions one is the loop's longest pause."""
     objects = len(gc.get_objects(generation=2))
@@ -690,7 +692,7 @@ client-id = "lagd-bench-{tag}"
         f"({len(stalls):,} probes of {PROBE_S * 1000:.0f} ms)"
     )
     print(
-        f"{label}: a full collection on the loop, as lagd.collector runs one every {collector.FULL_EVERY_S:.0f} s (none falls in "
+        f"{label}: a full collection on the loop, as lagd.runtime.collector runs one every {collector.FULL_EVERY_S:.0f} s (none falls in "
         f"the measured time), timed after it: {full_ms:.1f} ms over the {full_objects:,} objects of the old generation"
     )
     print(

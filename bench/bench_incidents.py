@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.notify.incidents import GroupChange, IncidentEngine, Rules
 
 T0 = 1_700_000_000_000

@@ -28,7 +28,7 @@ otherwise) and the scenario's sizes; every trace's drawn parameters are printed.
 consumer commits what it has processed, which trails the log end by up to 1 s of records.
 
 Detectors see the same data at the same 10 s resolution. lagd: its own State and Evaluator,
-built by `lagd.core` from the default settings (`evaluator.rules = "lagd"`, log-end offsets
+built by `lagd.evaluate.build` from the default settings (`evaluator.rules = "lagd"`, log-end offsets
 sampled every 10 s, the default offset-refresh), each commit applied when it happens, every
 group judged every second as the daemon's verdict scan does; an alert is a group status
 WARN or ERR. Two more lagd runs are reported and not in the targets: Burrow's rules
@@ -69,10 +69,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench import target
-from lagd.config import EvaluatorSettings, Settings
-from lagd.core import build_core, build_evaluator, build_state
+from lagd.core.config import EvaluatorSettings, Settings
+from lagd.core.model import Commit, GroupStatus, LogEndSample
 from lagd.evaluate import Evaluator
-from lagd.model import Commit, GroupStatus, LogEndSample
+from lagd.evaluate.build import build_core, build_evaluator, build_state
 from lagd.state.windows import State
 
 CLUSTER, GROUP, TOPIC = "quality", "consumer", "events"

@@ -17,11 +17,11 @@ import uuid
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from lagd import embedded
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import Commit, Event, IngestCounters
+from lagd.embedded import services as embedded
 from lagd.ingest.offsets_topic import read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, Event, IngestCounters
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
 
 PARTITIONS = 50

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import target
-from lagd.config import Settings
+from lagd.core.config import Settings
 from lagd.replay import parse_trace, replay
 
 T0 = 1_790_000_000_000

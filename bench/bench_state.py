@@ -52,10 +52,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import target
-from lagd import collector
+from lagd.core.model import Commit
+from lagd.core.ruleset import LAGD, rule_set
 from lagd.evaluate import Evaluator, native
 from lagd.evaluate.snapshot import Snapshots
-from lagd.model import Commit
+from lagd.runtime import collector
 from lagd.state.windows import State
 
 CLUSTER = "bench"
@@ -167,7 +168,7 @@ def run(groups: int = 1000, partitions: int = 1000, commits: int = 1_000_000, ev
     figures: dict[str, float] = {}
     for rules in ("lagd", "burrow"):
         for phase in ("cold", "warm") if rules == "lagd" else ("",):
-            evaluator = Evaluator(state, cache_ttl_ms=0, rules=rules)
+            evaluator = Evaluator(state, cache_ttl_ms=0, rules=rule_set(rules))
             if phase == "warm":
                 for k in range(min(evals, groups)):
                     evaluator.group(CLUSTER, f"group-{k % groups:05d}", now - 1000)
@@ -198,7 +199,7 @@ def run(groups: int = 1000, partitions: int = 1000, commits: int = 1_000_000, ev
                 q50,
                 q99,
             )
-    evaluator = Evaluator(state, cache_ttl_ms=0, rules="lagd")
+    evaluator = Evaluator(state, cache_ttl_ms=0, rules=LAGD)
     # A healthy group: every partition caught up (no rule to run, no lag in time), lagd's rules.
     healthy = "group-00001"
     for topic in topic_names(1):
@@ -257,7 +258,7 @@ def run(groups: int = 1000, partitions: int = 1000, commits: int = 1_000_000, ev
     # was needed, and the verdict watch's snapshot for the list pages. Every partition here is
     # lagging, so every trend is kept: the most it costs. Traced (tracemalloc) over the first
     # JUDGED groups, judged once each.
-    evaluator = Evaluator(state, cache_ttl_ms=0, rules="lagd")
+    evaluator = Evaluator(state, cache_ttl_ms=0, rules=LAGD)
     snapshots = Snapshots()
     judged = min(JUDGED, groups)
     gc.collect()

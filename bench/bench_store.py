@@ -35,8 +35,8 @@ import psycopg2  # type: ignore[import-untyped]
 
 from bench import target
 from bench.bench_http import WalMark
+from lagd.core.model import WindowEntry
 from lagd.db.migrate import upgrade
-from lagd.model import WindowEntry
 from lagd.state import persister
 from lagd.state.changes import Changes, CommitRows
 from lagd.state.persister import WriteBehind

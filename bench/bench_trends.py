@@ -25,8 +25,8 @@ from typing import Any
 import psycopg2  # type: ignore[import-untyped]
 
 from bench import target
-from lagd import logs
 from lagd.db.migrate import upgrade
+from lagd.runtime import logs
 
 T0 = 1_800_000_000_000
 KEYS = 1000  # group-partitions

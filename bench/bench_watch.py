@@ -41,12 +41,12 @@ import statistics
 import time
 from collections.abc import Iterator
 
-from lagd import collector
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import Commit, LogEndSample
 from lagd.evaluate import Evaluator
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
-from lagd.model import Commit, LogEndSample
 from lagd.notify.watch import VerdictWatch
+from lagd.runtime import collector
 from lagd.state.windows import State
 
 CLUSTER = "bench"

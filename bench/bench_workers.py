@@ -32,7 +32,7 @@ itself) is the failover time. The supervisor starts the killed worker again afte
 so the groups may land on it or on the survivor, whichever the rebalance gives them to.
 
 `--broker kafka` (issue 49, "Workers on the real group protocol"): the same runs on Apache
-Kafka itself (lagd.embedded_kafka, one KRaft node, 50 offsets partitions, Kafka's default
+Kafka itself (lagd.embedded.kafka, one KRaft node, 50 offsets partitions, Kafka's default
 `group.initial.rebalance.delay.ms` of 3 s where the tests' brokers use 0), whose group
 coordinator wrote every record of `__consumer_offsets` (fill_kafka: 1,000 groups x 50
 partitions x 5 commits by default, 250,050 records) and whose group protocol assigns the
@@ -103,8 +103,8 @@ from bench.bench_catchup import (
     topic_of,
 )
 from bench.bench_catchup import group_name as bench_group
-from lagd import embedded
 from lagd.db.migrate import upgrade
+from lagd.embedded import services as embedded
 from lagd.state.windows import offsets_partition
 
 SESSION_TIMEOUT_S = 6.0
@@ -537,7 +537,7 @@ async def main_async(a: argparse.Namespace) -> None:
     stops: list[Any] = []
     try:
         if a.broker == "kafka":
-            from lagd.embedded_kafka import KAFKA_VERSION, start_kafka
+            from lagd.embedded.kafka import KAFKA_VERSION, start_kafka
 
             say(f"starting Apache Kafka {KAFKA_VERSION} (one KRaft node, {OFFSETS_PARTITIONS} offsets partitions)")
             # Kafka's own default for the first join's delay (3 s), which the tests' brokers set to 0 for speed:

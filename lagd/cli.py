@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from lagd import __version__
-from lagd.config import ConfigError, Settings, load
+from lagd.core.config import ConfigError, Settings, load
 
 DEFAULT_CONFIG = os.environ.get("LAGD_CONFIG", "/etc/lagd/lagd.toml")
 
@@ -63,7 +63,7 @@ def load_daemon() -> Callable[..., Coroutine[Any, Any, int]]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
-    from lagd import logs
+    from lagd.runtime import logs
 
     logs.configure(settings.log.level, settings.log.format)
     # From here on every line is a log event (one JSON object in the JSON format), failures too.
@@ -76,7 +76,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         return asyncio.run(supervise(settings, args.config, migrate=args.migrate))
     run = load_daemon()
-    from lagd import collector
+    from lagd.runtime import collector
 
     collector.tune()
     try:
@@ -102,15 +102,15 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
-    from lagd.db.migrate import upgrade
+    from lagd.db.migrate import migration_summary, upgrade
 
     try:
-        upgrade(settings.storage.database_url.reveal(), args.revision)
+        before, after = upgrade(settings.storage.database_url.reveal(), args.revision)
     except Exception as exc:  # the operator needs the reason, not a traceback
         print(f"lagd: database upgrade failed: {exc.__class__.__name__}: {exc}".splitlines()[0], file=sys.stderr)
         print("check storage.database-url and that the database exists and accepts connections", file=sys.stderr)
         return 1
-    print(f"database at {args.revision}")
+    print(migration_summary(before, after))
     return 0
 
 
@@ -141,7 +141,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     settings = _load_or_exit(args.config)
     import importlib.util
 
-    from lagd import logs
+    from lagd.runtime import logs
 
     logs.configure(settings.log.level, settings.log.format)  # as `lagd run`: [log] format and level
 

@@ -23,21 +23,19 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import collector, logs, sdnotify
-from lagd.backoff import Backoff, describe_error
-from lagd.clock import Clock, wall_ms
-from lagd.config import ConfigError, Settings, load
-from lagd.core import build_core
+from lagd.core.config import ConfigError, Settings, load
+from lagd.core.model import Event, IngestCounters
 from lagd.evaluate import Evaluator, native
+from lagd.evaluate.build import build_core
 from lagd.evaluate.snapshot import Snapshots
-from lagd.http.app import Health, HttpContext, bound_port, start_http
+from lagd.http.app import bound_port, start_http
+from lagd.http.context import Health, HttpContext
 from lagd.ingest.log_end import sample_log_ends
+from lagd.ingest.mirror_flows import MirrorFlows, mm2_alias, watch_mirror_flow
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.share_groups import ShareGroups, poll_share_groups
 from lagd.ingest.source import read_offsets
-from lagd.loop_lag import LoopLag, watch_loop
-from lagd.model import Event, IngestCounters
 from lagd.notify import outbox
 from lagd.notify.delivery import SinkStatus, run_sink
 from lagd.notify.feed import VerdictFeed
@@ -48,6 +46,11 @@ from lagd.notify.notifier import VerdictSource, run_notifier
 from lagd.notify.shared_verdicts import SharedFeed, VerdictPublisher, flush_verdicts
 from lagd.notify.sinks import status_page_url
 from lagd.notify.watch import VerdictWatch, cluster_member
+from lagd.runtime import collector, logs, sdnotify
+from lagd.runtime.backoff import Backoff, describe_error
+from lagd.runtime.clock import Clock, wall_ms
+from lagd.runtime.loop_lag import LoopLag, watch_loop
+from lagd.runtime.turns import Turns, plain_turn
 from lagd.scale.handover import WorkerHandover
 from lagd.scale.ownership import Me, OwnerMap
 from lagd.scale.relay import relay_log_ends
@@ -56,7 +59,6 @@ from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.persister import PersisterStatus, WriteBehind
 from lagd.state.store import Store
 from lagd.state.windows import State
-from lagd.turns import Turns, plain_turn
 
 log = logs.get("lagd.daemon")
 
@@ -65,7 +67,7 @@ EVENT_QUEUE_BATCHES = (
 )
 APPLY_SLICE = 500  # events applied between two turns of the event loop (about 1.5 ms)
 # Batches queued behind the one applied from which apply has fallen behind and takes its turns
-# at once, not after waiting requests (lagd.turns): half the queue, 2,500 events at most, an
+# at once, not after waiting requests (lagd.runtime.turns): half the queue, 2,500 events at most, an
 # eighth of a second under 20,000 commits/s.
 APPLY_BEHIND_BATCHES = EVENT_QUEUE_BATCHES // 2
 STOP_BUDGET_S = 4.0  # everything must be down within 5 s of SIGTERM
@@ -88,10 +90,11 @@ class Runtime:
     progress: dict[str, Any] = field(default_factory=dict)
     persist_wake: asyncio.Event = field(default_factory=asyncio.Event)
     assignments: dict[str, Assignment] = field(default_factory=dict)  # workers: cluster -> owned offsets partitions
-    clock: Clock = wall_ms  # the one clock every part reads "now" from (lagd.clock)
-    # HTTP requests first: the background loops leave their turns to requests waiting (lagd.turns)
+    clock: Clock = wall_ms  # the one clock every part reads "now" from (lagd.runtime.clock)
+    # HTTP requests first: the background loops leave their turns to requests waiting (lagd.runtime.turns)
     turns: Turns = field(default_factory=Turns)
     share_groups: ShareGroups = field(default_factory=ShareGroups)  # shown, not judged (lagd.ingest.share_groups)
+    mirror_flows: MirrorFlows = field(default_factory=MirrorFlows)  # MM2 flows (lagd.ingest.mirror_flows)
 
     def ready(self) -> bool:
         return self.restored.is_set() and all(getattr(p, "caught_up", False) for p in self.progress.values())
@@ -259,7 +262,7 @@ async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
 
 async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio.Event, hint: str) -> Any:
     """Run `attempt` until it succeeds or stop is set, with capped, jittered backoff
-    (lagd.backoff): the first failure is logged at once, then one line every 30 s or so.
+    (lagd.runtime.backoff): the first failure is logged at once, then one line every 30 s or so.
 
     Each attempt races `stop`, so SIGTERM ends a hung attempt at once; returns None then.
     """
@@ -325,9 +328,10 @@ async def _restore(rt: Runtime, store: Store, migrate: bool) -> dict[tuple[str, 
     """Migrate, then restore. A worker (lagd.scale) restores only log-end samples here: its
     groups come as the consumer group assigns it their offsets partitions."""
     if migrate:
-        from lagd.db.migrate import upgrade  # Alembic: a fifth of start-up, only when migrating
+        from lagd.db.migrate import migration_summary, upgrade  # Alembic: a fifth of start-up, only when migrating
 
-        await _in_thread(upgrade, rt.settings.storage.database_url.reveal())
+        before, after = await _in_thread(upgrade, rt.settings.storage.database_url.reveal())
+        log.info(migration_summary(before, after), from_revision=before, to_revision=after)
     started = time.monotonic()
     if rt.settings.scale.enabled:
         await store.fold_log()  # workers write `windows`: what a single daemon logged goes there first
@@ -432,6 +436,16 @@ def _start_workers(
         spawn(relay, f"log-end-relay-{name}")
 
 
+def _start_mirror_flows(rt: Runtime, spawn: Callable[[Coroutine[Any, Any, None], str], None]) -> None:
+    """A reader of MirrorMaker 2's heartbeats and checkpoints per mirror with an MM2 alias (every
+    worker runs one too: they are two small topics, and each worker answers for every mirror)."""
+    for name, mirror in rt.settings.mirrors.items():
+        if mm2_alias(mirror):
+            target = rt.settings.clusters[mirror.target]
+            flow = watch_mirror_flow(target, mirror, rt.mirror_flows, rt.counters[target.name], rt.stop, clock=rt.clock)
+            spawn(flow, f"mirror-flow-{name}")
+
+
 def _consumed_share(rt: Runtime, cluster: str, assignment: Assignment) -> set[str]:
     """The consumed topics a worker samples itself: its share (the rest come relayed, lagd.scale.relay)."""
     return {t for t in rt.state.consumed_topics(cluster) if assignment.owns(t)}
@@ -467,7 +481,7 @@ async def run(
 ) -> int:
     """Run lagd until SIGTERM/SIGINT (or `stop` is set); returns the exit status.
 
-    `clock` is the one clock every part reads "now" from (lagd.clock): the wall clock unless
+    `clock` is the one clock every part reads "now" from (lagd.runtime.clock): the wall clock unless
     a test drives time itself.
     """
     stop = stop or asyncio.Event()
@@ -527,6 +541,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         snapshots=snapshots,
         turns=rt.turns,
         share_groups=rt.share_groups,
+        mirror_flows=rt.mirror_flows,
     )
     ingest: list[asyncio.Task[None]] = []
     others: list[asyncio.Task[None]] = []
@@ -569,6 +584,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 health.reports_topic = functools.partial(_reports_topic, rt)
             else:
                 _start_readers(rt, positions, spawn_ingest)
+            _start_mirror_flows(rt, spawn_ingest)
             spawn(freeze_when_caught_up(rt), "gc-freeze")
             spawn(collector.pace(turn=rt.turns.turn), "gc-pace")
             spawn(apply_events(rt, wb), "apply")
@@ -590,7 +606,10 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                     notifier_input = shared
             if settings.notify.enabled and changes is not None and notifier_input is not None:
                 if settings.mirrors:
-                    spawn(watch_mirrors(store.engine, settings.mirrors, changes, clock=clock), "mirrors")
+                    mirrors = watch_mirrors(
+                        store.engine, settings.mirrors, changes, clock=clock, flows=rt.mirror_flows.verdicts
+                    )
+                    spawn(mirrors, "mirrors")
                 spawn(
                     run_notifier(
                         store.engine, settings.notify, notifier_input, rt.stop, clock=clock, turn=rt.turns.turn

@@ -26,9 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import aiomqtt
 
-from lagd import logs
-from lagd.config import ConfigError, Settings, parse
-from lagd.embedded import (
+from lagd.core.config import ConfigError, Settings, parse
+from lagd.embedded.services import (
     Postgres,
     Process,
     ServiceError,
@@ -39,6 +38,7 @@ from lagd.embedded import (
     start_tansu,
     system_postgres,
 )
+from lagd.runtime import logs
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 
 log = logs.get(__name__)

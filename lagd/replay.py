@@ -3,7 +3,7 @@
 The contract is shared/spec/replay-format.md. Operators replay a night to see what lagd
 would have said and to tune settings; the quality benchmark and tests score verdicts with
 it. Nothing here judges anything: events go into the State and groups are judged by the
-Evaluator that `lagd.core.build_core` builds for the daemon, so there is no second copy of
+Evaluator that `lagd.evaluate.build.build_core` builds for the daemon, so there is no second copy of
 the rules.
 
 Time comes only from the trace: every `every_ms` of trace time (ticks aligned to the epoch)
@@ -29,12 +29,12 @@ from typing import IO, Any
 
 import psycopg2  # type: ignore[import-untyped]
 
-from lagd.config import ConfigError, Secret, Settings, parse, sync_database_url
-from lagd.core import build_core
-from lagd.evaluate.verdicts import GroupVerdict
+from lagd.core.config import ConfigError, Secret, Settings, parse, sync_database_url
+from lagd.core.model import Commit, GroupStatus, LogEndSample, PartitionStatus
+from lagd.core.times import epoch_ms
+from lagd.evaluate.build import build_core
+from lagd.evaluate.verdict_types import GroupVerdict
 from lagd.ingest.codec import fast_constructor
-from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
-from lagd.times import epoch_ms
 
 # A line's ts may be this much older than the newest ts before it (clocks of the recording
 # hosts, commits and samples written by different threads); anything older is an error.
@@ -342,7 +342,7 @@ def history_events(
 def load_settings(path: str) -> Settings:
     """Evaluator and storage settings from a config file, read and checked as the daemon reads them.
 
-    `lagd.config.load` insists on a cluster because the daemon needs one; a replay needs none,
+    `lagd.core.config.load` insists on a cluster because the daemon needs one; a replay needs none,
     so the daemon-only sections are left out (and unchecked) and a placeholder cluster stands
     in for parse()'s check, then is dropped. LAGD_* overrides of the other sections apply.
     """
@@ -365,7 +365,7 @@ def load_settings(path: str) -> Settings:
 
 
 def parse_time(text: str, flag: str) -> int:
-    """Epoch milliseconds from `--from`/`--to` (lagd.times.epoch_ms), the flag named on error."""
+    """Epoch milliseconds from `--from`/`--to` (lagd.core.times.epoch_ms), the flag named on error."""
     try:
         return epoch_ms(text)
     except ValueError as exc:

@@ -3,7 +3,7 @@ applications, with Kafka's own decoding of each, as regression vectors for lagd'
 
     .venv/bin/python -m tests.capture_group_records [OUT]   # default: tests/data/kafka_<version>_group_records.json
 
-It starts one KRaft node (lagd.embedded_kafka), runs a share group (the Java share consumer),
+It starts one KRaft node (lagd.embedded.kafka), runs a share group (the Java share consumer),
 a Kafka Streams application on the classic protocol and one on the streams group protocol
 (tests/java/Passthrough.java), a classic aiokafka group and a KIP-848 group (the Java
 consumer), then reads every `__consumer_offsets` record of those groups (key and value
@@ -24,7 +24,7 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from lagd.embedded_kafka import KafkaCluster, classpath, java, start_kafka
+from lagd.embedded.kafka import KafkaCluster, classpath, java, start_kafka
 from tests.kafka_groups import (
     commit_classic,
     console_consumer,
@@ -140,7 +140,7 @@ async def capture(out_path: Path | None) -> Path:
             )
         document = {
             "kafka_version": cluster.version,
-            "made_by": "python -m tests.capture_group_records (one KRaft node of lagd.embedded_kafka); the oracle "
+            "made_by": "python -m tests.capture_group_records (one KRaft node of lagd.embedded.kafka); the oracle "
             "(kafka_key, kafka_value) is Kafka's own DumpLogSegments --offsets-decoder on the same segments",
             "captured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "scenarios": SCENARIOS,

@@ -1,6 +1,6 @@
 """Capture the `__consumer_offsets` records a real Apache Kafka writes, as regression vectors.
 
-    python -m tests.capture_kafka_records [VERSION ...]   (default: lagd.embedded_kafka.VERSIONS)
+    python -m tests.capture_kafka_records [VERSION ...]   (default: lagd.embedded.kafka.VERSIONS)
 
 Starts Kafka VERSION (one KRaft node), makes every kind of group it runs with real clients
 (`tests.kafka_groups.every_kind_of_group`) and writes every record of its offsets topic, as a
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from lagd.embedded_kafka import VERSIONS, start_kafka
+from lagd.embedded.kafka import VERSIONS, start_kafka
 from tests.kafka_groups import every_kind_of_group, offsets_topic_records
 
 DATA = Path(__file__).parent / "data"

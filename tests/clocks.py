@@ -1,4 +1,4 @@
-"""A clock for tests: a lagd.clock.Clock that moves only when the test moves it."""
+"""A clock for tests: a lagd.runtime.clock.Clock that moves only when the test moves it."""
 
 from __future__ import annotations
 

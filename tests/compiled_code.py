@@ -1,5 +1,5 @@
 """What the tests of lagd's compiled code share: whether this machine can build it, and what a
-fresh process with LAGD_NO_EXTENSIONS=1 binds (lagd.compiled)."""
+fresh process with LAGD_NO_EXTENSIONS=1 binds (lagd.runtime.compiled)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from lagd.core.model import PartitionStatus
 from lagd.evaluate import PartitionVerdict
-from lagd.model import PartitionStatus
 from lagd.state.windows import NO_LAG
 
 

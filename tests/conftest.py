@@ -16,9 +16,9 @@ from typing import Any
 import psycopg2
 import pytest
 
-from lagd import embedded
 from lagd.db.migrate import upgrade
-from lagd.embedded_kafka import KafkaCluster, start_kafka
+from lagd.embedded import services as embedded
+from lagd.embedded.kafka import KafkaCluster, start_kafka
 
 DATA = Path(__file__).parent / "data"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"

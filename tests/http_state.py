@@ -11,11 +11,12 @@ from typing import Any
 
 from aiohttp import web
 
-from lagd.config import ClusterSettings, HttpSettings, Secret, Settings
+from lagd.core.config import ClusterSettings, HttpSettings, Secret, Settings
+from lagd.core.model import Commit, GroupMembers, LogEndSample, PartitionOwner
 from lagd.evaluate import Evaluator
-from lagd.http.app import Health, HttpContext, bound_port, start_http
+from lagd.http.app import bound_port, start_http
+from lagd.http.context import Health, HttpContext
 from lagd.ingest.share_groups import ShareGroup, ShareGroups, SharePartition
-from lagd.model import Commit, GroupMembers, LogEndSample, PartitionOwner
 from lagd.state.windows import State
 
 CLUSTER = "prod"

@@ -1,4 +1,4 @@
-"""Consumer groups of every kind, made by real clients on a real Apache Kafka (lagd.embedded_kafka).
+"""Consumer groups of every kind, made by real clients on a real Apache Kafka (lagd.embedded.kafka).
 
 Each helper drives a real client so that Kafka's own group coordinator writes the records
 lagd reads: aiokafka for classic groups, static members and transactional offset commits;
@@ -26,8 +26,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-from lagd.embedded import ServiceError
-from lagd.embedded_kafka import KafkaCluster, classpath
+from lagd.embedded.kafka import KafkaCluster, classpath
+from lagd.embedded.services import ServiceError
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1, **client: Any) -> None:
@@ -190,16 +190,16 @@ def _javac() -> str:
 def java_classes(cluster: KafkaCluster) -> Path:
     """tests/java/*.java compiled with javac against `cluster`'s own jars, once per cluster."""
     out = cluster.workdir / "test-classes"
+    programs = sorted(JAVA_SOURCES.glob("*.java"))
     with _COMPILE:
-        if not (out / ".complete").exists():
-            sources = [str(p) for p in sorted(JAVA_SOURCES.glob("*.java"))]
+        if not all((out / f"{p.stem}.class").exists() for p in programs):
+            sources = [str(p) for p in programs]
             done = subprocess.run(
                 [_javac(), "-d", str(out), "-cp", classpath(cluster.version), *sources],
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
             if done.returncode != 0:
                 raise ServiceError(f"javac {' '.join(sources)} failed:\n{done.stderr[-3000:]}")
-            (out / ".complete").touch()
     return out
 
 
@@ -353,21 +353,29 @@ async def delete_group(cluster: KafkaCluster, group: str, timeout: float = 60.0)
 
 async def offsets_topic_records(bootstrap: str) -> list[tuple[int, int, bytes, bytes | None]]:
     """Every record of `__consumer_offsets` as a read_committed consumer sees it: (partition, offset, key, value)."""
+    return [(p, o, k, v) for p, o, k, v, _ in await topic_records(bootstrap, "__consumer_offsets")]
+
+
+async def topic_records(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, bytes | None, int]]:
+    """Every record of `topic` up to its end now, read_committed: (partition, offset, key, value,
+    timestamp ms); none for a topic that does not exist."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed")
     await consumer.start()
     try:
         await consumer._client.force_metadata_update()
-        found = consumer._client.cluster.partitions_for_topic("__consumer_offsets") or set()
-        parts = [TopicPartition("__consumer_offsets", p) for p in sorted(found)]
+        found = consumer._client.cluster.partitions_for_topic(topic) or set()
+        parts = [TopicPartition(topic, p) for p in sorted(found)]
+        if not parts:
+            return []
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
         ends = await consumer.end_offsets(parts)
-        out: list[tuple[int, int, bytes, bytes | None]] = []
+        out: list[tuple[int, int, bytes, bytes | None, int]] = []
         pending = set(parts)
         while pending:
             got = await consumer.getmany(*pending, timeout_ms=500)
             for tp, records in got.items():
-                out += [(tp.partition, r.offset, r.key, r.value) for r in records]
+                out += [(tp.partition, r.offset, r.key, r.value, r.timestamp) for r in records]
             for tp in list(pending):
                 if await consumer.position(tp) >= ends[tp]:
                     pending.discard(tp)

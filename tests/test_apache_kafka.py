@@ -20,9 +20,9 @@ import pytest
 from aiokafka.structs import TopicPartition as TP
 
 from lagd import daemon
-from lagd.config import Settings, parse
-from lagd.embedded import free_port
-from lagd.embedded_kafka import KAFKA_OLD_VERSION, KafkaCluster, start_kafka
+from lagd.core.config import Settings, parse
+from lagd.embedded.kafka import KAFKA_OLD_VERSION, KafkaCluster, start_kafka
+from lagd.embedded.services import free_port
 from lagd.ingest.codec import DecodeError, GroupRecord, OffsetCommit, SkippedRecord, decode
 from tests.kafka_groups import (
     commit_classic,
@@ -369,3 +369,60 @@ async def _unknown(lagd: Lagd, group: str) -> bool:
 async def _offset_is(lagd: Lagd, group: str, topic: str, partition: int, offset: int) -> bool:
     p = (await lagd.partitions(group)).get((topic, partition))
     return bool(p and p["end"] and p["end"]["offset"] == offset)
+
+
+async def test_auto_on_a_new_cluster_streams_the_offsets_topic_once_the_first_group_makes_it(
+    unique: str, settle: Settle
+) -> None:
+    """A new Apache Kafka has no `__consumer_offsets` until a group first uses it: "auto" polls
+    the admin API meanwhile, looks for the topic before each round, and streams it from its
+    beginning once it is there (quick-start trial: it used to poll for good)."""
+    from structlog.testing import capture_logs
+
+    from lagd.core.config import ClusterSettings
+    from lagd.core.model import Commit, IngestCounters
+    from lagd.ingest.progress import ReaderProgress
+    from lagd.ingest.source import read_offsets
+
+    fresh = start_kafka(1)
+    try:
+        b = fresh.bootstrap
+        settings = ClusterSettings(
+            name="fresh", bootstrap_servers=b.split(","), offset_refresh=0.5, topic_refresh=1.0, offsets_source="auto"
+        )
+        events: list[Any] = []
+
+        async def emit(batch: list[Any]) -> None:
+            events.extend(batch)
+
+        progress, counters, stop = ReaderProgress(), IngestCounters(), asyncio.Event()
+        with capture_logs() as logged:
+            task = asyncio.create_task(read_offsets(settings, {}, emit, progress, counters, stop))
+            try:
+                await settle(lambda: progress.caught_up, timeout=60, what="the first admin polling round")
+                assert progress.source == "admin" and not events
+                topic, group = f"new-{unique}", f"new-{unique}-g"
+                await create_topic(b, topic, 2)
+                await produce(b, topic, 10, 2)
+                await commit_classic(b, group, {TP(topic, 0): 4, TP(topic, 1): 9})
+
+                def read() -> dict[tuple[str, int], int]:
+                    return {
+                        (e.topic, e.partition): e.offset for e in events if isinstance(e, Commit) and e.group == group
+                    }
+
+                await settle(lambda: read() == {(topic, 0): 4, (topic, 1): 9}, timeout=60, what="the commits read")
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, 30)
+        assert progress.source == "topic"
+        # streamed, not polled: a commit's order is its record's offset in the offsets topic
+        # (polling orders by the time it saw a commit, in ms since 1970)
+        assert all(e.order < 1_000_000 for e in events if isinstance(e, Commit)), events
+        said = [e["event"] for e in logged if e["event"].startswith("offsets source:")]
+        assert said == [
+            "offsets source: admin polling, the offsets topic cannot be read",
+            "offsets source: streaming the offsets topic, which has appeared",
+        ], said
+    finally:
+        fresh.stop()

@@ -24,9 +24,9 @@ import pytest
 from aiokafka.errors import KafkaError
 
 from lagd import daemon
-from lagd.config import Settings, parse
-from lagd.embedded import free_port
-from lagd.embedded_kafka import KafkaCluster, Node, start_kafka
+from lagd.core.config import Settings, parse
+from lagd.embedded.kafka import KafkaCluster, Node, start_kafka
+from lagd.embedded.services import free_port
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
 from tests.kafka_groups import (
     Traffic,

@@ -21,8 +21,8 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import TopicPartition as TP
 from structlog.testing import capture_logs
 
-from lagd.embedded import free_port
-from lagd.embedded_kafka import SCRAM_MECHANISM, KafkaCluster, SaslSslListener, start_kafka
+from lagd.embedded.kafka import SCRAM_MECHANISM, KafkaCluster, SaslSslListener, start_kafka
+from lagd.embedded.services import free_port
 from lagd.ingest.source import unreadable_reason
 from tests.kafka_groups import allow, commit_classic, create_topic, describe_offsets, produce
 from tests.test_apache_kafka import Lagd, agreed, lagd_running, settings_for

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from lagd.config import parse
-from lagd.embedded_kafka import KAFKA_OLD_VERSION, KafkaCluster, start_kafka
+from lagd.core.config import parse
+from lagd.core.model import IngestCounters
+from lagd.embedded.kafka import KAFKA_OLD_VERSION, KafkaCluster, start_kafka
 from lagd.ingest.kafka_client import start_client
 from lagd.ingest.share_groups import ShareGroups, poll_once
 from lagd.ingest.validate import EdgeLimits
-from lagd.model import IngestCounters
 from tests.kafka_groups import (
     console_consumer,
     create_topic,

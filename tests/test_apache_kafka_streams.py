@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lagd.embedded_kafka import KafkaCluster
+from lagd.embedded.kafka import KafkaCluster
 from lagd.ingest.codec import DecodeError, GroupMetadata, GroupRecord, decode
 from tests.kafka_groups import (
     create_topic,

@@ -36,8 +36,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lagd.embedded import free_low_port, port_open
-from lagd.embedded_kafka import KafkaCluster
+from lagd.embedded.kafka import KafkaCluster
+from lagd.embedded.services import free_low_port, port_open
 from lagd.state.windows import offsets_partition
 from tests.kafka_groups import Traffic, consume_and_commit, create_topic, ensure_offsets_topic, produce_steadily
 from tests.postgres import query

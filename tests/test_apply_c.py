@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from lagd.model import (
+from lagd.core.model import (
     Commit,
     Event,
     GroupDeleted,
@@ -28,6 +28,7 @@ from lagd.model import (
     OffsetDeleted,
     ReaderPosition,
 )
+from lagd.core.ruleset import lagd_rules
 from lagd.state import windows
 from lagd.state.guard import PoisonLog, apply_guarded
 from lagd.state.windows import State
@@ -133,10 +134,10 @@ SETTINGS = [
     {"intervals": 10},
     {"intervals": 1},
     {"intervals": 2, "min_distance_ms": 5_000},
-    {"intervals": 3, "window_step_ms": 30_000},
-    {"intervals": 10, "window_step_ms": 30_000, "min_distance_ms": 1_000},
+    {"intervals": 3, "rules": lagd_rules(30_000)},
+    {"intervals": 10, "rules": lagd_rules(30_000), "min_distance_ms": 1_000},
     {"intervals": 5, "record_history": False},
-    {"intervals": 4, "min_distance_ms": 2**62, "window_step_ms": -5},
+    {"intervals": 4, "min_distance_ms": 2**62, "rules": lagd_rules(-5)},
 ]
 
 

@@ -1,4 +1,4 @@
-"""One retry policy for every reconnect loop (lagd.backoff): jittered, capped, and logged at once
+"""One retry policy for every reconnect loop (lagd.runtime.backoff): jittered, capped, and logged at once
 and then at a steady cadence, by the daemon's start-up retries and the Kafka readers alike."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from aiokafka.errors import KafkaConnectionError
 from structlog.testing import capture_logs
 
 from lagd import daemon
-from lagd.backoff import Backoff, describe_error
-from lagd.embedded import free_port
+from lagd.core.model import IngestCounters
+from lagd.embedded.services import free_port
 from lagd.ingest.kafka_client import reconnecting, start_client
-from lagd.model import IngestCounters
+from lagd.runtime.backoff import Backoff, describe_error
 from tests.test_ingest_kafka import cluster
 
 Settle = Callable[..., Awaitable[Any]]

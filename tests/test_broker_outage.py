@@ -21,8 +21,8 @@ import aiohttp
 import psycopg2
 import pytest
 
-from lagd import embedded
-from lagd.embedded import free_port
+from lagd.embedded import services as embedded
+from lagd.embedded.services import free_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 from tests.netcut import Cuttable
@@ -140,7 +140,7 @@ async def test_a_broker_outage_raises_no_stop_and_one_cluster_incident(
                 rows = body.get("incidents", [])
                 return rows if rows and all(r["state"] == "resolved" for r in rows) else None
 
-            # the reader's reconnect waits up to 30 s (lagd.backoff) after the path is back
+            # the reader's reconnect waits up to 30 s (lagd.runtime.backoff) after the path is back
             rows = await settle(cluster_incident_resolved, timeout=90, what="the cluster incident resolved")
             await settle(lambda: _history_has(database_url, groups, "WARN"), timeout=10, what="history written")
             assert _statuses(database_url, groups) <= {"OK", "WARN"}, _statuses(database_url, groups)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from lagd.core.model import Commit, GroupDeleted, GroupMembers, IngestCounters, OffsetDeleted, PartitionOwner
 from lagd.ingest.codec import (
     Assignment,
     ClassicMemberMetadata,
@@ -36,7 +37,6 @@ from lagd.ingest.codec import (
     uuid_str,
 )
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
-from lagd.model import Commit, GroupDeleted, GroupMembers, IngestCounters, OffsetDeleted, PartitionOwner
 from lagd.sim.encode import (
     SimMember,
     encode_assignment,

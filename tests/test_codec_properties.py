@@ -11,6 +11,7 @@ from typing import Any, get_args
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lagd.core.model import Commit, GroupMembers, IngestCounters, PartitionOwner
 from lagd.ingest.codec import (
     DecodeError,
     GroupMetadata,
@@ -22,7 +23,6 @@ from lagd.ingest.codec import (
     decode_value,
 )
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
-from lagd.model import Commit, GroupMembers, IngestCounters, PartitionOwner
 from lagd.sim.encode import SimMember, encode_group_metadata, encode_offset_commit
 
 RECORD_TYPES = get_args(Record)

@@ -1,4 +1,4 @@
-"""The garbage collector on the loop's schedule (lagd.collector): which generation when, and
+"""The garbage collector on the loop's schedule (lagd.runtime.collector): which generation when, and
 that cyclic garbage is collected by the pacer alone."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from lagd import collector
-from lagd.turns import Turns
+from lagd.runtime import collector
+from lagd.runtime.turns import Turns
 
 
 def test_tune_makes_young_collections_rarer_and_leaves_full_ones_to_the_pacer() -> None:

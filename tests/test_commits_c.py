@@ -25,13 +25,13 @@ from typing import Any
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from lagd import compiled
+from lagd.core.model import Commit, Event, IngestCounters
 from lagd.ingest import codec, offsets_topic
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.offsets_topic import build_batch
 from lagd.ingest.records import ConsumerGroupOwners
 from lagd.ingest.validate import MAX_OFFSET, EdgeLimits
-from lagd.model import Commit, Event, IngestCounters
+from lagd.runtime import compiled
 from lagd.sim.encode import encode_group_tombstone, encode_offset_commit, encode_offset_tombstone
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lagd.config import ConfigError, Secret, load, parse, public_view, sync_database_url
+from lagd.core.config import ConfigError, Secret, load, parse, public_view, sync_database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "config" / "lagd.example.toml"

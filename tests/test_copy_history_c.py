@@ -273,7 +273,7 @@ def test_the_name_columns_stay_out_of_the_collectors_sight() -> None:
     """Hundreds of thousands of names wait for Postgres in these columns at 1M group-partitions:
     lists of str the collector does not track, however the rows came (a row at a time, the
     compiled apply, kept rows), and still lists of str to the writer."""
-    from lagd.model import Commit
+    from lagd.core.model import Commit
     from lagd.state.windows import State
 
     state = State()

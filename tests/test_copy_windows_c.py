@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from lagd.model import Commit
+from lagd.core.model import Commit
 from lagd.state import store as store_module
 from lagd.state.changes import Changes, WindowKey
 from lagd.state.store import COPY_WINDOWS_BYTES, COPY_WINDOWS_ROWS, Store

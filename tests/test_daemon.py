@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from lagd import daemon, embedded
-from lagd.config import parse
-from lagd.model import Commit
+from lagd import daemon
+from lagd.core.config import parse
+from lagd.core.model import Commit
+from lagd.embedded import services as embedded
 from tests.clocks import ManualClock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,6 +153,17 @@ def test_brokers_that_never_answer_make_lagd_degraded_rather_than_starting_for_e
         assert cluster["reason"].startswith("no answer from the cluster's brokers"), cluster
         with urllib.request.urlopen(f"{base}/metrics", timeout=5) as answer:
             assert 'lagd_cluster_degraded{cluster="local"} 1' in answer.read().decode()
+        # the API's answers say the brokers are unreachable and what to check, not "restoring"
+        try:
+            urllib.request.urlopen(f"{base}/v3/kafka/local/consumer/g/lag", timeout=5)
+            raise AssertionError("answered before ready")
+        except urllib.error.HTTPError as refused:
+            message = json.loads(refused.read())["message"]
+        assert message.startswith(f"lagd cannot reach the brokers of cluster(s) local (bootstrap-servers {nowhere}"), (
+            message
+        )
+        # the database migration is told: here a schema already at the newest revision
+        assert "database schema up to date (revision " in log.read_text(), log.read_text()[-3000:]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, log.read_text()[-3000:]
     finally:
@@ -314,7 +326,7 @@ async def test_parts_that_end_with_a_requested_stop_are_fine() -> None:
 
 
 async def test_group_expiry_reads_the_daemons_one_clock(settle: Any) -> None:
-    """The runtime carries the one injected clock (lagd.clock) and expiry reads it, not the wall
+    """The runtime carries the one injected clock (lagd.runtime.clock) and expiry reads it, not the wall
     clock: a group committed years ago by the wall clock is young by this one, and goes once
     the test moves the clock past expire-group (a week) instead of waiting for it."""
     t0 = 1_700_000_000_000

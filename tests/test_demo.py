@@ -230,7 +230,7 @@ def test_demo_shows_every_state_and_leaves_nothing_behind() -> None:
     own = re.search(r"database (lagd_demo_\d+_[0-9a-f]+)", output)
     if "PostgreSQL: the local server" in output:
         assert own, output[-4000:]
-        from lagd.embedded import system_postgres
+        from lagd.embedded.services import system_postgres
 
         pg = system_postgres()
         assert pg is not None
@@ -275,7 +275,7 @@ def test_each_demo_run_has_a_database_of_its_own_and_never_drops_one_in_use(post
 
     import psycopg2
 
-    from lagd.embedded import Postgres
+    from lagd.embedded.services import Postgres
 
     pg: Postgres = postgres
     admin = demo._admin_url(pg.url)[0]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
 
-from lagd.config import ClusterSettings, Secret
+from lagd.core.config import ClusterSettings, Secret
 from lagd.ingest.diagnose import diagnose
 
 UNABLE = KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 9092, <AddressFamily.AF_INET: 2>)]")

@@ -1,10 +1,10 @@
-"""The pure parts of starting Apache Kafka (lagd.embedded_kafka): no JVM here."""
+"""The pure parts of starting Apache Kafka (lagd.embedded.kafka): no JVM here."""
 
 from __future__ import annotations
 
 import base64
 
-from lagd.embedded_kafka import _cluster_id, _distinct_ports
+from lagd.embedded.kafka import _cluster_id, _distinct_ports
 
 
 def test_cluster_ids_are_kafkas_shape_and_never_read_as_an_option() -> None:

@@ -1,4 +1,4 @@
-"""Which PostgreSQL tests, benchmarks and the demo use (lagd.embedded): the machine's own only
+"""Which PostgreSQL tests, benchmarks and the demo use (lagd.embedded.services): the machine's own only
 when it lets them in, else one of their own."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import socket
 from urllib.parse import urlsplit
 
-from lagd import embedded
-from lagd.embedded import system_postgres
+from lagd.embedded import services as embedded
+from lagd.embedded.services import system_postgres
 
 
 def test_a_listening_server_that_does_not_let_user_postgres_in_is_not_used() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
+from lagd.core.model import GroupStatus
 from lagd.evaluate.snapshot import group_reason
-from lagd.model import GroupStatus
 from lagd.notify import eventlog
 from lagd.notify.incidents import GroupChange, IncidentEngine, Rules
 

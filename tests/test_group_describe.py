@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aiokafka.protocol.admin import DescribeGroupsResponse_v3
 
+from lagd.core.model import PartitionOwner
 from lagd.ingest.admin_poll import parse_describe
 from lagd.ingest.group_describe import (
     GROUP_ID_NOT_FOUND,
@@ -16,7 +17,6 @@ from lagd.ingest.group_describe import (
     DescribeGroups,
     consumer_group_views,
 )
-from lagd.model import PartitionOwner
 
 TOPIC_ID = bytes(range(16))
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from lagd.core.model import Commit, IngestCounters
 from lagd.ingest.codec import (
     GROUP_RECORD_KINDS,
     ConsumerGroupCurrentMemberAssignment,
@@ -31,7 +32,6 @@ from lagd.ingest.codec import (
     uuid_str,
 )
 from lagd.ingest.records import events_from_record
-from lagd.model import Commit, IngestCounters
 
 FILES = sorted((Path(__file__).parent / "data").glob("kafka_*_group_records.json"))
 DOCS = {f.name: json.loads(f.read_text()) for f in FILES}

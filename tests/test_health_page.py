@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from sqlalchemy.engine import make_url
 
-from lagd.config import Settings
+from lagd.core.config import Settings
 from lagd.daemon import _noting
 from lagd.notify.mqtt import PublisherStatus
 from lagd.state.persister import PersisterStatus

@@ -28,11 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lagd import daemon
-from lagd.config import Settings, parse
-from lagd.core import build_core
-from lagd.embedded import free_port
-from lagd.ingest.validate import EdgeLimits
-from lagd.model import (
+from lagd.core.config import Settings, parse
+from lagd.core.model import (
     Commit,
     Event,
     GroupDeleted,
@@ -42,6 +39,9 @@ from lagd.model import (
     OffsetDeleted,
     PartitionOwner,
 )
+from lagd.embedded.services import free_port
+from lagd.evaluate.build import build_core
+from lagd.ingest.validate import EdgeLimits
 from lagd.sim.driver import Driver
 from lagd.sim.encode import (
     encode_group_metadata,

@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lagd import logs
-from lagd.config import Secret
+from lagd.core.config import Secret
 from lagd.evaluate.sight import ClusterSight
 from lagd.http.burrow_v3 import RESTORING_MESSAGE
+from lagd.runtime import logs
 from tests.http_state import CLUSTER, NOW, TOKEN, build_context, build_settings, serve
 
 HOST = socket.gethostname()
@@ -88,6 +88,28 @@ async def test_readiness_names_a_cluster_lagd_cannot_read_even_while_it_starts()
                 "text/plain",
                 "DEGRADED: cannot read cluster(s) prod",
             )
+
+
+async def test_answers_before_ready_say_the_brokers_are_unreachable_and_what_to_check() -> None:
+    """While a cluster's brokers do not answer, lagd is not ready: its answers say that, with the
+    reason met and what to check, not that it is restoring its state (it may never be)."""
+    ctx = build_context(ready=False)
+    ctx.health.sights = {CLUSTER: ClusterSight(CLUSTER, NOW - 60_000, True, "no answer from the cluster's brokers")}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with serve(ctx) as base, aiohttp.ClientSession(base, headers=auth) as s:
+        status, _, body = await fetch(s, "GET", f"/v3/kafka/{CLUSTER}/consumer/g-ok/lag")
+    message = body["message"]
+    assert status == 503
+    assert message.startswith(f"lagd cannot reach the brokers of cluster(s) {CLUSTER} (bootstrap-servers kafka1:9092:")
+    assert "no answer from the cluster's brokers" in message
+    for what_to_check in ("brokers run", "reaches bootstrap-servers", "SASL and TLS settings"):
+        assert what_to_check in message, message
+    assert "restoring" not in message
+    # a cluster seen again: the answer before ready is the restoring one
+    ctx.health.sights = {CLUSTER: ClusterSight(CLUSTER, None, False, "")}
+    async with serve(ctx) as base, aiohttp.ClientSession(base, headers=auth) as s:
+        status, _, body = await fetch(s, "GET", f"/v3/kafka/{CLUSTER}/consumer/g-ok/lag")
+    assert (status, body["message"]) == (503, RESTORING_MESSAGE)
 
 
 async def test_v3_kafka_answers_503_while_restoring() -> None:
@@ -381,7 +403,7 @@ async def test_config_paths_have_burrows_shapes_and_no_secrets(api: aiohttp.Clie
 
 
 async def test_config_notifier_module_shows_no_sink_secrets() -> None:
-    from lagd.config import SinkSettings
+    from lagd.core.config import SinkSettings
 
     settings = build_settings()
     settings.sinks["page"] = SinkSettings(name="page", kind="webhook", url="https://x.example/hook?key=hunter2")
@@ -506,7 +528,7 @@ async def test_unsupported_methods_answer_405_with_allow_not_403() -> None:
 
 
 async def test_status_bodies_are_at_most_cache_ttl_old() -> None:
-    from lagd.model import Commit
+    from lagd.core.model import Commit
 
     clock = [NOW]
     ctx = build_context()
@@ -554,9 +576,9 @@ async def test_tls_when_cert_and_key_are_set(self_signed: tuple[str, str]) -> No
 
 
 def test_direct_status_json_equals_the_dict_reference() -> None:
+    from lagd.core.model import Commit, GroupMembers, PartitionOwner
     from lagd.evaluate import Evaluator
     from lagd.http.burrow_v3 import group_status, group_status_json
-    from lagd.model import Commit, GroupMembers, PartitionOwner
 
     ctx = build_context()
     odd = 'ü "q" \\ \n\t'

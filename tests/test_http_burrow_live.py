@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lagd.embedded import free_port
+from lagd.embedded.services import free_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 from tests.test_restart import _ready, get, settings_for, start_daemon

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from lagd.config import async_database_url
+from lagd.core.config import async_database_url
 from lagd.http.lagd_api import HISTORY_MAX_POINTS, HISTORY_SQL, history_step
 from lagd.http.page import first_commit_query
 from lagd.state.changes import Changes

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from lagd.config import async_database_url
+from lagd.core.config import async_database_url
 from lagd.db import schema
 from lagd.http.page import lag_history, sparkline
 from tests.http_state import CLUSTER, NOW, build_context, serve

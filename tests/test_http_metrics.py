@@ -14,15 +14,15 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from lagd.config import ConfigError
-from lagd.config import parse as parse_settings
+from lagd.core.config import ConfigError
+from lagd.core.config import parse as parse_settings
+from lagd.core.model import IngestCounters
 from lagd.evaluate.sight import ClusterSight
 from lagd.http import metrics
-from lagd.http.app import HttpContext
+from lagd.http.context import HttpContext
 from lagd.ingest.progress import ReaderProgress
-from lagd.loop_lag import LoopLag
-from lagd.model import IngestCounters
 from lagd.notify.mqtt import PublisherStatus
+from lagd.runtime.loop_lag import LoopLag
 from lagd.state.persister import PersisterStatus
 from tests.http_state import CLUSTER, NOW, build_context, build_settings, build_state, serve
 
@@ -246,7 +246,7 @@ async def test_auto_detail_drops_partition_series_past_the_limit_and_says_so() -
         at_limit = await page()
         assert at_limit[omitted] == 0
         assert without(at_limit, "lagd_evaluation_seconds") == without(full, "lagd_evaluation_seconds")
-        from lagd.model import Commit
+        from lagd.core.model import Commit
 
         ctx.state.apply(Commit("prod", "g-ok", "orders", 99, 5, 6, 30_000, 30_000))  # one more: past the limit
         for _ in range(2):
@@ -281,7 +281,7 @@ def test_partition_limit_must_not_be_negative() -> None:
 
 async def test_label_values_are_escaped() -> None:
     ctx = health_context()
-    from lagd.model import Commit
+    from lagd.core.model import Commit
 
     ctx.state.apply(Commit("prod", 'we"ird\\g\nroup', "orders", 0, 300, 999, 30_000, 30_000))
     ctx.state.apply(Commit("prod", "plain", 'ord"ers\\', 3, 300, 1000, 30_000, 30_000))

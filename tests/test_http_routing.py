@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lagd.config import Secret
-from lagd.embedded import free_low_port
+from lagd.core.config import Secret
+from lagd.embedded.services import free_low_port
 from lagd.evaluate import Evaluator
 from lagd.http.routing import ANSWERED_BY, FORWARDED, PARTIAL
 from lagd.scale import ownership

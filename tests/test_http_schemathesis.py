@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from schemathesis.core.result import Ok
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from lagd import logs
-from lagd.config import async_database_url
+from lagd.core.config import async_database_url
 from lagd.db import schema
 from lagd.http.app import bound_port, start_http
+from lagd.runtime import logs
 from tests.http_state import CLUSTER, TOKEN, build_context
 
 ROWS: dict[Any, list[dict[str, Any]]] = {
@@ -86,6 +86,7 @@ KNOWN: dict[str, Any] = {
     "kind": "cluster",
     "name": "prod",
     "id": 1,
+    "mirror": "dr",
 }
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -195,6 +196,7 @@ def test_lagd_api_conforms_to_its_openapi_document(live: str) -> None:
         "/lagd/v1/groups",
         "/lagd/v1/incidents",
         "/lagd/v1/mirrors",
+        "/lagd/v1/mirrors/{mirror}/flow",
         "/lagd/v1/quarantine",
         "/lagd/v1/quarantine",
         "/lagd/v1/quarantine/{id}",

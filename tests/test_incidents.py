@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.notify import schemas
 from lagd.notify.incidents import (
     MAX_EVENT_PARTITIONS,

@@ -18,8 +18,18 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from lagd.clock import wall_ms
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    GroupMembers,
+    IngestCounters,
+    LogEndSample,
+    OffsetDeleted,
+    ReaderPosition,
+    TopicDeleted,
+)
 from lagd.evaluate.sight import judge_sight
 from lagd.ingest import offsets_topic
 from lagd.ingest.admin_poll import (
@@ -51,17 +61,7 @@ from lagd.ingest.offsets_topic import (
     read_offsets_topic,
 )
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import (
-    Commit,
-    Event,
-    GroupDeleted,
-    GroupMembers,
-    IngestCounters,
-    LogEndSample,
-    OffsetDeleted,
-    ReaderPosition,
-    TopicDeleted,
-)
+from lagd.runtime.clock import wall_ms
 from lagd.sim.driver import Driver
 from lagd.sim.encode import encode_assignment, encode_offset_commit, encode_subscription
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec, log_end, standard
@@ -373,7 +373,7 @@ class GatedStore:
 
 
 async def test_a_reader_takes_its_turns_after_requests_until_it_falls_behind(kafka: str, unique: str) -> None:
-    """Between slices of a fetch the reader lets waiting requests go first (lagd.turns) unless
+    """Between slices of a fetch the reader lets waiting requests go first (lagd.runtime.turns) unless
     the broker's last answer leaves `behind` records or more to read past the fetch: a full
     fetch alone is no sign (under 20,000 commits/s nearly every fetch comes back full)."""
     topic = f"left-{unique}"
@@ -854,7 +854,7 @@ async def test_consumer_positions_reads_public_positions_and_warns_once(kafka: s
 async def test_reader_survives_an_unreachable_broker(mode: str, settle: Settle) -> None:
     """Nothing listens: the reader counts failures and keeps retrying until stopped, and says the
     cluster has not answered it (the sight then tells an unreachable cluster from a catch-up)."""
-    from lagd.embedded import free_port
+    from lagd.embedded.services import free_port
 
     dead = cluster(f"127.0.0.1:{free_port()}", request_timeout=1.0)
     store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
@@ -873,7 +873,7 @@ async def test_reader_survives_an_unreachable_broker(mode: str, settle: Settle) 
 async def test_offsets_topic_reader_rides_out_a_broker_outage(unique: str, settle: Settle) -> None:
     """The broker goes away and comes back (empty: Tansu keeps memory storage only); the reader
     reports the outage as failures, does not crash, and reads what is written afterwards."""
-    from lagd import embedded
+    from lagd.embedded import services as embedded
 
     broker = embedded.start_tansu()
     port = broker.port

@@ -11,13 +11,13 @@ import struct
 import pytest
 from structlog.testing import capture_logs
 
-from lagd.config import ClusterSettings, parse
-from lagd.core import build_core
-from lagd.http.app import Health
+from lagd.core.config import ClusterSettings, parse
+from lagd.core.model import Commit, GroupDeleted, IngestCounters, OffsetDeleted
+from lagd.evaluate.build import build_core
+from lagd.http.context import Health
 from lagd.http.metrics import render
 from lagd.ingest.records import events_from_record
 from lagd.ingest.validate import MAX_PARTITIONS, REASONS, EdgeLimits
-from lagd.model import Commit, GroupDeleted, IngestCounters, OffsetDeleted
 from lagd.sim.encode import (
     SimMember,
     encode_group_metadata,

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg2  # type: ignore[import-untyped]
 import pytest
 
-from lagd.config import MirrorSettings, parse
+from lagd.core.config import MirrorSettings, parse
 from lagd.jobs.mirrors import main as mirrors_main
 from lagd.jobs.mirrors import run_mirrors, target_topic
 from tests.test_jobs_trends import _KeepRunning

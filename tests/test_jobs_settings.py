@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lagd.config import ConfigError, parse
+from lagd.core.config import ConfigError, parse
 from lagd.jobs.spark import spark_properties
 
 MINIMAL: dict[str, Any] = {"clusters": {"prod": {"bootstrap-servers": ["k1:9092"]}}}

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from lagd import embedded
+from lagd.embedded import services as embedded
 from lagd.jobs.spark import find_java
 from tests.postgres import query
 from tests.test_jobs_trends import EXPECTED_TRENDS, T0, S, _same, _trends

@@ -10,7 +10,7 @@ import psycopg2  # type: ignore[import-untyped]
 import pytest
 from pyspark.errors import PySparkException
 
-from lagd.config import parse
+from lagd.core.config import parse
 from lagd.jobs.spark import JobError, explain, find_java, find_jdbc_jar, jdbc_options
 from lagd.jobs.trends import main as trends_main
 from lagd.jobs.trends import parse_time, plan_range, run_trends

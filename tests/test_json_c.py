@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from lagd.core.model import PartitionStatus
 from lagd.evaluate import PartitionVerdict
 from lagd.http import burrow_v3
-from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAG, NO_LAG
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions, verdict
 

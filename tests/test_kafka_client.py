@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lagd.config import ClusterSettings, Secret
+from lagd.core.config import ClusterSettings, Secret
+from lagd.core.model import IngestCounters
 from lagd.ingest.group_filter import GroupFilter
-from lagd.ingest.kafka_client import client_options
+from lagd.ingest.kafka_options import client_options
 
 
 def test_plaintext_options() -> None:
@@ -122,3 +123,59 @@ def test_group_filter_allow_and_deny() -> None:
     g = GroupFilter(allow="^app-", deny="-test$")
     assert [x for x in ["app-a", "app-b-test", "other", "app-test-x"] if g.allows(x)] == ["app-a", "app-test-x"]
     assert GroupFilter(allow=".*", deny="").allows("anything")
+
+
+async def _retries(exc: BaseException, failures_before: int, failures_after: int) -> tuple[list[dict], IngestCounters]:  # type: ignore[type-arg]
+    """`reconnecting` over a session failing with `exc` `failures_before` times, then letting
+    the reader in once, then failing `failures_after` times: what it logged, and its counters."""
+    import asyncio
+
+    from structlog.testing import capture_logs
+
+    from lagd.ingest.kafka_client import reconnecting
+    from lagd.runtime.backoff import Backoff
+
+    stop = asyncio.Event()
+    counters = IngestCounters()
+    calls = 0
+
+    async def session() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == failures_before + 1:
+            return  # the cluster let the reader in
+        if calls > failures_before + 1 + failures_after:
+            stop.set()
+            return
+        raise exc
+
+    cluster = ClusterSettings(name="prod", bootstrap_servers=["k1:9093"], security_protocol="SASL_SSL")
+    with capture_logs() as logged:
+        await reconnecting(
+            session, stop, counters, cluster=cluster, what="log-end sampler", counter="log_end", hint="check it",
+            backoff=Backoff(first=0.001, cap=0.004, log_every=0.01),
+        )  # fmt: skip
+    return [e for e in logged if e["log_level"] == "warning"], counters
+
+
+async def test_a_refused_password_is_one_warning_while_lagd_keeps_retrying_with_backoff() -> None:
+    """The quick-start trial: a wrong password was a warning at every retry. Now it is one,
+    naming the listener and what to fix, for as long as it lasts, while the reader keeps
+    retrying (the user may yet be given credentials); after the cluster let a reader in, the
+    same refusal is news again and told once more."""
+    from aiokafka.errors import SaslAuthenticationFailed
+
+    refused = SaslAuthenticationFailed("Authentication failed during authentication due to invalid credentials")
+    warned, counters = await _retries(refused, 30, 30)
+    assert counters.failures == {"log_end_SaslAuthenticationFailed": 60}  # it kept retrying
+    assert len(warned) == 2, warned  # once, then once after the cluster answered
+    for w in warned:
+        assert w["listener"] == "k1:9093" and w["error"].startswith("SASL authentication failed"), w
+        assert "check sasl-username and sasl-password (LAGD_CLUSTERS_PROD_SASL_PASSWORD)" in w["hint"], w
+
+
+async def test_brokers_away_are_still_told_at_the_outage_cadence() -> None:
+    """An outage (not a setting to change) is told at once, then again every `log_every`."""
+    warned, counters = await _retries(ConnectionRefusedError(111, "Connection refused"), 30, 0)
+    assert counters.failures == {"log_end_ConnectionRefusedError": 30}
+    assert len(warned) > 1, warned  # 30 waits of at least 2 ms outlast a 10 ms cadence

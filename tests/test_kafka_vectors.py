@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from lagd.core.model import Commit, GroupDeleted, GroupMembers, IngestCounters, OffsetDeleted
 from lagd.ingest.codec import DecodeError, decode
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
-from lagd.model import Commit, GroupDeleted, GroupMembers, IngestCounters, OffsetDeleted
 from lagd.state.windows import State
 from tests.capture_kafka_records import vectors_path
 

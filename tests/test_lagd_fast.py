@@ -18,11 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lagd.core.model import Commit, LogEndSample, PartitionStatus
+from lagd.core.ruleset import LAGD, lagd_rules
 from lagd.evaluate import Evaluator, lagd_fast, verdicts
 from lagd.evaluate.lagd_rules import J_CATCHING_UP, LagdParams, TrendFit, lag_points_used, lag_seconds_at, words
 from lagd.evaluate.rules import J_CAUGHT_UP
-from lagd.evaluate.verdicts import GroupVerdict
-from lagd.model import Commit, LogEndSample, PartitionStatus
+from lagd.evaluate.verdict_types import GroupVerdict
 from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
 
 C, G, T = "c", "g", "t"
@@ -91,7 +92,7 @@ def traffic(steps: list[Tick]) -> list[Op]:
 
 def pair(state: State, **kw: object) -> tuple[Evaluator, Evaluator]:
     def one(fast: bool) -> Evaluator:
-        return Evaluator(state, rules="lagd", cache_ttl_ms=0, fast=fast, **kw)  # type: ignore[arg-type]
+        return Evaluator(state, rules=LAGD, cache_ttl_ms=0, fast=fast, **kw)  # type: ignore[arg-type]
 
     return one(True), one(False)
 
@@ -157,7 +158,7 @@ def test_fast_path_gives_the_reference_verdicts(
     allowed_lag: int,
     stop_after_ms: int,
 ) -> None:
-    state = State(intervals=6, lag_samples=lag_samples, window_step_ms=window_step_ms)
+    state = State(intervals=6, lag_samples=lag_samples, rules=lagd_rules(window_step_ms))
     fast, slow = pair(
         state,
         allowed_lag=allowed_lag,
@@ -172,7 +173,7 @@ def test_fast_path_agrees_through_falling_behind_holding_and_recovering() -> Non
     """A consumer that falls behind (WARN), stays behind (held WARN), stops (STOP) and catches
     up, sampled every 2 s and committing every 5 s, judged every second and again every 2 s:
     every branch of the rules reached through kept facts, new samples and new commits."""
-    state = State(intervals=10, lag_samples=200, window_step_ms=15_000)
+    state = State(intervals=10, lag_samples=200, rules=lagd_rules(15_000))
     fast, slow = pair(state)
     history: list[Op] = []
     for t in range(1800):
@@ -404,5 +405,5 @@ def test_facts_that_do_not_pack_are_not_kept_and_the_partition_is_judged_afresh(
         judge.topic("t")
         got = judge.judge(0, arr, le, le.offsets[-1] - arr[-5], at, None)
         # (the times of rechecks differ by float rounding at such magnitudes, both past int64)
-        assert (got[0], got[1], words(got[2])) == want[:3]
+        assert (got[0], got[1], words(got[2], got[5])) == want[:3]
     assert judge.kept() == {}

@@ -8,17 +8,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import re
 import statistics
 from array import array
 from collections.abc import Callable
 from typing import Any
 
-from lagd.config import EvaluatorSettings, Settings
-from lagd.core import build_core
+from lagd.core.config import EvaluatorSettings, Settings
+from lagd.core.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.evaluate import Evaluator
+from lagd.evaluate.build import build_core
 from lagd.evaluate.lagd_rules import fit_trend, lag_seconds_at, lag_trend, rewound
 from lagd.evaluate.sight import ClusterSight, judge_sight
-from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.state.windows import COARSE_MAX, FIELDS, OFFSET, LogEnd, State
 
 C, G, T = "c", "g", "t"
@@ -380,3 +381,23 @@ def test_a_window_rewound_only_when_its_first_step_back_is_never_recovered() -> 
     for _ in range(2000):
         offsets = [rnd.randrange(5) for _ in range(rnd.randrange(1, 11))]
         assert rewound(window(offsets)) == by_definition(offsets), offsets
+
+
+def test_a_reason_says_at_least_where_the_lag_in_seconds_is_only_a_bound() -> None:
+    """A consumer that stopped before the oldest log-end sample lagd keeps (the quick-start
+    trial: lagd started long after it stopped) reads STOP, its lag in seconds only a lower
+    bound (the status page shows "≥"): the reason says "records wait at least N s", and says
+    "at least" only then."""
+    for samples_from, bound in ((0, False), (200, True)):
+        state, evaluator = core()
+        for t in range(0, 600, 5):
+            ms = T0 + t * 1000
+            if t >= samples_from and t % 10 == 0:
+                state.apply(LogEndSample(C, T, 0, RATE * t, ms))
+            if t < 100:
+                state.apply(Commit(C, G, T, 0, RATE * t - RATE // 2 if t else 0, t + 1, ms, ms))
+        part = evaluator.group(C, G, T0 + 600_000).partitions[0]
+        assert (part.status, part.lag_seconds_estimated) == (PartitionStatus.STOP, bound), part
+        said = re.search(r"while records wait (at least )?(\d+) s$", part.reason)
+        assert said is not None and bool(said[1]) is bound, part.reason
+        assert abs(int(said[2]) - part.lag_seconds) <= 1, (part.reason, part.lag_seconds)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from lagd import embedded
+from lagd.embedded import services as embedded
 from lagd.evaluate import native
 from tests.netcut import Cuttable
 
@@ -33,7 +33,7 @@ Settle = Callable[..., Awaitable[Any]]
 EMITTER = textwrap.dedent(
     """
     import asyncio, gc, logging, sys, warnings
-    from lagd import logs
+    from lagd.runtime import logs
     logs.configure("info", sys.argv[1])
     log = logs.get("lagd.test")
     log.info("plain", n=1)

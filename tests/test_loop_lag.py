@@ -6,7 +6,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from lagd.loop_lag import LoopLag, watch_loop
+from lagd.runtime.loop_lag import LoopLag, watch_loop
 
 
 def test_worst_is_of_the_last_minute_and_stalls_are_counted() -> None:

@@ -11,9 +11,10 @@ import structlog
 from sqlalchemy import delete, insert, update
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from lagd.config import Settings, async_database_url, parse
+from lagd.core.config import Settings, async_database_url, parse
+from lagd.core.model import GroupStatus
 from lagd.db.schema import mirror_status
-from lagd.model import GroupStatus
+from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.notify import mirror_verdicts
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
@@ -100,6 +101,31 @@ async def test_changed_mirror_verdicts_reach_the_feed_once(engine: AsyncEngine) 
     ]
     snap = feed.snapshot("dst")
     assert snap is not None and "mirror:dr/e" not in {c.group for c in snap}
+
+
+def flow(status: str) -> FlowVerdict:
+    return FlowVerdict("dr", status, "why", T0, T0, 1.0, 1.0, None, ())  # type: ignore[arg-type]
+
+
+async def test_a_mirror_maker_flows_verdict_changes_reach_the_feed_as_the_mirror(engine: AsyncEngine) -> None:
+    """An MM2 flow (lagd.ingest.mirror_flows) is the member mirror:<name>: STALLED is ERR, LAGGING
+    WARN, NO_HEARTBEATS nothing to alert on; a flow no longer reported resolves as NOTFOUND."""
+    mirrors = settings().mirrors
+    feed = VerdictFeed(producers=("groups", "mirrors"))
+    last: dict[tuple[str, str], str] = {}
+    seen = []
+    for at, status in enumerate(["NO_HEARTBEATS", "OK", "OK", "LAGGING", "STALLED", "OK"], start=1):
+        offered = await mirror_verdicts.read_mirror_verdicts(engine, mirrors, last, feed, T0 + at, {"dr": flow(status)})
+        seen += [(offered, c.cluster, c.group, c.status, c.topics, c.kind) for c in drain(feed)]
+    assert seen == [
+        (1, "dst", "mirror:dr", GroupStatus.OK, (), "mirror"),
+        (1, "dst", "mirror:dr", GroupStatus.OK, (), "mirror"),
+        (1, "dst", "mirror:dr", GroupStatus.WARN, (), "mirror"),
+        (1, "dst", "mirror:dr", GroupStatus.ERR, (), "mirror"),
+        (1, "dst", "mirror:dr", GroupStatus.OK, (), "mirror"),
+    ]
+    assert await mirror_verdicts.read_mirror_verdicts(engine, mirrors, last, feed, T0 + 9, {}) == 1
+    assert [(c.group, c.status) for c in drain(feed)] == [("mirror:dr", GroupStatus.NOTFOUND)]
 
 
 async def test_a_database_error_is_logged_and_retried() -> None:

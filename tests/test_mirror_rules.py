@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagd.config import MirrorSettings
+from lagd.core.config import MirrorSettings
 from lagd.evaluate.mirrors import MirrorVerdict, cumulative, delay_at, judge_mirror, judge_young_mirror, level_at
 from lagd.jobs.mirrors import TopicCounts, judge_mirrors
 

@@ -7,10 +7,10 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from lagd.config import parse
+from lagd.core.config import parse
+from lagd.core.model import IngestCounters, LogEndSample, TopicDeleted
 from lagd.daemon import mirror_patterns
 from lagd.ingest.log_end import sample_log_ends
-from lagd.model import IngestCounters, LogEndSample, TopicDeleted
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 from tests.test_ingest_kafka import Store, cluster, drive, running

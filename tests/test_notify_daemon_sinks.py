@@ -24,9 +24,9 @@ import aiomqtt
 import psycopg2
 import pytest
 
-from lagd import embedded
-from lagd.config import Settings, parse
-from lagd.embedded import free_port
+from lagd.core.config import Settings, parse
+from lagd.embedded import services as embedded
+from lagd.embedded.services import free_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 from tests.netcut import Cuttable

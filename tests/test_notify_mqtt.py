@@ -19,11 +19,11 @@ import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from lagd import embedded
-from lagd.config import NotifySettings, async_database_url
+from lagd.core.config import NotifySettings, async_database_url
+from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.db.schema import incident_members
 from lagd.db.schema import outbox as outbox_table
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.embedded import services as embedded
 from lagd.notify import outbox
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules, StateRows
@@ -702,7 +702,7 @@ async def test_the_stored_state_reads_back_through_member_rows_written_as_they_c
 async def test_recording_resolving_and_delivery_read_the_injected_clock(
     engine: AsyncEngine, mqtt_broker: tuple[str, int], unique: str, settle: Settle
 ) -> None:
-    """The notifier and the publisher take "now" from the one injected clock (lagd.clock), not
+    """The notifier and the publisher take "now" from the one injected clock (lagd.runtime.clock), not
     the wall clock: outbox rows are created and delivered at its time, and an hour's hold time
     passes (the incident resolves) the moment the test moves it, without waiting for it."""
     host, port = mqtt_broker

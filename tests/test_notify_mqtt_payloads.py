@@ -17,9 +17,9 @@ import jsonschema
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from lagd import embedded
-from lagd.config import NotifySettings, async_database_url
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.core.config import NotifySettings, async_database_url
+from lagd.core.model import GroupStatus, PartitionStatus
+from lagd.embedded import services as embedded
 from lagd.notify import outbox, schemas
 from lagd.notify.incidents import GroupChange, IncidentEngine, Rules
 from lagd.notify.mqtt import AvailabilityStatus, PublisherStatus, announce_availability, publish_outbox, wire_body

@@ -19,9 +19,9 @@ from typing import Any
 import psycopg2
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from lagd.config import NotifySettings, async_database_url
-from lagd.embedded import Postgres
-from lagd.model import GroupStatus
+from lagd.core.config import NotifySettings, async_database_url
+from lagd.core.model import GroupStatus
+from lagd.embedded.services import Postgres
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from lagd.notify.mqtt import AvailabilityStatus, announce_availability

@@ -28,9 +28,9 @@ import pytest
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from lagd import embedded
-from lagd.config import ConfigError, Secret, SinkSettings, async_database_url, parse
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.core.config import ConfigError, Secret, SinkSettings, async_database_url, parse
+from lagd.core.model import GroupStatus, PartitionStatus
+from lagd.embedded import services as embedded
 from lagd.notify import delivery, outbox, sinks
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from tests.clocks import ManualClock

@@ -33,7 +33,7 @@ import aiohttp
 import psycopg2
 import pytest
 
-from lagd.embedded import free_port
+from lagd.embedded.services import free_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 from tests.test_notify_sinks import Receiver, start_alertmanager

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from lagd.core.model import GroupDeleted, GroupMembers, IngestCounters, PartitionOwner
 from lagd.ingest.codec import (
     ConsumerGroupCurrentMemberAssignment,
     ConsumerGroupMemberMetadata,
@@ -25,7 +26,6 @@ from lagd.ingest.codec import (
 from lagd.ingest.offsets_topic import read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
-from lagd.model import GroupDeleted, GroupMembers, IngestCounters, PartitionOwner
 from lagd.sim.encode import encode_offset_commit
 from tests.conftest import DATA
 from tests.test_ingest_kafka import Store, cluster, running

@@ -15,10 +15,11 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from structlog.testing import capture_logs
 
+from lagd.core.model import Commit, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
+from lagd.core.ruleset import lagd_rules
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
 from lagd.ingest.offsets_topic import outside_range, read_offsets_topic
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
 from lagd.sim.encode import encode_offset_commit
 from lagd.state.windows import State, offsets_partition
 from tests.test_ingest_kafka import Store, cluster, running
@@ -75,7 +76,7 @@ async def test_a_recreated_offsets_topic_is_read_again_from_its_start(kafka: str
 def test_a_reset_partitions_groups_take_their_new_commits_as_new() -> None:
     """Windows kept from the old offsets topic carry orders (record offsets) far above the new
     topic's: without the reset every new commit would read as a replay and be dropped."""
-    state = State(window_step_ms=15_000)
+    state = State(rules=lagd_rules(15_000))
     mine = next(f"g{i}" for i in range(100) if offsets_partition(f"g{i}", 2) == 0)
     other = next(f"g{i}" for i in range(100) if offsets_partition(f"g{i}", 2) == 1)
     for group in (mine, other):

@@ -14,10 +14,10 @@ from typing import Any
 
 import aiohttp
 
-from lagd.config import parse
+from lagd.core.config import parse
+from lagd.core.model import Commit, GroupMembers, IngestCounters
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.source import choose_source, read_offsets, unreadable_reason
-from lagd.model import Commit, GroupMembers, IngestCounters
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import Scenario, standard
 from tests.http_state import build_context, serve
@@ -61,6 +61,48 @@ async def test_auto_falls_back_to_admin_polling_where_the_offsets_topic_is_missi
     assert {e.group for e in snapshot if isinstance(e, GroupMembers)} == {g for g, _, _ in expected}
 
 
+async def test_auto_keeps_polling_when_the_missing_topic_appears_after_groups_were_polled(
+    kafka: str, unique: str, settle: Settle
+) -> None:
+    """Polling looks for the missing offsets topic before each round. When it appears after
+    polling has read groups (here Tansu, which keeps groups outside any topic: the stand-in
+    topic is created once they are read), lagd keeps polling, and says why: polled commits
+    carry the times they were seen as their order, which the topic's offsets cannot follow."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from structlog.testing import capture_logs
+
+    scenario = standard(unique, partitions=1)
+    scenario = Scenario(scenario.topics[:1], scenario.groups[:1])
+    driver = Driver(kafka, scenario, mode="admin")
+    await driver.start()
+    try:
+        await drive(driver, 2)
+    finally:
+        await driver.close()
+    missing = f"__consumer_offsets_later_{unique}"
+    settings = cluster(kafka, offsets_source="auto", offsets_topic=missing, groups_allow=unique)
+    store, progress, counters, stop = Store(), ReaderProgress(), IngestCounters(), asyncio.Event()
+    with capture_logs() as logged:
+        async with running(read_offsets(settings, {}, store, progress, counters, stop)):
+            await settle(lambda: progress.caught_up and store.events, what="groups polled")
+            admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+            await admin.start()
+            try:
+                await admin.create_topics([NewTopic(missing, 1, 1)])
+            finally:
+                await admin.close()
+
+            def told() -> list[dict[str, Any]]:
+                return [e for e in logged if e["event"].startswith("offsets source: the offsets topic has appeared")]
+
+            await settle(told, timeout=30, what="the appeared topic noticed")
+            polled = counters.records_by_type.get("polled_offset", 0)
+            await settle(lambda: counters.records_by_type.get("polled_offset", 0) > polled, what="polling on")
+    assert progress.source == "admin"
+    (said,) = told()
+    assert said["offsets_source"] == "admin" and "polling had read groups already" in said["reason"], said
+
+
 async def test_auto_streams_an_offsets_topic_it_can_read(kafka: str, unique: str, settle: Settle) -> None:
     scenario = standard(unique, partitions=2)
     topic = f"__consumer_offsets_{unique}"
@@ -86,7 +128,7 @@ async def test_auto_streams_an_offsets_topic_it_can_read(kafka: str, unique: str
 
 
 async def test_choosing_waits_for_an_unreachable_broker_and_stops_on_request() -> None:
-    from lagd.embedded import free_port
+    from lagd.embedded.services import free_port
 
     settings = cluster(f"127.0.0.1:{free_port()}", offsets_source="auto", request_timeout=1.0)
     stop, counters = asyncio.Event(), IngestCounters()

@@ -13,9 +13,9 @@ import psycopg2  # type: ignore[import-untyped]
 import pytest
 from structlog.testing import capture_logs
 
+from lagd.core.model import Commit, LogEndSample, ReaderPosition, WindowEntry
 from lagd.db.migrate import upgrade
-from lagd.embedded import Postgres, start_private_postgres
-from lagd.model import Commit, LogEndSample, ReaderPosition, WindowEntry
+from lagd.embedded.services import Postgres, start_private_postgres
 from lagd.state import persister
 from lagd.state.changes import Changes
 from lagd.state.persister import WriteBehind, drop_oldest_history

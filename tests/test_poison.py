@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 
 from lagd import daemon
-from lagd.config import Settings, parse
-from lagd.core import build_core
-from lagd.model import Commit, GroupDeleted, LogEndSample, ReaderPosition
+from lagd.core.config import Settings, parse
+from lagd.core.model import Commit, GroupDeleted, LogEndSample, ReaderPosition
+from lagd.evaluate.build import build_core
 from lagd.state import persister
 from lagd.state.persister import WriteBehind
 from lagd.state.store import Store

@@ -21,8 +21,8 @@ import aiohttp
 import psycopg2
 import pytest
 
-from lagd.config import Settings, parse
-from lagd.embedded import Postgres, free_port
+from lagd.core.config import Settings, parse
+from lagd.embedded.services import Postgres, free_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 from tests.test_notify_daemon_sinks import Mqtt

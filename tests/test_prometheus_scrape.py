@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lagd.embedded import free_low_port
+from lagd.embedded.services import free_low_port
 from lagd.evaluate.snapshot import Snapshots
 from lagd.http import metrics
 from lagd.ingest.progress import ReaderProgress

@@ -17,7 +17,7 @@ import random
 import pytest
 
 from bench import bench_quality as quality
-from lagd.config import EvaluatorSettings, Settings
+from lagd.core.config import EvaluatorSettings, Settings
 from lagd.replay import parse_trace, replay
 
 

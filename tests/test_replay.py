@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from lagd import cli
-from lagd.config import ConfigError, Settings, load
-from lagd.model import Commit, LogEndSample
+from lagd.core.config import ConfigError, Settings, load
+from lagd.core.model import Commit, LogEndSample
 from lagd.replay import TS_TOLERANCE_MS, Replay, parse_trace
 from lagd.state.store import Store
 from lagd.state.windows import State

@@ -17,8 +17,8 @@ import aiohttp
 import pytest
 
 from lagd import daemon
-from lagd.config import Settings, parse
-from lagd.embedded import free_port
+from lagd.core.config import Settings, parse
+from lagd.embedded.services import free_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import standard
 

@@ -26,7 +26,7 @@ import aiohttp
 import aiomqtt
 import pytest
 
-from lagd.embedded import free_port
+from lagd.embedded.services import free_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 

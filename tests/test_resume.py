@@ -9,10 +9,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from lagd.config import NotifySettings
+from lagd.core.config import NotifySettings
+from lagd.core.model import GroupStatus
 from lagd.daemon import resume_open_incidents
 from lagd.db.schema import incident_engine_state
-from lagd.model import GroupStatus
 from lagd.notify.incidents import IncidentEngine, Rules, open_members
 from lagd.notify.notifier import Notifier
 from tests.test_watch import HELD_AT, C, held_warn, successor

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.evaluate import group_status, judge, partition_status
 from lagd.evaluate.rules import apply_minimum_complete, judge_flat, judge_window, partition_complete
-from lagd.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.state.windows import NO_LAG
 
 OK, WARN, STOP, STALL, REWIND = (

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from lagd.config import ConfigError, parse
+from lagd.core.config import ConfigError, parse
+from lagd.core.model import Commit, GroupMembers, LogEndSample, PartitionOwner, ReaderPosition
 from lagd.ingest.offsets_group import Assignment
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, GroupMembers, LogEndSample, PartitionOwner, ReaderPosition
 from lagd.scale import barrier, ownership
 from lagd.scale.ownership import Me, OwnerMap
 from lagd.scale.processes import worker_env, worker_listen

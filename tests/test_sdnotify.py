@@ -7,7 +7,7 @@ import socket
 import time
 from pathlib import Path
 
-from lagd import sdnotify
+from lagd.runtime import sdnotify
 
 
 def test_messages_reach_the_socket_and_a_full_queue_drops_them_without_waiting(tmp_path: Path) -> None:

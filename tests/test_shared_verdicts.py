@@ -16,11 +16,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd.config import NotifySettings
+from lagd.core.config import NotifySettings
+from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.db.schema import group_verdicts
 from lagd.db.schema import outbox as outbox_table
-from lagd.embedded import free_low_port
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.embedded.services import free_low_port
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.notify.notifier import VerdictSource, run_notifier

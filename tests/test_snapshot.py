@@ -10,12 +10,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
+from lagd.core.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.evaluate import Evaluator, GroupVerdict
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
 from lagd.http import metrics, page
-from lagd.http.app import CTX, HttpContext
+from lagd.http.context import CTX, HttpContext
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.notify.watch import VerdictWatch
 from lagd.state.windows import State
 from tests.http_state import CLUSTER, GROUPS, NOW, build_context, serve

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.evaluate import GroupVerdict, PartitionVerdict, snapshot
-from lagd.model import GroupStatus, PartitionStatus
 from lagd.state.windows import FIELDS, OFFSET
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions, verdict
 
@@ -174,8 +174,8 @@ def test_a_collection_that_empties_the_list_before_the_loop_is_survived() -> Non
 import gc
 from array import array
 from lagd.evaluate import snapshot
-from lagd.evaluate.verdicts import PartitionVerdict
-from lagd.model import PartitionStatus
+from lagd.evaluate.verdict_types import PartitionVerdict
+from lagd.core.model import PartitionStatus
 from lagd.state.windows import FIELDS, OFFSET
 
 parts = [

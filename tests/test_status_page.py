@@ -32,7 +32,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from lagd import embedded
+from lagd.embedded import services as embedded
 
 ROOT = Path(__file__).resolve().parent.parent
 APT = "apt-get install -y chromium chromium-driver   (or: make system-deps)"

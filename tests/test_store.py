@@ -9,9 +9,7 @@ import psycopg2  # type: ignore[import-untyped]
 import pytest
 from alembic import command
 
-from lagd.db.migrate import alembic_config, upgrade
-from lagd.db.schema import metadata
-from lagd.model import (
+from lagd.core.model import (
     Commit,
     GroupDeleted,
     GroupMembers,
@@ -22,6 +20,8 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
+from lagd.db.migrate import alembic_config, upgrade
+from lagd.db.schema import metadata
 from lagd.state.changes import Changes
 from lagd.state.store import DAY_MS, Store, partition_name
 from lagd.state.windows import State, flat_window, window_bytes
@@ -244,6 +244,22 @@ def test_migration_up_and_down(empty_database_url: str) -> None:
     upgrade(empty_database_url)  # at head: nothing to do
     command.downgrade(alembic_config(empty_database_url), "base")
     assert [r[0] for r in query(empty_database_url, tables)] == ["alembic_version"]
+
+
+def test_a_migration_tells_from_which_revision_to_which(empty_database_url: str) -> None:
+    """The quick-start trial: lagd migrated its database without a word. `upgrade` says from
+    which revision to which, and the words lagd logs (and `lagd db upgrade` prints) say so."""
+    from alembic.script import ScriptDirectory
+
+    from lagd.db.migrate import migration_summary
+
+    head = ScriptDirectory.from_config(alembic_config(empty_database_url)).get_current_head()
+    assert upgrade(empty_database_url, "0003") == (None, "0003")
+    assert upgrade(empty_database_url) == ("0003", head)
+    assert upgrade(empty_database_url) == (head, head)
+    assert migration_summary(None, "0003") == "database schema created (revision 0003)"
+    assert migration_summary("0003", head) == f"database schema migrated from revision 0003 to {head}"
+    assert migration_summary(head, head) == f"database schema up to date (revision {head})"
 
 
 async def test_migration_0004_converts_windows_both_ways(empty_database_url: str) -> None:

@@ -87,7 +87,7 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
 ROOT = UNITS.parent
 AS_USER = """
 import os, pwd, sys
-import lagd.cli, lagd.config, lagd.jobs.spark
+import lagd.cli, lagd.core.config, lagd.jobs.spark
 user = pwd.getpwnam(sys.argv[1])
 os.initgroups(user.pw_name, user.pw_gid)
 os.setgid(user.pw_gid)

@@ -24,10 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lagd.core.model import Commit, GroupMembers, GroupStatus, LogEndSample, PartitionOwner, PartitionStatus
+from lagd.core.ruleset import LAGD, lagd_rules, rule_set
 from lagd.evaluate import Evaluator, PartitionVerdict, lagd_fast, native, verdicts
 from lagd.evaluate.lagd_rules import LagdParams
 from lagd.evaluate.snapshot import snapshot_of
-from lagd.model import Commit, GroupMembers, GroupStatus, LogEndSample, PartitionOwner, PartitionStatus
 from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 from tests.test_lagd_fast import C, G, Op, play, random_ticks, traffic
@@ -391,7 +392,7 @@ def _drive(state: State, settings_: dict[str, float], history: list[Op], rules: 
     two fast evaluators: one with the compiled code (the judgements `standing` and `fresh`, the
     pass over a topic's partitions), one without."""
     compiled, python, *twins = (
-        Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
+        Evaluator(state, rules=rule_set(rules), cache_ttl_ms=0, **settings_)  # type: ignore[arg-type]
         for _ in range(4)
     )
     assert compiled._judge._cparams is not None
@@ -404,7 +405,7 @@ def _drive_all(rng: random.Random, rules: str = "lagd") -> None:
     """`_drive` over 150 seeded random histories under varied settings, then a consumer falling
     behind, held WARN, stopping, then catching up (test_lagd_fast's)."""
     for _ in range(150):
-        state = State(intervals=6, lag_samples=rng.choice([4, 40]), window_step_ms=rng.choice([0, 15_000]))
+        state = State(intervals=6, lag_samples=rng.choice([4, 40]), rules=lagd_rules(rng.choice([0, 15_000])))
         settings_ = {
             "allowed_lag": rng.choice([0, 20]),
             "allowed_lag_seconds": rng.choice([0.0, 1.0, 5.0]),
@@ -419,7 +420,7 @@ def _drive_all(rng: random.Random, rules: str = "lagd") -> None:
         if t % 5 == 0 and not 900 <= t < 1100:
             history.append(("commit", 0, 100 if t < 700 else -150 if t >= 1100 else 0, 0))
         history.append(("eval", 0, 0, 1))
-    _drive(State(intervals=10, lag_samples=200, window_step_ms=15_000), {}, history, rules)
+    _drive(State(intervals=10, lag_samples=200, rules=lagd_rules(15_000)), {}, history, rules)
 
 
 def _said(p: PartitionVerdict) -> str:
@@ -506,7 +507,7 @@ def test_the_compiled_pass_hands_back_only_what_the_python_must_answer(
     answered, handed = _recording_pass(monkeypatch)
     rng = random.Random(5)
     for _ in range(40):
-        state = State(intervals=6, lag_samples=2_000, window_step_ms=rng.choice([0, 15_000]))
+        state = State(intervals=6, lag_samples=2_000, rules=lagd_rules(rng.choice([0, 15_000])))
         settings_ = {"allowed_lag_seconds": rng.choice([0.0, 1.0, 5.0]), "min_history_ms": 20_000}
         _drive(state, settings_, traffic(random_ticks(rng)), rules)
     assert sum(answered.values()) > 1_000 and not handed, (answered, handed)
@@ -521,8 +522,8 @@ def test_the_compiled_pass_hands_back_only_what_the_python_must_answer(
                 state.apply(Commit(C, G, topic, p, 10_000 + 500 * r, 1 + r, T0 + 60_000 * r, T0 + 60_000 * r))
                 caught = 10_000 + 100 * min(59, 6 * r + 5)  # the newest at the log end
                 state.apply(Commit(C, "caught", topic, p, caught, 1 + r, T0 + 60_000 * r, T0 + 60_000 * r))
-    compiled = Evaluator(state, rules="lagd", cache_ttl_ms=0)
-    python = Evaluator(state, rules="lagd", cache_ttl_ms=0)
+    compiled = Evaluator(state, rules=LAGD, cache_ttl_ms=0)
+    python = Evaluator(state, rules=LAGD, cache_ttl_ms=0)
     python._judge._cparams = None
     answered.clear()
     for now in (T0 + 590_000, T0 + 595_000):
@@ -555,7 +556,7 @@ def test_the_compiled_pass_judges_every_kind_of_partition_as_the_python(
         "min_history_ms": 20_000,
         "stop_after_ms": rng.choice([40_000, 4_000]),
     }
-    compiled, python, *twins = (Evaluator(state, rules=rules, cache_ttl_ms=0, **settings_) for _ in range(4))
+    compiled, python, *twins = (Evaluator(state, rules=rule_set(rules), cache_ttl_ms=0, **settings_) for _ in range(4))
     python._judge._cparams = twins[1]._judge._cparams = None
     owners = tuple(
         PartitionOwner(topic, p, f"/10.0.0.{p}", f"consumer-{p}") for topic in ("a", "b") for p in range(0, 10, 3)
@@ -595,7 +596,7 @@ def _pass_args(n: int = 4) -> dict[str, Any]:
             state.apply(LogEndSample(C, "t", p, 10_000 + 1000 * k, T0 + 10_000 * k))
         for r in range(4):
             state.apply(Commit(C, G, "t", p, 10_000 + 200 * r * (p % 2 + 1), r + 1, T0 + 20_000 * r, T0 + 20_000 * r))
-    evaluator = Evaluator(state, rules="lagd", cache_ttl_ms=0, min_history_ms=1)
+    evaluator = Evaluator(state, rules=LAGD, cache_ttl_ms=0, min_history_ms=1)
     evaluator._judge.begin(None)
     evaluator._judge.topic("t")
     now = T0 + 100_000

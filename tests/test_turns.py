@@ -1,4 +1,4 @@
-"""Requests first (lagd.turns): background slices wait while a request waits for its handler."""
+"""Requests first (lagd.runtime.turns): background slices wait while a request waits for its handler."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import pytest
 from aiohttp import web
 
 from lagd import daemon
-from lagd.config import Settings
+from lagd.core.config import Settings
+from lagd.core.model import Commit
 from lagd.http import app
-from lagd.model import Commit
-from lagd.slices import Slices
+from lagd.runtime.slices import Slices
+from lagd.runtime.turns import Turns
 from lagd.state import persister
 from lagd.state.persister import WriteBehind
 from lagd.state.store import Store
 from lagd.state.windows import State
-from lagd.turns import Turns
 from tests.http_state import build_context, serve
 from tests.test_http_bounds import pipelined_gets, port_of
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagd.evaluate import Evaluator, GroupVerdict, group_status, lag_seconds, partition_status
-from lagd.evaluate.rules import apply_minimum_complete
-from lagd.evaluate.snapshot import snapshot_of
-from lagd.evaluate.verdicts import PartitionVerdict
-from lagd.model import (
+from lagd.core.model import (
     Commit,
     GroupMembers,
     GroupStatus,
@@ -18,6 +14,11 @@ from lagd.model import (
     PartitionStatus,
     WindowEntry,
 )
+from lagd.core.ruleset import LAGD
+from lagd.evaluate import Evaluator, GroupVerdict, group_status, lag_seconds, partition_status
+from lagd.evaluate.rules import apply_minimum_complete
+from lagd.evaluate.snapshot import snapshot_of
+from lagd.evaluate.verdict_types import PartitionVerdict
 from lagd.state.windows import State
 
 C, G = "c1", "g1"
@@ -111,7 +112,7 @@ def test_a_snapshot_reads_a_cached_verdict_and_a_judgement_for_it_drops_the_cach
     for i in range(1, 4):  # a consumer 1,000 records behind that stops committing after 30 s
         s.apply(LogEndSample(C, "a", 0, 1000 * i + 1000, 10_000 * i - 1))
         s.apply(commit("a", 0, 1000 * i, i, 10_000 * i))
-    ev = Evaluator(s, rules="lagd", cache_ttl_ms=10**9)
+    ev = Evaluator(s, rules=LAGD, cache_ttl_ms=10**9)
     first = ev.group(C, G, 30_000)
     assert ev.snapshot(C, G, 30_001) == snapshot_of(first)
     stop = ev._due[(C, G)][1]  # silent for longer than stop-after: STOP from then on

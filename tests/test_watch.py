@@ -17,16 +17,16 @@ import pytest
 from structlog.testing import capture_logs
 
 from bench import bench_quality as quality
-from lagd.config import ClusterSettings, EvaluatorSettings, Settings
-from lagd.core import build_core
+from lagd.core.config import ClusterSettings, EvaluatorSettings, Settings
+from lagd.core.model import Commit, GroupStatus, LogEndSample, PartitionStatus
+from lagd.evaluate.build import build_core
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.notify import watch as watch_module
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.notify.watch import CATCHING_UP_EVERY_MS, DUTY, VerdictWatch, cluster_member, pause_after, share_wait
-from lagd.turns import Turns
+from lagd.runtime.turns import Turns
 
 C, T = "prod", "events"
 T0 = 1_700_000_000_000
@@ -311,7 +311,7 @@ async def test_the_time_between_two_passes_is_kept_as_the_cycle(monkeypatch: pyt
 
 async def test_a_pass_waits_for_a_request_that_came_during_the_pause(monkeypatch: pytest.MonkeyPatch) -> None:
     """After the pause between passes (and after a duty wait), the watch takes its turn before
-    judging: a request that came meanwhile goes first (lagd.turns)."""
+    judging: a request that came meanwhile goes first (lagd.runtime.turns)."""
     watch, _ = watch_of(healthy_progress(T0 + 59_000), Clock(T0 + 59_000))
     feed_commits(watch, "g", range(0, 60))
     turns = Turns(max_wait_s=60.0)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from alembic import command
 
+from lagd.core.model import Commit, GroupDeleted, WindowEntry
 from lagd.db.migrate import alembic_config
-from lagd.model import Commit, GroupDeleted, WindowEntry
 from lagd.state import persister
 from lagd.state.changes import Changes, WindowKey
 from lagd.state.persister import WriteBehind

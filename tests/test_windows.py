@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagd.evaluate.lagtime import run_start
-from lagd.model import (
+from lagd.core.model import (
     Commit,
     Event,
     GroupDeleted,
@@ -21,6 +20,7 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
+from lagd.evaluate.lagtime import run_start
 from lagd.state.windows import LOG_END_WEIGHT, State, entries_of, flat_window, window_from_bytes
 
 C, G, T = "c1", "g1", "t1"

@@ -28,7 +28,7 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 
-from lagd.embedded import free_low_port
+from lagd.embedded.services import free_low_port
 from lagd.sim.driver import Driver
 from lagd.sim.scenario import GroupSpec, Scenario, TopicSpec
 from tests.postgres import query

@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from lagd.embedded import ServiceError
+from lagd.embedded.services import ServiceError
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from lagd.config import sync_database_url
+from lagd.core.config import sync_database_url
 
 
 def migrations_dir() -> Path:
@@ -25,6 +25,31 @@ def alembic_config(database_url: str) -> Config:
     return cfg
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
-    """Migrate the database to `revision` (idempotent: at head it does nothing)."""
+def upgrade(database_url: str, revision: str = "head") -> tuple[str | None, str | None]:
+    """Migrate the database to `revision` (idempotent: at head it does nothing); the schema's
+    revision before and after (None: no schema yet), for `migration_summary`."""
+    before = current_revision(database_url)
     command.upgrade(alembic_config(database_url), revision)
+    return before, current_revision(database_url)
+
+
+def current_revision(database_url: str) -> str | None:
+    """The revision the database's schema is at (alembic_version); None before the first migration."""
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    engine = create_engine(sync_database_url(database_url))
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def migration_summary(before: str | None, after: str | None) -> str:
+    """What a migration did, in words: created, migrated from one revision to another, or nothing."""
+    if before == after:
+        return f"database schema up to date (revision {after})"
+    if before is None:
+        return f"database schema created (revision {after})"
+    return f"database schema migrated from revision {before} to {after}"

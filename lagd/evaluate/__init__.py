@@ -2,7 +2,8 @@
 
 from lagd.evaluate.lagtime import LagTime, lag_seconds
 from lagd.evaluate.rules import GroupSummary, Judgement, group_status, judge, partition_status
-from lagd.evaluate.verdicts import Evaluator, GroupVerdict, PartitionVerdict
+from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
+from lagd.evaluate.verdicts import Evaluator
 
 __all__ = [
     "Evaluator",

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TypeAlias
 
+from lagd.core.model import PartitionStatus
 from lagd.evaluate.lagd_rules import (
     FALLING_BEHIND,
     J_CATCHING_UP,
@@ -60,7 +61,6 @@ from lagd.evaluate.lagd_rules import (
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.native import compiled
 from lagd.evaluate.rules import J_CAUGHT_UP, J_REWIND, Judgement
-from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAG, LAST, OFFSET, ORDER, TS, LogEnd
 
 _trend = compiled()  # or None: not built, stale, or LAGD_NO_EXTENSIONS set (native.status)

@@ -27,9 +27,9 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import combinations
 
+from lagd.core.model import PartitionStatus
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_REWIND, Judgement
-from lagd.model import PartitionStatus
 from lagd.state.windows import FIELDS, LAST, OFFSET, PREV, TS, LogEnd
 
 WARN = PartitionStatus.WARN
@@ -267,13 +267,15 @@ def judge_lagd(
     last_ts = arr[LAST + TS]
     waited, _ = lag_seconds_at(committed, now_ms, le)
     waited_ms = waited * 1000.0
+    # the lag in seconds shown beside the reason is only a bound: the reason says "at least"
+    at_least = current_lag > 0 and reached_in(le, committed)[1]
     if n > 1 and rewound(arr):
         return J_REWIND
     # STOP: silent for several commit intervals while records wait at least as long.
     limit = stop_limit(arr, n, p)
     silence = now_ms - last_ts
     if silence > limit and waited_ms > limit:
-        return Judgement(PartitionStatus.STOP, RULE_STOP, words((STOPPED, silence, limit, 0.0, 0.0, waited)))
+        return Judgement(PartitionStatus.STOP, RULE_STOP, words((STOPPED, silence, limit, 0.0, 0.0, waited), at_least))
     # STALL: still committing, the same offset for stall-after, while records wait. The time
     # stuck runs from the first to the newest commit of that offset, not to now: commits of one
     # offset a few ms apart, then silence, are a consumer that stopped (STOP), not one stalled.
@@ -281,7 +283,9 @@ def judge_lagd(
     stuck = same_from < n - 1
     stuck_ms = last_ts - arr[same_from * FIELDS + TS] if stuck else 0
     if stuck and stuck_ms >= p.stall_after_ms and waited_ms >= p.stall_after_ms:
-        return Judgement(PartitionStatus.STALL, RULE_STALL, words((STALLED, committed, stuck_ms, 0.0, 0.0, waited)))
+        return Judgement(
+            PartitionStatus.STALL, RULE_STALL, words((STALLED, committed, stuck_ms, 0.0, 0.0, waited), at_least)
+        )
     if not was_behind and waited < p.allowed_lag_seconds:
         return J_WITHIN_SECONDS
     trend = None
@@ -298,9 +302,11 @@ def judge_lagd(
             if trend.z <= -p.z_leave and trend.slope < 0:
                 return J_CATCHING_UP
             return Judgement(
-                WARN, RULE_STILL_BEHIND, explain(STILL_BEHIND, trend.slope, trend.z, trend.rise, trend.points, waited)
+                WARN,
+                RULE_STILL_BEHIND,
+                explain(STILL_BEHIND, trend.slope, trend.z, trend.rise, trend.points, waited, at_least),
             )
-        return Judgement(WARN, RULE_STILL_BEHIND, words((STILL_BEHIND_UNFITTED, 0.0, 0.0, 0.0, 0.0, waited)))
+        return Judgement(WARN, RULE_STILL_BEHIND, words((STILL_BEHIND_UNFITTED, 0.0, 0.0, 0.0, 0.0, waited), at_least))
     if trend is None:
         return J_TOO_LITTLE_HISTORY
     if (
@@ -313,7 +319,9 @@ def judge_lagd(
         and not _draining(arr, le, p.drain_margin)
     ):
         return Judgement(
-            WARN, RULE_FALLING_BEHIND, explain(FALLING_BEHIND, trend.slope, trend.z, trend.rise, trend.points, waited)
+            WARN,
+            RULE_FALLING_BEHIND,
+            explain(FALLING_BEHIND, trend.slope, trend.z, trend.rise, trend.points, waited, at_least),
         )
     if trend.slope < 0 and trend.z <= -p.z_leave:
         return J_CATCHING_UP
@@ -376,13 +384,18 @@ def first_same(arr: array[int], n: int, committed: int) -> int:
     return first
 
 
-def explain(what: str, slope: float, z: float, rise: float, points: int, waited: float) -> str:
-    """The reason of a trend verdict: rate, share of production consumed, rise, how far behind."""
+def explain(what: str, slope: float, z: float, rise: float, points: int, waited: float, at_least: bool = False) -> str:
+    """The reason of a trend verdict: rate, share of production consumed, rise, how far behind
+    (`at_least`: that is a lower bound, the record passed before the oldest kept log-end sample)."""
     share = max(0.0, 1.0 - slope) * 100
     return (
         f"{what}: lag grows {slope:.3f} s per s (consuming about {share:.0f}% of production), "
-        f"+{rise:.0f} s over the window, now {waited:.0f} s behind (z={z:.1f}, {points} commits)"
+        f"+{rise:.0f} s over the window, now {_secs(waited, at_least)} behind (z={z:.1f}, {points} commits)"
     )
+
+
+def _secs(waited: float, at_least: bool) -> str:
+    return f"at least {waited:.0f} s" if at_least else f"{waited:.0f} s"
 
 
 # A reason not put in words yet: (what, then five numbers `words` reads by `what`). Formatting
@@ -397,15 +410,18 @@ STOPPED = "stopped"  # (_, silence ms, limit ms, _, _, waited)
 STALLED = "stalled"  # (_, committed offset, stuck ms, _, _, waited)
 
 
-def words(why: str | Why) -> str:
-    """A partition's reason in words."""
+def words(why: str | Why, at_least: bool = False) -> str:
+    """A partition's reason in words; `at_least`: the time records wait is only a lower bound
+    (the partition's lag in seconds is estimated: its offset passed before the oldest kept
+    log-end sample), and the words say so."""
     if isinstance(why, str):
         return why
     what, a, b, c, d, waited = why
+    wait = _secs(waited, at_least)
     if what == STOPPED:
-        return f"no commit for {a / 1000:.0f} s (limit {b / 1000:.0f} s) while records wait {waited:.0f} s"
+        return f"no commit for {a / 1000:.0f} s (limit {b / 1000:.0f} s) while records wait {wait}"
     if what == STALLED:
-        return f"offset {int(a)} committed again and again for {b / 1000:.0f} s while records wait {waited:.0f} s"
+        return f"offset {int(a)} committed again and again for {b / 1000:.0f} s while records wait {wait}"
     if what == STILL_BEHIND_UNFITTED:
-        return f"{STILL_BEHIND}: records wait {waited:.0f} s"
-    return explain(what, a, b, c, int(d), waited)
+        return f"{STILL_BEHIND}: records wait {wait}"
+    return explain(what, a, b, c, int(d), waited, at_least)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from lagd import compiled as _compiled
+from lagd.runtime import compiled as _compiled
 
 MODULE = "lagd.evaluate._trend"
 SOURCE = Path(__file__).with_name("_trend.c")
@@ -20,7 +20,7 @@ NO_EXTENSIONS = _compiled.NO_EXTENSIONS
 
 
 def status() -> str:
-    """ "compiled", or why the Python runs: "turned off", "not built" or "stale" (lagd.compiled)."""
+    """ "compiled", or why the Python runs: "turned off", "not built" or "stale" (lagd.runtime.compiled)."""
     return _compiled.status(MODULE, SOURCE)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OFFSET, TS
 
 

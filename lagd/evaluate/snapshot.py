@@ -31,14 +31,12 @@ import struct
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
+from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.evaluate import native
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
 from lagd.state.windows import FIELDS, OFFSET
-
-if TYPE_CHECKING:  # verdicts builds snapshots (Rows): it imports this module, not this one it
-    from lagd.evaluate.verdicts import GroupVerdict, PartitionVerdict
 
 _STATUSES = list(PartitionStatus)
 _CODE = {status: i for i, status in enumerate(_STATUSES)}
@@ -221,8 +219,6 @@ def _read(parts: list[PartitionVerdict], partitions: bool) -> _Read:
 
 def _read_compiled(parts: list[PartitionVerdict], partitions: bool) -> _Read | None:
     """The partitions read by the compiled loop, or None where it leaves them to the Python."""
-    from lagd.evaluate.verdicts import PartitionVerdict  # imported here: verdicts imports this module
-
     assert _snapshot_rows is not None
     got = _snapshot_rows(parts, PartitionVerdict, _STATUS_ORDER, array, _END_AT, partitions)
     if got is None:

@@ -23,9 +23,11 @@ from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, TypeAlias
 
+from lagd.core.model import GroupStatus, PartitionOwner, PartitionStatus
+from lagd.core.ruleset import RuleSet
 from lagd.evaluate.lagd_fast import _C_SAID, Answer, GroupFacts, LagdJudge, judge_reference
 from lagd.evaluate.lagd_fast import compiled_pass as _judge_topic
-from lagd.evaluate.lagd_rules import NEVER, LagdParams, Why, words
+from lagd.evaluate.lagd_rules import NEVER, LagdParams
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import (
     J_CAUGHT_UP,
@@ -41,65 +43,13 @@ from lagd.evaluate.rules import (
     judge_flat,
 )
 from lagd.evaluate.snapshot import GroupSnapshot, Rows, not_ok_of, snapshot_of
-from lagd.model import GroupStatus, PartitionOwner, PartitionStatus, WindowEntry
-from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
+from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
+from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples
 # Burrow's judgements in the order the compiled pass answers them (_trend.c's FLAT_*).
 _FLAT = (J_STOP, J_REWIND, J_RECENT_LOW_LAG, J_STALL, J_WARN, J_PROGRESSING)
 MAX_PADDING = 1024  # empty slots listed beyond a topic's sampled partitions, up to a committed one
-
-
-@dataclass(slots=True)
-class PartitionVerdict:
-    topic: str
-    partition: int
-    status: PartitionStatus
-    # The window's oldest and newest entries, flat (offset, order, timestamp, observed, lag as in
-    # the flat window layout, then the same of the newest); None: no commits. An array of int64,
-    # which the garbage collector never tracks, where two WindowEntry objects per partition made
-    # every cached verdict three objects for its young passes (see `start`); a tuple of ints
-    # before 2026-11-27 cost an int object per number (about 280 B more) and twice the time.
-    entries: array[int] | None
-    current_lag: int
-    complete: float
-    owner: str
-    client_id: str
-    lag_seconds: float
-    lag_seconds_estimated: bool
-    # Why the partition has its status: in words, or the numbers to put in words when read
-    # (see lagd_rules.Why): most verdicts never show their reasons.
-    why: str | Why
-    since: int | None
-    rule: str = ""
-
-    @property
-    def reason(self) -> str:
-        """Why the partition has its status, in words."""
-        return words(self.why)
-
-    @property
-    def start(self) -> WindowEntry | None:
-        """The oldest commit in the window."""
-        return _entry(self.entries, 0)
-
-    @property
-    def end(self) -> WindowEntry | None:
-        """The newest commit in the window."""
-        return _entry(self.entries, FIELDS)
-
-
-def _entry(entries: array[int] | None, at: int) -> WindowEntry | None:
-    if entries is None:
-        return None
-    lag = entries[at + LAG]
-    return WindowEntry(
-        entries[at + OFFSET],
-        entries[at + ORDER],
-        entries[at + TS],
-        entries[at + OBSERVED],
-        None if lag == NO_LAG else lag,
-    )
 
 
 def _fills(cls: type, compiled: Callable[..., int] | None) -> Callable[..., int] | None:
@@ -115,25 +65,6 @@ def _fills(cls: type, compiled: Callable[..., int] | None) -> Callable[..., int]
 
 
 compiled_pass = _fills(PartitionVerdict, _judge_topic)
-
-
-@dataclass(slots=True)
-class GroupVerdict:
-    cluster: str
-    group: str
-    status: GroupStatus
-    complete: float
-    partitions: list[PartitionVerdict]  # every partition of its topics, sorted by (topic, partition)
-    partition_count: int
-    maxlag: PartitionVerdict | None
-    totallag: int
-    lag_seconds: float  # the highest over the partitions
-    evaluated_at: int
-
-    @property
-    def not_ok(self) -> tuple[str, ...]:
-        """The statuses of its partitions that are not OK, sorted."""
-        return tuple(sorted({p.status.value for p in self.partitions if p.status is not PartitionStatus.OK}))
 
 
 @dataclass(slots=True)
@@ -220,7 +151,7 @@ class Evaluator:
         self,
         state: State,
         *,
-        rules: str = "burrow",
+        rules: RuleSet | None = None,
         allowed_lag: int = 0,
         allowed_lag_seconds: float = 5.0,
         minimum_complete: float = 0.0,
@@ -229,10 +160,11 @@ class Evaluator:
         stop_after_ms: int = 60_000,
         fast: bool = True,
     ) -> None:
-        if rules not in ("lagd", "burrow"):
-            raise ValueError(f"rules must be 'lagd' or 'burrow', got {rules!r}: check evaluator.rules")
         self.state = state
-        self.rules = rules
+        # The rules to judge by (None: those the state keeps its windows for); of them the
+        # Evaluator needs only which judge runs: lagd's (LagdJudge) or Burrow's (judge_flat).
+        self.rules = rules if rules is not None else state.rules
+        self._lagd = self.rules.lagd_judge
         self.lagd_params = LagdParams(
             allowed_lag=allowed_lag,
             allowed_lag_seconds=allowed_lag_seconds,
@@ -386,7 +318,7 @@ class Evaluator:
     def _as_of(self, cluster: str, now_ms: int) -> int:
         """The time a group of `cluster` is judged as of now: `now_ms`, or the time through which
         lagd has read the cluster whole where that is earlier (lagd's rules: see seen_through)."""
-        if self.rules == "lagd":
+        if self._lagd:
             seen = self.seen_through(cluster, now_ms)
             if seen is not None and seen < now_ms:
                 return seen
@@ -494,7 +426,7 @@ class Evaluator:
                     judged_at,
                     state.intervals,
                     self.minimum_complete,
-                    self.rules == "lagd",
+                    self._lagd,
                     *lean,
                 )
                 if k < stop:
@@ -584,7 +516,7 @@ class Evaluator:
         ok_code = code_of[ok]
         empty_reason = J_EMPTY.reason
         empty_rule = J_EMPTY.rule
-        lagd = self.rules == "lagd"
+        lagd = self._lagd
         judge = self._judge.judge if self.fast else partial(_judge_reference, self.lagd_params)
         status_of = _STATUS_OF
         # One tight loop: this runs for every partition of every evaluated group.

@@ -326,7 +326,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lagd.http._json",
                                     "A group's partitions as Burrow's v3 JSON, compiled (burrow_v3.group_status_json).",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
-/* The build passes the source's SHA-1 (hatch_build.py): lagd.compiled uses no build of another
+/* The build passes the source's SHA-1 (hatch_build.py): lagd.runtime.compiled uses no build of another
  * source. */
 #ifndef LAGD_SOURCE_SHA1
 #define LAGD_SOURCE_SHA1 ""

@@ -9,114 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
-import socket
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import logs
-from lagd.clock import Clock
-from lagd.config import Settings
-from lagd.evaluate import Evaluator
-from lagd.evaluate.snapshot import Snapshots
-from lagd.ingest.share_groups import ShareGroups
-from lagd.model import IngestCounters
-from lagd.scale.ownership import OwnerMap
-from lagd.state.windows import State
-from lagd.turns import Turns
+from lagd.http import burrow_v3, lagd_api, metrics, page, routing
+from lagd.http.context import CTX, Handler, HttpContext, envelope
+from lagd.runtime import logs
+from lagd.runtime.turns import Turns
 
 log = logs.get(__name__)
 
-HOST = socket.gethostname()
-
-
-class ProgressLike(Protocol):
-    """A reader's catch-up progress (lagd.ingest.progress.ReaderProgress fits)."""
-
-    @property
-    def caught_up(self) -> bool: ...
-    @property
-    def fraction(self) -> float: ...
-
-
-class PersisterLike(Protocol):
-    """The write-behind store's status (lagd.state.persister.PersisterStatus fits)."""
-
-    pending: int
-    healthy: bool
-    write_seconds_last: float
-    dropped_history: int
-
-
-class PublisherLike(Protocol):
-    """The MQTT outbox publisher's status."""
-
-    connected: bool
-    pending: int
-    published_total: int
-
-
-@dataclass
-class Health:
-    """Live status of the daemon's parts, read by /metrics (duck-typed, never copied)."""
-
-    counters: Mapping[str, IngestCounters] = field(default_factory=dict)
-    progress: Mapping[str, Any] = field(default_factory=dict)
-    persister: Any = None
-    publisher: Any = None
-    evaluation_seconds_last: float = 0.0
-    metrics_partitions_omitted: int = 0  # group-partitions the last /metrics page left out (detail auto)
-    sights: Mapping[str, Any] = field(default_factory=dict)  # cluster -> ClusterSight (degraded when blind)
-    sinks: Mapping[str, Any] = field(default_factory=dict)  # sink name -> lagd.notify.delivery.SinkStatus
-    loop_lag: Any = None  # lagd.loop_lag.LoopLag of the daemon's event loop
-    watch: Any = None  # lagd.notify.watch.VerdictWatch (pass_seconds)
-    # Workers (lagd.scale): (cluster, topic) -> is this worker the one that reports the topic's
-    # log-end offsets in /metrics (so a Prometheus scraping every worker sums without duplicates)
-    reports_topic: Callable[[str, str], bool] | None = None
-
-
-@dataclass
-class HttpContext:
-    """Everything a handler may read; handlers hold no other state."""
-
-    settings: Settings
-    state: State
-    evaluator: Evaluator
-    now_ms: Clock  # the daemon's one clock (lagd.clock)
-    ready: Callable[[], bool]
-    health: Health
-    engine: AsyncEngine | None = None
-    on_delete: Callable[..., Any] | None = None
-    owners: OwnerMap | None = None  # workers (lagd.scale): who owns each group; None: this instance holds all
-    # the verdict watch's snapshot of every group it judged, read by the pages that list every
-    # group; None (no watch): those pages judge every group themselves
-    snapshots: Snapshots | None = None
-    # requests first (lagd.turns): the server reports each request; background work, and the
-    # long answers rendered in slices, wait for those waiting
-    turns: Turns = field(default_factory=Turns)
-    # share groups as last polled (lagd.ingest.share_groups): shown, not judged
-    share_groups: ShareGroups = field(default_factory=ShareGroups)
-
-
-CTX: web.AppKey[HttpContext] = web.AppKey("lagd_ctx", HttpContext)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 # Liveness and readiness stay open so probes work even when reads need a token.
 _OPEN_PATHS = frozenset({"/burrow/admin", "/burrow/admin/ready"})
-
-
-def envelope(request: web.Request, status: int, error: bool, message: str, payload: Mapping[str, Any]) -> web.Response:
-    """Burrow's envelope: error, message, payload fields in order, then request."""
-    body: dict[str, Any] = {"error": error, "message": message}
-    body.update(payload)
-    body["request"] = {"url": request.path, "host": HOST}
-    return web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json")
 
 
 def _bearer(request: web.Request) -> str:
@@ -218,8 +124,6 @@ async def timeout_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 def build_app(ctx: HttpContext) -> web.Application:
     """The application with every route: Burrow v3, /metrics, /lagd/v1 and the status page."""
-    from lagd.http import burrow_v3, lagd_api, metrics, page, routing
-
     app = web.Application(
         middlewares=[timeout_middleware, cors_middleware, error_middleware, auth_middleware],
         client_max_size=ctx.settings.http.max_request_bytes,
@@ -266,7 +170,7 @@ async def start_http(ctx: HttpContext) -> web.AppRunner:
 
 def report_requests(runner: web.AppRunner, turns: Turns) -> None:
     """Tell `turns` of every request as soon as its head is parsed, and of its handler starting
-    (lagd.turns), before the server accepts connections.
+    (lagd.runtime.turns), before the server accepts connections.
 
     aiohttp answers a request over three turns of the loop: its bytes read and parsed, its
     Request built, its handler run. Reported when built, a request still waited behind a slice

@@ -11,24 +11,24 @@ import functools
 import json
 import zlib
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from lagd import compiled, logs
-from lagd.config import ClusterSettings, Settings
+from lagd.core.config import ClusterSettings, Settings
+from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.evaluate import GroupVerdict, PartitionVerdict
-from lagd.http.app import CTX, HOST, Handler, HttpContext, envelope
-from lagd.model import GroupStatus, PartitionStatus, WindowEntry
+from lagd.http.context import CTX, HOST, Handler, HttpContext, envelope
+from lagd.runtime import compiled, logs
 from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, TS
 
 log = logs.get(__name__)
 
 # The partitions' JSON written compiled (_json.c), or None where the Python writes it: not built
-# (lagd.compiled), or built for another window entry layout than lagd.state.windows'.
+# (lagd.runtime.compiled), or built for another window entry layout than lagd.state.windows'.
 _json_c = compiled.load("lagd.http._json", Path(__file__).with_name("_json.c"))
 _partitions_json: Callable[..., str | None] | None = (
     _json_c.partitions_json if _json_c is not None and _json_c.LAYOUT == (FIELDS, OFFSET, TS, OBSERVED, LAG) else None
@@ -580,6 +580,25 @@ RESTORING_MESSAGE = (
 RETRY_AFTER_S = 5
 
 
+def not_ready_message(settings: Settings, sights: Mapping[str, Any]) -> str:
+    """Why lagd gives no answer yet: the clusters whose brokers it cannot reach (what it met,
+    and what to check), or, when it reaches them all, that it is restoring its state."""
+    blind = sorted(name for name, sight in sights.items() if getattr(sight, "unreachable", False))
+    if not blind:
+        return RESTORING_MESSAGE
+    clusters = []
+    for name in blind:
+        cs = settings.clusters.get(name)
+        servers = ", ".join(cs.bootstrap_servers) if cs else "?"
+        clusters.append(f"{name} (bootstrap-servers {servers}: {getattr(sights[name], 'reason', '')})")
+    return (
+        f"lagd cannot reach the brokers of cluster(s) {'; '.join(clusters)}. Check that the brokers run, "
+        "that this host reaches bootstrap-servers (address, port, firewall), and the cluster's "
+        "security-protocol, SASL and TLS settings against the listener; lagd keeps trying and answers "
+        "once /burrow/admin/ready says READY"
+    )
+
+
 def until_ready(handler: Handler) -> Handler:
     """Answer 503 in Burrow's error envelope until lagd is ready.
 
@@ -592,7 +611,8 @@ def until_ready(handler: Handler) -> Handler:
     @functools.wraps(handler)
     async def guarded(request: web.Request) -> web.StreamResponse:
         if not _ctx(request).ready():
-            resp = envelope(request, 503, True, RESTORING_MESSAGE, {})
+            ctx = _ctx(request)
+            resp = envelope(request, 503, True, not_ready_message(ctx.settings, ctx.health.sights), {})
             resp.headers["Retry-After"] = str(RETRY_AFTER_S)
             return resp
         return await handler(request)

@@ -9,6 +9,7 @@ what to check, never a hang: queries are bounded by DB_TIMEOUT_S.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from typing import Any
@@ -16,21 +17,21 @@ from typing import Any
 import sqlalchemy as sa
 from aiohttp import web
 
-from lagd import logs
+from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.db import schema
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.evaluate import rules as R
+from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.evaluate.snapshot import GroupSnapshot
-from lagd.http.app import CTX, HttpContext, envelope
+from lagd.http.context import CTX, MAX_INT32, MAX_MS, HttpContext, envelope
 from lagd.http.metrics import each_snapshot
+from lagd.ingest.mirror_flows import mm2_alias
 from lagd.ingest.share_groups import ShareGroup
-from lagd.model import GroupStatus, PartitionStatus, WindowEntry
+from lagd.runtime import logs
 
 log = logs.get(__name__)
 
 DB_TIMEOUT_S = 5.0
-MAX_MS = 2**53 - 1
-MAX_INT32 = 2**31 - 1
 TREND_STEPS = (60, 3600)
 MAX_POINTS = 10_000
 DAY_MS = 24 * 3600 * 1000
@@ -183,6 +184,34 @@ async def share_groups(request: web.Request) -> web.Response:
     view = ctx.share_groups
     groups = [share_group_view(g) for _, g in sorted(view.of(cluster).items())]
     return _json({"cluster": cluster, "supported": view.supported.get(cluster), "groups": groups})
+
+
+def flow_view(v: FlowVerdict) -> dict[str, Any]:
+    gaps = [dataclasses.asdict(g) for g in v.gaps]
+    return {
+        "mirror": v.mirror,
+        "status": v.status,
+        "reason": v.reason,
+        "observed_at": v.observed_ms,
+        "newest_heartbeat_at": v.newest_heartbeat_ms,
+        "heartbeat_age_s": v.heartbeat_age_s,
+        "delay_s": v.delay_s,
+        "delay_trend_s_per_min": v.delay_trend_s_per_min,
+        "failover": gaps,
+    }
+
+
+async def mirror_flow(request: web.Request) -> web.Response:
+    """A MirrorMaker 2 flow as read from its heartbeats and checkpoints on the target."""
+    ctx = _ctx(request)
+    name = request.match_info["mirror"]
+    mirror = ctx.settings.mirrors.get(name)
+    if mirror is None or not mm2_alias(mirror):
+        return _error(request, 404, "no such mirror, or it has no MirrorMaker 2 alias (mirrors.<name>.mm2-alias)")
+    found = ctx.mirror_flows.verdicts.get(name)
+    if found is None:
+        return _error(request, 503, "the mirror's MirrorMaker 2 topics have not been read yet; retry shortly")
+    return _json(flow_view(found))
 
 
 async def share_group(request: web.Request) -> web.Response:
@@ -655,6 +684,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/lagd/v1/clusters", clusters)
     r.add_get("/lagd/v1/incidents", incidents)
     r.add_get("/lagd/v1/mirrors", mirrors)
+    r.add_get("/lagd/v1/mirrors/{mirror}/flow", mirror_flow)
     r.add_get("/lagd/v1/quarantine", quarantine)
     r.add_get("/lagd/v1/dead-letters", dead_letters)
     r.add_get("/lagd/v1/schemas", payload_schemas)

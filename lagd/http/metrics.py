@@ -19,16 +19,18 @@ from typing import Any
 
 from aiohttp import web
 
-from lagd import logs
+from lagd.core.model import GroupStatus
 from lagd.evaluate import Evaluator
+from lagd.evaluate.mirror_flow import FLOW_STATUSES
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
-from lagd.http.app import CTX, Health, HttpContext
+from lagd.http.context import CTX, Health, HttpContext
+from lagd.ingest.mirror_flows import MirrorFlows
 from lagd.ingest.share_groups import ShareGroups
 from lagd.ingest.validate import REASONS as REJECT_REASONS
-from lagd.model import GroupStatus
-from lagd.slices import SLICE_S, Slices
+from lagd.runtime import logs
+from lagd.runtime.slices import SLICE_S, Slices
+from lagd.runtime.turns import Turn
 from lagd.state.windows import State
-from lagd.turns import Turn
 
 log = logs.get(__name__)
 
@@ -238,13 +240,58 @@ def share_group_series(out: list[str], view: ShareGroups) -> None:
     out.extend(total.text())
 
 
+def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
+    """MirrorMaker 2 flows (lagd.ingest.mirror_flows): heartbeat age, status, and each mirrored
+    group's failover gap summed over its partitions (per partition at /lagd/v1/mirrors/<m>/flow)."""
+    if not view.verdicts:
+        return
+    delay = _Family(
+        out, "lagd_mirror_delay_seconds", "gauge",
+        "How far the target is behind the source, from the heartbeats MirrorMaker 2 replicates (lagd.evaluate.mirror_flow)",
+    )  # fmt: skip
+    age = _Family(
+        [], "lagd_mirror_heartbeat_age_seconds", "gauge",
+        "Seconds since the newest heartbeat replicated to the target was emitted",
+    )  # fmt: skip
+    status = _Family([], "lagd_mirror_flow_status", "gauge", "1 for the flow's current status, 0 for the others")
+    gap = _Family(
+        [], "lagd_mirror_failover_gap_records", "gauge",
+        "Records a mirrored group would read again if it moved to the target now (MM2's checkpoints)",
+    )  # fmt: skip
+    dropped = _Family([], "lagd_mirror_checkpoints_dropped_total", "counter", "Checkpoints not kept (bound reached)")
+    for name, v in sorted(view.verdicts.items()):
+        labels = f'mirror="{_esc(name)}"'
+        if v.delay_s is not None:
+            delay.add(labels, v.delay_s)
+        if v.heartbeat_age_s is not None:
+            age.add(labels, v.heartbeat_age_s)
+        for s in FLOW_STATUSES:
+            status.add(f'{labels},status="{s}"', 1 if v.status == s else 0)
+        per_group: dict[str, int] = {}
+        for g in v.gaps:
+            per_group[g.group] = per_group.get(g.group, 0) + g.records
+        for group, records in sorted(per_group.items()):
+            gap.add(f'{labels},group="{_esc(group)}"', records)
+        dropped.add(labels, view.dropped_checkpoints.get(name, 0))
+    out.extend(age.text())
+    out.extend(status.text())
+    out.extend(gap.text())
+    out.extend(dropped.text())
+
+
 def _health(out: list[str], health: Health, now_ms: int) -> None:
     counters = sorted(health.counters.items())
     f = _Family(out, "lagd_ingest_records_total", "counter", "Records ingested by record type")
     for cluster, c in counters:
         for kind, n in sorted(c.records_by_type.items()):
             f.add(f'cluster="{_esc(cluster)}",type="{_esc(kind)}"', n)
-    f = _Family(out, "lagd_ingest_decode_errors_total", "counter", "Records that could not be decoded, by reason")
+    f = _Family(
+        out,
+        "lagd_ingest_decode_errors_total",
+        "counter",
+        "Records that could not be decoded, and KIP-848 owners that could not be updated (unknown_topic_id, "
+        "kip848_owners_unseeded: no record rejected), by reason (a fixed set: docs/hostile-input.md)",
+    )
     for cluster, c in counters:
         for reason, n in sorted(c.decode_errors.items()):
             f.add(f'cluster="{_esc(cluster)}",reason="{_esc(reason)}"', n)
@@ -350,8 +397,8 @@ def _health(out: list[str], health: Health, now_ms: int) -> None:
                 "lagd_store_postgres_requested_checkpoints",
                 "gauge",
                 "Checkpoints Postgres ran on request (most often its WAL filling max_wal_size) in the last 10 minutes, "
-                "as lagd last read them: 3 or more and its window writes fill the WAL with whole pages (README: Postgres for a "
-                "large estate)",
+                "as lagd last read them: 3 or more and its window writes fill the WAL with whole pages (docs/operations.md: "
+                "Postgres for a large estate)",
             ).add("", int(forced))
     pub = health.publisher
     if pub is not None:
@@ -468,6 +515,7 @@ async def metrics(request: web.Request) -> web.Response:
     for _ in render_steps(ctx.state, ctx.evaluator, ctx.health, ctx.now_ms(), detail, out, ctx.snapshots):
         await slices.turn()
     share_group_series(out, ctx.share_groups)
+    mirror_flow_series(out, ctx.mirror_flows)
     return web.Response(body=_chunks(out, ctx.turns.turn), headers={"Content-Type": CONTENT_TYPE})
 
 

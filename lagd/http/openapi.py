@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lagd.http.lagd_api import MAX_INT32, MAX_MS
+from lagd.http.context import MAX_INT32, MAX_MS
 
 INT = {"type": "integer"}
 NUM = {"type": "number"}
@@ -138,6 +138,31 @@ SCHEMAS: dict[str, Any] = {
             "body": {"type": "object", "description": "The full incident: groups, partitions, statuses."},
         }
     ),
+    "MirrorFlow": _obj(
+        {
+            "mirror": STR,
+            "status": {"type": "string", "enum": ["OK", "LAGGING", "STALLED", "NO_HEARTBEATS"]},
+            "reason": STR,
+            "observed_at": INT,
+            "newest_heartbeat_at": _nullable(INT),
+            "heartbeat_age_s": _nullable(NUM),
+            "delay_s": _nullable(NUM),
+            "delay_trend_s_per_min": _nullable(NUM),
+            "failover": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "group": STR,
+                        "topic": STR,
+                        "partition": INT,
+                        "upstream_offset": INT,
+                        "downstream_offset": INT,
+                        "records": INT,
+                    }
+                ),
+            },
+        }
+    ),
     "Mirror": _obj(
         {
             "mirror": STR,
@@ -254,7 +279,7 @@ _BAD = {"400": _err("A parameter is out of range or malformed; the message says 
 # The bodies follow Burrow 1.x field by field; JSON Schema does not fix the order of fields,
 # but the descriptions say where Burrow's order matters (and lagd keeps it).
 
-# The names Burrow's paths take. A cluster is named in lagd's configuration (lagd.config's
+# The names Burrow's paths take. A cluster is named in lagd's configuration (lagd.core.config's
 # name rule). A topic name is what Kafka allows: letters, digits, '.', '_' and '-', at most 249,
 # not '.' or '..'. A group id may be any string in Kafka, but a path segment cannot be empty,
 # '.' or '..' (URLs resolve them away), hold '{' or '}' (the router's placeholders) or '/'
@@ -762,6 +787,17 @@ def document() -> dict[str, Any]:
                     "Share groups.",
                 ),
                 "404": _err("Unknown cluster."),
+            },
+        ),
+        "/lagd/v1/mirrors/{mirror}/flow": _get(
+            "A MirrorMaker 2 flow judged from the heartbeats and checkpoints MM2 keeps on the target: OK, "
+            "LAGGING, STALLED or NO_HEARTBEATS, the heartbeat age, and per mirrored group and partition where "
+            "it would resume after a failover.",
+            [_path_param("mirror")],
+            {
+                "200": _json(_ref("MirrorFlow"), "The flow."),
+                "404": _err("Unknown mirror, or one without a MirrorMaker 2 alias."),
+                "503": _err("Not read yet."),
             },
         ),
         "/lagd/v1/share/{cluster}/{group}": _get(

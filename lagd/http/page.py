@@ -23,15 +23,15 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from aiohttp import web
 
+from lagd.core.model import GroupStatus
 from lagd.db import schema
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
 from lagd.evaluate.snapshot import GroupSnapshot, group_reason
-from lagd.http.app import CTX, HttpContext
 from lagd.http.burrow_v3 import known_cluster
+from lagd.http.context import CTX, HttpContext
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
 from lagd.http.metrics import each_snapshot
 from lagd.http.routing import peer_groups
-from lagd.model import GroupStatus
 from lagd.state.windows import FIELDS, LAG, NO_LAG, State
 
 REFRESH_S = 10
@@ -44,6 +44,8 @@ COLOURS = {
     "STOP": "#c62828",
     "STALL": "#c62828",
     "REWIND": "#c62828",
+    "LAGGING": "#f9a825",
+    "STALLED": "#c62828",
 }
 HOURS = (1, 6, 24)
 INCIDENT_DAYS = 1
@@ -308,6 +310,29 @@ def render_health(ctx: HttpContext, now_ms: int) -> str:
     return table + extra
 
 
+def render_mirror_flows(ctx: HttpContext) -> str:
+    """MirrorMaker 2 flows (lagd.ingest.mirror_flows): each one's status and why, how far the
+    target is behind, and per mirrored group how many records a failover to the target would read again."""
+    verdicts = ctx.mirror_flows.verdicts
+    if not verdicts:
+        return ""
+    rows = []
+    for name, v in sorted(verdicts.items()):
+        per_group: dict[str, int] = {}
+        for g in v.gaps:
+            per_group[g.group] = per_group.get(g.group, 0) + g.records
+        gaps = ", ".join(f"{escape(group)}: {records}" for group, records in sorted(per_group.items())) or "none"
+        delay = "-" if v.delay_s is None else f"{v.delay_s:.1f}"
+        rows.append(
+            f'<tr class="mirror-flow is-{v.status.lower()}"><td>{escape(name)}</td><td>{_badge(v.status)}</td>'
+            f"<td>{escape(v.reason)}</td><td class=n>{delay}</td><td>{gaps}</td></tr>"
+        )
+    return (
+        "<h2>mirrors (MirrorMaker 2)</h2><table><tr><th>mirror</th><th>status</th><th>why</th>"
+        "<th>behind (s)</th><th>records a failover re-reads, per group</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
 def _page(title: str, refresh_s: int, body: str) -> str:
     return (
         "<!doctype html><html><head><meta charset=utf-8>"
@@ -416,7 +441,7 @@ def render(
         '<a href="/metrics">metrics</a> · <a href="/v3/kafka">Burrow v3</a> · '
         '<a href="/lagd/v1/openapi.json">API</a></p>'
         f"<h2>lagd's health</h2>{render_health(ctx, now)}"
-        f"{''.join(rows)}<h2>incidents</h2>{render_incidents(incidents, now)}",
+        f"{''.join(rows)}{render_mirror_flows(ctx)}<h2>incidents</h2>{render_incidents(incidents, now)}",
     )
 
 

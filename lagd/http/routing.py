@@ -25,8 +25,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from lagd import logs
-from lagd.http.app import CTX, Handler, HttpContext, envelope
+from lagd.http.context import CTX, Handler, HttpContext, envelope
+from lagd.runtime import logs
 from lagd.scale.ownership import Owner
 
 log = logs.get(__name__)

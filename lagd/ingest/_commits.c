@@ -415,7 +415,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lagd.ingest._commits
                                     "The offsets topic's usual record read into a Commit, compiled (offsets_topic).",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
-/* The SHA-1 of the source this was built from (hatch_build.py passes it): lagd.compiled refuses a
+/* The SHA-1 of the source this was built from (hatch_build.py passes it): lagd.runtime.compiled refuses a
  * build of another source, such as one left behind after this file changed. */
 #ifndef LAGD_SOURCE_SHA1
 #define LAGD_SOURCE_SHA1 ""

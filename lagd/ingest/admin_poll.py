@@ -37,12 +37,20 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 from aiokafka.structs import TopicPartition
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    GroupMembers,
+    IngestCounters,
+    OffsetDeleted,
+    PartitionOwner,
+)
 from lagd.ingest.group_describe import (
     GroupView,
     consumer_group_views,
@@ -53,15 +61,8 @@ from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_admin
 from lagd.ingest.log_end import confirm_absent
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import (
-    Commit,
-    Event,
-    GroupDeleted,
-    GroupMembers,
-    IngestCounters,
-    OffsetDeleted,
-    PartitionOwner,
-)
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
 
 log = logs.get(__name__)
 
@@ -218,16 +219,21 @@ async def poll_admin(
     groups: GroupFilter | None = None,
     known_topics: Callable[[str], Iterable[str]] | None = None,
     clock: Clock = wall_ms,
+    before_round: Callable[[AIOKafkaAdminClient], Awaitable[bool]] | None = None,
 ) -> None:
     """Poll committed offsets until `stop` is set; reconnect with backoff on outages.
 
-    `clock` (lagd.clock) gives each round's commits their observed time.
+    `clock` (lagd.runtime.clock) gives each round's commits their observed time. `before_round`, given
+    the session's admin client, is asked before each round whether to end the session instead
+    (lagd.ingest.source: the offsets topic has appeared); it ends polling only with `stop` set.
     """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     groups = groups or GroupFilter.for_cluster(cluster)
     memory = PollMemory()
     await reconnecting(
-        lambda: _session(cluster, put, progress, counters, stop, groups, known_topics, memory, clock=clock),
+        lambda: _session(
+            cluster, put, progress, counters, stop, groups, known_topics, memory, clock=clock, before_round=before_round
+        ),
         stop,
         counters,
         cluster=cluster,
@@ -249,6 +255,7 @@ async def _session(
     memory: PollMemory,
     *,
     clock: Clock = wall_ms,
+    before_round: Callable[[AIOKafkaAdminClient], Awaitable[bool]] | None = None,
 ) -> None:
     admin = await start_admin(cluster)
     try:
@@ -256,6 +263,8 @@ async def _session(
         layout: dict[str, set[int]] = {}
         layout_at = -1e18
         while not stop.is_set():
+            if before_round is not None and await before_round(admin):
+                return
             started = loop.time()
             if started - layout_at >= cluster.topic_refresh or not layout:
                 # A failed refresh raises here: no deletion is decided without an answer.

@@ -23,8 +23,9 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
-from lagd.backoff import describe_error
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.ingest.kafka_options import client_options
+from lagd.runtime.backoff import describe_error
 
 _SECURITY_ERRORS = (SaslAuthenticationFailed, UnsupportedSaslMechanismError, IllegalSaslStateError, ssl.SSLError)
 PROBE_TIMEOUT_S = 10.0  # at most: a broker that does not answer is named without waiting out request-timeout
@@ -37,6 +38,10 @@ class Problem:
     listener: str
     error: str
     fix: str
+    # A setting to change (a refused password, a certificate lagd does not trust, a wrong
+    # mechanism or protocol), not brokers away: retrying cannot mend it until someone acts, so
+    # it is told once (reconnecting), where an outage is told again every 30 s or so.
+    settings: bool = False
 
     def __str__(self) -> str:
         return f"{self.listener}: {self.error}; {self.fix}"
@@ -64,8 +69,6 @@ async def diagnose(cluster: ClusterSettings, exc: BaseException) -> Problem | No
 
 async def _connect(cluster: ClusterSettings, address: str) -> BaseException | None:
     """Open one connection to `address` as lagd's clients do (TLS and SASL included); what failed."""
-    from lagd.ingest.kafka_client import client_options  # kafka_client logs through this module
-
     host, _, port = address.rpartition(":")
     timeout = min(cluster.request_timeout, PROBE_TIMEOUT_S)
     try:
@@ -103,6 +106,7 @@ def explain(cluster: ClusterSettings, listener: str, exc: BaseException) -> Prob
             f"SASL authentication failed: {said}",
             f"the broker refused user {cluster.sasl_username!r} with {mechanism}: check sasl-username and "
             f"sasl-password ({env}), and that the user has {mechanism} credentials on the cluster",
+            settings=True,
         )
     if isinstance(exc, UnsupportedSaslMechanismError | IllegalSaslStateError):
         said = str(exc) if "mechanisms" in str(exc) else f"the listener does not take SASL {mechanism}"
@@ -110,6 +114,7 @@ def explain(cluster: ClusterSettings, listener: str, exc: BaseException) -> Prob
             listener,
             said,
             "set sasl-mechanism to one the listener enables, and security-protocol to the listener's",
+            settings=True,
         )
     if isinstance(exc, ssl.SSLCertVerificationError):
         reason = exc.verify_message or str(exc)
@@ -122,13 +127,14 @@ def explain(cluster: ClusterSettings, listener: str, exc: BaseException) -> Prob
             fix = "renew the broker's certificate (or correct this machine's clock)"
         else:
             fix = f"lagd does not trust the broker's certificate: set tls-ca-file to the CA that signed it (now {ca})"
-        return Problem(listener, f"TLS certificate verification failed: {reason}", fix)
+        return Problem(listener, f"TLS certificate verification failed: {reason}", fix, settings=True)
     if isinstance(exc, ssl.SSLError):
         return Problem(
             listener,
             f"TLS handshake failed: {exc.reason or exc}",
             f"check that this listener speaks TLS (security-protocol is {protocol}) and, for mutual TLS, "
             "tls-cert-file and tls-key-file",
+            settings=True,
         )
     if isinstance(exc, socket.gaierror):
         return Problem(listener, f"cannot resolve the host: {exc}", "check bootstrap-servers")

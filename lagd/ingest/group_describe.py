@@ -35,7 +35,7 @@ from aiokafka.protocol.types import (
     TaggedFields,
 )
 
-from lagd.model import PartitionOwner
+from lagd.core.model import PartitionOwner
 
 # ConsumerGroupDescribe's error for a group that is not a KIP-848 group (GROUP_ID_NOT_FOUND).
 GROUP_ID_NOT_FOUND = 69

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
 
 
 @dataclass(frozen=True)

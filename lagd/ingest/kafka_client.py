@@ -1,7 +1,5 @@
-"""aiokafka clients built from a cluster's settings: one place that knows SASL and TLS.
-
-`client_options` is pure (apart from reading TLS files into an SSL context) so the mapping
-from settings to aiokafka keywords is testable without a broker.
+"""aiokafka clients built from a cluster's settings (their keywords: lagd.ingest.kafka_options),
+started, reconnected and closed.
 """
 
 from __future__ import annotations
@@ -14,40 +12,16 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
-from aiokafka.helpers import create_ssl_context
 
-from lagd import logs
-from lagd.backoff import Backoff, describe_error
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import IngestCounters
 from lagd.ingest.diagnose import diagnose
+from lagd.ingest.kafka_options import client_options
 from lagd.ingest.progress import ReaderProgress
-from lagd.model import IngestCounters
+from lagd.runtime import logs
+from lagd.runtime.backoff import Backoff, describe_error
 
 log = logs.get(__name__)
-
-
-def client_options(cluster: ClusterSettings) -> dict[str, Any]:
-    """Keyword arguments every aiokafka client of `cluster` shares (consumer, admin, client)."""
-    opts: dict[str, Any] = {
-        "bootstrap_servers": list(cluster.bootstrap_servers),
-        "client_id": cluster.client_id,
-        "security_protocol": cluster.security_protocol,
-        "request_timeout_ms": int(cluster.request_timeout * 1000),
-    }
-    if cluster.security_protocol.startswith("SASL"):
-        opts["sasl_mechanism"] = cluster.sasl_mechanism
-        opts["sasl_plain_username"] = cluster.sasl_username
-        opts["sasl_plain_password"] = cluster.sasl_password.reveal()
-    if cluster.security_protocol in ("SSL", "SASL_SSL"):
-        ctx = create_ssl_context(
-            cafile=cluster.tls_ca_file or None,
-            certfile=cluster.tls_cert_file or None,
-            keyfile=cluster.tls_key_file or None,
-            password=cluster.tls_key_password.reveal() or None,
-        )
-        ctx.check_hostname = cluster.tls_check_hostname
-        opts["ssl_context"] = ctx
-    return opts
 
 
 async def start_admin(cluster: ClusterSettings) -> Any:
@@ -118,9 +92,10 @@ async def reconnecting(
     counter: str,
     hint: str,
     progress: ReaderProgress | None = None,
+    backoff: Backoff | None = None,
 ) -> None:
     """Run `session` until `stop` is set; after a failure, count it and retry with capped,
-    jittered backoff (lagd.backoff), reset by a session that ends cleanly or ran a while. The
+    jittered backoff (lagd.runtime.backoff), reset by a session that ends cleanly or ran a while. The
     first failure of an outage is logged at once, then one line every 30 s or so with the
     attempt count. Every reader of a cluster (offsets topic, admin polling, log-end sampler)
     survives broker outages this way.
@@ -128,8 +103,11 @@ async def reconnecting(
     A failure lagd can explain (lagd.ingest.diagnose: a refused password, an untrusted
     certificate, nothing listening) is logged with the listener and what to fix instead of
     `hint`, once for all the cluster's readers that meet it, and kept in `progress` for the
-    cluster's status."""
-    backoff = Backoff()
+    cluster's status. One that is a setting to change (a refused password, an untrusted
+    certificate: Problem.settings) is one warning for as long as it lasts, the retries (still
+    backing off: the cluster's users or certificates may be mended) at debug; once a reader
+    gets in, it would be told again. `backoff`: the policy (tests shorten it)."""
+    backoff = backoff or Backoff()
     loop = asyncio.get_running_loop()
     while not stop.is_set():
         started = loop.time()
@@ -140,6 +118,7 @@ async def reconnecting(
                 raise
             if loop.time() - started >= backoff.cap:
                 backoff.succeeded()  # it worked for a while: this is a new outage
+                counters.answered()
             counters.count_failure(f"{counter}_{exc.__class__.__name__}")
             problem = await diagnose(cluster, exc) if not isinstance(exc, asyncio.CancelledError) else None
             delay, log_now = backoff.failed()
@@ -147,7 +126,10 @@ async def reconnecting(
                 progress.problem = str(problem) if problem else describe_error(exc)
             fields: dict[str, Any] = {"error": describe_error(exc), "hint": hint}
             if problem is not None:
-                log_now = log_now and counters.tell(str(problem), loop.time(), backoff.log_every)
+                if problem.settings:
+                    log_now = counters.tell(str(problem), loop.time(), None)
+                else:
+                    log_now = log_now and counters.tell(str(problem), loop.time(), backoff.log_every)
                 fields = {"listener": problem.listener, "error": problem.error, "hint": problem.fix}
             (log.warning if log_now else log.debug)(
                 f"{what} failed; reconnecting",
@@ -161,3 +143,4 @@ async def reconnecting(
                 await asyncio.wait_for(stop.wait(), delay)
         else:
             backoff.succeeded()
+            counters.answered()

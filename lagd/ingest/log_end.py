@@ -25,12 +25,12 @@ from aiokafka.errors import for_code
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 
-from lagd import logs
-from lagd.backoff import LOG_EVERY_S, describe_error
-from lagd.clock import Clock, wall_ms
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import Event, IngestCounters, LogEndSample, TopicDeleted
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
-from lagd.model import Event, IngestCounters, LogEndSample, TopicDeleted
+from lagd.runtime import logs
+from lagd.runtime.backoff import LOG_EVERY_S, describe_error
+from lagd.runtime.clock import Clock, wall_ms
 
 log = logs.get(__name__)
 
@@ -176,7 +176,7 @@ async def sample_log_ends(
     topic); `known` are topics sampled before a restart, so one deleted while lagd was down
     still becomes TopicDeleted. `share` (workers, lagd.scale) keeps of what `patterns` and
     `every_topic` add only this worker's share; the topics its own groups consume are always
-    sampled. `clock` (lagd.clock) stamps each round's samples.
+    sampled. `clock` (lagd.runtime.clock) stamps each round's samples.
     """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     sampled: set[str] = set(known)

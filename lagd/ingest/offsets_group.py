@@ -28,12 +28,12 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.structs import TopicPartition
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import Event, GroupMembers, IngestCounters, OffsetsPartitionReset
 from lagd.ingest.codec import CommitKeys
 from lagd.ingest.group_filter import GroupFilter
-from lagd.ingest.kafka_client import client_options, close_quietly, reconnecting, start_client
+from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
+from lagd.ingest.kafka_options import client_options
 from lagd.ingest.offsets_topic import (
     FETCH_MAX_RECORDS,
     POSITIONS_EVERY_S,
@@ -49,10 +49,11 @@ from lagd.ingest.offsets_topic import (
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners
 from lagd.ingest.validate import EdgeLimits
-from lagd.model import Event, GroupMembers, IngestCounters, OffsetsPartitionReset
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
+from lagd.runtime.turns import Turn, plain_turn
 from lagd.scale import barrier
 from lagd.state.windows import offsets_partition
-from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -207,7 +208,7 @@ async def read_offsets_as_worker(
 ) -> None:
     """Read this worker's share of the offsets topic until `stop`; survive broker outages with
     backoff (a session that fails hands every partition back first, then joins again). `turn`
-    is awaited before each slice of a fetch is decoded (lagd.turns)."""
+    is awaited before each slice of a fetch is decoded (lagd.runtime.turns)."""
     put = _emitter(emit)
     applied = emit.join if isinstance(emit, asyncio.Queue) else None  # apply marks each batch done
     groups = GroupFilter.for_cluster(cluster)

@@ -20,21 +20,21 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from lagd import compiled, logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import Commit, Event, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
 from lagd.ingest.codec import CommitKeys
 from lagd.ingest.group_filter import GroupFilter
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client, start_consumer
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.records import ConsumerGroupOwners, events_from_record
 from lagd.ingest.validate import MAX_OFFSET, EdgeLimits
-from lagd.model import Commit, Event, GroupMembers, IngestCounters, OffsetsPartitionReset, ReaderPosition
-from lagd.turns import Turn, plain_turn
+from lagd.runtime import compiled, logs
+from lagd.runtime.clock import Clock, wall_ms
+from lagd.runtime.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
-# the usual record read compiled (build_batch), or None where the Python reads it (lagd.compiled)
+# the usual record read compiled (build_batch), or None where the Python reads it (lagd.runtime.compiled)
 _commits = compiled.load("lagd.ingest._commits", Path(__file__).with_name("_commits.c"))
 _read_commits: Callable[..., int] | None = None if _commits is None else _commits.read_commits
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1
@@ -59,7 +59,7 @@ POSITIONS_EVERY_S = 1.0
 # At most this often, a commit for a partition beyond a topic's known count refreshes metadata.
 STALE_COUNTS_REFRESH_S = 5.0
 # Records left to read past a fetch, by the broker's last answers, from which the reader has
-# fallen behind and takes its turns at once instead of after waiting requests (lagd.turns).
+# fallen behind and takes its turns at once instead of after waiting requests (lagd.runtime.turns).
 # A full fetch was the sign before, but under 20,000 commits/s a busy loop fetches about every
 # 25 ms, so nearly every fetch came back full and the reader went ahead of requests in the
 # steady state: at 1M group-partitions (bench_http) the steps requests waited behind most.
@@ -241,8 +241,8 @@ async def read_offsets_topic(
     stored GroupMembers of this cluster, where the state resumes: KIP-848 groups' owners are
     folded from one record per member, so a resumed reader starts that fold from them (see
     `lagd.ingest.records`); resumed without them, it leaves those owners as stored. `clock`
-    (lagd.clock) gives each fetch its observed time and the reader's freshness while the topic
-    has no partitions. `turn` is awaited before each slice of a fetch is decoded (lagd.turns).
+    (lagd.runtime.clock) gives each fetch its observed time and the reader's freshness while the topic
+    has no partitions. `turn` is awaited before each slice of a fetch is decoded (lagd.runtime.turns).
     """
     put = _emitter(emit)
     groups = groups or GroupFilter.for_cluster(cluster)

@@ -26,7 +26,15 @@ from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from operator import attrgetter, itemgetter
 
-from lagd import logs
+from lagd.core.model import (
+    Commit,
+    Event,
+    GroupDeleted,
+    GroupMembers,
+    IngestCounters,
+    OffsetDeleted,
+    PartitionOwner,
+)
 from lagd.ingest.codec import (
     CommitKeys,
     ConsumerGroupCurrentMemberAssignment,
@@ -48,15 +56,7 @@ from lagd.ingest.codec import (
     fast_constructor,
 )
 from lagd.ingest.validate import EdgeLimits
-from lagd.model import (
-    Commit,
-    Event,
-    GroupDeleted,
-    GroupMembers,
-    IngestCounters,
-    OffsetDeleted,
-    PartitionOwner,
-)
+from lagd.runtime import logs
 
 log = logs.get(__name__)
 

@@ -30,12 +30,12 @@ from aiokafka.protocol.abstract import AbstractType
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import CompactArray, CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import IngestCounters
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
 from lagd.ingest.validate import MAX_PARTITIONS, EdgeLimits
-from lagd.model import IngestCounters
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
 
 log = logs.get(__name__)
 

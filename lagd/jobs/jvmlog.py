@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from typing import IO
 
-from lagd import logs
+from lagd.runtime import logs
 
 log = logs.get("spark")
 

@@ -43,11 +43,11 @@ from typing import Any
 import psycopg2  # type: ignore[import-untyped]
 from psycopg2.extras import Json  # type: ignore[import-untyped]
 
-from lagd import logs
-from lagd.config import ConfigError, MirrorSettings, Settings, load
+from lagd.core.config import ConfigError, MirrorSettings, Settings, load
 from lagd.evaluate.mirrors import MirrorJudgement, MirrorVerdict, judge_young_mirror
 from lagd.jobs.spark import job_errors, read_range, report_failure, say, session_for, stop_session
 from lagd.jobs.trends import check_range, parse_time, pg_dsn
+from lagd.runtime import logs
 
 log = logs.get(__name__)
 

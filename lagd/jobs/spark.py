@@ -18,9 +18,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg2  # type: ignore[import-untyped]
 
-from lagd import logs
-from lagd.config import Settings
+from lagd.core.config import Settings
 from lagd.jobs import jvmlog
+from lagd.runtime import logs
 
 log = logs.get(__name__)
 

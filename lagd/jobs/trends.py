@@ -46,8 +46,8 @@ from typing import Any
 
 import psycopg2  # type: ignore[import-untyped]
 
-from lagd import logs
-from lagd.config import ConfigError, Settings, load, sync_database_url
+from lagd.core.config import ConfigError, Settings, load, sync_database_url
+from lagd.core.times import epoch_ms
 from lagd.jobs.spark import (
     JobError,
     job_errors,
@@ -58,7 +58,7 @@ from lagd.jobs.spark import (
     stop_session,
     write_table,
 )
-from lagd.times import epoch_ms
+from lagd.runtime import logs
 
 log = logs.get(__name__)
 
@@ -117,7 +117,7 @@ def _iso(ms: int) -> str:
 
 
 def parse_time(text: str | None) -> int | None:
-    """Epoch milliseconds from epoch ms digits or an ISO 8601 time (lagd.times); None when not given."""
+    """Epoch milliseconds from epoch ms digits or an ISO 8601 time (lagd.core.times); None when not given."""
     if text is None or text == "":
         return None
     try:

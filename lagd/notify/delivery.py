@@ -34,13 +34,13 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import SinkSettings
+from lagd.core.config import SinkSettings
 from lagd.db.schema import dead_letters, outbox, sink_positions
 from lagd.notify import sinks
 from lagd.notify.leader import Lease
 from lagd.notify.outbox import list_incidents
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
 
 log = logs.get(__name__)
 
@@ -249,7 +249,7 @@ async def run_sink(
 ) -> None:
     """Deliver the outbox's incident events to one sink until `stop` (see the module doc).
 
-    `clock` (lagd.clock) is "now" for payloads, alerts, positions and dead letters, and for
+    `clock` (lagd.runtime.clock) is "now" for payloads, alerts, positions and dead letters, and for
     `dead-letter-after`; waits between attempts run on the loop's clock.
     """
     name = settings.name

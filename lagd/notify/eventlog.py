@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagd import logs
+from lagd.core.model import GroupStatus
 from lagd.evaluate.snapshot import group_reason
-from lagd.model import GroupStatus
 from lagd.notify.incidents import IncidentEvent
+from lagd.runtime import logs
 
 log = logs.get(__name__)
 

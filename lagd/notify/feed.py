@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 
-from lagd.model import GroupStatus
+from lagd.core.model import GroupStatus
 from lagd.notify.incidents import GroupChange
 
 

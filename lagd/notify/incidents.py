@@ -47,7 +47,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lagd.model import GroupStatus, PartitionStatus
+from lagd.core.model import GroupStatus, PartitionStatus
 
 EventKind = Literal["opened", "updated", "resolved"]
 MemberKind = Literal["group", "mirror", "cluster"]
@@ -55,7 +55,7 @@ MemberKind = Literal["group", "mirror", "cluster"]
 # str (PartitionStatus.X.value): a tuple of atomic values, which the collector stops tracking at
 # its first look. The feed keeps every group's latest change; with the enum members in them, at
 # 1M group-partitions 666k such tuples made each full collection (every 5 minutes,
-# lagd.collector) hold the loop 366 ms (bench_http, a probe of the collector).
+# lagd.runtime.collector) hold the loop 366 ms (bench_http, a probe of the collector).
 PartitionInfo = tuple[str, int, str, str]
 
 _RANK = {GroupStatus.NOTFOUND: 0, GroupStatus.OK: 0, GroupStatus.WARN: 1, GroupStatus.ERR: 2}

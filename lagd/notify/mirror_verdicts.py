@@ -1,7 +1,9 @@
 """Mirror verdicts (written by `lagd jobs mirrors` to mirror_status) as incident-engine input.
 
 The daemon runs `watch_mirrors`; a mirrored topic whose verdict changed becomes a
-GroupChange on the mirror's target cluster, through the same VerdictFeed as groups.
+GroupChange on the mirror's target cluster, through the same VerdictFeed as groups. So does a
+MirrorMaker 2 flow whose verdict (lagd.ingest.mirror_flows, read from MM2's heartbeats) changed,
+as the member `mirror:<mirror>`.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from collections.abc import Mapping
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import MirrorSettings
+from lagd.core.config import MirrorSettings
+from lagd.core.model import GroupStatus
 from lagd.db import schema
-from lagd.model import GroupStatus
+from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
 
 log = logs.get(__name__)
 
@@ -33,12 +36,14 @@ MIRROR_SEVERITY = {
     "INCOMPLETE": GroupStatus.ERR,
     "MISSING": GroupStatus.ERR,
     "NOT_ENOUGH_DATA": GroupStatus.OK,  # a young mirror: nothing to say yet, nothing to alert on
+    "NO_HEARTBEATS": GroupStatus.OK,  # an MM2 flow not started yet: nothing to alert on
 }
+FLOW = ""  # the `topic` under which an MM2 flow's verdict is remembered (no topic has an empty name)
 
 
 def mirror_member(mirror: str, topic: str) -> str:
     """The incident member name of a mirrored topic (on the mirror's target cluster)."""
-    return f"mirror:{mirror}/{topic}"
+    return f"mirror:{mirror}/{topic}" if topic != FLOW else f"mirror:{mirror}"
 
 
 async def read_mirror_verdicts(
@@ -47,6 +52,7 @@ async def read_mirror_verdicts(
     last: dict[tuple[str, str], str],
     changes: VerdictFeed,
     now: int,
+    flows: Mapping[str, FlowVerdict] | None = None,
 ) -> int:
     """One pass over mirror_status: a mirrored topic whose verdict changed becomes a GroupChange.
 
@@ -55,6 +61,7 @@ async def read_mirror_verdicts(
     its topic is the target's name, which target-side consumer groups share. `last` holds
     the verdict last offered per (mirror, topic); rows of mirrors no longer configured are
     ignored, and a topic whose row is gone is offered NOTFOUND (resolving its incidents).
+    `flows`, the MM2 flows' verdicts, are offered the same way, as the member `mirror:<mirror>`.
     Returns the number of changes offered.
     """
     t = schema.mirror_status
@@ -62,7 +69,8 @@ async def read_mirror_verdicts(
         rows = (await conn.execute(sa.select(t.c.mirror, t.c.topic, t.c.target_topic, t.c.verdict))).all()
     offered = 0
     seen: set[tuple[str, str]] = set()
-    for mirror, topic, target_topic, verdict in rows:
+    flow_rows = [(name, FLOW, "", v.status) for name, v in sorted((flows or {}).items())]
+    for mirror, topic, target_topic, verdict in [*rows, *flow_rows]:
         m = mirrors.get(mirror)
         status = MIRROR_SEVERITY.get(verdict)
         if m is None or status is None:
@@ -73,7 +81,14 @@ async def read_mirror_verdicts(
             continue
         last[key] = verdict
         changes.put_nowait(
-            GroupChange(m.target, mirror_member(mirror, topic), status, now, topics=(target_topic,), kind="mirror")
+            GroupChange(
+                m.target,
+                mirror_member(mirror, topic),
+                status,
+                now,
+                topics=(target_topic,) if target_topic else (),
+                kind="mirror",
+            )
         )
         offered += 1
     for key in [k for k in last if k not in seen]:
@@ -95,9 +110,11 @@ async def watch_mirrors(
     every_s: float = MIRROR_SCAN_S,
     *,
     clock: Clock = wall_ms,
+    flows: Mapping[str, FlowVerdict] | None = None,
 ) -> None:
-    """Feeds changed mirror verdicts (written by `lagd jobs mirrors`) to the incident engine,
-    each change at the time `clock` (lagd.clock) reads when its pass starts.
+    """Feeds changed mirror verdicts (written by `lagd jobs mirrors`, and the MM2 flows' in
+    `flows`, which the flow readers keep current) to the incident engine,
+    each change at the time `clock` (lagd.runtime.clock) reads when its pass starts.
 
     A database error or hang is logged and the read retried on the next round; never fatal.
     """
@@ -107,7 +124,7 @@ async def watch_mirrors(
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
             async with asyncio.timeout(MIRROR_READ_TIMEOUT_S):
-                await read_mirror_verdicts(engine, mirrors, last, changes, clock())
+                await read_mirror_verdicts(engine, mirrors, last, changes, clock(), flows)
         except Exception as exc:
             failures += 1
             if failures == 1 or failures % 10 == 0:

@@ -27,11 +27,11 @@ import aiomqtt
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import NotifySettings
+from lagd.core.config import NotifySettings
 from lagd.notify import outbox
 from lagd.notify.leader import AVAILABILITY_KEY, PUBLISH_KEY, Lease
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
 
 log = logs.get(__name__)
 
@@ -133,7 +133,7 @@ async def drain(
     """Publish pending rows in id order; returns how many the broker acknowledged.
 
     With a `lease`, it is checked before each batch and draining stops once it is lost. The
-    rows acknowledged are marked delivered, stamped with the time `clock` (lagd.clock) reads,
+    rows acknowledged are marked delivered, stamped with the time `clock` (lagd.runtime.clock) reads,
     also when a publish fails (which then propagates).
     """
     sent = 0

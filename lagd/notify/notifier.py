@@ -47,15 +47,15 @@ from typing import Protocol
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import NotifySettings
-from lagd.model import GroupStatus
+from lagd.core.config import NotifySettings
+from lagd.core.model import GroupStatus
 from lagd.notify import eventlog, outbox
 from lagd.notify.incidents import GroupChange, IncidentEngine, IncidentEvent, Rules
 from lagd.notify.leader import Lease
-from lagd.slices import SLICE_S, Slices
-from lagd.turns import Turn, plain_turn
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
+from lagd.runtime.slices import SLICE_S, Slices
+from lagd.runtime.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -347,9 +347,9 @@ async def run_notifier(
 ) -> None:
     """Run until `stop` is set; releases every lease on the way out.
 
-    `clock` (lagd.clock) is "now" for the engine's ticks, for groups found gone on a takeover
+    `clock` (lagd.runtime.clock) is "now" for the engine's ticks, for groups found gone on a takeover
     and for the outbox rows recorded; the tick and lease intervals run on the loop's clock.
-    A reconcile over every group awaits `turn` between its slices (lagd.turns).
+    A reconcile over every group awaits `turn` between its slices (lagd.runtime.turns).
     """
     notifier = Notifier(engine, settings, changes, lease_retry, clock=clock, turn=turn)
     loop = asyncio.get_running_loop()

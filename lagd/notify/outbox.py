@@ -25,10 +25,10 @@ from sqlalchemy import Text, bindparam, cast, delete, func, literal, select, upd
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from lagd.clock import Clock, wall_ms
+from lagd.core.model import GroupStatus
 from lagd.db.schema import incident_engine_state, incident_members, incidents, outbox
-from lagd.model import GroupStatus
 from lagd.notify.incidents import GroupChange, IncidentEvent, StateRows, with_members
+from lagd.runtime.clock import Clock, wall_ms
 
 SAVED_BY = "saved_by"  # key of the writer's token inside the stored engine state
 
@@ -227,7 +227,7 @@ async def record(
     The engine state is JSON-ready data with every member inline (`dump_cluster`), or its header
     and the member rows to write (`IncidentEngine.save_rows`), whose JSON text Postgres casts.
     With a `fence`, nothing is stored (StateConflict) unless the stored state matches it.
-    Outbox rows are stamped `created_at` with the time `clock` (lagd.clock) reads.
+    Outbox rows are stamped `created_at` with the time `clock` (lagd.runtime.clock) reads.
     """
     now = clock()
     latest: dict[str, IncidentEvent] = {}
@@ -371,7 +371,7 @@ async def pending_count(engine: AsyncEngine) -> int:
 
 
 async def mark_delivered(engine: AsyncEngine, ids: Sequence[int], *, clock: Clock = wall_ms) -> None:
-    """Stamp the rows `delivered_at` with the time `clock` (lagd.clock) reads."""
+    """Stamp the rows `delivered_at` with the time `clock` (lagd.runtime.clock) reads."""
     if not ids:
         return
     async with engine.begin() as conn:

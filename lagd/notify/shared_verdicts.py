@@ -14,7 +14,7 @@ judges it again as its last owner did therefore changes nothing, and nobody is a
 group deleted or expired is stored as a NOTFOUND row, so followers resolve its incidents. While
 Postgres is away the changes are held in memory, the newest per group (a newer change of a
 group replaces an older one not yet written, so nothing is lost and memory stays one change per
-group), and retried with capped backoff (lagd.backoff). `flush` writes what is held at once,
+group), and retried with capped backoff (lagd.runtime.backoff). `flush` writes what is held at once,
 for a worker about to let groups go (revocation) or to stop.
 
 Following (`SharedFeed`, one per notifier): `follow` polls the table for rows whose version is
@@ -51,13 +51,13 @@ from typing import Any
 from sqlalchemy import delete, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import logs
-from lagd.backoff import Backoff, describe_error
-from lagd.clock import Clock, wall_ms
+from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.db.schema import group_verdicts
-from lagd.model import GroupStatus, PartitionStatus
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
+from lagd.runtime import logs
+from lagd.runtime.backoff import Backoff, describe_error
+from lagd.runtime.clock import Clock, wall_ms
 from lagd.state.store import is_poison
 
 log = logs.get(__name__)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from lagd.config import PAGERDUTY_EVENTS_URL, SinkSettings
+from lagd.core.config import PAGERDUTY_EVENTS_URL, SinkSettings
 
 EVENT_ID_HEADER = "X-Lagd-Event-Id"
 ALERTNAME = "LagdIncident"
@@ -234,7 +234,7 @@ def request_for(settings: SinkSettings, payload: dict[str, Any], now: int, statu
 
 def status_page_url(configured: str, listen: str) -> str:
     """notify.status-page-url, else the status page at http.listen (an any-address shown as
-    127.0.0.1: check-config refuses sinks then, see lagd.config.public_listen)."""
+    127.0.0.1: check-config refuses sinks then, see lagd.core.config.public_listen)."""
     if configured:
         return configured
     host, _, port = listen.rpartition(":")

@@ -21,19 +21,19 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagd import logs
-from lagd.config import ClusterSettings
+from lagd.core.config import ClusterSettings
+from lagd.core.model import GroupStatus, PartitionOwner, PartitionStatus
 from lagd.evaluate import Evaluator
 from lagd.evaluate.sight import ClusterSight, judge_sight
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.evaluate.verdicts import Stamp
-from lagd.model import GroupStatus, PartitionOwner, PartitionStatus
 from lagd.notify import eventlog
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
-from lagd.slices import SLICE_S
+from lagd.runtime import logs
+from lagd.runtime.slices import SLICE_S
+from lagd.runtime.turns import Turn, plain_turn
 from lagd.state.windows import State
-from lagd.turns import Turn, plain_turn
 
 log = logs.get("lagd.watch")
 
@@ -144,7 +144,7 @@ class VerdictWatch:
     store_advice: Callable[[], str | None] | None = None
     # what the list pages (/metrics, /lagd/v1/groups, the status page) read of each verdict judged
     snapshots: Snapshots | None = None
-    turn: Turn = plain_turn  # awaited between the slices of a pass (lagd.turns: requests first)
+    turn: Turn = plain_turn  # awaited between the slices of a pass (lagd.runtime.turns: requests first)
     # group status changes logged one by one, at most so many a cluster a minute (lagd.notify.eventlog)
     status_lines: eventlog.LineBudget = field(default_factory=eventlog.LineBudget)
 

@@ -21,7 +21,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from lagd import logs
+from lagd.runtime import logs
 
 ENV = "LAGD_JOIN_BARRIER"
 JOIN_WAIT_S = 20.0  # a worker that cannot start at all holds the others back no longer than this

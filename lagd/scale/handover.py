@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
+from lagd.core.model import Event, GroupMembers
 from lagd.db.schema import group_verdicts
 from lagd.evaluate import Evaluator
-from lagd.model import Event, GroupMembers
 from lagd.notify.incidents import GroupChange
 from lagd.notify.shared_verdicts import decode_change
 from lagd.notify.watch import VerdictWatch
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
 from lagd.scale import ownership
 from lagd.scale.ownership import Held, Me
 from lagd.state import persister

@@ -18,8 +18,8 @@ from sqlalchemy import and_, delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from lagd.clock import Clock, wall_ms
 from lagd.db.schema import offsets_owners
+from lagd.runtime.clock import Clock, wall_ms
 from lagd.state.windows import offsets_partition
 
 REFRESH_S = 1.0  # an ownership map is read again at most this often

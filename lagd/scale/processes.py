@@ -19,8 +19,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from lagd import logs, sdnotify
-from lagd.config import Settings
+from lagd.core.config import Settings
+from lagd.runtime import logs, sdnotify
 from lagd.scale import barrier
 
 log = logs.get("lagd.workers")

@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from lagd import logs
-from lagd.backoff import Backoff, describe_error
-from lagd.model import Event, LogEndSample
+from lagd.core.model import Event, LogEndSample
+from lagd.runtime import logs
+from lagd.runtime.backoff import Backoff, describe_error
 from lagd.state.store import Store
 from lagd.state.windows import State
 

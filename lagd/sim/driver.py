@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
-from lagd import logs
+from lagd.runtime import logs
 from lagd.sim.encode import (
     encode_group_metadata,
     encode_group_tombstone,

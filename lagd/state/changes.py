@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lagd.model import GroupMembers
+from lagd.core.model import GroupMembers
 from lagd.state.history import CommitRow, CommitRows, as_commit_rows
 
 WindowKey = tuple[str, str, str, int]  # cluster, group, topic, partition

@@ -15,7 +15,7 @@ stock WAL in seconds. Measured on a 2-core box on 2026-11-28:
 - `bench_http` at 1M group-partitions while measuring, windows upserted: 63.9 MB/s of WAL and
   10,609 whole pages a second against 12.0 MB/s and none; appended: 14.7 MB/s and 28, stock.
 What the settings do not change: Postgres' CPU, nor lagd's latencies within the noise of single
-runs. They save disk writes and replication traffic; README: Postgres for a large estate.
+runs. They save disk writes and replication traffic; docs/operations.md: Postgres for a large estate.
 
 Postgres counts the checkpoints it ran on request apart from those of its timer; the persister
 samples both now and then (`Store.checkpoint_sample`). This module keeps the samples of the
@@ -103,4 +103,4 @@ class CheckpointPressure:
         )
         if last.wal_compression in ("off", "false", "0", ""):
             text += " and set wal_compression = lz4"
-        return text + " (README: Postgres for a large estate); else look at the server's other writers"
+        return text + " (docs/operations.md: Postgres for a large estate); else look at the server's other writers"

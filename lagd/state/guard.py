@@ -14,8 +14,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lagd import logs
-from lagd.model import Event, IngestCounters
+from lagd.core.model import Event, IngestCounters
+from lagd.runtime import logs
 from lagd.state.windows import State
 
 log = logs.get(__name__)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, overload
 
-from lagd import compiled
+from lagd.runtime import compiled
 
 # Takes a list of str out of the collector's sight, compiled where built (_apply.c untrack_names):
 # the name columns hold hundreds of thousands of references while rows wait for Postgres, and

@@ -21,15 +21,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagd import logs
-from lagd.clock import Clock, wall_ms
-from lagd.config import StorageSettings
+from lagd.core.config import StorageSettings
+from lagd.runtime import logs
+from lagd.runtime.clock import Clock, wall_ms
+from lagd.runtime.turns import Turn, plain_turn
 from lagd.state.changes import Changes
 from lagd.state.checkpoints import SAMPLE_EVERY_S, CheckpointPressure
 from lagd.state.store import Store, is_poison
 from lagd.state.window_log import WindowCopy
 from lagd.state.windows import State
-from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
@@ -94,8 +94,8 @@ class WriteBehind:
     retention_every: float = 3600.0
     backoff_max: float = 30.0
     write_timeout: float = 120.0
-    clock: Clock = wall_ms  # stamps writes, history and retention (lagd.clock)
-    turn: Turn = plain_turn  # awaited between drain slices (lagd.turns)
+    clock: Clock = wall_ms  # stamps writes, history and retention (lagd.runtime.clock)
+    turn: Turn = plain_turn  # awaited between drain slices (lagd.runtime.turns)
     pending: Changes = field(default_factory=Changes)
     in_flight: int = 0  # changes of the write in progress (pending's size when it began; 0 between writes)
     status: PersisterStatus = field(default_factory=PersisterStatus)
@@ -199,7 +199,7 @@ KEEPING_UP_FLUSHES = 5
 
 def keeping_up(wb: WriteBehind, draining: int = 0) -> bool:
     """Do the writes keep up (at most KEEPING_UP_FLUSHES flushes' worth of changes waiting)?
-    Then requests waiting for the loop go before the persister's next slice (lagd.turns); once
+    Then requests waiting for the loop go before the persister's next slice (lagd.runtime.turns); once
     it falls behind, it takes its turns at once, so ingest never waits on a persister the API
     starved."""
     return wb.pending.size() + draining <= KEEPING_UP_FLUSHES * wb.flush_max_changes

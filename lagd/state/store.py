@@ -25,19 +25,19 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from lagd import compiled, logs
-from lagd.config import Secret, async_database_url
-from lagd.model import GroupMembers, PartitionOwner
+from lagd.core.config import Secret, async_database_url
+from lagd.core.model import GroupMembers, PartitionOwner
+from lagd.runtime import compiled, logs
+from lagd.runtime.turns import Turn, plain_turn
 from lagd.state.changes import Changes, CommitRow, LogEndRow, WindowKey
 from lagd.state.checkpoints import HAS_CHECKPOINTER_SQL, CheckpointSample, counters_sql
 from lagd.state.history import CommitRows, as_commit_rows
 from lagd.state.windows import State, group_hash, offsets_partition, window_from_bytes
-from lagd.turns import Turn, plain_turn
 
 log = logs.get(__name__)
 
 # The windows table's rows written as binary COPY by compiled code (_apply.c: copy_windows), or
-# None where the Python builds them for asyncpg's encoder (lagd.compiled). In bench_http at 1M
+# None where the Python builds them for asyncpg's encoder (lagd.runtime.compiled). In bench_http at 1M
 # group-partitions the persister was 12.6% of the loop (py-spy), asyncpg encoding those rows 44%
 # of it and building them in Python 25%.
 _apply_c = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
@@ -206,7 +206,7 @@ class Store:
     # --- writes -------------------------------------------------------------------------
     async def write(self, changes: Changes, *, turn: Turn = plain_turn) -> None:
         """Write everything in `changes` in one transaction (idempotent: a retry is harmless),
-        awaiting `turn` between the chunks it copies (lagd.turns)."""
+        awaiting `turn` between the chunks it copies (lagd.runtime.turns)."""
         if not changes:
             return
         commit_rows, commit_days = self._placeable_commits(as_commit_rows(changes.commit_history))

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lagd import compiled
-from lagd.model import (
+from lagd.core.model import (
     Commit,
     Event,
     GroupDeleted,
@@ -36,6 +35,8 @@ from lagd.model import (
     TopicDeleted,
     WindowEntry,
 )
+from lagd.core.ruleset import BURROW, RuleSet
+from lagd.runtime import compiled
 from lagd.state.changes import Changes, LogEndRow, PartitionKey, WindowKey, forget_groups
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
@@ -49,7 +50,7 @@ LAST = -FIELDS  # the newest entry's base index
 PREV = -2 * FIELDS  # the second newest entry's
 
 # The usual commit applied compiled (State.apply_many), or None where the Python applies it: not
-# built (lagd.compiled), or built for another layout than the one above.
+# built (lagd.runtime.compiled), or built for another layout than the one above.
 _apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
 _apply_commits: Callable[..., int] | None = (
     _apply.apply_commits if _apply is not None and _apply.LAYOUT == (FIELDS, OFFSET, ORDER, TS, OBSERVED, LAG) else None
@@ -202,7 +203,7 @@ class State:
         expire_group_ms: int = 7 * 24 * 3600 * 1000,
         lag_samples: int = 360,
         record_history: bool = True,
-        window_step_ms: int = 0,
+        rules: RuleSet = BURROW,
     ) -> None:
         if intervals < 1 or lag_samples < 1:
             raise ValueError("intervals and lag_samples must be at least 1: check storage.intervals / lag-samples")
@@ -210,10 +211,10 @@ class State:
         self.min_distance_ms = min_distance_ms
         self.expire_group_ms = expire_group_ms
         self.lag_samples = lag_samples
-        # lagd rules: entries older than the newest two are kept at least this far apart, so
-        # a window of `intervals` commits spans minutes whatever the commit cadence (0: Burrow's
-        # window of the last `intervals` commits).
-        self.window_step_ms = window_step_ms
+        # The rules the windows are kept for: their step (see RuleSet.window_step_ms) is the
+        # only thing State needs of them.
+        self.rules = rules
+        self.window_step_ms = rules.window_step_ms
         self.record_history = record_history
         self._clusters: dict[str, _Cluster] = {}
         self._seq = 0

@@ -19,7 +19,7 @@ import gc
 import time
 from collections.abc import Callable
 
-from lagd.turns import Turn, plain_turn
+from lagd.runtime.turns import Turn, plain_turn
 
 # Young-generation threshold of the automatic collector. Ingest allocates a few short-lived
 # objects per record (decoded fields, events, batches), freed by reference counting; the
@@ -67,7 +67,7 @@ async def pace(
     turn: Turn = plain_turn,
 ) -> None:
     """Collect on the loop's clock until cancelled (see the module doc). `turn` is taken before
-    each collection (lagd.turns): requests waiting then go first."""
+    each collection (lagd.runtime.turns): requests waiting then go first."""
     start = clock()
     middle_at, full_at = start + middle_every_s, start + full_every_s
     while True:

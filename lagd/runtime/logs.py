@@ -10,7 +10,7 @@ A request aiohttp cannot parse is the client's fault: one warning line (client a
 most one a minute), not an ERROR with the parser's traceback.
 
 aiokafka logs every failed connection attempt itself at ERROR; lagd's readers already report
-each outage once with what to do (lagd.backoff), so aiokafka's own lines show only at
+each outage once with what to do (lagd.runtime.backoff), so aiokafka's own lines show only at
 log.level = "debug".
 """
 

@@ -194,12 +194,18 @@ class IngestCounters:
     # and when (monotonic s): a wrong password fails every reader, and is told once between them.
     told: tuple[str, float] | None = None
 
-    def tell(self, problem: str, now: float, every: float) -> bool:
-        """Whether `problem` is to be logged now: not when a reader logged it less than `every` s ago."""
-        if self.told is not None and self.told[0] == problem and now - self.told[1] < every:
+    def tell(self, problem: str, now: float, every: float | None) -> bool:
+        """Whether `problem` is to be logged now: not when a reader logged it less than `every` s
+        ago, nor ever again while it lasts when `every` is None (a setting to change: one warning).
+        `answered` forgets it: the cluster let a reader in."""
+        if self.told is not None and self.told[0] == problem and (every is None or now - self.told[1] < every):
             return False
         self.told = (problem, now)
         return True
+
+    def answered(self) -> None:
+        """A reader of the cluster got in: a problem met again later is news, told again."""
+        self.told = None
 
     # Records skipped as invalid, by a reason of lagd.ingest.validate.REASONS (a fixed set).
     rejected: dict[str, int] = field(default_factory=dict)

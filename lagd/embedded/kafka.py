@@ -7,7 +7,8 @@ and `start_kafka` runs one broker, or several with combined broker and controlle
 a JVM with a small heap. The tools (`kafka-consumer-groups` is `ConsumerGroupCommand`) run
 from the same jars, so the ground truth a test compares lagd with is Kafka's own.
 
-`python -m lagd.embedded_kafka fetch` fills the cache for the pinned versions (make test does).
+`python -m lagd.embedded.kafka fetch` fills the cache for the pinned versions and MirrorMaker 2
+(make test does).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from lagd.embedded import ServiceError, free_low_port, port_open
+from lagd.embedded.services import ServiceError, free_low_port, port_open
 
 # The current line, which most tests run on, and the older line kept runnable for compatibility.
 KAFKA_VERSION = "4.4.0"
@@ -45,13 +46,20 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <version>{version}</version>
   <packaging>pom</packaging>
   <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{version}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{version}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId><version>{version}</version></dependency>
-    {binding}
+    {dependencies}
   </dependencies>
 </project>
 """
+_DEPENDENCY = (
+    "<dependency><groupId>org.apache.kafka</groupId><artifactId>{artifact}</artifactId>"
+    "<version>{version}</version></dependency>"
+)
+_KAFKA_ARTIFACTS = ("kafka_2.13", "kafka-tools", "kafka-streams")
+
+# MirrorMaker 2 (`connect-mirror`) is fetched on its own: Maven Central serves it up to 4.3.1 here
+# (4.4.0 was refused on 2026-12-02), and it runs against brokers of any 3.x/4.x version.
+MIRROR_MAKER_VERSION = "4.3.1"
+_MIRROR_MAKER_ARTIFACTS = ("connect-mirror",)
 
 # Quiet brokers: warnings and errors to the node's log file only.
 _LOG4J2 = """Configuration:
@@ -92,21 +100,41 @@ def libs(version: str = KAFKA_VERSION) -> Path:
     return folder
 
 
+def mirror_maker_libs(version: str = MIRROR_MAKER_VERSION) -> Path:
+    """The folder of MirrorMaker 2's jars (`connect-mirror` and its dependencies), fetched first if missing."""
+    folder = cache_dir() / f"mirror-maker-{version}" / "libs"
+    if not (folder / ".complete").exists():
+        fetch_mirror_maker(version)
+    return folder
+
+
 def fetch(version: str, out: TextIO | None = None) -> Path:
-    """Copy Kafka `version` and its dependencies from Maven Central into the cache."""
+    """Copy Kafka `version` (broker, tools, Streams) and its dependencies from Maven Central into the cache."""
+    return _fetch(f"Apache Kafka {version}", cache_dir() / version, version, _KAFKA_ARTIFACTS, out)
+
+
+def fetch_mirror_maker(version: str = MIRROR_MAKER_VERSION, out: TextIO | None = None) -> Path:
+    """Copy MirrorMaker 2 `version` (`connect-mirror`) and its dependencies into the cache."""
+    return _fetch(
+        f"MirrorMaker 2 {version}", cache_dir() / f"mirror-maker-{version}", version, _MIRROR_MAKER_ARTIFACTS, out
+    )
+
+
+def _fetch(name: str, target: Path, version: str, artifacts: tuple[str, ...], out: TextIO | None) -> Path:
     out = out or sys.stderr
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise ServiceError("Maven is needed to fetch Apache Kafka's jars: apt-get install maven default-jdk-headless")
-    target = cache_dir() / version
+        raise ServiceError(f"Maven is needed to fetch {name}'s jars: apt-get install maven default-jdk-headless")
     folder = target / "libs"
     if (folder / ".complete").exists():
         return folder
-    print(f"fetching Apache Kafka {version} from Maven Central into {folder} (about 15 s) ...", file=out, flush=True)
+    print(f"fetching {name} from Maven Central into {folder} (about 15 s) ...", file=out, flush=True)
     target.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(folder, ignore_errors=True)
-    binding = _LOG_BINDING if not version.startswith(("2.", "3.")) else ""
-    (target / "pom.xml").write_text(_POM.format(version=version, binding=binding))
+    dependencies = [_DEPENDENCY.format(artifact=artifact, version=version) for artifact in artifacts]
+    if not version.startswith(("2.", "3.")):
+        dependencies.append(_LOG_BINDING)
+    (target / "pom.xml").write_text(_POM.format(version=version, dependencies="\n    ".join(dependencies)))
     started = time.monotonic()
     done = subprocess.run(
         [mvn, "-q", "-B", "-f", str(target / "pom.xml"), "dependency:copy-dependencies",
@@ -115,11 +143,9 @@ def fetch(version: str, out: TextIO | None = None) -> Path:
     )  # fmt: skip
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise ServiceError(
-            f"mvn could not fetch Apache Kafka {version} (is Maven Central reachable? see ~/.m2/settings.xml):\n{tail}"
-        )
+        raise ServiceError(f"mvn could not fetch {name} (is Maven Central reachable? see ~/.m2/settings.xml):\n{tail}")
     (folder / ".complete").write_text(version)
-    print(f"fetched Apache Kafka {version} in {time.monotonic() - started:.0f} s", file=out, flush=True)
+    print(f"fetched {name} in {time.monotonic() - started:.0f} s", file=out, flush=True)
     return folder
 
 
@@ -329,19 +355,26 @@ def start_kafka(
     broker_properties: dict[str, str] | None = None,
     timeout: float = 120.0,
     sasl_ssl: SaslSslListener | None = None,
+    client_ports: list[int] | None = None,
 ) -> KafkaCluster:
     """Apache Kafka `version` in KRaft mode: `nodes` combined broker/controller JVMs on free ports.
 
     The offsets topic gets `offsets_partitions` partitions (few, so a test's groups are easy to
     find) and a replication factor of min(3, nodes); `broker_properties` adds or overrides
     server properties (an authorizer, say). `sasl_ssl` adds a SASL_SSL client listener.
+    `client_ports` picks each node's PLAINTEXT port (free ones otherwise): a proxy started
+    before the cluster can then forward to it while `broker_properties` advertises the proxy.
     """
+    if client_ports is not None and len(client_ports) != nodes:
+        raise ServiceError(f"client_ports names {len(client_ports)} ports for {nodes} nodes: give one per node")
     cp_folder = libs(version)
     workdir = Path(tempfile.mkdtemp(prefix=f"lagd-kafka-{version}-"))
     (workdir / "log4j2.yaml").write_text(_LOG4J2)
     (workdir / "log4j.properties").write_text(_LOG4J1)
     per_node = 3 if sasl_ssl else 2
     picked = _distinct_ports(per_node * nodes)
+    for i, port in enumerate(client_ports or []):
+        picked[per_node * i] = port
     ports = [
         (picked[per_node * i], picked[per_node * i + 1], picked[per_node * i + 2] if sasl_ssl else None)
         for i in range(nodes)
@@ -481,11 +514,13 @@ def _wait_ready(cluster: KafkaCluster, timeout: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "fetch":
-        print("usage: python -m lagd.embedded_kafka fetch [VERSION ...]", file=sys.stderr)
+        print("usage: python -m lagd.embedded.kafka fetch [VERSION ...]", file=sys.stderr)
         return 2
     try:
         for version in args[1:] or VERSIONS:
             fetch(version)
+        if not args[1:]:
+            fetch_mirror_maker()
     except ServiceError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -6,20 +6,26 @@ rules with the same knobs.
 
 from __future__ import annotations
 
-from lagd.config import Settings
+from lagd.core.config import Settings
+from lagd.core.ruleset import RuleSet, rule_set
 from lagd.evaluate.verdicts import Evaluator
 from lagd.state.windows import State
 
 
+def build_rules(settings: Settings) -> RuleSet:
+    """The rule set the settings choose (evaluator.rules, with its window step)."""
+    ev = settings.evaluator
+    return rule_set(ev.rules, int(ev.window_step * 1000))
+
+
 def build_state(settings: Settings) -> State:
     st = settings.storage
-    ev = settings.evaluator
     return State(
         intervals=st.intervals,
         min_distance_ms=int(st.min_distance * 1000),
         expire_group_ms=int(st.expire_group * 1000),
         lag_samples=st.lag_samples,
-        window_step_ms=int(ev.window_step * 1000) if ev.rules == "lagd" else 0,
+        rules=build_rules(settings),
     )
 
 
@@ -27,7 +33,7 @@ def build_evaluator(settings: Settings, state: State) -> Evaluator:
     ev = settings.evaluator
     return Evaluator(
         state,
-        rules=ev.rules,
+        rules=state.rules,
         allowed_lag=ev.allowed_lag,
         allowed_lag_seconds=ev.allowed_lag_seconds,
         minimum_complete=ev.minimum_complete,

@@ -3,18 +3,18 @@
 A pass over every group of a large estate (a /metrics scrape, a page listing every group, the
 notifier's reconcile) would hold the loop for as long as it takes; calling `Slices.turn` after
 each step hands the loop back once `slice_s` of work has run since the last turn. With a
-`Turns`' turn (lagd.turns), requests waiting for their first turn go before the next slice.
+`Turns`' turn (lagd.runtime.turns), requests waiting for their first turn go before the next slice.
 """
 
 from __future__ import annotations
 
 import time
 
-from lagd.turns import Turn, plain_turn
+from lagd.runtime.turns import Turn, plain_turn
 
 # The longest a slice of background work (the verdict watch's pass, the notifier's reconcile, a
 # /metrics scrape) keeps the event loop. A request waits for up to three turns of the loop (its
-# bytes read, its Request built, its handler run: lagd.turns), and a slice may run in each, so
+# bytes read, its Request built, its handler run: lagd.runtime.turns), and a slice may run in each, so
 # this bounds what background work adds to an answer. In bench_http (20,000 commits/s, /lag
 # with the response cache off) 5 ms slices of the watch and 10 ms ones of /metrics made most
 # of the answers slower than 20 ms.

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from lagd.core.ruleset import rule_set
 from lagd.evaluate.native import NO_EXTENSIONS
-
-MIN_INTERVALS_LAGD = 6  # a Mann-Kendall trend over fewer commits can never reach significance
 
 
 class ConfigError(ValueError):
@@ -249,6 +248,14 @@ class MirrorSettings:
     prefix: str = ""
     allowed_loss: float = 0.001
     window: float = 600.0
+    # MirrorMaker 2: the source cluster's alias, whose `<alias>.heartbeats` and
+    # `<alias>.checkpoints.internal` lagd reads on the target (lagd.ingest.mirror_flows); empty:
+    # the prefix without its dot when rename = "prefix", else none is read.
+    mm2_alias: str = ""
+    # A flow whose newest replicated heartbeat is older than this is STALLED; above lag-after
+    # throughout the trailing half of `window`, LAGGING (MM2 emits one a second by default).
+    heartbeat_stall_after: float = 30.0
+    heartbeat_lag_after: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -560,10 +567,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError("evaluator.minimum-complete", f"got {s.evaluator.minimum_complete}, expected 0.0 to 1.0")
     if s.evaluator.allowed_lag_seconds < 0:
         raise ConfigError("evaluator.allowed-lag-seconds", f"got {s.evaluator.allowed_lag_seconds}, expected 0 or more")
-    if s.evaluator.rules == "lagd" and st.intervals < MIN_INTERVALS_LAGD:
+    rules = rule_set(s.evaluator.rules)
+    if st.intervals < rules.min_intervals:
         raise ConfigError(
             "storage.intervals",
-            f'got {st.intervals}, expected {MIN_INTERVALS_LAGD} or more with evaluator.rules = "lagd" '
+            f'got {st.intervals}, expected {rules.min_intervals} or more with evaluator.rules = "{rules.name}" '
             "(the falling-behind trend needs that many commits to be significant)",
         )
     _validate_scale(s)
@@ -633,6 +641,18 @@ def _validate(s: Settings) -> None:
         if not 0.0 <= m.allowed_loss < 1.0:
             raise ConfigError(f"{where}.allowed-loss", f"got {m.allowed_loss}, expected 0.0 to below 1.0")
         positive(f"{where}.window", m.window)
+        positive(f"{where}.heartbeat-stall-after", m.heartbeat_stall_after)
+        positive(f"{where}.heartbeat-lag-after", m.heartbeat_lag_after)
+        if m.heartbeat_lag_after >= m.heartbeat_stall_after:
+            raise ConfigError(
+                f"{where}.heartbeat-lag-after",
+                f"got {m.heartbeat_lag_after}, expected less than heartbeat-stall-after ({m.heartbeat_stall_after}): "
+                "a flow is LAGGING before it is STALLED",
+            )
+        if m.mm2_alias and not re.fullmatch(r"[A-Za-z0-9._-]+", m.mm2_alias):
+            raise ConfigError(
+                f"{where}.mm2-alias", f"got {m.mm2_alias!r}, expected a cluster alias as in mm2.properties"
+            )
         try:
             re.compile(m.topics)
         except re.error as exc:

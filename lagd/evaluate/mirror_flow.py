@@ -1,0 +1,190 @@
+"""A MirrorMaker 2 flow judged from MM2's own records: is it replicating, and where would groups resume?
+
+Pure: the heartbeats and checkpoints MM2 replicated to the target (decoded by
+`lagd.ingest.mirror_records`) and the moments lagd looked, in; a `FlowVerdict` out.
+
+Heartbeats. MM2 emits a heartbeat into each cluster's `heartbeats` topic every
+`emit.heartbeats.interval.seconds` (1 s by default) and replicates the source's to
+`<alias>.heartbeats` on the target like any other topic, keeping the emission timestamp. lagd
+reads that topic as records arrive, so each heartbeat's arrival minus its emission is the
+replication latency at that moment (plus the two hosts' clock difference, and lagd's fetch
+wait). Between arrivals the age of the newest heartbeat (now minus its emission) grows; beyond
+one emission interval (measured between the two newest heartbeats) nothing newer has made it
+across. The flow's delay at a look is the larger of the newest heartbeat's latency and its age
+less one interval:
+- NO_HEARTBEATS: none seen yet (MM2 not running for this flow, or emit.heartbeats.enabled off);
+- STALLED: the newest heartbeat is older than `stall_after` (MM2 stopped, its tasks failed, or
+  it cannot write);
+- LAGGING: the delay has been above `lag_after` at every look of the trailing half of `window`
+  (at least two looks): the flow is behind, not just between two heartbeats; the reason gives
+  the delay's trend in seconds per minute;
+- OK otherwise.
+
+Checkpoints. `<alias>.checkpoints.internal` holds, per consumer group and partition, the group's
+committed offset on the source and MM2's translation of it on the target. A group that failed
+over now would resume at the translation; the difference is how many records it would read
+again (MM2 translates conservatively, so never skip) when the topic's offsets are the same on
+both clusters, as for a topic mirrored from its first record.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+from lagd.ingest.mirror_records import Checkpoint
+
+FlowStatus = Literal["OK", "LAGGING", "STALLED", "NO_HEARTBEATS"]
+FLOW_STATUSES: tuple[FlowStatus, ...] = ("OK", "LAGGING", "STALLED", "NO_HEARTBEATS")
+DEFAULT_INTERVAL_MS = 1000  # MM2's emit.heartbeats.interval.seconds, until two heartbeats show it
+MIN_INTERVAL_MS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverGap:
+    """Where `group` would resume on the target for one partition, and how far behind that is."""
+
+    group: str
+    topic: str  # as named on the target ("<alias>.<topic>")
+    partition: int
+    upstream_offset: int  # the group's committed offset on the source, as MM2 last checkpointed it
+    downstream_offset: int  # where it would resume on the target
+    records: int  # upstream - downstream: records read again after a failover (same offsets both sides)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowVerdict:
+    mirror: str
+    status: FlowStatus
+    reason: str
+    observed_ms: int
+    newest_heartbeat_ms: int | None
+    heartbeat_age_s: float | None  # now minus the newest replicated heartbeat's emission
+    delay_s: float | None  # the replication delay (see the module's docstring)
+    delay_trend_s_per_min: float | None
+    gaps: tuple[FailoverGap, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    stall_after_s: float = 30.0
+    lag_after_s: float = 10.0
+    window_s: float = 300.0
+
+
+class FlowWindow:
+    """The delays lagd saw for one flow over the last `window` seconds, and its checkpoints.
+
+    Bounded: looks older than the window go, and so do looks beyond `max_looks`; checkpoints
+    keep the newest per (group, topic, partition), at most `max_checkpoints` of them (the rest
+    counted in `dropped_checkpoints`)."""
+
+    def __init__(self, limits: FlowLimits, max_looks: int = 1024, max_checkpoints: int = 100_000) -> None:
+        self.limits = limits
+        self.newest_heartbeat_ms: int | None = None
+        self.newest_latency_ms: int | None = None  # None: the newest was read from the backlog
+        self.interval_ms = DEFAULT_INTERVAL_MS
+        self.looks: deque[tuple[int, float | None]] = deque(maxlen=max_looks)
+        self.checkpoints: dict[tuple[str, str, int], Checkpoint] = {}
+        self.max_checkpoints = max_checkpoints
+        self.dropped_checkpoints = 0
+
+    def heartbeat(self, timestamp_ms: int, arrived_ms: int | None) -> None:
+        """A replicated heartbeat, seen arriving at `arrived_ms` (None: read from what was there
+        before lagd looked, arrival unknown). An older or repeated one changes nothing."""
+        newest = self.newest_heartbeat_ms
+        if newest is not None and timestamp_ms <= newest:
+            return
+        if newest is not None:
+            self.interval_ms = max(MIN_INTERVAL_MS, timestamp_ms - newest)
+        self.newest_heartbeat_ms = timestamp_ms
+        self.newest_latency_ms = None if arrived_ms is None else max(0, arrived_ms - timestamp_ms)
+
+    def checkpoint(self, checkpoint: Checkpoint) -> None:
+        """A checkpoint, read in the topic's order: the later one of a key replaces the earlier."""
+        key = (checkpoint.group, checkpoint.topic, checkpoint.partition)
+        if key not in self.checkpoints and len(self.checkpoints) >= self.max_checkpoints:
+            self.dropped_checkpoints += 1
+            return
+        self.checkpoints[key] = checkpoint
+
+    def age_s(self, now_ms: int) -> float | None:
+        newest = self.newest_heartbeat_ms
+        return None if newest is None else max(0.0, (now_ms - newest) / 1000)
+
+    def delay_s(self, now_ms: int) -> float | None:
+        """The replication delay now: the newest heartbeat's latency, or its age less one
+        interval once that is larger (nothing newer arrived when it should have)."""
+        age = self.age_s(now_ms)
+        if age is None:
+            return None
+        overdue = max(0.0, age - self.interval_ms / 1000)
+        latency = overdue if self.newest_latency_ms is None else self.newest_latency_ms / 1000
+        return round(max(latency, overdue), 3)
+
+    def look(self, now_ms: int) -> None:
+        """Note the delay now (lagd has read the heartbeats topic up to its end)."""
+        self.looks.append((now_ms, self.delay_s(now_ms)))
+        horizon = now_ms - int(self.limits.window_s * 1000)
+        while self.looks and self.looks[0][0] < horizon:
+            self.looks.popleft()
+
+
+def judge_flow(mirror: str, window: FlowWindow, now_ms: int) -> FlowVerdict:
+    """The flow's verdict as of its newest look (see the module's docstring for the rules)."""
+    limits = window.limits
+    gaps = tuple(
+        FailoverGap(c.group, c.topic, c.partition, c.upstream_offset, c.downstream_offset,
+                    c.upstream_offset - c.downstream_offset)
+        for _, c in sorted(window.checkpoints.items())
+    )  # fmt: skip
+    newest = window.newest_heartbeat_ms
+    if newest is None:
+        return FlowVerdict(
+            mirror, "NO_HEARTBEATS", "no heartbeat replicated to the target yet: is MirrorMaker 2 running for this "
+            "flow, with emit.heartbeats.enabled (the default)?", now_ms, None, None, None, None, gaps,
+        )  # fmt: skip
+    age = window.age_s(now_ms) or 0.0
+    delay = window.delay_s(now_ms) or 0.0
+    trend = _trend_per_min(window)
+    trend_text = "" if trend is None else f", {trend:+.1f} s per minute"
+    if age > limits.stall_after_s:
+        status: FlowStatus = "STALLED"
+        reason = (
+            f"no heartbeat replicated for {age:.0f} s (limit {limits.stall_after_s:.0f} s): MirrorMaker 2 is "
+            "stopped or cannot copy; check its tasks and its log"
+        )
+    elif _behind_throughout(window):
+        status = "LAGGING"
+        reason = (
+            f"the target is {delay:.0f} s behind the source (above {limits.lag_after_s:.0f} s "
+            f"for the last half of {limits.window_s:.0f} s{trend_text})"
+        )
+    else:
+        status = "OK"
+        reason = f"the target is {delay:.1f} s behind the source"
+    return FlowVerdict(mirror, status, reason, now_ms, newest, round(age, 3), delay, trend, gaps)
+
+
+def _behind_throughout(window: FlowWindow) -> bool:
+    if not window.looks:
+        return False
+    newest_ms = window.looks[-1][0]
+    half = newest_ms - int(window.limits.window_s * 500)
+    trailing = [age for at, age in window.looks if at >= half]
+    return len(trailing) >= 2 and all(age is not None and age > window.limits.lag_after_s for age in trailing)
+
+
+def _trend_per_min(window: FlowWindow) -> float | None:
+    """The least-squares slope of the delay over the window, in seconds per minute."""
+    points = [(at / 60_000, age) for at, age in window.looks if age is not None]
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    return round(sum((x - mx) * (y - my) for x, y in points) / sxx, 2)

@@ -1,0 +1,95 @@
+"""The MirrorMaker 2 flow rules (lagd.evaluate.mirror_flow): pure, on made-up heartbeats and looks."""
+
+from __future__ import annotations
+
+from lagd.evaluate.mirror_flow import FlowLimits, FlowWindow, judge_flow
+from lagd.ingest.mirror_records import Checkpoint
+
+S = 1000
+LIMITS = FlowLimits(stall_after_s=30, lag_after_s=10, window_s=120)
+
+
+def window_with(latencies: list[float], start_ms: int = 1_000_000, every_s: int = 10) -> tuple[FlowWindow, int]:
+    """A look every `every_s`, each just after a heartbeat arrived `latency` seconds after its
+    emission; returns the window and the last look's time."""
+    w = FlowWindow(LIMITS)
+    now = start_ms
+    for i, latency in enumerate(latencies):
+        now = start_ms + i * every_s * S
+        w.heartbeat(now - int(latency * S), arrived_ms=now)
+        w.look(now)
+    return w, now
+
+
+def test_no_heartbeat_yet_is_named_not_judged() -> None:
+    w = FlowWindow(LIMITS)
+    w.look(5 * S)
+    v = judge_flow("m", w, 5 * S)
+    assert v.status == "NO_HEARTBEATS" and v.delay_s is None and "emit.heartbeats" in v.reason
+
+
+def test_heartbeats_arriving_promptly_are_ok_with_their_latency() -> None:
+    w, now = window_with([1, 0.5, 1.5, 0.25])
+    v = judge_flow("m", w, now)
+    assert (v.status, v.delay_s, v.heartbeat_age_s) == ("OK", 0.25, 0.25)
+
+
+def test_once_heartbeats_stop_arriving_the_delay_grows_past_one_interval() -> None:
+    w = FlowWindow(LIMITS)
+    for t in (0, 2 * S, 4 * S):  # MM2 emitting every 2 s, each arriving 300 ms later
+        w.heartbeat(t, arrived_ms=t + 300)
+    assert w.delay_s(4 * S + 300) == 0.3
+    assert w.delay_s(4 * S + 2 * S) == 0.3  # the next one is not due yet: still the latency
+    assert w.delay_s(4 * S + 9 * S) == 7.0  # 9 s old, 2 s interval: 7 s with nothing newer
+
+
+def test_a_heartbeat_read_from_the_backlog_has_no_latency_only_its_age() -> None:
+    w = FlowWindow(LIMITS)
+    w.heartbeat(10 * S, arrived_ms=None)
+    assert (w.age_s(10 * S + 500), w.delay_s(10 * S + 500)) == (0.5, 0.0)
+    assert w.delay_s(15 * S) == 4.0
+
+
+def test_a_heartbeat_older_than_stall_after_is_stalled_and_not_before() -> None:
+    w, _ = window_with([1, 1])
+    newest = w.newest_heartbeat_ms
+    assert newest is not None
+    assert judge_flow("m", w, newest + 30 * S).status != "STALLED"
+    stalled = judge_flow("m", w, newest + 30 * S + 1)
+    assert stalled.status == "STALLED" and "no heartbeat replicated for 30 s" in stalled.reason
+
+
+def test_lagging_needs_the_whole_trailing_half_behind_and_gives_the_trend() -> None:
+    # heartbeats arrive in order, so a latency grows by at most the time between two looks
+    behind, now = window_with([2, 2, 2, 2, 2, 4, 11, 12, 13, 14, 15, 16, 17])
+    v = judge_flow("m", behind, now)
+    assert v.status == "LAGGING" and "17 s behind" in v.reason
+    assert v.delay_trend_s_per_min is not None and v.delay_trend_s_per_min > 0
+    one_dip, now = window_with([2, 2, 2, 2, 2, 4, 11, 12, 13, 3, 15, 16, 17])
+    assert judge_flow("m", one_dip, now).status == "OK"
+
+
+def test_looks_older_than_the_window_are_forgotten() -> None:
+    w, now = window_with([15] * 30)
+    assert min(at for at, _ in w.looks) >= now - 120 * S
+    assert len(w.looks) == 13
+
+
+def test_an_older_or_repeated_heartbeat_changes_nothing() -> None:
+    w = FlowWindow(LIMITS)
+    w.heartbeat(50 * S, arrived_ms=51 * S)
+    w.heartbeat(40 * S, arrived_ms=52 * S)
+    w.heartbeat(50 * S, arrived_ms=53 * S)
+    assert (w.newest_heartbeat_ms, w.newest_latency_ms) == (50 * S, 1 * S)
+
+
+def test_the_newest_checkpoint_per_partition_gives_the_failover_gap_and_the_bound_holds() -> None:
+    w = FlowWindow(LIMITS, max_checkpoints=2)
+    w.checkpoint(Checkpoint("g", "src.t", 0, 100, 90, ""))
+    w.checkpoint(Checkpoint("g", "src.t", 0, 130, 128, ""))  # a later one of the same key replaces it
+    w.checkpoint(Checkpoint("g", "src.t", 1, 50, 50, ""))
+    w.checkpoint(Checkpoint("h", "src.t", 0, 7, 1, ""))  # beyond the bound: counted, not kept
+    w.heartbeat(10 * S, arrived_ms=None)
+    v = judge_flow("m", w, 11 * S)
+    assert [(g.group, g.partition, g.records) for g in v.gaps] == [("g", 0, 2), ("g", 1, 0)]
+    assert w.dropped_checkpoints == 1
