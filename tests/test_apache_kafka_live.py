@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import subprocess
 import threading
 import time
@@ -61,6 +62,7 @@ from aiokafka.structs import TopicPartition as TP
 from lagd.core.config import Settings, parse
 from lagd.embedded.kafka import KafkaCluster
 from lagd.embedded.services import free_port
+from lagd.ingest.validate import DECODE_ERRORS_ONLY
 from tests.kafka_groups import _num, _table, create_topic, ensure_offsets_topic, java_classes
 from tests.test_apache_kafka import Lagd, lagd_running
 
@@ -410,6 +412,17 @@ async def test_lagd_agrees_with_kafka_consumer_groups_during_live_traffic(
                     for (t, p), v in (await lagd_view(lagd, source, g)).items():
                         views[source][(g, t, p)] = v
             samples.append(Sample(n, s, e, now_ms(), tool, views))
+        _, metrics = await lagd.get("/metrics")
+    # every record Kafka's coordinator wrote decoded: none rejected, and decode errors only of the
+    # kinds that reject nothing (a KIP-848 assignment naming a topic id not yet learnt)
+    rejected = re.findall(
+        r'^lagd_ingest_rejected_total\{cluster="([^"]+)",reason="([^"]+)"\} ([0-9.e+]+)$', metrics, re.M
+    )
+    assert rejected and [r for r in rejected if float(r[2]) > 0] == [], rejected  # (every reason is listed)
+    decode_errors = re.findall(
+        r'^lagd_ingest_decode_errors_total\{cluster="([^"]+)",reason="([^"]+)"\} ([0-9.e+]+)$', metrics, re.M
+    )
+    assert {r for _, r, n in decode_errors if float(n) > 0} <= set(DECODE_ERRORS_ONLY), decode_errors
     # every client stopped: the record is complete (each in-flight send acknowledged or failed)
     assert not record.failures, record.failures
 
