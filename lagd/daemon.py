@@ -442,7 +442,11 @@ def _start_mirror_flows(rt: Runtime, spawn: Callable[[Coroutine[Any, Any, None],
     for name, mirror in rt.settings.mirrors.items():
         if mm2_alias(mirror):
             target = rt.settings.clusters[mirror.target]
-            flow = watch_mirror_flow(target, mirror, rt.mirror_flows, rt.counters[target.name], rt.stop, clock=rt.clock)
+            source = rt.settings.clusters[mirror.source]
+            flow = watch_mirror_flow(
+                target, mirror, rt.mirror_flows, rt.counters[target.name], rt.stop,
+                clock=rt.clock, source=source, log_ends=rt.state,
+            )  # fmt: skip
             spawn(flow, f"mirror-flow-{name}")
 
 

@@ -4,11 +4,11 @@ once it is back; each mirrored group's failover position equals what kafka-consu
 on both clusters; the delay lagd reports agrees within 1 s with the latency of records the test
 stamps on the source and times on arrival at the target.
 
-Not here: a flow throttled by a producer quota on the target. Tried once (a 15 kB/s default
-producer quota on the target against 20 kB/s of traffic): the heartbeats, in a partition of their
-own, kept arriving within a second, so the heartbeat-based delay stayed OK for 180 s. A backlog in
-the data partitions needs the per-partition delay from MM2's offset syncs and both clusters'
-log-end samples, which lagd does not compute yet."""
+Throttled by a producer quota on the target, the real daemon (`lagd run` in this process, its
+log-end sampler on both clusters) judges the flow LAGGING with a growing trend from the data
+partitions' delay (the heartbeats, in a partition of their own, mostly keep arriving within a
+second: tried first, the heartbeats alone stayed OK for 180 s under such a quota), each
+partition's delay within 1 s of the test's own measure; OK once the quota is gone."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -24,10 +25,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from lagd.core.config import parse
 from lagd.core.model import IngestCounters
 from lagd.embedded.kafka import KafkaCluster, start_kafka
+from lagd.embedded.services import free_port
 from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.ingest.mirror_flows import MirrorFlows, watch_mirror_flow
 from tests.kafka_groups import create_topic
 from tests.mirror_maker import PARTITIONS, copied, mirror_maker, mirrored_run
+from tests.test_apache_kafka import lagd_running
 
 pytestmark = pytest.mark.slow
 
@@ -115,14 +118,20 @@ async def test_a_flow_reads_ok_then_stalled_when_mirror_maker_stops_then_ok(
 @dataclass
 class Arrivals:
     """Records of the mirrored topic as the test's own consumer on the target saw them arrive:
-    (arrival ms, the record's timestamp, which MM2 copies from the source producer's send time)."""
+    (arrival ms, the record's timestamp, which MM2 copies from the source producer's send time,
+    partition)."""
 
-    seen: list[tuple[int, int]] = field(default_factory=list)
+    seen: list[tuple[int, int, int]] = field(default_factory=list)
 
     def latency_around(self, at_ms: int, within_ms: int = 500) -> float | None:
         """The median latency in seconds of the records that arrived within `within_ms` of `at_ms`."""
-        near = sorted(a - t for a, t in self.seen if abs(a - at_ms) <= within_ms)
+        near = sorted(a - t for a, t, _ in self.seen if abs(a - at_ms) <= within_ms)
         return None if not near else near[len(near) // 2] / 1000
+
+    def behind_at(self, at_ms: int, partition: int) -> float | None:
+        """How long before `at_ms` the newest record of `partition` that had arrived by then was sent."""
+        sent = [t for a, t, p in self.seen if p == partition and a <= at_ms]
+        return None if not sent else (at_ms - max(sent)) / 1000
 
 
 async def _stamped_traffic(bootstrap: str, topic: str, stop: asyncio.Event, bytes_per_s: int) -> None:
@@ -149,7 +158,7 @@ async def _arrivals(bootstrap: str, topic: str, into: Arrivals, stop: asyncio.Ev
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=200)
             now = int(time.time() * 1000)
-            into.seen += [(now, r.timestamp) for records in batches.values() for r in records]
+            into.seen += [(now, r.timestamp, tp.partition) for tp, records in batches.items() for r in records]
     finally:
         await consumer.stop()
 
@@ -233,3 +242,82 @@ async def _agreement(flows: MirrorFlows, arrivals: Arrivals, looks: int) -> list
             pairs.append((v.delay_s, independent))
         await asyncio.sleep(0.2)
     return pairs
+
+
+def _quota(cluster: KafkaCluster, *args: str) -> None:
+    """Every client's producer quota on `cluster` (kafka-configs --entity-type clients --entity-default)."""
+    cluster.tool(
+        "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", cluster.bootstrap,
+        "--entity-type", "clients", "--entity-default", "--alter", *args,
+    )  # fmt: skip
+
+
+async def test_the_daemon_judges_a_throttled_flow_lagging_from_its_partitions(
+    clusters: tuple[KafkaCluster, KafkaCluster], database_url: str, unique: str
+) -> None:
+    source, target = clusters
+    port = free_port()
+    settings = parse(
+        {
+            "clusters": {
+                "src": {"bootstrap-servers": source.bootstrap.split(","), "offset-refresh": 2.0, "topic-refresh": 2.0},
+                "dst": {"bootstrap-servers": target.bootstrap.split(","), "offset-refresh": 2.0, "topic-refresh": 2.0},
+            },
+            "mirrors": {
+                "m": {
+                    "source": "src", "target": "dst", "rename": "prefix", "prefix": "src.", "topics": f"slow-{unique}",
+                    "window": 60.0, "heartbeat-lag-after": 5.0, "heartbeat-stall-after": 120.0,
+                }
+            },
+            "storage": {"database-url": database_url, "flush-interval": 0.2},
+            "http": {"listen": f"127.0.0.1:{port}"},
+            "notify": {"enabled": False},
+        },
+        env={},
+    )  # fmt: skip
+    topic = f"slow-{unique}"
+    await create_topic(source.bootstrap, topic, PARTITIONS)
+    stop = asyncio.Event()
+    arrivals = Arrivals()
+    tasks: list[asyncio.Task[None]] = []
+    with mirror_maker(source, target, topic):
+        try:
+            tasks = [asyncio.create_task(_stamped_traffic(source.bootstrap, topic, stop, 20_000))]
+            await _until_copying(target.bootstrap, f"src.{topic}")
+            tasks.append(asyncio.create_task(_arrivals(target.bootstrap, f"src.{topic}", arrivals, stop)))
+            await _until_caught_up(arrivals)
+            async with lagd_running(settings) as lagd:
+
+                async def flow(check: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
+                    deadline = time.monotonic() + timeout
+                    body: dict[str, Any] = {}
+                    while time.monotonic() < deadline:
+                        status, body = await lagd.get("/lagd/v1/mirrors/m/flow")
+                        if status == 200 and check(body):
+                            return body
+                        await asyncio.sleep(0.5)
+                    raise AssertionError(f"not {what} within {timeout:.0f} s: {body}")
+
+                ok = await flow(lambda b: b["status"] == "OK" and len(b["partitions"]) == PARTITIONS, 90, "OK")
+                assert all(p["synced"] for p in ok["partitions"]), ok
+                _quota(target, "--add-config", "producer_byte_rate=12000")
+                try:
+                    lagging = await flow(lambda b: b["status"] == "LAGGING", 240, "LAGGING under a producer quota")
+                    await asyncio.sleep(1.0)  # records that arrived up to the target's sample are all in
+                finally:
+                    _quota(target, "--delete-config", "producer_byte_rate")
+                assert lagging["delay_trend_s_per_min"] > 0, lagging
+                worst = max(lagging["partitions"], key=lambda p: p["seconds"])
+                assert worst["records"] > 0 and f"{topic}[{worst['partition']}]" in lagging["reason"], lagging
+                # each partition's delay against the test's own: how long before the moment lagd's figure
+                # describes the newest record that had arrived on the target by then was sent
+                pairs = [
+                    (p["seconds"], arrivals.behind_at(p["as_of_ms"], p["partition"])) for p in lagging["partitions"]
+                ]
+                print(f"\nLAGGING: {lagging['reason']}; lagd's delay against the stamped records': {pairs}")
+                for mine, theirs in pairs:
+                    assert theirs is not None and abs(mine - theirs) <= 1.0, pairs
+                await flow(lambda b: b["status"] == "OK", 180, "OK once the quota is gone")
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)

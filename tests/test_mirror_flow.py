@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from lagd.evaluate.mirror_flow import FlowLimits, FlowWindow, judge_flow
-from lagd.ingest.mirror_records import Checkpoint
+from array import array
+
+from lagd.evaluate.mirror_flow import FlowLimits, FlowWindow, PartitionDelay, judge_flow, partition_delay
+from lagd.ingest.mirror_records import Checkpoint, OffsetSync
+from lagd.state.windows import LogEnd
 
 S = 1000
 LIMITS = FlowLimits(stall_after_s=30, lag_after_s=10, window_s=120)
@@ -93,3 +96,34 @@ def test_the_newest_checkpoint_per_partition_gives_the_failover_gap_and_the_boun
     v = judge_flow("m", w, 11 * S)
     assert [(g.group, g.partition, g.records) for g in v.gaps] == [("g", 0, 2), ("g", 1, 0)]
     assert w.dropped_checkpoints == 1
+
+
+def source_samples() -> LogEnd:
+    """The source's log end: 100 at 0 s, 200 at 10 s, 300 at 20 s."""
+    return LogEnd(offsets=array("q", [100, 200, 300]), ts=array("q", [0, 10 * S, 20 * S]))
+
+
+def test_a_partitions_delay_is_when_the_source_stood_where_the_copy_stands() -> None:
+    # the target's log end 150 (sampled at 20 s); MM2 copied source 120 to target 20, the rest one
+    # for one: the copy holds the source up to 250, where the source stood at 15 s
+    synced = partition_delay("t", 0, 150, 20 * S, source_samples(), OffsetSync("t", 0, 120, 20))
+    assert synced == PartitionDelay("t", 0, 50, 5.0, False, True, 20 * S)
+    # without a sync the offsets are taken as the same: 150, reached at 5 s
+    same = partition_delay("t", 0, 150, 20 * S, source_samples(), None)
+    assert same == PartitionDelay("t", 0, 150, 15.0, False, False, 20 * S)
+    caught_up = partition_delay("t", 0, 300, 20 * S, source_samples(), None)
+    assert caught_up is not None and (caught_up.records, caught_up.seconds) == (0, 0.0)
+    assert partition_delay("t", 0, 150, 20 * S, LogEnd(), None) is None
+
+
+def test_a_backlog_in_the_data_partitions_makes_the_flow_lagging_though_heartbeats_are_prompt() -> None:
+    w = FlowWindow(LIMITS)
+    now = 1_000_000
+    for i in range(13):
+        now = 1_000_000 + i * 10 * S
+        w.heartbeat(now - 200, arrived_ms=now)  # heartbeats 0.2 s late throughout
+        behind = (PartitionDelay("t", 0, 500, 2.0 if i < 6 else 12.0 + i, False, True, now),)
+        w.look(now, behind)
+    v = judge_flow("m", w, now, behind)
+    assert v.status == "LAGGING" and "t[0]: 500 records" in v.reason and v.delay_s == 24.0
+    assert judge_flow("m", w, now).delay_s == 0.2  # the heartbeats alone

@@ -252,6 +252,9 @@ class MirrorSettings:
     # `<alias>.checkpoints.internal` lagd reads on the target (lagd.ingest.mirror_flows); empty:
     # the prefix without its dot when rename = "prefix", else none is read.
     mm2_alias: str = ""
+    # The target's alias in mm2.properties, naming the offset-syncs topic MM2 keeps on the source
+    # (`mm2-offset-syncs.<alias>.internal`); empty: the one such topic the source has.
+    mm2_target_alias: str = ""
     # A flow whose newest replicated heartbeat is older than this is STALLED; above lag-after
     # throughout the trailing half of `window`, LAGGING (MM2 emits one a second by default).
     heartbeat_stall_after: float = 30.0

@@ -20,6 +20,15 @@ less one interval:
   the delay's trend in seconds per minute;
 - OK otherwise.
 
+Partitions. Heartbeats travel in a partition of their own, so a backlog in the data partitions
+(a throttled MM2, a slow target) does not delay them. Each mirrored partition is judged too, from
+the log-end samples lagd keeps of both clusters: the target's log end, translated to the source's
+offsets by MM2's newest offset sync of that partition (the record at `upstream` was copied to
+`downstream`, and those after it one for one; without a sync the offsets are taken as the same),
+is where the source's log end stood some time ago: that time is the partition's delay, and the
+source's log end minus it the records not yet copied. The flow's delay is the largest of its
+heartbeat delay and its partitions' delays.
+
 Checkpoints. `<alias>.checkpoints.internal` holds, per consumer group and partition, the group's
 committed offset on the source and MM2's translation of it on the target. A group that failed
 over now would resume at the translation; the difference is how many records it would read
@@ -33,7 +42,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-from lagd.ingest.mirror_records import Checkpoint
+from lagd.evaluate.lagtime import lag_seconds
+from lagd.ingest.mirror_records import Checkpoint, OffsetSync
+from lagd.state.windows import LogEnd
 
 FlowStatus = Literal["OK", "LAGGING", "STALLED", "NO_HEARTBEATS"]
 FLOW_STATUSES: tuple[FlowStatus, ...] = ("OK", "LAGGING", "STALLED", "NO_HEARTBEATS")
@@ -54,6 +65,41 @@ class FailoverGap:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionDelay:
+    """How far the copy of one source partition is behind."""
+
+    topic: str  # as named on the source
+    partition: int
+    records: int  # the source's log end minus the target's, in source offsets
+    seconds: float  # how long ago the source's log end stood where the target's stands now
+    estimated: bool  # a lower bound: beyond the oldest source sample lagd keeps
+    synced: bool  # translated by an offset sync (else the offsets are taken as the same)
+    as_of_ms: int  # when the target's log end was sampled: the moment the figures describe
+
+
+def partition_delay(
+    topic: str, partition: int, target_end: int, target_at_ms: int, source: LogEnd, sync: OffsetSync | None
+) -> PartitionDelay | None:
+    """One mirrored partition's delay as of the target's log-end sample `target_end`, taken at
+    `target_at_ms` (see the module's docstring); None without a source sample."""
+    if not source.offsets:
+        return None
+    source_end = source.offsets[-1]
+    if sync is not None and target_end > sync.downstream_offset:
+        copied = sync.upstream_offset + (target_end - sync.downstream_offset)
+    elif sync is not None:
+        copied = sync.upstream_offset
+    else:
+        copied = target_end
+    copied = min(copied, source_end)
+    behind = lag_seconds(copied, source.offsets, source.ts, target_at_ms, start=source.run_start)
+    return PartitionDelay(
+        topic, partition, source_end - copied, round(behind.seconds, 3), behind.estimated, sync is not None,
+        target_at_ms,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class FlowVerdict:
     mirror: str
     status: FlowStatus
@@ -64,6 +110,7 @@ class FlowVerdict:
     delay_s: float | None  # the replication delay (see the module's docstring)
     delay_trend_s_per_min: float | None
     gaps: tuple[FailoverGap, ...]
+    partitions: tuple[PartitionDelay, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,16 +170,27 @@ class FlowWindow:
         latency = overdue if self.newest_latency_ms is None else self.newest_latency_ms / 1000
         return round(max(latency, overdue), 3)
 
-    def look(self, now_ms: int) -> None:
-        """Note the delay now (lagd has read the heartbeats topic up to its end)."""
-        self.looks.append((now_ms, self.delay_s(now_ms)))
+    def look(self, now_ms: int, partitions: tuple[PartitionDelay, ...] = ()) -> None:
+        """Note the delay now (lagd has read the heartbeats topic up to its end), the partitions'
+        delays included."""
+        self.looks.append((now_ms, _flow_delay(self.delay_s(now_ms), partitions)))
         horizon = now_ms - int(self.limits.window_s * 1000)
         while self.looks and self.looks[0][0] < horizon:
             self.looks.popleft()
 
 
-def judge_flow(mirror: str, window: FlowWindow, now_ms: int) -> FlowVerdict:
-    """The flow's verdict as of its newest look (see the module's docstring for the rules)."""
+def _flow_delay(heartbeats: float | None, partitions: tuple[PartitionDelay, ...]) -> float | None:
+    worst = max((p.seconds for p in partitions), default=None)
+    if heartbeats is None:
+        return worst
+    return heartbeats if worst is None else max(heartbeats, worst)
+
+
+def judge_flow(
+    mirror: str, window: FlowWindow, now_ms: int, partitions: tuple[PartitionDelay, ...] = ()
+) -> FlowVerdict:
+    """The flow's verdict as of its newest look (see the module's docstring for the rules), with
+    `partitions`, the mirrored partitions' delays now."""
     limits = window.limits
     gaps = tuple(
         FailoverGap(c.group, c.topic, c.partition, c.upstream_offset, c.downstream_offset,
@@ -143,10 +201,12 @@ def judge_flow(mirror: str, window: FlowWindow, now_ms: int) -> FlowVerdict:
     if newest is None:
         return FlowVerdict(
             mirror, "NO_HEARTBEATS", "no heartbeat replicated to the target yet: is MirrorMaker 2 running for this "
-            "flow, with emit.heartbeats.enabled (the default)?", now_ms, None, None, None, None, gaps,
+            "flow, with emit.heartbeats.enabled (the default)?", now_ms, None, None, None, None, gaps, partitions,
         )  # fmt: skip
     age = window.age_s(now_ms) or 0.0
-    delay = window.delay_s(now_ms) or 0.0
+    delay = _flow_delay(window.delay_s(now_ms), partitions) or 0.0
+    worst = max(partitions, key=lambda p: p.seconds, default=None)
+    where = f" ({worst.topic}[{worst.partition}]: {worst.records} records)" if worst and worst.seconds >= delay else ""
     trend = _trend_per_min(window)
     trend_text = "" if trend is None else f", {trend:+.1f} s per minute"
     if age > limits.stall_after_s:
@@ -158,13 +218,13 @@ def judge_flow(mirror: str, window: FlowWindow, now_ms: int) -> FlowVerdict:
     elif _behind_throughout(window):
         status = "LAGGING"
         reason = (
-            f"the target is {delay:.0f} s behind the source (above {limits.lag_after_s:.0f} s "
+            f"the target is {delay:.0f} s behind the source{where} (above {limits.lag_after_s:.0f} s "
             f"for the last half of {limits.window_s:.0f} s{trend_text})"
         )
     else:
         status = "OK"
         reason = f"the target is {delay:.1f} s behind the source"
-    return FlowVerdict(mirror, status, reason, now_ms, newest, round(age, 3), delay, trend, gaps)
+    return FlowVerdict(mirror, status, reason, now_ms, newest, round(age, 3), delay, trend, gaps, partitions)
 
 
 def _behind_throughout(window: FlowWindow) -> bool:

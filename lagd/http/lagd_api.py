@@ -198,6 +198,7 @@ def flow_view(v: FlowVerdict) -> dict[str, Any]:
         "delay_s": v.delay_s,
         "delay_trend_s_per_min": v.delay_trend_s_per_min,
         "failover": gaps,
+        "partitions": [dataclasses.asdict(p) for p in v.partitions],
     }
 
 

@@ -161,6 +161,20 @@ SCHEMAS: dict[str, Any] = {
                     }
                 ),
             },
+            "partitions": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "topic": STR,
+                        "partition": INT,
+                        "records": INT,
+                        "seconds": NUM,
+                        "estimated": BOOL,
+                        "synced": BOOL,
+                        "as_of_ms": INT,
+                    }
+                ),
+            },
         }
     ),
     "Mirror": _obj(

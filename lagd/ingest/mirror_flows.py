@@ -7,8 +7,11 @@ prefix without its dot), lagd reads two topics MM2 keeps on the target, without 
   which makes arrival minus emission the replication latency;
 - `<alias>.checkpoints.internal`: from the beginning (it is compacted: one record per group and
   partition), then what is new.
-Records already there when a partition was taken on carry no arrival time. Every offset-refresh
-the flow's `FlowWindow` is judged (`lagd.evaluate.mirror_flow`) into `MirrorFlows`, which
+Records already there when a partition was taken on carry no arrival time. On the source it reads
+MM2's offset syncs (`mm2-offset-syncs.<target alias>.internal`: `mm2-target-alias`, else the one
+such topic the source has), keeping the newest per partition. Every offset-refresh the flow's
+`FlowWindow` is judged (`lagd.evaluate.mirror_flow`), with each mirrored partition's delay from
+the log-end samples lagd keeps of both clusters, into `MirrorFlows`, which
 /lagd/v1/mirrors/<name>/flow, /metrics and the status page show. A record that does not decode is counted
 (`mirror_records_<reason>`) and skipped. Missing topics are not an error: the flow reads
 NO_HEARTBEATS until MM2 creates them.
@@ -18,23 +21,35 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka.structs import TopicPartition
 
 from lagd.core.config import ClusterSettings, MirrorSettings
 from lagd.core.model import IngestCounters
-from lagd.evaluate.mirror_flow import FlowLimits, FlowVerdict, FlowWindow, judge_flow
+from lagd.evaluate.mirror_flow import FlowLimits, FlowVerdict, FlowWindow, PartitionDelay, judge_flow, partition_delay
 from lagd.ingest.codec import DecodeError
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_consumer
-from lagd.ingest.mirror_records import decode_checkpoint, decode_heartbeat
+from lagd.ingest.mirror_records import OffsetSync, decode_checkpoint, decode_heartbeat, decode_offset_sync
 from lagd.runtime import logs
 from lagd.runtime.clock import Clock, wall_ms
+from lagd.state.windows import LogEnd
 
 log = logs.get(__name__)
 
 FETCH_WAIT_MS = 100  # how long a fetch may wait for a heartbeat: the latency's resolution
+MAX_SYNCS = 100_000  # partitions whose newest offset sync is kept; more are counted, not kept
+_SYNCS_TOPIC = re.compile(r"mm2-offset-syncs\.(.+)\.internal")
+
+
+class LogEnds(Protocol):
+    """The log-end samples lagd keeps (lagd.state.windows.State)."""
+
+    def topics(self, cluster: str) -> list[str]: ...
+
+    def topic_log_ends(self, cluster: str, topic: str) -> dict[int, LogEnd]: ...
 
 
 @dataclass
@@ -68,12 +83,16 @@ async def watch_mirror_flow(
     stop: asyncio.Event,
     *,
     clock: Clock = wall_ms,
+    source: ClusterSettings | None = None,
+    log_ends: LogEnds | None = None,
 ) -> None:
     """Read `mirror`'s MM2 topics on `target` into `flows` every offset-refresh until `stop`,
-    reconnecting after failures as every reader does. The window survives reconnections."""
+    reconnecting after failures as every reader does. The window survives reconnections. With
+    `source` and `log_ends` (the daemon's State), each mirrored partition is judged too."""
     window = FlowWindow(flow_limits(mirror))
+    partitions = PartitionJudge(mirror, target.name, source, log_ends)
     await reconnecting(
-        functools.partial(_session, target, mirror, window, flows, counters, stop, clock),
+        functools.partial(_session, target, mirror, window, partitions, flows, counters, stop, clock),
         stop,
         counters,
         cluster=target,
@@ -88,6 +107,7 @@ async def _session(
     target: ClusterSettings,
     mirror: MirrorSettings,
     window: FlowWindow,
+    partitions: PartitionJudge,
     flows: MirrorFlows,
     counters: IngestCounters,
     stop: asyncio.Event,
@@ -98,16 +118,20 @@ async def _session(
     reader = FlowReader(consumer, f"{alias}.heartbeats", f"{alias}.checkpoints.internal", clock)
     loop = asyncio.get_running_loop()
     try:
+        await partitions.start()
         while not stop.is_set():
             until = loop.time() + target.offset_refresh
             await reader.assign()
             while not stop.is_set() and loop.time() < until:
                 await reader.read(window, counters, timeout_ms=int(min(1.0, until - loop.time()) * 1000))
-            flows.verdicts[mirror.name] = judge_flow(mirror.name, window, clock())
+            await partitions.read_syncs(counters)
+            delays = partitions.delays()
+            flows.verdicts[mirror.name] = judge_flow(mirror.name, window, clock(), delays)
             flows.dropped_checkpoints[mirror.name] = window.dropped_checkpoints
-            window.look(clock())
+            window.look(clock(), delays)
     finally:
         await close_quietly(consumer.stop)
+        await partitions.close()
 
 
 class FlowReader:
@@ -178,3 +202,112 @@ class FlowReader:
                 window.checkpoint(decode_checkpoint(key, value))
         except DecodeError as exc:
             counters.count_failure(f"mirror_records_{exc.reason}")
+
+
+class PartitionJudge:
+    """Each mirrored partition's delay: MM2's newest offset sync per partition, read on the source,
+    and the log-end samples lagd keeps of both clusters."""
+
+    def __init__(
+        self, mirror: MirrorSettings, target: str, source: ClusterSettings | None, log_ends: LogEnds | None
+    ) -> None:
+        self.mirror = mirror
+        self.target = target
+        self.source = source
+        self.log_ends = log_ends
+        self.prefix = f"{mm2_alias(mirror)}."
+        self.topics = re.compile(mirror.topics)
+        self.consumer: Any = None
+        self.syncs_topic = ""
+        self.assigned: set[TopicPartition] = set()
+        self.syncs: dict[tuple[str, int], OffsetSync] = {}
+        self.dropped = 0
+
+    async def start(self) -> None:
+        if self.source is not None and self.log_ends is not None:
+            self.consumer = await start_consumer(self.source)
+
+    async def close(self) -> None:
+        if self.consumer is not None:
+            await close_quietly(self.consumer.stop)
+            self.consumer = None
+
+    async def read_syncs(self, counters: IngestCounters) -> None:
+        """Read the source's offset syncs topic up to its end now (found first, if need be)."""
+        if self.consumer is None:
+            return
+        if not self.syncs_topic:
+            self.syncs_topic = await self._find_syncs_topic(counters)
+            if not self.syncs_topic:
+                return
+        cluster = await self.consumer._client.fetch_all_metadata()
+        found = {TopicPartition(self.syncs_topic, p) for p in cluster.partitions_for_topic(self.syncs_topic) or ()}
+        if found - self.assigned:
+            kept = {tp: await self.consumer.position(tp) for tp in self.assigned}
+            new = sorted(found - self.assigned)
+            self.assigned |= found
+            self.consumer.assign(sorted(self.assigned))
+            for tp, position in kept.items():
+                self.consumer.seek(tp, position)
+            await self.consumer.seek_to_beginning(*new)
+        if not self.assigned:
+            return
+        ends: dict[TopicPartition, int] = await self.consumer.end_offsets(sorted(self.assigned))
+        pending = {tp for tp, end in ends.items() if await self.consumer.position(tp) < end}
+        while pending:
+            batches = await self.consumer.getmany(*pending, timeout_ms=1000, max_records=5000)
+            for records in batches.values():
+                for r in records:
+                    self._fold(r.key, r.value, counters)
+            for tp in list(pending):
+                if await self.consumer.position(tp) >= ends[tp]:
+                    pending.discard(tp)
+
+    async def _find_syncs_topic(self, counters: IngestCounters) -> str:
+        if self.mirror.mm2_target_alias:
+            return f"mm2-offset-syncs.{self.mirror.mm2_target_alias}.internal"
+        cluster = await self.consumer._client.fetch_all_metadata()
+        names = sorted(t for t in cluster.topics() if _SYNCS_TOPIC.fullmatch(t))
+        if len(names) > 1:
+            counters.count_failure("mirror_offset_syncs_ambiguous")
+            log.warning(
+                "several MirrorMaker 2 offset-syncs topics on the source; partitions judged without them",
+                mirror=self.mirror.name,
+                topics=names,
+                hint=f"set mirrors.{self.mirror.name}.mm2-target-alias to the target's alias in mm2.properties",
+            )
+            return ""
+        return names[0] if names else ""
+
+    def _fold(self, key: bytes | None, value: bytes | None, counters: IngestCounters) -> None:
+        try:
+            sync = decode_offset_sync(key, value)
+        except DecodeError as exc:
+            counters.count_failure(f"mirror_records_{exc.reason}")
+            return
+        k = (sync.topic, sync.partition)
+        if k not in self.syncs and len(self.syncs) >= MAX_SYNCS:
+            self.dropped += 1
+            return
+        self.syncs[k] = sync
+
+    def delays(self) -> tuple[PartitionDelay, ...]:
+        """Every mirrored partition's delay as the newest samples of both clusters show it."""
+        if self.source is None or self.log_ends is None:
+            return ()
+        out: list[PartitionDelay] = []
+        for target_topic in self.log_ends.topics(self.target):
+            if not target_topic.startswith(self.prefix):
+                continue
+            topic = target_topic[len(self.prefix) :]
+            if not self.topics.fullmatch(topic):
+                continue
+            source = self.log_ends.topic_log_ends(self.source.name, topic)
+            for partition, le in sorted(self.log_ends.topic_log_ends(self.target, target_topic).items()):
+                if not le.offsets or partition not in source:
+                    continue
+                sync = self.syncs.get((topic, partition))
+                delay = partition_delay(topic, partition, le.offsets[-1], le.ts[-1], source[partition], sync)
+                if delay is not None:
+                    out.append(delay)
+        return tuple(out)
