@@ -35,10 +35,12 @@ from typing import Any
 
 import aiohttp
 import psycopg2  # type: ignore[import-untyped]
+from sqlalchemy.dialects import postgresql
 
 from lagd.db.migrate import upgrade
 from lagd.embedded import free_port, start_private_postgres
 from lagd.http.lagd_api import DB_TIMEOUT_S, HISTORY_LOOKBACK_MS, HISTORY_SQL, history_step
+from lagd.http.page import first_commit_query
 from lagd.state.store import DAY_MS, partition_name
 
 CLUSTER, TOPIC, GROUP = "prod", "orders", "billing"
@@ -131,6 +133,28 @@ def query_params(now: int, hours: int) -> dict[str, Any]:
 def compiled(params: dict[str, Any]) -> str:
     """HISTORY_SQL with its parameters in, as psycopg2 text."""
     return str(HISTORY_SQL.bindparams(**params).compile(compile_kwargs={"literal_binds": True}))
+
+
+def time_first_commit(url: str, now: int, hours: int, runs: int) -> tuple[float, float]:
+    """The page's other query (lagd.http.page.first_commit_query): median wall ms over `runs`
+    and EXPLAIN ANALYZE's execution ms."""
+    stmt = first_commit_query(CLUSTER, GROUP, now - hours * 3_600_000)
+    sql = str(stmt.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+    conn = psycopg2.connect(url)
+    try:
+        with conn.cursor() as cur:
+            times = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                cur.execute(sql)
+                cur.fetchall()
+                times.append((time.perf_counter() - t) * 1000)
+            cur.execute("EXPLAIN ANALYZE " + sql)
+            plan = [r[0] for r in cur.fetchall()]
+    finally:
+        conn.close()
+    execution = next(float(ln.split(":")[1].split()[0]) for ln in plan if ln.startswith("Execution Time"))
+    return statistics.median(times), execution
 
 
 def time_query(
@@ -255,6 +279,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             median, execution, slowest, points = time_query(pg.url, now, hours, a.runs, plan_to)
             figures[f"query_{hours}h_ms"] = median
             print(f"history query, {hours} h: {median:.1f} ms median of {a.runs}; EXPLAIN ANALYZE {execution:.1f} ms")
+            first, first_exec = time_first_commit(pg.url, now, hours, a.runs)
+            figures[f"first_commit_{hours}h_ms"] = first
+            print(f"  the page's first-commit query: {first:.1f} ms median; EXPLAIN ANALYZE {first_exec:.2f} ms")
             print(f"  {points} points; slowest nodes:")
             for ln in slowest:
                 print(f"    {ln[:160]}")
