@@ -62,3 +62,65 @@ class Cuttable:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+
+class KafkaClientCut(Cuttable):
+    """A Cuttable in front of a Kafka broker that cuts only the connections of one Kafka client
+    id (lagd's), read from the first request's header; every other client's connections (the
+    simulator's producer) go on through a cut. A broker outage as lagd sees it while the
+    consumers it watches still reach the broker and commit: after the outage lagd reads what
+    they committed meanwhile."""
+
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        super().__init__(host, port)
+        self.client_id = client_id
+        self._victims: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            # request header: size int32, api_key int16, api_version int16, correlation_id int32,
+            # client_id nullable string (int16 length, then its bytes)
+            head = await reader.readexactly(14)
+            n = int.from_bytes(head[12:14], "big", signed=True)
+            client = await reader.readexactly(n) if n > 0 else b""
+        except (asyncio.IncompleteReadError, OSError):
+            writer.transport.abort()
+            return
+        victim = client.decode(errors="replace") == self.client_id
+        if victim and not self.up:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            writer.transport.abort()
+            return
+        up_writer.write(head + client)
+        pair = (writer, up_writer)
+        (self._victims if victim else self._pipes).add(pair)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            self._pipes.discard(pair)
+            self._victims.discard(pair)
+
+    def cut(self) -> None:
+        self.up = False
+        for a, b in list(self._victims):
+            a.transport.abort()
+            b.transport.abort()
+
+    async def close(self) -> None:
+        super().cut()  # every connection, spared or not
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import itertools
 import json
 import math
 import random
@@ -511,3 +512,46 @@ def test_an_event_lists_at_most_a_thousand_partitions_and_counts_them_all() -> N
     jsonschema.Draft202012Validator(schema).validate(last)
     small = events[0].payload()  # the opening event: one group, all of its partitions
     assert small["partitions_total"] == len(small["partitions"]) == 50
+
+
+def test_no_incident_event_goes_back_in_time_whatever_order_changes_arrive_in() -> None:
+    """Issue 50: an `updated` followed a `resolved` of its incident with an older `at`. Groups
+    flap between OK, WARN and ERR; each change reaches the engine up to 4 s after it was judged
+    (it waited in the feed: `at` is the judgement's), with a tick every second. Per incident,
+    in the order they are emitted: the first event opens it, `at` never goes back, and after a
+    `resolved` only a reopening `updated` (or nothing) follows."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    rules = Rules(severity="WARN", correlation_window=5_000, hold_time=3_000, update_interval=2_000)
+    statuses = st.sampled_from([GroupStatus.OK, GroupStatus.WARN, GroupStatus.ERR])
+    steps = st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 2), statuses, st.integers(0, 4_000)), min_size=1, max_size=60
+    )
+
+    @settings(max_examples=300, deadline=None)
+    @given(steps)
+    def check(plan: list[tuple[int, int, GroupStatus, int]]) -> None:
+        engine = IncidentEngine(rules)
+        now = T0
+        out: list[IncidentEvent] = []
+        for seconds, group, status, late in plan:
+            for _ in range(seconds):
+                now += 1000
+                out.extend(engine.tick(now))
+            out.extend(engine.apply(change(f"g{group}", status, max(T0, now - late))))
+        for _ in range(10):
+            now += 1000
+            out.extend(engine.tick(now))
+        by_id: dict[str, list[IncidentEvent]] = {}
+        for ev in out:
+            by_id.setdefault(ev.incident_id, []).append(ev)
+        for evs in by_id.values():
+            assert evs[0].event == "opened", kinds(evs)
+            ats = [e.at for e in evs]
+            assert ats == sorted(ats), [(e.event, e.at) for e in evs]
+            for before, after in itertools.pairwise(evs):
+                if before.event == "resolved":
+                    assert after.event == "updated" and after.summary.startswith("reopened"), kinds(evs)
+
+    check()
