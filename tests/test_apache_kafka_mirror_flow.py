@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -117,9 +118,10 @@ async def test_a_flow_reads_ok_then_stalled_when_mirror_maker_stops_then_ok(
 
 @dataclass
 class Arrivals:
-    """Records of the mirrored topic as the test's own consumer on the target saw them arrive:
-    (arrival ms, the record's timestamp, which MM2 copies from the source producer's send time,
-    partition)."""
+    """Records of the mirrored topic as the test's own consumer on the target read them: (arrival ms,
+    send ms, partition). The send time is stamped in the record's value by the source's producer;
+    the arrival is the target broker's append time where the target topic keeps it
+    (message.timestamp.type = LogAppendTime), else when the consumer got the record."""
 
     seen: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -135,18 +137,25 @@ class Arrivals:
 
 
 async def _stamped_traffic(bootstrap: str, topic: str, stop: asyncio.Event, bytes_per_s: int) -> None:
-    """About `bytes_per_s` to `topic`, in 100-byte records every 50 ms; each record's timestamp is its send time."""
+    """About `bytes_per_s` to `topic`, in 100-byte records every 50 ms, each stamped with its send time
+    (8 bytes, big-endian ms, first in the value; the record's timestamp is the send time too)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     await producer.start()
     try:
         per_tick = max(1, bytes_per_s // 20 // 100)
         while not stop.is_set():
             for i in range(per_tick):
-                await producer.send(topic, bytes(100), partition=i % PARTITIONS)
+                sent = int(time.time() * 1000)
+                await producer.send(
+                    topic, struct.pack(">q", sent) + bytes(92), partition=i % PARTITIONS, timestamp_ms=sent
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.05)
     finally:
         await producer.stop()
+
+
+LOG_APPEND_TIME = 1  # a record's timestamp type when its broker stamped it on append
 
 
 async def _arrivals(bootstrap: str, topic: str, into: Arrivals, stop: asyncio.Event) -> None:
@@ -158,7 +167,10 @@ async def _arrivals(bootstrap: str, topic: str, into: Arrivals, stop: asyncio.Ev
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=200)
             now = int(time.time() * 1000)
-            into.seen += [(now, r.timestamp, tp.partition) for tp, records in batches.items() for r in records]
+            for tp, records in batches.items():
+                for r in records:
+                    arrived = r.timestamp if r.timestamp_type == LOG_APPEND_TIME else now
+                    into.seen.append((arrived, struct.unpack_from(">q", r.value)[0], tp.partition))
     finally:
         await consumer.stop()
 
@@ -204,6 +216,17 @@ async def test_the_delay_lagd_reports_agrees_with_records_stamped_on_the_source(
             await asyncio.gather(*tasks)
     print(f"\ndelay lagd reports vs stamped records' latency (s): {healthy}")
     assert counters.failures == {}
+
+
+async def _until_read_past(arrivals: Arrivals, moments: dict[int, int], timeout: float = 60.0) -> None:
+    """Until the test's consumer has read, on each partition, a record appended after its moment."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        newest = {p: max((a for a, _, q in arrivals.seen if q == p), default=0) for p in moments}
+        if all(newest[p] > at for p, at in moments.items()):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"the test's consumer did not read past {moments} within {timeout:.0f} s")
 
 
 async def _until_caught_up(arrivals: Arrivals, timeout: float = 120.0) -> None:
@@ -284,6 +307,13 @@ async def test_the_daemon_judges_a_throttled_flow_lagging_from_its_partitions(
         try:
             tasks = [asyncio.create_task(_stamped_traffic(source.bootstrap, topic, stop, 20_000))]
             await _until_copying(target.bootstrap, f"src.{topic}")
+            # the copy's records stamped by the target broker when appended: their arrival, whatever the
+            # test's own consumer's delays on a busy machine (MM2 syncs topic configs only every 10 min)
+            target.tool(
+                "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", target.bootstrap,
+                "--entity-type", "topics", "--entity-name", f"src.{topic}",
+                "--alter", "--add-config", "message.timestamp.type=LogAppendTime",
+            )  # fmt: skip
             tasks.append(asyncio.create_task(_arrivals(target.bootstrap, f"src.{topic}", arrivals, stop)))
             await _until_caught_up(arrivals)
             async with lagd_running(settings) as lagd:
@@ -303,7 +333,7 @@ async def test_the_daemon_judges_a_throttled_flow_lagging_from_its_partitions(
                 _quota(target, "--add-config", "producer_byte_rate=12000")
                 try:
                     lagging = await flow(lambda b: b["status"] == "LAGGING", 240, "LAGGING under a producer quota")
-                    await asyncio.sleep(1.0)  # records that arrived up to the target's sample are all in
+                    await _until_read_past(arrivals, {p["partition"]: p["as_of_ms"] for p in lagging["partitions"]})
                 finally:
                     _quota(target, "--delete-config", "producer_byte_rate")
                 assert lagging["delay_trend_s_per_min"] > 0, lagging
