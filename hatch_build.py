@@ -124,17 +124,23 @@ class CompileExtensions(BuildHookInterface):  # type: ignore[misc]
                 "then reinstall lagd with pip install --no-cache-dir)"
             )
             return False
-        text = (root / source).read_text()
         digest = hashlib.sha1((root / source).read_bytes()).hexdigest()
-        module = cython_module(source)
         with tempfile.TemporaryDirectory(prefix="lagd-cython-") as tmp:
-            # The compiled module is the source with one line more: the SHA-1 of the source it was
-            # built from (lagd.runtime.compiled refuses another source's build, as for the C).
-            copy = Path(tmp) / f"{module.rsplit('.', 1)[1]}.py"
-            copy.write_text(f'{text}\nSOURCE_SHA1 = "{digest}"\n')
+            # What Cython compiles is the source with one line more, at the end: the SHA-1 of the
+            # source it was built from (lagd.runtime.compiled refuses another source's build, as for
+            # the C). At the source's own relative path, so a traceback through the compiled code
+            # names the source's file and lines.
+            copy = Path(tmp) / source
+            copy.parent.mkdir(parents=True)
+            copy.write_text(
+                f'{(root / source).read_text(encoding="utf-8")}\nSOURCE_SHA1 = "{digest}"\n', encoding="utf-8"
+            )
             generated = copy.with_suffix(".c")
-            command = [sys.executable, "-m", "cython", "-3", "--module-name", module, str(copy), "-o", str(generated)]
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            command = [
+                *(sys.executable, "-m", "cython", "-3", "--module-name", cython_module(source)),
+                *(str(source), "-o", str(generated)),
+            ]
+            done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 self.app.display_warning(
                     f"Cython failed on {source} (lagd runs it as Python instead): {' '.join(command)}\n"

@@ -76,19 +76,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15, help="rounds")
     args = parser.parse_args()
     verdict = group(args.partitions)
-    body = burrow_v3.group_status_json(verdict, False)
-    compiled = getattr(burrow_v3, "WRITER", None)
-    how = (
-        f"writer {compiled}"
-        if compiled is not None
-        else f"_json.c {'on' if getattr(burrow_v3, '_partitions_json', None) is not None else 'off'}"
-    )
+    # The body writer: burrow_v3.WRITER (lagd.http.burrow_json, compiled where built); before
+    # 2026-12-03 burrow_v3.group_status_json itself, over lagd/http/_json.c where built.
+    writer = getattr(burrow_v3, "WRITER", burrow_v3)
+    write = writer.group_status_json
+    body = write(verdict, False)
+    if hasattr(burrow_v3, "WRITER"):
+        how = f"writer {writer.__name__} ({'compiled' if str(writer.__file__).endswith('.so') else 'Python'})"
+    else:
+        how = f"_json.c {'on' if getattr(burrow_v3, '_partitions_json', None) is not None else 'off'}"
     print(
         f"== one /lag body of {args.partitions} partitions ({len(body):,} bytes), {how}, "
         f"LAGD_NO_EXTENSIONS={os.environ.get('LAGD_NO_EXTENSIONS', '')!r}; {args.repeat} rounds of {args.number}",
         flush=True,
     )
-    rounds = timeit.repeat(lambda: burrow_v3.group_status_json(verdict, False), number=args.number, repeat=args.repeat)
+    rounds = timeit.repeat(lambda: write(verdict, False), number=args.number, repeat=args.repeat)
     per_body = [r / args.number * 1000 for r in rounds]
     print(f"per body: best {min(per_body):.3f} ms, median {statistics.median(per_body):.3f} ms")
 

@@ -20,6 +20,7 @@ import importlib
 import json
 import math
 import random
+import traceback
 from array import array
 from pathlib import Path
 from types import ModuleType
@@ -302,6 +303,19 @@ def test_subclasses_are_read_as_the_python_reads_them() -> None:
 def test_a_field_never_set_raises_as_in_python() -> None:
     unset = PartitionVerdict.__new__(PartitionVerdict)  # slots never assigned: reading one raises
     assert both([verdict(), unset]) == (AttributeError, AttributeError)
+
+
+@needs_build
+def test_a_traceback_through_the_build_names_the_source() -> None:
+    """hatch_build.py compiles the source at its own path: a traceback names its file and line."""
+    assert BUILT is not None
+    unset = PartitionVerdict.__new__(PartitionVerdict)
+    with pytest.raises(AttributeError) as raised:
+        BUILT.partitions_json([unset])
+    frames = [frame for frame in traceback.extract_tb(raised.value.__traceback__) if frame.filename.endswith(".py")]
+    assert frames[-1].filename.endswith("lagd/http/burrow_json.py"), frames
+    line = SOURCE.read_text().splitlines()[frames[-1].lineno - 1] if frames[-1].lineno else ""
+    assert "p." in line, (frames[-1], line)  # the line that reads the verdict's fields
 
 
 def test_numbers_past_int64_in_a_window_are_refused_compiled() -> None:
