@@ -1,9 +1,18 @@
-"""Build hook: compile lagd's optional C code (the rules code, lagd/evaluate/_trend.c; the
-offsets topic's usual record read, lagd/ingest/_commits.c, and applied, lagd/state/_apply.c; a
-group's partitions as Burrow's JSON, lagd/http/_json.c)
-where a C compiler is found. Without one the wheel is pure Python and lagd runs the same code in
-Python, slower (README, "The two commands"); the build says so and goes on. Only the standard
-library and the compiler Python itself was built with are used, so no build dependency is added.
+"""Build hook: compile lagd's optional compiled code where a C compiler is found. Two kinds:
+
+- Hand-written C (SOURCES: the rules code, lagd/evaluate/_trend.c; the offsets topic's usual record
+  read, lagd/ingest/_commits.c, and applied, lagd/state/_apply.c), each standing in for Python that
+  answers the same.
+- Typed Python compiled by Cython in pure-Python mode (CYTHON_SOURCES: a group's status as Burrow's
+  JSON, lagd/http/burrow_json.py). The `.py` is the one source: it runs as it is, and where Cython
+  (a build dependency, pyproject.toml) and a C compiler are here, `pkg/name.py` is also compiled
+  into the extension module `pkg._name_c` beside it. lagd.runtime.compiled.pick chooses the compiled
+  one unless LAGD_NO_EXTENSIONS=1 is set or it was built from another source (stale). To compile
+  another module: write it as burrow_json.py is (`import cython` with lagd.runtime.cython_shim as
+  the fallback, `cython.*` annotations), add it here, and import it through compiled.pick.
+
+Without a compiler, or without Cython (a build without build isolation), the wheel holds the Python
+alone and lagd runs it, slower (README, "The two commands"); the build says so and goes on.
 """
 
 from __future__ import annotations
@@ -13,7 +22,9 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +34,25 @@ SOURCES = (
     Path("lagd/evaluate/_trend.c"),
     Path("lagd/ingest/_commits.c"),
     Path("lagd/state/_apply.c"),
-    Path("lagd/http/_json.c"),
 )
+# Compiled by Cython (pure-Python mode) into `pkg._name_c` (lagd.runtime.compiled.compiled_name).
+CYTHON_SOURCES = (Path("lagd/http/burrow_json.py"),)
+# Builds of sources that are gone (lagd/http/_json.c, 2026-12-03: now burrow_json.py), removed from
+# an editable install's tree so that nothing stale is left beside the sources.
+RETIRED = (Path("lagd/http/_json"),)
 # Exactly the floating-point operations the Python does, in its order: no fused multiply-adds,
 # no reassociation (tests/test_trend_c.py compares both on random windows).
 FLAGS = ["-O2", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-std=c11", "-Wall"]
+
+
+def cython_target(source: Path, suffix: str) -> Path:
+    """Where `pkg/name.py` compiled goes: `pkg/_name_c<suffix>` (lagd.runtime.compiled.compiled_name)."""
+    return source.with_name(f"_{source.stem}_c{suffix}")
+
+
+def cython_module(source: Path) -> str:
+    """The compiled module's dotted name: lagd/http/burrow_json.py -> lagd.http._burrow_json_c."""
+    return ".".join((*source.parent.parts, f"_{source.stem}_c"))
 
 
 def link_command() -> list[str]:
@@ -58,7 +83,8 @@ class CompileExtensions(BuildHookInterface):  # type: ignore[misc]
         root = Path(self.root)
         suffix = str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
         targets = [source.with_name(source.stem + suffix) for source in SOURCES]
-        for target in targets:
+        cython_targets = [cython_target(source, suffix) for source in CYTHON_SOURCES]
+        for target in [*targets, *cython_targets, *(retired.with_name(retired.name + suffix) for retired in RETIRED)]:
             (root / target).unlink(missing_ok=True)  # never leave an older build behind
         if os.environ.get("LAGD_NO_EXTENSIONS"):
             self.app.display_info("LAGD_NO_EXTENSIONS is set: building lagd without its compiled code")
@@ -76,16 +102,57 @@ class CompileExtensions(BuildHookInterface):  # type: ignore[misc]
         built = [
             target for source, target in zip(SOURCES, targets, strict=True) if self._compile(root, link, source, target)
         ]
+        built += [
+            target
+            for source, target in zip(CYTHON_SOURCES, cython_targets, strict=True)
+            if self._cythonize(root, link, source, target)
+        ]
         if built:
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
             build_data["artifacts"].extend(str(target) for target in built)
 
-    def _compile(self, root: Path, link: list[str], source: Path, target: Path) -> bool:
-        """Compile one source into its extension beside it; False (and a warning) where that fails."""
-        digest = hashlib.sha1(
-            (root / source).read_bytes()
-        ).hexdigest()  # lagd.runtime.compiled refuses another source's build
+    def _cythonize(self, root: Path, link: list[str], source: Path, target: Path) -> bool:
+        """Compile one typed Python module with Cython, then its C like the hand-written C; False
+        (and a warning) where Cython is missing or fails: the Python runs then."""
+        try:
+            import Cython  # type: ignore[import-untyped]  # noqa: F401  (only whether it is here)
+        except ImportError:
+            self.app.display_warning(
+                f"Cython is not installed in the build's environment: {source} runs as Python, the same "
+                "JSON about twice as slowly (a build without isolation needs it: pip install 'cython>=3.1', "
+                "then reinstall lagd with pip install --no-cache-dir)"
+            )
+            return False
+        digest = hashlib.sha1((root / source).read_bytes()).hexdigest()
+        with tempfile.TemporaryDirectory(prefix="lagd-cython-") as tmp:
+            # What Cython compiles is the source with one line more, at the end: the SHA-1 of the
+            # source it was built from (lagd.runtime.compiled refuses another source's build, as for
+            # the C). At the source's own relative path, so a traceback through the compiled code
+            # names the source's file and lines.
+            copy = Path(tmp) / source
+            copy.parent.mkdir(parents=True)
+            copy.write_text(
+                f'{(root / source).read_text(encoding="utf-8")}\nSOURCE_SHA1 = "{digest}"\n', encoding="utf-8"
+            )
+            generated = copy.with_suffix(".c")
+            command = [
+                *(sys.executable, "-m", "cython", "-3", "--module-name", cython_module(source)),
+                *(str(source), "-o", str(generated)),
+            ]
+            done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                self.app.display_warning(
+                    f"Cython failed on {source} (lagd runs it as Python instead): {' '.join(command)}\n"
+                    f"{done.stdout.strip()}\n{done.stderr.strip()}"
+                )
+                return False
+            return self._compile(root, link, generated, target, digest)
+
+    def _compile(self, root: Path, link: list[str], source: Path, target: Path, digest: str | None = None) -> bool:
+        """Compile one C source into its extension beside it; False (and a warning) where that fails."""
+        if digest is None:  # lagd.runtime.compiled refuses another source's build
+            digest = hashlib.sha1((root / source).read_bytes()).hexdigest()
         command = [
             *link,
             # the packager's flags, then lagd's, which hold where they disagree

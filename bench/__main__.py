@@ -53,6 +53,12 @@ BENCHES = (
         "no event-loop stall above 50 ms; a commit shown within 1 s (issues 5, 13)",
     ),
     Bench(
+        "body",
+        "one /lag body of a group of 1,000 partitions written in-process, compiled where built (issue 52, "
+        "context: no figure worse by more than 15%; the hand C it replaced, lagd/http/_json.c, 0.31-0.38 ms "
+        "on 2026-12-03, the Cython build 0.62-0.85 ms, bench/HISTORY.md)",
+    ),
+    Bench(
         "catchup",
         "catch-up from a fresh start of 500,010 commit records (2,000 groups x 50 partitions), Burrow 1.2.1 on "
         "the same input in the same run: lagd >= Burrow's records/s, >= 1.5x its records per CPU-second, peak RSS "

@@ -42,7 +42,7 @@ def printed_without_extensions(code: str) -> str:
 
 def verdict(**changes: Any) -> PartitionVerdict:
     """A lagging partition's verdict with a full window of two entries, `changes` applied: what
-    the compiled writers and readers of verdicts (_json.c, _trend.c's snapshot) are fed."""
+    the compiled writers and readers of verdicts (lagd.http.burrow_json compiled, _trend.c's snapshot) are fed."""
     fields: dict[str, Any] = dict(
         topic="orders",
         partition=3,

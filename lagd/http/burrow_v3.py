@@ -10,10 +10,8 @@ from __future__ import annotations
 import functools
 import json
 import zlib
-from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -21,19 +19,15 @@ from aiohttp import web
 from lagd.core.config import ClusterSettings, Settings
 from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.evaluate import GroupVerdict, PartitionVerdict
+from lagd.http import burrow_json
 from lagd.http.context import CTX, HOST, Handler, HttpContext, envelope
 from lagd.runtime import compiled, logs
-from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, TS
 
 log = logs.get(__name__)
 
-# The partitions' JSON written compiled (_json.c), or None where the Python writes it: not built
-# (lagd.runtime.compiled), or built for another window entry layout than lagd.state.windows'.
-_json_c = compiled.load("lagd.http._json", Path(__file__).with_name("_json.c"))
-_partitions_json: Callable[..., str | None] | None = (
-    _json_c.partitions_json if _json_c is not None and _json_c.LAYOUT == (FIELDS, OFFSET, TS, OBSERVED, LAG) else None
-)
-_STATUS_VALUES = tuple((status, status.value) for status in PartitionStatus)  # what _json.c writes of a status
+# A group's status as Burrow's JSON (the body of /status and /lag): lagd.http.burrow_json, compiled by
+# Cython where the build could (lagd.runtime.compiled.pick; LAGD_NO_EXTENSIONS=1 runs the Python).
+WRITER = compiled.pick(burrow_json)
 
 
 def consumer_offset(entry: WindowEntry | None) -> dict[str, Any] | None:
@@ -71,47 +65,6 @@ def group_status(v: GroupVerdict, only_bad: bool) -> dict[str, Any]:
         "maxlag": partition_status(v.maxlag) if v.maxlag is not None else None,
         "totallag": v.totallag,
     }
-
-
-def _offset_json(entries: array[int] | None, at: int) -> str:
-    """`consumer_offset` of a verdict's entry (PartitionVerdict.entries from `at`), as JSON."""
-    if entries is None:
-        return "null"
-    lag = entries[at + LAG]
-    return (
-        f'{{"offset": {entries[at + OFFSET]}, "timestamp": {entries[at + TS]}, '
-        f'"observedAt": {entries[at + OBSERVED]}, "lag": {"null" if lag == NO_LAG else lag}}}'
-    )
-
-
-def _partition_json(p: PartitionVerdict, dumps: Callable[[str], str]) -> str:
-    return (
-        f'{{"topic": {dumps(p.topic)}, "partition": {p.partition}, "owner": {dumps(p.owner)}, '
-        f'"client_id": {dumps(p.client_id)}, "status": "{p.status.value}", "start": {_offset_json(p.entries, 0)}, '
-        f'"end": {_offset_json(p.entries, FIELDS)}, "current_lag": {p.current_lag}, "complete": {float(p.complete)!r}}}'
-    )
-
-
-def partitions_json(parts: list[PartitionVerdict]) -> str:
-    """The partitions' JSON objects joined by ", ": compiled where built (_json.c, the same text
-    about five times faster: it was the larger half of a /lag request's own work), else in Python."""
-    if _partitions_json is not None:
-        written = _partitions_json(parts, PartitionVerdict, _STATUS_VALUES, json.dumps)
-        if written is not None:
-            return written
-    dumps = functools.cache(json.dumps)  # topics and owners repeat on every partition: each encoded once
-    return ", ".join(_partition_json(p, dumps) for p in parts)
-
-
-def group_status_json(v: GroupVerdict, only_bad: bool) -> str:
-    """`json.dumps(group_status(v, only_bad))`, written directly: the hot path, several times faster."""
-    parts = [p for p in v.partitions if p.status is not PartitionStatus.OK] if only_bad else v.partitions
-    maxlag = partitions_json([v.maxlag]) if v.maxlag is not None else "null"
-    return (
-        f'{{"cluster": {json.dumps(v.cluster)}, "group": {json.dumps(v.group)}, "status": "{v.status.value}", '
-        f'"complete": {float(v.complete)!r}, "partitions": [{partitions_json(parts)}], '
-        f'"partition_count": {v.partition_count}, "maxlag": {maxlag}, "totallag": {v.totallag}}}'
-    )
 
 
 def _ctx(request: web.Request) -> HttpContext:
@@ -335,7 +288,7 @@ def _status_response(request: web.Request, only_bad: bool) -> web.Response:
         return web.Response(status=hit.code, body=hit.body, content_type="application/json")
     code = 404 if verdict.status is GroupStatus.NOTFOUND else 200
     body = (
-        f'{{"error": false, "message": "consumer status returned", "status": {group_status_json(verdict, only_bad)}, '
+        f'{{"error": false, "message": "consumer status returned", "status": {WRITER.group_status_json(verdict, only_bad)}, '
         f'"request": {json.dumps({"url": path, "host": HOST})}}}'
     ).encode()
     if code == 200:

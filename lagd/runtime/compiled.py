@@ -1,11 +1,13 @@
 """Whether a compiled part of lagd may run: built, from the source beside it, and not turned off.
 
-Each compiled module (`lagd.evaluate._trend`, `lagd.ingest._commits`, `lagd.state._apply`,
-`lagd.http._json`) stands in for Python that answers the same, only slower. `LAGD_NO_EXTENSIONS=1`
-in the environment runs the Python instead (to compare them, or to rule the compiled code out
-when something looks wrong). A build of
-another source than the `.c` file beside it (left behind after the source changed: an editable
-install not rebuilt) is not used.
+Two kinds (hatch_build.py builds both). Hand-written C (`lagd.evaluate._trend`, `lagd.ingest._commits`,
+`lagd.state._apply`) stands in for Python that answers the same, only slower: `load` gives it or None.
+Typed Python compiled by Cython in pure-Python mode (`lagd.http.burrow_json`, built as
+`lagd.http._burrow_json_c`) is one source run two ways: `pick` gives the compiled build of a module or
+the module itself. `LAGD_NO_EXTENSIONS=1` in the environment runs the Python instead (to compare them,
+or to rule the compiled code out when something looks wrong). A build of another source than the
+`.c` or `.py` file beside it (left behind after the source changed: an editable install not rebuilt)
+is not used.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import importlib
 import os
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar, cast
+
+M = TypeVar("M", bound=ModuleType)
 
 NO_EXTENSIONS = "LAGD_NO_EXTENSIONS"  # set (to anything but empty): run the Python
 
@@ -41,3 +46,17 @@ def load(module: str, source: Path) -> ModuleType | None:
     if status(module, source) != "compiled":
         return None
     return importlib.import_module(module)
+
+
+def compiled_name(module: str) -> str:
+    """The name hatch_build.py gives a Python module compiled by Cython: pkg.name -> pkg._name_c (a
+    name of its own, so that importing pkg.name always gives the Python)."""
+    package, _, name = module.rpartition(".")
+    return f"{package}._{name}_c" if package else f"_{name}_c"
+
+
+def pick(python: M) -> M:
+    """`python` compiled by Cython (`compiled_name`) where it may run (see `status`), else `python`
+    itself: the same source, so the same functions by the same names."""
+    built = load(compiled_name(python.__name__), Path(str(python.__file__)))
+    return cast(M, built) if built is not None else python
