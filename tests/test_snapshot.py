@@ -4,6 +4,7 @@ every group per request (lagd.evaluate.snapshot). Pure parts and a real HTTP ser
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import aiohttp
 import pytest
@@ -12,7 +13,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from lagd.core.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.evaluate import Evaluator, GroupVerdict
-from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
+from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, group_reason, snapshot_of
 from lagd.http import metrics, page
 from lagd.http.context import CTX, HttpContext
 from lagd.ingest.progress import ReaderProgress
@@ -217,3 +218,21 @@ async def test_the_status_page_lists_every_group_in_slices(monkeypatch: pytest.M
     assert all(events[k + 1] == "-" for k, e in enumerate(events[:-1]) if e != "-")
     assert isinstance(response, web.Response) and isinstance(response.text, str)
     assert all(f'href="/group/{CLUSTER}/{g}"' in response.text for g in GROUPS)
+
+
+def test_a_groups_reason_counts_its_partitions_not_its_statuses() -> None:
+    """The status page and the status-change log line say how many partitions are at each status
+    (the quick-start trial saw "1 partition STOP" for a group whose 3 partitions had stopped);
+    a snapshot kept without partitions names the statuses without a count."""
+    ctx = build_context()
+    stopped = ctx.evaluator.group(CLUSTER, "g-stop", NOW)
+    warned = ctx.evaluator.group(CLUSTER, "g-warn", NOW)
+    stop = next(p for p in stopped.partitions if p.status is PartitionStatus.STOP)
+    warn = next(p for p in warned.partitions if p.status is PartitionStatus.WARN)
+    three_stopped = [dataclasses.replace(stop, partition=k) for k in range(3)]
+    verdict = dataclasses.replace(stopped, partitions=[*three_stopped, dataclasses.replace(warn, partition=3)])
+    snap = snapshot_of(verdict)
+    assert snap.not_ok == ("STOP", "WARN")  # the statuses, once each
+    assert group_reason(verdict.status, *snap.partition_statuses()) == "3 partitions STOP, 1 partition WARN"
+    bare = snapshot_of(verdict, partitions=False)
+    assert group_reason(verdict.status, *bare.partition_statuses()) == "partitions at STOP, WARN"

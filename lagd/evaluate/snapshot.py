@@ -52,10 +52,16 @@ _PACK_ROW = struct.Struct(f"={ROW}q").pack
 _PACK_SECONDS = struct.Struct("=d").pack
 
 
-def group_reason(status: GroupStatus, not_ok: Iterable[str]) -> str:
+def group_reason(status: GroupStatus, not_ok: Iterable[str], counted: bool = True) -> str:
     """Why a group has its status, in the words on-call uses: how many partitions are at each
-    status that is not OK ("2 partitions STOP, 1 partition WARN"), worst first. The status page
-    shows it for each group and the log says it with each status change."""
+    status that is not OK ("2 partitions STOP, 1 partition WARN"), worst first, from one status
+    per partition not OK (`GroupSnapshot.partition_statuses`); with `counted` False, from the
+    statuses alone ("partitions at STOP, WARN"), for a snapshot kept without its partitions. The
+    status page shows it for each group and the log says it with each status change."""
+    if not counted:
+        order = ("STOP", "STALL", "REWIND", "WARN")
+        seen = sorted(set(not_ok), key=lambda s: (order.index(s) if s in order else len(order), s))
+        return f"partitions at {', '.join(seen)}" if seen else group_reason(status, ())
     counts: dict[str, int] = {}
     for s in not_ok:
         counts[s] = counts.get(s, 0) + 1
@@ -101,6 +107,14 @@ class GroupSnapshot:
         topics = self.topics
         for t, partition, current_lag, offset, status, lag_s in self.partition_values():
             yield PartitionRow(topics[t], partition, current_lag, offset if offset >= 0 else None, status, lag_s)
+
+    def partition_statuses(self) -> tuple[list[str], bool]:
+        """The status of each partition not OK, and whether that is one per partition (True) or,
+        for a snapshot kept without its partitions, only which statuses occur (False)."""
+        per_partition = [s.value for _, _, s in self.not_ok_partitions()]
+        if per_partition or not self.not_ok:
+            return per_partition, True
+        return list(self.not_ok), False
 
     def not_ok_partitions(self) -> list[tuple[str, int, PartitionStatus]]:
         """The (topic, partition, status) of its partitions that are not OK, in its order (none

@@ -408,7 +408,7 @@ def render(
             by_cluster.setdefault(v.cluster, [])
             continue
         history = histories.get((v.cluster, v.group), [])
-        why = group_reason(v.status, v.not_ok) if v.not_ok or v.status is not GroupStatus.OK else ""
+        why = group_reason(v.status, *v.partition_statuses()) if v.not_ok or v.status is not GroupStatus.OK else ""
         by_cluster.setdefault(v.cluster, []).append(
             f'<tr class="group is-{v.status.value.lower()}"><td>{_group_link(v.cluster, v.group)}</td>'
             f"<td>{_badge(v.status.value)}</td>"

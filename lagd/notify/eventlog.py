@@ -67,6 +67,7 @@ def group_status_changed(
     status: GroupStatus,
     not_ok: Iterable[str],
     at: int,
+    counted: bool = True,
 ) -> None:
     """One line for a group's new status, saying why (`group_reason` of its partitions not OK);
     none for a group first seen OK (nothing changed), none past the cluster's budget."""
@@ -80,7 +81,7 @@ def group_status_changed(
         group=group,
         status=status.value,
         previous=before.value if before is not None else None,
-        reason=group_reason(status, not_ok),
+        reason=group_reason(status, not_ok, counted),
     )
 
 

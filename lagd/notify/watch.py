@@ -364,8 +364,9 @@ class VerdictWatch:
 
     def _on_change(self, snap: GroupSnapshot, now: int, before: GroupStatus | None) -> None:
         self.state.record_status(snap.cluster, snap.group, snap.status.value, now)
+        statuses, counted = snap.partition_statuses()
         eventlog.group_status_changed(
-            self.status_lines, snap.cluster, snap.group, before, snap.status, snap.not_ok, now
+            self.status_lines, snap.cluster, snap.group, before, snap.status, statuses, now, counted
         )
         if self.changes is not None:
             self._offered((snap.cluster, snap.group), _not_ok_hash(snap), now)
