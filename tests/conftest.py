@@ -136,6 +136,21 @@ def apache_kafka() -> Iterator[KafkaCluster]:
     cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def mirror_clusters() -> Iterator[tuple[KafkaCluster, KafkaCluster]]:
+    """Two Apache Kafka clusters of the module's own, a MirrorMaker 2 source and target: MM2's topics
+    on them (heartbeats, checkpoints, offset syncs) hold that module's runs only."""
+    source = start_kafka(1)
+    try:
+        target = start_kafka(1)
+    except BaseException:
+        source.stop()
+        raise
+    yield source, target
+    source.stop()
+    target.stop()
+
+
 @pytest.fixture(scope="session")
 def agreement(artifacts: Path) -> Iterator[list[dict[str, Any]]]:
     """Rows of lagd-against-kafka-consumer-groups checks, written to test-artifacts/kafka-agreement.md

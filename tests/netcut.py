@@ -10,6 +10,15 @@ import asyncio
 import contextlib
 
 
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    """Copy `src` to `dst` until either side ends, then drop `dst`."""
+    with contextlib.suppress(OSError):
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+    dst.transport.abort()
+
+
 class Cuttable:
     """A TCP forwarder that a test cuts (connections dropped, new ones refused) and restores."""
 
@@ -36,15 +45,8 @@ class Cuttable:
         pair = (writer, up_writer)
         self._pipes.add(pair)
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.transport.abort()
-
         try:
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         finally:
             self._pipes.discard(pair)
 
@@ -99,15 +101,8 @@ class KafkaClientCut(Cuttable):
         pair = (writer, up_writer)
         (self._victims if victim else self._pipes).add(pair)
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.transport.abort()
-
         try:
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         finally:
             self._pipes.discard(pair)
             self._victims.discard(pair)

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from lagd.core.config import parse
 from lagd.core.model import IngestCounters
-from lagd.embedded.kafka import KafkaCluster, start_kafka
+from lagd.embedded.kafka import KafkaCluster
 from lagd.embedded.services import free_port
 from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.ingest.mirror_flows import MirrorFlows, watch_mirror_flow
@@ -34,20 +34,6 @@ from tests.mirror_maker import PARTITIONS, copied, mirror_maker, mirrored_run
 from tests.test_apache_kafka import lagd_running
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def clusters() -> Iterator[tuple[KafkaCluster, KafkaCluster]]:
-    """Two clusters of their own (MM2's topics on them hold this module's runs only): source, target."""
-    source = start_kafka(1)
-    try:
-        target = start_kafka(1)
-    except BaseException:
-        source.stop()
-        raise
-    yield source, target
-    source.stop()
-    target.stop()
 
 
 async def _until(flows: MirrorFlows, check: Callable[[FlowVerdict], bool], timeout: float, what: str) -> float:
@@ -63,9 +49,9 @@ async def _until(flows: MirrorFlows, check: Callable[[FlowVerdict], bool], timeo
 
 
 async def test_a_flow_reads_ok_then_stalled_when_mirror_maker_stops_then_ok(
-    clusters: tuple[KafkaCluster, KafkaCluster], unique: str
+    mirror_clusters: tuple[KafkaCluster, KafkaCluster], unique: str
 ) -> None:
-    source, target = clusters
+    source, target = mirror_clusters
     settings = parse(
         {
             "clusters": {
@@ -176,9 +162,9 @@ async def _arrivals(bootstrap: str, topic: str, into: Arrivals, stop: asyncio.Ev
 
 
 async def test_the_delay_lagd_reports_agrees_with_records_stamped_on_the_source(
-    clusters: tuple[KafkaCluster, KafkaCluster], unique: str
+    mirror_clusters: tuple[KafkaCluster, KafkaCluster], unique: str
 ) -> None:
-    source, target = clusters
+    source, target = mirror_clusters
     settings = parse(
         {
             "clusters": {
@@ -276,9 +262,9 @@ def _quota(cluster: KafkaCluster, *args: str) -> None:
 
 
 async def test_the_daemon_judges_a_throttled_flow_lagging_from_its_partitions(
-    clusters: tuple[KafkaCluster, KafkaCluster], database_url: str, unique: str
+    mirror_clusters: tuple[KafkaCluster, KafkaCluster], database_url: str, unique: str
 ) -> None:
-    source, target = clusters
+    source, target = mirror_clusters
     port = free_port()
     settings = parse(
         {
