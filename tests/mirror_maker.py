@@ -37,6 +37,10 @@ rootLogger.level = warn
 rootLogger.appenderRef.file.ref = file
 logger.mirror.name = org.apache.kafka.connect.mirror
 logger.mirror.level = info
+logger.syncs.name = org.apache.kafka.connect.mirror.OffsetSyncStore
+logger.syncs.level = debug
+logger.checkpoints.name = org.apache.kafka.connect.mirror.CheckpointStore
+logger.checkpoints.level = debug
 """
 
 
@@ -144,8 +148,16 @@ async def mirrored_run(
         try:
             mirrored = f"src.{topic}"
             await _until(lambda: copied(target.bootstrap, mirrored, 100), mm, f"MM2 to copy {topic} to {mirrored}")
+            first_syncs: dict[int, int] = {}
+            await _until(
+                lambda: _first_offset_syncs(source.bootstrap, topic, first_syncs), mm, f"MM2's offset syncs of {topic}"
+            )
             ends = await _end_offsets(source.bootstrap, topic)
-            committed = {p: end - 7 for p, end in ends.items()}
+            # MM2 translates only offsets at or after the first offset sync it wrote for a partition (its
+            # OffsetSyncStore answers -1 below that, and never checkpoints the group), and under load that
+            # first sync can be well past offset 0: its producer keeps only the newest pending sync per
+            # partition while ten are in flight. Commit where a checkpoint must follow.
+            committed = {p: max(end - 7, first_syncs[p]) for p, end in ends.items()}
             await commit_classic(source.bootstrap, group, {TopicPartition(topic, p): o for p, o in committed.items()})
             await _until(
                 lambda: _checkpointed(target.bootstrap, group, committed), mm, f"MM2 to checkpoint {group} {committed}"
@@ -227,6 +239,17 @@ async def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 async def copied(bootstrap: str, topic: str, at_least: int) -> bool:
     ends = await _end_offsets(bootstrap, topic)
     return len(ends) == PARTITIONS and all(o >= at_least for o in ends.values())
+
+
+async def _first_offset_syncs(bootstrap: str, topic: str, first: dict[int, int]) -> bool:
+    """Fill `first` with the upstream offset of MM2's first offset sync per partition of `topic`;
+    true once every partition has one."""
+    first.clear()
+    for _, _, key, value, _ in await topic_records(bootstrap, "mm2-offset-syncs.dst.internal"):
+        sync = decode_offset_sync(key, value)
+        if sync.topic == topic and sync.partition not in first:
+            first[sync.partition] = sync.upstream_offset
+    return len(first) == PARTITIONS
 
 
 async def _checkpointed(bootstrap: str, group: str, committed: dict[int, int]) -> bool:
