@@ -61,7 +61,19 @@ def load_daemon() -> Callable[..., Coroutine[Any, Any, int]]:
     return run
 
 
+def _config_path(args: argparse.Namespace, command: str) -> str | None:
+    """The settings file given as `FILE` or `--config FILE` (either serves); None if both, differing."""
+    if args.file and args.config and args.file != args.config:
+        print(f"lagd: {command} got two files ({args.file} and --config {args.config}); pass one", file=sys.stderr)
+        return None
+    return str(args.file or args.config or DEFAULT_CONFIG)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    path = _config_path(args, "run")
+    if path is None:
+        return 2
+    args.config = path
     settings = _load_or_exit(args.config)
     from lagd.runtime import logs
 
@@ -90,10 +102,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    if args.file and args.config and args.file != args.config:
-        print(f"lagd: check-config got two files ({args.file} and --config {args.config}); pass one", file=sys.stderr)
+    path = _config_path(args, "check-config")
+    if path is None:
         return 2
-    path = args.file or args.config or DEFAULT_CONFIG
     settings = _load_or_exit(path)
     names = ", ".join(settings.clusters)
     print(f"{path}: OK ({len(settings.clusters)} cluster(s): {names}; {len(settings.mirrors)} mirror(s))")
@@ -171,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="run the daemon", description="Run the lagd daemon in the foreground.")
-    p.add_argument("--config", "-c", default=DEFAULT_CONFIG, help=f"TOML settings file (default {DEFAULT_CONFIG})")
+    p.add_argument("file", nargs="?", default=None, help=f"TOML settings file (default {DEFAULT_CONFIG})")
+    p.add_argument("--config", "-c", default=None, metavar="FILE", help="the same (systemd's unit passes it so)")
     p.add_argument(
         "--no-migrate",
         dest="migrate",

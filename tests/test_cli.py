@@ -34,9 +34,10 @@ def test_check_config_takes_the_file_either_way() -> None:
         assert r.returncode == 0 and r.stdout.startswith(f"{EXAMPLE}: OK"), (args, r.stderr)
 
 
-def test_check_config_refuses_two_different_files(tmp_path: Path) -> None:
-    r = run_cli("check-config", str(EXAMPLE), "--config", str(tmp_path / "other.toml"))
-    assert r.returncode == 2 and "pass one" in r.stderr
+def test_check_config_and_run_refuse_two_different_files(tmp_path: Path) -> None:
+    for command in ("check-config", "run"):
+        r = run_cli(command, str(EXAMPLE), "--config", str(tmp_path / "other.toml"))
+        assert r.returncode == 2 and f"lagd: {command} got two files" in r.stderr and "pass one" in r.stderr
 
 
 def test_a_bad_path_is_a_file_problem_not_a_config_key(tmp_path: Path) -> None:
@@ -45,6 +46,7 @@ def test_a_bad_path_is_a_file_problem_not_a_config_key(tmp_path: Path) -> None:
         ("check-config", str(absent)),
         ("check-config", "--config", str(absent)),
         ("run", "--config", str(absent)),
+        ("run", str(absent)),  # `lagd run FILE` as well as `--config FILE` (the quick-start trial typed it so)
     ):
         r = run_cli(*args)
         line = r.stderr.strip()
