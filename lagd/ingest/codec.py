@@ -5,7 +5,7 @@ is checked against the bytes that remain before anything is sliced or allocated,
 corrupt record costs one counted error, never a crash, a hang or a huge allocation.
 
 Offset commits are by far the most frequent record, so their path is written flat (a few
-precompiled `struct` reads, no per-field calls); everything else goes through `_Reader`.
+precompiled `struct` reads, no per-field calls); everything else goes through `Reader`.
 
 Share groups (KIP-932, types 9..15) and streams groups (KIP-1071, types 17..23) are named
 by their key (`GroupRecord`: kind, group, member) and their values left unread: lagd takes
@@ -379,7 +379,11 @@ def _truncated(need: int, pos: int, have: int) -> DecodeError:
     return DecodeError("truncated", f"need {need} byte(s) at {pos}, have {have}")
 
 
-class _Reader:
+class Reader:
+    """A cursor over one record's key or value; every read is bounds-checked and raises DecodeError.
+
+    The `__consumer_offsets` decoders here and MirrorMaker 2's (`mirror_records`) share it."""
+
     __slots__ = ("buf", "end", "pos")
 
     def __init__(self, buf: bytes, pos: int = 0) -> None:
@@ -629,7 +633,7 @@ def commit_fields(key: bytes, value: bytes, keys: CommitKeys | None = None) -> C
         meta = value[12:end].decode("utf-8", "replace") if mlen else ""
         return (group, topic, partition, offset, -1, meta, ts, expire, rtype, version, None)
     if version == 4:
-        r = _Reader(value, 2)
+        r = Reader(value, 2)
         offset = r.int64()
         epoch = r.int32()
         meta = r.compact_string("metadata")
@@ -799,7 +803,7 @@ def _member(
 
 
 def _group_value_flexible(group: str, value: bytes) -> GroupMetadata:
-    r = _Reader(value, 2)
+    r = Reader(value, 2)
     protocol_type = r.compact_string("protocol_type")
     generation = r.int32()
     protocol = r.compact_nullable_string()
@@ -865,7 +869,7 @@ def decode_assignment(payload: bytes) -> Assignment:
 
 def decode_subscription(payload: bytes) -> Subscription:
     """A ConsumerProtocolSubscription v0..v3 (newer versions read with the v3 layout)."""
-    r = _Reader(payload)
+    r = Reader(payload)
     version = r.int16()
     if version < 0:
         raise DecodeError("bad_version", f"subscription version {version}")
@@ -886,11 +890,11 @@ def decode_subscription(payload: bytes) -> Subscription:
 # --- KIP-848 consumer-group records ---------------------------------------------------
 
 
-def _uuid(r: _Reader) -> bytes:
+def _uuid(r: Reader) -> bytes:
     return r.raw(16)
 
 
-def _topic_assignments(r: _Reader) -> tuple[TopicAssignment, ...]:
+def _topic_assignments(r: Reader) -> tuple[TopicAssignment, ...]:
     out = []
     for _ in range(max(r.compact_count(18), 0)):
         topic_id = _uuid(r)
@@ -898,17 +902,17 @@ def _topic_assignments(r: _Reader) -> tuple[TopicAssignment, ...]:
         epochs: tuple[int, ...] | None = ()
         tagged = r.tags()
         if 0 in tagged:
-            epochs = _Reader(tagged[0]).compact_int32s()
+            epochs = Reader(tagged[0]).compact_int32s()
         out.append(TopicAssignment(topic_id, partitions, epochs))
     return tuple(out)
 
 
-def _strings(r: _Reader, what: str) -> tuple[str, ...]:
+def _strings(r: Reader, what: str) -> tuple[str, ...]:
     return tuple(r.compact_string(what) for _ in range(max(r.compact_count(1), 0)))
 
 
 def _classic_member(payload: bytes) -> ClassicMemberMetadata | None:
-    r = _Reader(payload)
+    r = Reader(payload)
     if r.int8() <= 0:  # null marker
         return None
     session_timeout = r.int32()
@@ -923,7 +927,7 @@ def _classic_member(payload: bytes) -> ClassicMemberMetadata | None:
 
 
 def _kip848_value(rtype: int, group: str, member_id: str | None, value: bytes) -> Record:
-    r = _Reader(value)
+    r = Reader(value)
     version = r.int16()
     if version < 0:
         raise DecodeError("bad_version", f"record type {rtype} value version {version}")
@@ -1020,12 +1024,12 @@ def decode(key: bytes, value: bytes | None, keys: CommitKeys | None = None) -> R
         if rtype == 1 or rtype == 0:
             if value is not None:
                 return _new_commit(*commit_fields(key, value, keys))
-            r = _Reader(key, 2)
+            r = Reader(key, 2)
             group = r.string("group")
             topic = r.string("topic")
             return OffsetTombstone(group, topic, r.int32(), rtype)
         if rtype == 2:
-            r = _Reader(key, 2)
+            r = Reader(key, 2)
             group = r.string("group")
             if value is None:
                 return GroupTombstone(group)
@@ -1033,7 +1037,7 @@ def decode(key: bytes, value: bytes | None, keys: CommitKeys | None = None) -> R
         if rtype < 0:
             raise DecodeError("bad_record_type", f"negative record type {rtype}")
         if rtype in _KIP848:
-            r = _Reader(key, 2)
+            r = Reader(key, 2)
             group = r.string("group")
             member_id = r.string("member_id") if rtype in _MEMBER_KEYED else None
             if value is None:
@@ -1044,7 +1048,7 @@ def decode(key: bytes, value: bytes | None, keys: CommitKeys | None = None) -> R
         # Types this lagd does not know: skipped, but the group is reported when the key
         # starts with one (every known type does).
         try:
-            skipped_group: str | None = _Reader(key, 2).string("group")
+            skipped_group: str | None = Reader(key, 2).string("group")
         except DecodeError:
             skipped_group = None
         return SkippedRecord(rtype, skipped_group)
@@ -1055,14 +1059,14 @@ def decode(key: bytes, value: bytes | None, keys: CommitKeys | None = None) -> R
 def _group_record(rtype: int, key: bytes, value: bytes | None) -> GroupRecord:
     """A share- or streams-group record: the key's group (and member), the value's version."""
     kind, member_keyed = GROUP_RECORD_KINDS[rtype]
-    r = _Reader(key, 2)
+    r = Reader(key, 2)
     group = r.string("group")
     member_id = r.string("member_id") if member_keyed else None
     return GroupRecord(rtype, kind, group, member_id, None if value is None else _value_version(rtype, value))
 
 
 def _value_version(rtype: int, value: bytes) -> int:
-    version = _Reader(value).int16()
+    version = Reader(value).int16()
     if version < 0:
         raise DecodeError("bad_version", f"record type {rtype} value version {version}")
     return version
@@ -1090,10 +1094,10 @@ def decode_value(record_type: int, value: bytes, group: str = "", member_id: str
 def decode_control_record(key: bytes, value: bytes) -> ControlRecord:
     """A transaction marker. Only call it for records of a control batch: by its bytes alone
     a marker key (00000000) cannot be told from a coordinator key."""
-    k = _Reader(key)
+    k = Reader(key)
     key_version = k.int16()
     ctype = k.int16()
-    v = _Reader(value)
+    v = Reader(value)
     value_version = v.int16()
     epoch = v.int32()
     name = {0: "ABORT", 1: "COMMIT"}.get(ctype, f"UNKNOWN({ctype})")

@@ -23,10 +23,9 @@ fields, as Kafka's own readers allow), a version below 0 is not.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-from lagd.ingest.codec import DecodeError
+from lagd.ingest.codec import DecodeError, Reader
 
 __all__ = [
     "Checkpoint",
@@ -36,10 +35,6 @@ __all__ = [
     "decode_heartbeat",
     "decode_offset_sync",
 ]
-
-_H = struct.Struct(">h")
-_I = struct.Struct(">i")
-_Q = struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,40 +69,28 @@ class Checkpoint:
     metadata: str
 
 
-class _Fields:
-    """A cursor over one key or value; every read is bounds-checked."""
+class _Fields(Reader):
+    """A `Reader` that names what it reads (a heartbeat key, a checkpoint value) in its errors,
+    and holds MM2's fields to its rules: strings must be UTF-8, partitions and offsets not negative."""
 
-    __slots__ = ("buf", "pos", "what")
+    __slots__ = ("what",)
 
     def __init__(self, buf: bytes, what: str) -> None:
-        self.buf = buf
-        self.pos = 0
+        super().__init__(buf)
         self.what = what
 
-    def _take(self, n: int) -> int:
+    def _need(self, n: int) -> int:
         p = self.pos
-        if p + n > len(self.buf):
-            raise DecodeError("truncated", f"{self.what}: need {n} bytes at {p}, {len(self.buf) - p} left")
+        if p + n > self.end:
+            raise DecodeError("truncated", f"{self.what}: need {n} bytes at {p}, {self.end - p} left")
         self.pos = p + n
         return p
-
-    def int16(self) -> int:
-        v: int = _H.unpack_from(self.buf, self._take(2))[0]
-        return v
-
-    def int32(self) -> int:
-        v: int = _I.unpack_from(self.buf, self._take(4))[0]
-        return v
-
-    def int64(self) -> int:
-        v: int = _Q.unpack_from(self.buf, self._take(8))[0]
-        return v
 
     def string(self, field: str) -> str:
         n = self.int16()
         if n < 0:
             raise DecodeError("null_field", f"{self.what}: {field} is null or has length {n}")
-        p = self._take(n)
+        p = self._need(n)
         try:
             return self.buf[p : p + n].decode("utf-8")
         except UnicodeDecodeError as exc:
