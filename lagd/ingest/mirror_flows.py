@@ -134,6 +134,22 @@ async def _session(
         await partitions.close()
 
 
+async def extend_assignment(
+    consumer: Any, assigned: set[TopicPartition], found: set[TopicPartition]
+) -> list[TopicPartition]:
+    """Add the partitions of `found` not yet in `assigned` (updated in place) to the consumer's
+    assignment, keeping where it stands on the others (assign() forgets every position); the
+    new ones, sorted, are left for the caller to seek."""
+    new = sorted(found - assigned)
+    if new:
+        kept = {tp: await consumer.position(tp) for tp in assigned}
+        assigned.update(new)
+        consumer.assign(sorted(assigned))
+        for tp, position in kept.items():
+            consumer.seek(tp, position)
+    return new
+
+
 class FlowReader:
     """One consumer (no group) over a flow's heartbeats and checkpoints topics, and where it stands."""
 
@@ -168,21 +184,15 @@ class FlowReader:
             for topic in (self.heartbeats, self.checkpoints)
             for p in cluster.partitions_for_topic(topic) or ()
         }
-        new = found - self.assigned
+        new = await extend_assignment(self.consumer, self.assigned, found)
         if not new:
             return
-        # assign() forgets the positions of what was assigned before: put them back
-        kept = {tp: await self.consumer.position(tp) for tp in self.assigned}
-        self.assigned |= new
-        self.consumer.assign(sorted(self.assigned))
-        for tp, position in kept.items():
-            self.consumer.seek(tp, position)
-        ends = await self.consumer.end_offsets(sorted(new))
+        ends = await self.consumer.end_offsets(new)
         self.live_from.update(ends)
-        for tp in sorted(new):
+        for tp in new:
             if tp.topic == self.heartbeats:
                 self.consumer.seek(tp, max(0, ends[tp] - 1))  # only the newest heartbeat matters
-        checkpoints = sorted(tp for tp in new if tp.topic == self.checkpoints)
+        checkpoints = [tp for tp in new if tp.topic == self.checkpoints]
         if checkpoints:
             await self.consumer.seek_to_beginning(*checkpoints)  # compacted: its start may be past 0
 
@@ -242,13 +252,8 @@ class PartitionJudge:
                 return
         cluster = await self.consumer._client.fetch_all_metadata()
         found = {TopicPartition(self.syncs_topic, p) for p in cluster.partitions_for_topic(self.syncs_topic) or ()}
-        if found - self.assigned:
-            kept = {tp: await self.consumer.position(tp) for tp in self.assigned}
-            new = sorted(found - self.assigned)
-            self.assigned |= found
-            self.consumer.assign(sorted(self.assigned))
-            for tp, position in kept.items():
-                self.consumer.seek(tp, position)
+        new = await extend_assignment(self.consumer, self.assigned, found)
+        if new:
             await self.consumer.seek_to_beginning(*new)
         if not self.assigned:
             return
