@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import struct
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from lagd.embedded.kafka import KafkaCluster
 from lagd.embedded.services import free_port
 from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.ingest.mirror_flows import MirrorFlows, watch_mirror_flow
-from tests.kafka_groups import create_topic
+from tests.kafka_groups import create_topic, produce
 from tests.mirror_maker import PARTITIONS, copied, mirror_maker, mirrored_run
 from tests.test_apache_kafka import lagd_running
 
@@ -253,6 +254,18 @@ async def _agreement(flows: MirrorFlows, arrivals: Arrivals, looks: int) -> list
     return pairs
 
 
+async def _flow_until(lagd: Any, check: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
+    """The daemon's /lagd/v1/mirrors/m/flow body once it passes `check`."""
+    deadline = time.monotonic() + timeout
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        status, body = await lagd.get("/lagd/v1/mirrors/m/flow")
+        if status == 200 and check(body):
+            return body
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"not {what} within {timeout:.0f} s: {body}")
+
+
 def _quota(cluster: KafkaCluster, *args: str) -> None:
     """Every client's producer quota on `cluster` (kafka-configs --entity-type clients --entity-default)."""
     cluster.tool(
@@ -303,17 +316,7 @@ async def test_the_daemon_judges_a_throttled_flow_lagging_from_its_partitions(
             tasks.append(asyncio.create_task(_arrivals(target.bootstrap, f"src.{topic}", arrivals, stop)))
             await _until_caught_up(arrivals)
             async with lagd_running(settings) as lagd:
-
-                async def flow(check: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
-                    deadline = time.monotonic() + timeout
-                    body: dict[str, Any] = {}
-                    while time.monotonic() < deadline:
-                        status, body = await lagd.get("/lagd/v1/mirrors/m/flow")
-                        if status == 200 and check(body):
-                            return body
-                        await asyncio.sleep(0.5)
-                    raise AssertionError(f"not {what} within {timeout:.0f} s: {body}")
-
+                flow = functools.partial(_flow_until, lagd)
                 ok = await flow(lambda b: b["status"] == "OK" and len(b["partitions"]) == PARTITIONS, 90, "OK")
                 assert all(p["synced"] for p in ok["partitions"]), ok
                 _quota(target, "--add-config", "producer_byte_rate=12000")
@@ -337,3 +340,46 @@ async def test_the_daemon_judges_a_throttled_flow_lagging_from_its_partitions(
         finally:
             stop.set()
             await asyncio.gather(*tasks)
+
+
+async def test_a_covered_topic_mm2_does_not_copy_makes_the_flow_incomplete_until_it_does(
+    mirror_clusters: tuple[KafkaCluster, KafkaCluster], database_url: str, unique: str
+) -> None:
+    """lagd's mirror covers two topics; MM2's own filter names one. Past topic-missing-after the
+    flow is INCOMPLETE naming the other, every partition of it; MM2 restarted with both: OK."""
+    source, target = mirror_clusters
+    kept, left = f"kept-{unique}", f"left-{unique}"
+    settings = parse(
+        {
+            "clusters": {
+                "src": {"bootstrap-servers": source.bootstrap.split(","), "offset-refresh": 2.0, "topic-refresh": 2.0},
+                "dst": {"bootstrap-servers": target.bootstrap.split(","), "offset-refresh": 2.0, "topic-refresh": 2.0},
+            },
+            "mirrors": {
+                "m": {
+                    "source": "src", "target": "dst", "rename": "prefix", "prefix": "src.",
+                    "topics": f"(kept|left)-{unique}", "topic-missing-after": 10.0,
+                }
+            },
+            "storage": {"database-url": database_url, "flush-interval": 0.2},
+            "http": {"listen": f"127.0.0.1:{free_port()}"},
+            "notify": {"enabled": False},
+        },
+        env={},
+    )  # fmt: skip
+    for topic in (kept, left):
+        await create_topic(source.bootstrap, topic, PARTITIONS)
+        await produce(source.bootstrap, topic, 10, PARTITIONS)
+    async with lagd_running(settings) as lagd:
+        with mirror_maker(source, target, kept):
+            await _until_copying(target.bootstrap, f"src.{kept}")
+            incomplete = await _flow_until(lagd, lambda b: b["status"] == "INCOMPLETE", 90, "INCOMPLETE")
+            assert [(m["topic"], m["partitions"], m["topic_missing"]) for m in incomplete["missing"]] == [
+                (left, list(range(PARTITIONS)), True)
+            ], incomplete
+            assert f"have no copy on the target: {left}" in incomplete["reason"], incomplete
+            assert incomplete["observed_at"] - incomplete["missing"][0]["since_ms"] >= 10_000, incomplete
+        with mirror_maker(source, target, f"(kept|left)-{unique}"):
+            await _until_copying(target.bootstrap, f"src.{left}")
+            ok = await _flow_until(lagd, lambda b: b["status"] == "OK", 90, "OK once MM2 copies both")
+            assert ok["missing"] == [], ok

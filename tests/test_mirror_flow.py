@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 
-from lagd.evaluate.mirror_flow import FlowLimits, FlowWindow, PartitionDelay, judge_flow, partition_delay
+from lagd.evaluate.mirror_flow import CopyWatch, FlowLimits, FlowWindow, PartitionDelay, judge_flow, partition_delay
 from lagd.ingest.mirror_records import Checkpoint, OffsetSync
 from lagd.state.windows import LogEnd
 
@@ -127,3 +127,31 @@ def test_a_backlog_in_the_data_partitions_makes_the_flow_lagging_though_heartbea
     v = judge_flow("m", w, now, behind)
     assert v.status == "LAGGING" and "t[0]: 500 records" in v.reason and v.delay_s == 24.0
     assert judge_flow("m", w, now).delay_s == 0.2  # the heartbeats alone
+
+
+def test_a_copy_missing_past_its_limit_is_named_with_since_and_a_late_one_clears() -> None:
+    watch = CopyWatch(missing_after_s=60)
+    source = {"orders": {0, 1}, "payments": {0, 1, 2}}
+    assert watch.look(0, source, {"orders": {0, 1}, "payments": {0, 1}}) == ()
+    assert watch.look(59 * S, source, {"orders": {0, 1}}) == ()  # payments[2] lacks a copy since 0: 59 s
+    late = watch.look(60 * S, source, {"orders": {0, 1}})
+    # payments[2] has lacked a copy since 0, payments[0] and [1] only since 59 s: named once overdue
+    assert [(m.topic, m.partitions, m.since_ms, m.topic_missing) for m in late] == [("payments", (2,), 0, True)]
+    whole = watch.look(119 * S, source, {"orders": {0, 1}})
+    assert [(m.topic, m.partitions, m.since_ms, m.topic_missing) for m in whole] == [("payments", (0, 1, 2), 0, True)]
+    assert watch.look(120 * S, source, {"orders": {0, 1}, "payments": {0, 1, 2}}) == ()  # copied: forgotten
+    assert watch.since == {}
+    assert watch.look(121 * S, {"orders": {0, 1}}, {"orders": {0}}) == ()  # a new gap starts its own clock
+    assert watch.look(181 * S, {"orders": {0, 1}}, {"orders": {0}})[0].topic_missing is False
+
+
+def test_a_missing_copy_makes_a_heartbeating_flow_incomplete_but_a_stalled_one_stays_stalled() -> None:
+    w, now = window_with([1, 1, 1])
+    watch = CopyWatch(missing_after_s=0)
+    missing = watch.look(now, {"orders": {0}, "audit": {0, 1}}, {"orders": {0}})
+    v = judge_flow("m", w, now, missing=missing)
+    assert v.status == "INCOMPLETE" and v.missing == missing
+    assert "1 topic(s) the mirror covers have no copy on the target: audit" in v.reason
+    assert "topics filter" in v.reason
+    assert judge_flow("m", w, now + 60 * S, missing=missing).status == "STALLED"
+    assert judge_flow("m", w, now).status == "OK"

@@ -259,6 +259,10 @@ class MirrorSettings:
     # throughout the trailing half of `window`, LAGGING (MM2 emits one a second by default).
     heartbeat_stall_after: float = 30.0
     heartbeat_lag_after: float = 10.0
+    # A source topic the mirror's `topics` covers that has been seen this long without its copy on
+    # the target makes the flow INCOMPLETE. MM2 finds new topics every refresh.topics.interval.seconds
+    # (600 s by default), so the default leaves it that and more.
+    topic_missing_after: float = 900.0
 
 
 @dataclass(frozen=True)
@@ -646,6 +650,7 @@ def _validate(s: Settings) -> None:
         positive(f"{where}.window", m.window)
         positive(f"{where}.heartbeat-stall-after", m.heartbeat_stall_after)
         positive(f"{where}.heartbeat-lag-after", m.heartbeat_lag_after)
+        positive(f"{where}.topic-missing-after", m.topic_missing_after)
         if m.heartbeat_lag_after >= m.heartbeat_stall_after:
             raise ConfigError(
                 f"{where}.heartbeat-lag-after",

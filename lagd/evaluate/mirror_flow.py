@@ -15,6 +15,8 @@ less one interval:
 - NO_HEARTBEATS: none seen yet (MM2 not running for this flow, or emit.heartbeats.enabled off);
 - STALLED: the newest heartbeat is older than `stall_after` (MM2 stopped, its tasks failed, or
   it cannot write);
+- INCOMPLETE: a source topic (or partition) the mirror covers has had no copy on the target for
+  `topic_missing_after` (MM2's topic filter leaves it out, or MM2 cannot create it there);
 - LAGGING: the delay has been above `lag_after` at every look of the trailing half of `window`
   (at least two looks): the flow is behind, not just between two heartbeats; the reason gives
   the delay's trend in seconds per minute;
@@ -46,8 +48,8 @@ from lagd.evaluate.lagtime import lag_seconds
 from lagd.ingest.mirror_records import Checkpoint, OffsetSync
 from lagd.state.windows import LogEnd
 
-FlowStatus = Literal["OK", "LAGGING", "STALLED", "NO_HEARTBEATS"]
-FLOW_STATUSES: tuple[FlowStatus, ...] = ("OK", "LAGGING", "STALLED", "NO_HEARTBEATS")
+FlowStatus = Literal["OK", "LAGGING", "STALLED", "INCOMPLETE", "NO_HEARTBEATS"]
+FLOW_STATUSES: tuple[FlowStatus, ...] = ("OK", "LAGGING", "STALLED", "INCOMPLETE", "NO_HEARTBEATS")
 DEFAULT_INTERVAL_MS = 1000  # MM2's emit.heartbeats.interval.seconds, until two heartbeats show it
 MIN_INTERVAL_MS = 100
 
@@ -100,6 +102,48 @@ def partition_delay(
 
 
 @dataclass(frozen=True, slots=True)
+class MissingCopy:
+    """A source topic the mirror covers whose copy on the target lacks `partitions` (all of the
+    source's: the topic itself is missing), as it has since `since_ms`."""
+
+    topic: str  # as named on the source
+    partitions: tuple[int, ...]
+    since_ms: int
+    topic_missing: bool  # no copy of the topic at all (else only some partitions lack one)
+
+
+class CopyWatch:
+    """Which covered source partitions have no copy on the target, and since when.
+
+    Bounded by the source's partitions the mirror covers: an entry goes once the copy appears or
+    the source partition does."""
+
+    def __init__(self, missing_after_s: float) -> None:
+        self.missing_after_s = missing_after_s
+        self.since: dict[tuple[str, int], int] = {}
+
+    def look(self, now_ms: int, source: dict[str, set[int]], target: dict[str, set[int]]) -> tuple[MissingCopy, ...]:
+        """`source`: each covered source topic's partitions; `target`: each copy's partitions, by the
+        source's topic name. The copies missing for longer than `missing_after_s`."""
+        seen: dict[tuple[str, int], int] = {}
+        for topic, partitions in source.items():
+            copied = target.get(topic, set())
+            for p in partitions:
+                if p not in copied:
+                    seen[(topic, p)] = self.since.get((topic, p), now_ms)
+        self.since = seen
+        overdue: dict[str, list[int]] = {}
+        first: dict[str, int] = {}
+        for (topic, p), since in sorted(seen.items()):
+            if now_ms - since >= self.missing_after_s * 1000:
+                overdue.setdefault(topic, []).append(p)
+                first[topic] = min(first.get(topic, since), since)
+        return tuple(
+            MissingCopy(topic, tuple(parts), first[topic], topic not in target) for topic, parts in overdue.items()
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class FlowVerdict:
     mirror: str
     status: FlowStatus
@@ -111,6 +155,7 @@ class FlowVerdict:
     delay_trend_s_per_min: float | None
     gaps: tuple[FailoverGap, ...]
     partitions: tuple[PartitionDelay, ...] = ()
+    missing: tuple[MissingCopy, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +232,15 @@ def _flow_delay(heartbeats: float | None, partitions: tuple[PartitionDelay, ...]
 
 
 def judge_flow(
-    mirror: str, window: FlowWindow, now_ms: int, partitions: tuple[PartitionDelay, ...] = ()
+    mirror: str,
+    window: FlowWindow,
+    now_ms: int,
+    partitions: tuple[PartitionDelay, ...] = (),
+    missing: tuple[MissingCopy, ...] = (),
 ) -> FlowVerdict:
     """The flow's verdict as of its newest look (see the module's docstring for the rules), with
-    `partitions`, the mirrored partitions' delays now."""
+    `partitions`, the mirrored partitions' delays now, and `missing`, the copies overdue
+    (`CopyWatch.look`)."""
     limits = window.limits
     gaps = tuple(
         FailoverGap(c.group, c.topic, c.partition, c.upstream_offset, c.downstream_offset,
@@ -202,6 +252,7 @@ def judge_flow(
         return FlowVerdict(
             mirror, "NO_HEARTBEATS", "no heartbeat replicated to the target yet: is MirrorMaker 2 running for this "
             "flow, with emit.heartbeats.enabled (the default)?", now_ms, None, None, None, None, gaps, partitions,
+            missing,
         )  # fmt: skip
     age = window.age_s(now_ms) or 0.0
     delay = _flow_delay(window.delay_s(now_ms), partitions) or 0.0
@@ -215,6 +266,9 @@ def judge_flow(
             f"no heartbeat replicated for {age:.0f} s (limit {limits.stall_after_s:.0f} s): MirrorMaker 2 is "
             "stopped or cannot copy; check its tasks and its log"
         )
+    elif missing:
+        status = "INCOMPLETE"
+        reason = _missing_reason(missing, now_ms)
     elif _behind_throughout(window):
         status = "LAGGING"
         reason = (
@@ -224,7 +278,24 @@ def judge_flow(
     else:
         status = "OK"
         reason = f"the target is {delay:.1f} s behind the source"
-    return FlowVerdict(mirror, status, reason, now_ms, newest, round(age, 3), delay, trend, gaps, partitions)
+    return FlowVerdict(mirror, status, reason, now_ms, newest, round(age, 3), delay, trend, gaps, partitions, missing)
+
+
+def _missing_reason(missing: tuple[MissingCopy, ...], now_ms: int) -> str:
+    whole = [m for m in missing if m.topic_missing]
+    some = [m for m in missing if not m.topic_missing]
+    longest = max((now_ms - m.since_ms) / 1000 for m in missing)
+    parts: list[str] = []
+    if whole:
+        names = ", ".join(m.topic for m in whole[:5]) + (f" and {len(whole) - 5} more" if len(whole) > 5 else "")
+        parts.append(f"{len(whole)} topic(s) the mirror covers have no copy on the target: {names}")
+    if some:
+        names = ", ".join(f"{m.topic}{list(m.partitions)}" for m in some[:5])
+        parts.append(f"{len(some)} copied topic(s) lack partitions: {names}")
+    return (
+        "; ".join(parts) + f" (for up to {longest:.0f} s): check MirrorMaker 2's topics filter and, in its log, "
+        "whether it could create the topics on the target"
+    )
 
 
 def _behind_throughout(window: FlowWindow) -> bool:

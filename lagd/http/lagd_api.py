@@ -199,6 +199,7 @@ def flow_view(v: FlowVerdict) -> dict[str, Any]:
         "delay_trend_s_per_min": v.delay_trend_s_per_min,
         "failover": gaps,
         "partitions": [dataclasses.asdict(p) for p in v.partitions],
+        "missing": [dataclasses.asdict(m) for m in v.missing],
     }
 
 

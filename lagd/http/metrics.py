@@ -259,6 +259,10 @@ def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
         "Records a mirrored group would read again if it moved to the target now (MM2's checkpoints)",
     )  # fmt: skip
     dropped = _Family([], "lagd_mirror_checkpoints_dropped_total", "counter", "Checkpoints not kept (bound reached)")
+    missing = _Family(
+        [], "lagd_mirror_missing_partitions", "gauge",
+        "Covered source partitions without a copy on the target for topic-missing-after (INCOMPLETE)",
+    )  # fmt: skip
     for name, v in sorted(view.verdicts.items()):
         labels = f'mirror="{_esc(name)}"'
         if v.delay_s is not None:
@@ -273,10 +277,12 @@ def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
         for group, records in sorted(per_group.items()):
             gap.add(f'{labels},group="{_esc(group)}"', records)
         dropped.add(labels, view.dropped_checkpoints.get(name, 0))
+        missing.add(labels, sum(len(m.partitions) for m in v.missing))
     out.extend(age.text())
     out.extend(status.text())
     out.extend(gap.text())
     out.extend(dropped.text())
+    out.extend(missing.text())
 
 
 def _health(out: list[str], health: Health, now_ms: int) -> None:

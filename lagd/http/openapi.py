@@ -141,7 +141,7 @@ SCHEMAS: dict[str, Any] = {
     "MirrorFlow": _obj(
         {
             "mirror": STR,
-            "status": {"type": "string", "enum": ["OK", "LAGGING", "STALLED", "NO_HEARTBEATS"]},
+            "status": {"type": "string", "enum": ["OK", "LAGGING", "STALLED", "INCOMPLETE", "NO_HEARTBEATS"]},
             "reason": STR,
             "observed_at": INT,
             "newest_heartbeat_at": _nullable(INT),
@@ -172,6 +172,19 @@ SCHEMAS: dict[str, Any] = {
                         "estimated": BOOL,
                         "synced": BOOL,
                         "as_of_ms": INT,
+                    }
+                ),
+            },
+            "missing": {
+                "type": "array",
+                "description": "Covered source topics whose copy the target has lacked for topic-missing-after "
+                "(INCOMPLETE); partitions: the source's partitions without a copy.",
+                "items": _obj(
+                    {
+                        "topic": STR,
+                        "partitions": {"type": "array", "items": INT},
+                        "since_ms": INT,
+                        "topic_missing": BOOL,
                     }
                 ),
             },
@@ -805,7 +818,7 @@ def document() -> dict[str, Any]:
         ),
         "/lagd/v1/mirrors/{mirror}/flow": _get(
             "A MirrorMaker 2 flow judged from the heartbeats and checkpoints MM2 keeps on the target: OK, "
-            "LAGGING, STALLED or NO_HEARTBEATS, the heartbeat age, and per mirrored group and partition where "
+            "LAGGING, STALLED, INCOMPLETE or NO_HEARTBEATS, the heartbeat age, and per mirrored group and partition where "
             "it would resume after a failover.",
             [_path_param("mirror")],
             {

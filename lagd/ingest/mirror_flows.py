@@ -29,7 +29,16 @@ from aiokafka.structs import TopicPartition
 
 from lagd.core.config import ClusterSettings, MirrorSettings
 from lagd.core.model import IngestCounters
-from lagd.evaluate.mirror_flow import FlowLimits, FlowVerdict, FlowWindow, PartitionDelay, judge_flow, partition_delay
+from lagd.evaluate.mirror_flow import (
+    CopyWatch,
+    FlowLimits,
+    FlowVerdict,
+    FlowWindow,
+    MissingCopy,
+    PartitionDelay,
+    judge_flow,
+    partition_delay,
+)
 from lagd.ingest.codec import DecodeError
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_consumer
 from lagd.ingest.mirror_records import OffsetSync, decode_checkpoint, decode_heartbeat, decode_offset_sync
@@ -42,6 +51,9 @@ log = logs.get(__name__)
 FETCH_WAIT_MS = 100  # how long a fetch may wait for a heartbeat: the latency's resolution
 MAX_SYNCS = 100_000  # partitions whose newest offset sync is kept; more are counted, not kept
 _SYNCS_TOPIC = re.compile(r"mm2-offset-syncs\.(.+)\.internal")
+# Topics MM2 never copies as data: its default topics.exclude (internal topics, replicas) and the
+# heartbeats topics it replicates on its own (judged from their records, not as copies).
+_NOT_COPIED = re.compile(r"__.*|mm2.*\.internal|.*[-.]internal|.*\.replica|(.+\.)?heartbeats")
 
 
 class LogEnds(Protocol):
@@ -126,7 +138,8 @@ async def _session(
                 await reader.read(window, counters, timeout_ms=int(min(1.0, until - loop.time()) * 1000))
             await partitions.read_syncs(counters)
             delays = partitions.delays()
-            flows.verdicts[mirror.name] = judge_flow(mirror.name, window, clock(), delays)
+            now = clock()
+            flows.verdicts[mirror.name] = judge_flow(mirror.name, window, now, delays, partitions.missing(now))
             flows.dropped_checkpoints[mirror.name] = window.dropped_checkpoints
             window.look(clock(), delays)
     finally:
@@ -232,6 +245,7 @@ class PartitionJudge:
         self.assigned: set[TopicPartition] = set()
         self.syncs: dict[tuple[str, int], OffsetSync] = {}
         self.dropped = 0
+        self.copies = CopyWatch(mirror.topic_missing_after)
 
     async def start(self) -> None:
         if self.source is not None and self.log_ends is not None:
@@ -295,6 +309,28 @@ class PartitionJudge:
             self.dropped += 1
             return
         self.syncs[k] = sync
+
+    def missing(self, now_ms: int) -> tuple[MissingCopy, ...]:
+        """The covered source topics and partitions whose copy the target has lacked for the
+        mirror's topic-missing-after, from the log-end samples lagd keeps of both clusters."""
+        if self.source is None or self.log_ends is None:
+            return ()
+        exclude = f"{self.mirror.mm2_target_alias}." if self.mirror.mm2_target_alias else None
+        source: dict[str, set[int]] = {}
+        target: dict[str, set[int]] = {}
+        for topic in self.log_ends.topics(self.source.name):
+            if not self.topics.fullmatch(topic) or _NOT_COPIED.fullmatch(topic):
+                continue
+            if exclude and topic.startswith(exclude):
+                continue  # came from the target: MM2 does not copy a topic back to where it began
+            source[topic] = set(self.log_ends.topic_log_ends(self.source.name, topic))
+            copy = self.log_ends.topic_log_ends(self.target, self._target_name(topic))
+            if copy:
+                target[topic] = set(copy)
+        return self.copies.look(now_ms, source, target)
+
+    def _target_name(self, topic: str) -> str:
+        return self.mirror.prefix + topic if self.mirror.rename == "prefix" else topic
 
     def delays(self) -> tuple[PartitionDelay, ...]:
         """Every mirrored partition's delay as the newest samples of both clusters show it."""
