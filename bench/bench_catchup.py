@@ -19,7 +19,7 @@ CPU is reported apart and counted for neither.
 lagd: `python -m lagd run --config FILE`, its own process, started fresh: a new, already
 migrated Postgres database (CREATE DATABASE on the local server; migration is an install
 step, not catch-up), offsets-source "topic", notify on (the local Mosquitto, a topic prefix
-of its own), log level warning, every other key at its default. So every part runs:
+of its own: bench/mqtt.py), log level warning, every other key at its default. So every part runs:
 reader, apply, verdict watch, persister (writing the windows to Postgres), notifier, MQTT.
 Burrow 1.2.1 (Debian `burrow`): a fresh ZooKeeper (Debian `zookeeper`, own data dir and
 port), a kafka cluster module and a kafka consumer module reading the same offsets topic,
@@ -64,7 +64,7 @@ partition's last record). With the defaults that is 500,050 offset commits among
 records; the figures count every record of the topic, since a reader reads them all. Filled
 anew each run (nothing cached), the fill's time printed. Kafka advertises the shim's port, so
 lagd, Burrow and the fill reach it through the shim as on Tansu (Kafka 4 removed ListOffsets v0
-too). lagd runs as above (notify on when a Mosquitto listens on :1883, as there); Postgres is the
+too). lagd runs as above (notify on, through the local or a private Mosquitto); Postgres is the
 local one when it listens, else one private PostgreSQL (fsync off) for the whole run. Every figure of this
 variant is printed with `[Kafka VERSION]` before it, the Tansu variant's with `[Tansu]` on its
 first line. Burrow runs as above; one that has not caught up after `--burrow-timeout` seconds
@@ -103,6 +103,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import target
+from bench.mqtt import mqtt_broker
 from lagd.db.migrate import upgrade
 from lagd.embedded import services as embedded
 from lagd.sim.encode import encode_offset_commit, offsets_partition_for
@@ -462,8 +463,8 @@ database-url = "{url}"
 listen = "127.0.0.1:{port}"
 
 [notify]
-enabled = {"true" if mqtt else "false"}
-mqtt-url = "{mqtt or "mqtt://127.0.0.1:1883"}"
+enabled = true
+mqtt-url = "{mqtt}"
 topic-prefix = "lagd-bench-{tag}"
 client-id = "lagd-bench-{tag}"
 {extra}"""
@@ -475,30 +476,30 @@ async def run_lagd(
     """One catch-up of lagd, its database on `pg` when given (see fresh_database)."""
     url, admin_url, dbname = fresh_database(pg)
     port = free_port()
-    mqtt = "mqtt://127.0.0.1:1883" if embedded.port_open("127.0.0.1", 1883) else ""
     tag = uuid.uuid4().hex[:6]
     config = workdir / "lagd.toml"
-    config.write_text(lagd_config(bootstrap, url, port, mqtt, tag))
-    say(f"lagd: database {dbname}, notify {'on (' + mqtt + ')' if mqtt else 'off (no Mosquitto on :1883)'}")
     try:
-        return await measure(
-            "lagd",
-            [
-                sys.executable,
-                *os.environ.get("BENCH_PY_ARGS", "").split(),
-                "-m",
+        with mqtt_broker() as mqtt:
+            config.write_text(lagd_config(bootstrap, url, port, mqtt, tag))
+            say(f"lagd: database {dbname}, notify on ({mqtt})")
+            return await measure(
                 "lagd",
-                "run",
-                "--config",
-                str(config),
-                "--no-migrate",
-            ],
-            f"http://127.0.0.1:{port}",
-            info,
-            shim_pid,
-            cwd=ROOT,
-            log=workdir / "lagd.log",
-        )
+                [
+                    sys.executable,
+                    *os.environ.get("BENCH_PY_ARGS", "").split(),
+                    "-m",
+                    "lagd",
+                    "run",
+                    "--config",
+                    str(config),
+                    "--no-migrate",
+                ],
+                f"http://127.0.0.1:{port}",
+                info,
+                shim_pid,
+                cwd=ROOT,
+                log=workdir / "lagd.log",
+            )
     finally:
         drop_database(admin_url, dbname)
 

@@ -2,8 +2,8 @@
 
 The real daemon (lagd.daemon.run, in this process, so its event loop can be watched) runs
 against real services: an embedded Tansu broker, a fresh, migrated database on the local
-Postgres, and the local Mosquitto (notify on, a topic prefix of its own; off when no
-Mosquitto listens on :1883). So every part runs as in production: the offsets-topic reader,
+Postgres, and the local Mosquitto, or a private one when none listens on :1883 (notify on, a
+topic prefix of its own: bench/mqtt.py). So every part runs as in production: the offsets-topic reader,
 the log-end sampler, apply, the verdict watch (lagd.notify.watch.VerdictWatch), the
 persister writing to Postgres, the notifier and the MQTT publisher. Settings are the
 defaults except offsets-source "topic" and, per phase, evaluator.cache-ttl.
@@ -101,6 +101,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from bench import target
 from bench.bench_catchup import drop_database, free_port, fresh_database, say
 from bench.lean_get import BadResponse, lean_client
+from bench.mqtt import mqtt_broker
 from bench.steps import StepTimer
 from lagd import daemon
 from lagd.core.config import load
@@ -541,11 +542,10 @@ def pct(xs: list[float], q: float) -> float:
 
 
 async def phase(
-    name: str, cache_ttl: float, bootstrap: str, topic: str, a: argparse.Namespace, workdir: Path
+    name: str, cache_ttl: float, bootstrap: str, topic: str, a: argparse.Namespace, workdir: Path, mqtt: str
 ) -> dict[str, float]:
     url, admin_url, dbname = fresh_database()
     port = free_port()
-    mqtt = embedded.port_open("127.0.0.1", 1883)
     tag = uuid.uuid4().hex[:6]
     config = workdir / f"lagd-{name}.toml"
     config.write_text(
@@ -569,7 +569,8 @@ cache-ttl = {cache_ttl}
 listen = "127.0.0.1:{port}"
 
 [notify]
-enabled = {"true" if mqtt else "false"}
+enabled = true
+mqtt-url = "{mqtt}"
 topic-prefix = "lagd-bench-{tag}"
 client-id = "lagd-bench-{tag}"
 """
@@ -729,7 +730,9 @@ client-id = "lagd-bench-{tag}"
 async def main_async(a: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="lagd-bench-http-"))
     broker = embedded.start_tansu(port=free_port())
+    services = contextlib.ExitStack()
     try:
+        mqtt = services.enter_context(mqtt_broker())
         topics = {
             "on": "__consumer_offsets_cache_on",
             "off": "__consumer_offsets_cache_off",
@@ -742,7 +745,7 @@ async def main_async(a: argparse.Namespace) -> None:
                 continue
             sized = argparse.Namespace(**{**vars(a), "groups": groups})
             await prefill(broker.address, topics[name], groups, a.partitions)
-            results[name] = await phase(name, ttl, broker.address, topics[name], sized, workdir)
+            results[name] = await phase(name, ttl, broker.address, topics[name], sized, workdir, mqtt)
         if not {"on", "off"} <= set(results):
             return  # one phase only (--phases): a look at it, not a run judged against the targets
         print(
@@ -785,6 +788,7 @@ async def main_async(a: argparse.Namespace) -> None:
             "s",
         )
     finally:
+        services.close()
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -103,6 +103,7 @@ from bench.bench_catchup import (
     topic_of,
 )
 from bench.bench_catchup import group_name as bench_group
+from bench.mqtt import mqtt_broker
 from lagd.db.migrate import upgrade
 from lagd.embedded import services as embedded
 from lagd.state.windows import offsets_partition
@@ -297,8 +298,8 @@ def tree(pid: int) -> list[int]:
     return [pid, *sorted(kids)]
 
 
-def config_text(bootstrap: str, url: str, port: int, workers: int | None) -> str:
-    """bench_catchup's settings (notify off), with [scale] for `workers` (None: a plain process)."""
+def config_text(bootstrap: str, url: str, port: int, workers: int | None, mqtt: str) -> str:
+    """bench_catchup's settings (notify on, through `mqtt`), with [scale] for `workers` (None: a plain process)."""
     scale = ""
     if workers is not None:
         # A consumer group of its own per run: members of an earlier run (the one SIGKILLed by
@@ -306,7 +307,7 @@ def config_text(bootstrap: str, url: str, port: int, workers: int | None) -> str
         # (a 4-worker run once waited 90 s).
         scale = f'\n[scale]\nsession-timeout = {SESSION_TIMEOUT_S}\ngroup-id = "bench-{uuid.uuid4().hex[:6]}"\n'
         scale += f"workers = {workers}\n" if workers > 1 else ""
-    return lagd_config(bootstrap, url, port, "", uuid.uuid4().hex[:6], scale)
+    return lagd_config(bootstrap, url, port, mqtt, uuid.uuid4().hex[:6], scale)
 
 
 async def groups_judged(session: aiohttp.ClientSession, bases: list[str]) -> int:
@@ -380,6 +381,7 @@ async def run_one(
     info: Input,
     workdir: Path,
     failover: bool,
+    mqtt: str,
     at_owners: bool = False,
 ) -> WorkersRun:
     url, admin_url, dbname = fresh_database()
@@ -387,7 +389,7 @@ async def run_one(
     while workers and any(embedded.port_open("127.0.0.1", port + i) for i in range(workers)):
         port = free_port()
     config = workdir / f"{label}.toml"
-    config.write_text(config_text(bootstrap, url, port, workers))
+    config.write_text(config_text(bootstrap, url, port, workers, mqtt))
     run = WorkersRun(label, workers or 0)
     base = f"http://127.0.0.1:{port}"
     bases = [f"http://127.0.0.1:{port + i}" for i in range(max(1, workers or 1))]
@@ -573,12 +575,17 @@ async def main_async(a: argparse.Namespace) -> None:
             bootstrap = f"127.0.0.1:{shim_port}"
             info = await fill(bootstrap, a.groups, a.partitions)
         at_owners = a.broker == "kafka"
-        plain = await run_one("one process", None, bootstrap, info, workdir, failover=False, at_owners=at_owners)
+        services = contextlib.ExitStack()
+        stops.append(services.close)
+        mqtt = services.enter_context(mqtt_broker())
+        plain = await run_one(
+            "one process", None, bootstrap, info, workdir, failover=False, mqtt=mqtt, at_owners=at_owners
+        )
         report(plain, info.records)
         runs: dict[int, WorkersRun] = {}
         for n in [int(x) for x in a.workers.split(",")]:
             label = f"{n} worker{'s' if n > 1 else ''}"
-            runs[n] = await run_one(label, n, bootstrap, info, workdir, n == 2, at_owners)
+            runs[n] = await run_one(label, n, bootstrap, info, workdir, n == 2, mqtt, at_owners)
             report(runs[n], info.records)
         if 1 in runs and 2 in runs and runs[1].completed and runs[2].completed:
             ratio = runs[1].seconds / runs[2].seconds
