@@ -37,7 +37,13 @@ from tests.test_apache_kafka import lagd_running
 pytestmark = pytest.mark.slow
 
 
-async def _until(flows: MirrorFlows, check: Callable[[FlowVerdict], bool], timeout: float, what: str) -> float:
+async def _until(
+    flows: MirrorFlows,
+    check: Callable[[FlowVerdict], bool],
+    timeout: float,
+    what: str,
+    counters: IngestCounters | None = None,
+) -> float:
     """Seconds until the flow's verdict passes `check` (it is read every offset-refresh)."""
     started = time.monotonic()
     while True:
@@ -45,7 +51,8 @@ async def _until(flows: MirrorFlows, check: Callable[[FlowVerdict], bool], timeo
         if verdict is not None and check(verdict):
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
-            raise AssertionError(f"not {what} within {timeout:.0f} s: {verdict}")
+            failures = None if counters is None else counters.failures
+            raise AssertionError(f"not {what} within {timeout:.0f} s: {verdict}; reader failures {failures}")
         await asyncio.sleep(0.5)
 
 
@@ -79,7 +86,7 @@ async def test_a_flow_reads_ok_then_stalled_when_mirror_maker_stops_then_ok(
                     and all(g.upstream_offset == on_source[p] for p, g in mine.items())
                 )
 
-            await _until(flows, group_read, 60, "OK with the group's checkpoints read")
+            await _until(flows, group_read, 60, "OK with the group's checkpoints read", counters)
             verdict = flows.verdicts["m"]
             assert verdict.delay_s is not None and verdict.delay_s < 5, verdict
             for g in verdict.gaps:

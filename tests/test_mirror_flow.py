@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from array import array
 
-from lagd.evaluate.mirror_flow import CopyWatch, FlowLimits, FlowWindow, PartitionDelay, judge_flow, partition_delay
+from lagd.evaluate.mirror_flow import (
+    CopyWatch,
+    FlowLimits,
+    FlowWindow,
+    PartitionDelay,
+    failover_seconds,
+    judge_flow,
+    partition_delay,
+)
 from lagd.ingest.mirror_records import Checkpoint, OffsetSync
 from lagd.state.windows import LogEnd
 
@@ -155,3 +163,22 @@ def test_a_missing_copy_makes_a_heartbeating_flow_incomplete_but_a_stalled_one_s
     assert "topics filter" in v.reason
     assert judge_flow("m", w, now + 60 * S, missing=missing).status == "STALLED"
     assert judge_flow("m", w, now).status == "OK"
+
+
+def test_a_failover_gap_in_seconds_is_the_stretch_of_source_traffic_between_resume_point_and_group() -> None:
+    now = 30 * S
+    group_at_250 = Checkpoint("g", "src.t", 0, 250, 150, "")
+    t = failover_seconds(group_at_250, source_samples(), None, now)  # same offsets both sides
+    assert t is not None and (t.seconds, t.estimated) == (10.0, False)  # 150 passed at 5 s, 250 at 15 s
+    synced = OffsetSync("t", 0, 200, 180)  # the copy runs 20 offsets behind the source's numbering
+    t = failover_seconds(Checkpoint("g", "src.t", 0, 250, 190, ""), source_samples(), synced, now)
+    assert t is not None and (t.seconds, t.estimated) == (4.0, False)  # resume at source 210: 11 s; group 15 s
+    t = failover_seconds(Checkpoint("g", "src.t", 0, 250, 150, ""), source_samples(), synced, now)
+    assert t is not None and (t.seconds, t.estimated) == (8.0, True)  # before the sync: taken at its shift
+    assert failover_seconds(group_at_250, LogEnd(), None, now) is None
+    w = FlowWindow(LIMITS)
+    w.checkpoint(group_at_250)
+    w.heartbeat(now, arrived_ms=None)
+    gaps = judge_flow("m", w, now, gap_seconds=lambda c: failover_seconds(c, source_samples(), None, now)).gaps
+    assert [(g.records, g.seconds, g.estimated) for g in gaps] == [(100, 10.0, False)]
+    assert [(g.seconds, g.estimated) for g in judge_flow("m", w, now).gaps] == [(None, False)]

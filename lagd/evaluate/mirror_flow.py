@@ -35,16 +35,20 @@ Checkpoints. `<alias>.checkpoints.internal` holds, per consumer group and partit
 committed offset on the source and MM2's translation of it on the target. A group that failed
 over now would resume at the translation; the difference is how many records it would read
 again (MM2 translates conservatively, so never skip) when the topic's offsets are the same on
-both clusters, as for a topic mirrored from its first record.
+both clusters, as for a topic mirrored from its first record. In seconds, the gap is how much
+earlier the source's log end passed the resume point (the target offset taken back to the
+source's offsets by the partition's newest offset sync) than the group's committed offset, from
+the source's log-end samples: the stretch of the source's traffic the group would process again.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from lagd.evaluate.lagtime import lag_seconds
+from lagd.evaluate.lagtime import LagTime, lag_seconds
 from lagd.ingest.mirror_records import Checkpoint, OffsetSync
 from lagd.state.windows import LogEnd
 
@@ -64,6 +68,23 @@ class FailoverGap:
     upstream_offset: int  # the group's committed offset on the source, as MM2 last checkpointed it
     downstream_offset: int  # where it would resume on the target
     records: int  # upstream - downstream: records read again after a failover (same offsets both sides)
+    seconds: float | None = None  # the same stretch in time on the source (None: no source samples)
+    estimated: bool = False  # seconds is a lower bound (beyond the oldest sample, or no offset sync)
+
+
+def failover_seconds(checkpoint: Checkpoint, source: LogEnd, sync: OffsetSync | None, now_ms: int) -> LagTime | None:
+    """How long before the group's committed offset the source's log end passed the point the
+    group would resume at on the target (see the module's docstring); None without samples."""
+    if not source.offsets:
+        return None
+    resume = checkpoint.downstream_offset
+    exact = sync is None or resume >= sync.downstream_offset
+    if sync is not None:
+        resume += sync.upstream_offset - sync.downstream_offset
+    resume = min(resume, checkpoint.upstream_offset)
+    at_resume = lag_seconds(resume, source.offsets, source.ts, now_ms, start=source.run_start)
+    at_group = lag_seconds(checkpoint.upstream_offset, source.offsets, source.ts, now_ms, start=source.run_start)
+    return LagTime(round(max(0.0, at_resume.seconds - at_group.seconds), 3), at_resume.estimated or not exact)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,16 +258,14 @@ def judge_flow(
     now_ms: int,
     partitions: tuple[PartitionDelay, ...] = (),
     missing: tuple[MissingCopy, ...] = (),
+    gap_seconds: Callable[[Checkpoint], LagTime | None] | None = None,
 ) -> FlowVerdict:
     """The flow's verdict as of its newest look (see the module's docstring for the rules), with
-    `partitions`, the mirrored partitions' delays now, and `missing`, the copies overdue
-    (`CopyWatch.look`)."""
+    `partitions`, the mirrored partitions' delays now, `missing`, the copies overdue
+    (`CopyWatch.look`), and `gap_seconds`, a checkpoint's failover gap in time (`failover_seconds`
+    with the partition's source samples and offset sync)."""
     limits = window.limits
-    gaps = tuple(
-        FailoverGap(c.group, c.topic, c.partition, c.upstream_offset, c.downstream_offset,
-                    c.upstream_offset - c.downstream_offset)
-        for _, c in sorted(window.checkpoints.items())
-    )  # fmt: skip
+    gaps = tuple(_gap(c, gap_seconds) for _, c in sorted(window.checkpoints.items()))
     newest = window.newest_heartbeat_ms
     if newest is None:
         return FlowVerdict(
@@ -279,6 +298,14 @@ def judge_flow(
         status = "OK"
         reason = f"the target is {delay:.1f} s behind the source"
     return FlowVerdict(mirror, status, reason, now_ms, newest, round(age, 3), delay, trend, gaps, partitions, missing)
+
+
+def _gap(c: Checkpoint, gap_seconds: Callable[[Checkpoint], LagTime | None] | None) -> FailoverGap:
+    t = None if gap_seconds is None else gap_seconds(c)
+    return FailoverGap(
+        c.group, c.topic, c.partition, c.upstream_offset, c.downstream_offset, c.upstream_offset - c.downstream_offset,
+        None if t is None else t.seconds, t is not None and t.estimated,
+    )  # fmt: skip
 
 
 def _missing_reason(missing: tuple[MissingCopy, ...], now_ms: int) -> str:

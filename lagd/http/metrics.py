@@ -258,6 +258,10 @@ def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
         [], "lagd_mirror_failover_gap_records", "gauge",
         "Records a mirrored group would read again if it moved to the target now (MM2's checkpoints)",
     )  # fmt: skip
+    gap_s = _Family(
+        [], "lagd_mirror_failover_gap_seconds", "gauge",
+        "The longest stretch of the source's traffic a mirrored group would process again if it moved now",
+    )  # fmt: skip
     dropped = _Family([], "lagd_mirror_checkpoints_dropped_total", "counter", "Checkpoints not kept (bound reached)")
     missing = _Family(
         [], "lagd_mirror_missing_partitions", "gauge",
@@ -272,15 +276,21 @@ def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
         for s in FLOW_STATUSES:
             status.add(f'{labels},status="{s}"', 1 if v.status == s else 0)
         per_group: dict[str, int] = {}
+        longest: dict[str, float] = {}
         for g in v.gaps:
             per_group[g.group] = per_group.get(g.group, 0) + g.records
+            if g.seconds is not None:
+                longest[g.group] = max(longest.get(g.group, 0.0), g.seconds)
         for group, records in sorted(per_group.items()):
             gap.add(f'{labels},group="{_esc(group)}"', records)
+        for group, seconds in sorted(longest.items()):
+            gap_s.add(f'{labels},group="{_esc(group)}"', seconds)
         dropped.add(labels, view.dropped_checkpoints.get(name, 0))
         missing.add(labels, sum(len(m.partitions) for m in v.missing))
     out.extend(age.text())
     out.extend(status.text())
     out.extend(gap.text())
+    out.extend(gap_s.text())
     out.extend(dropped.text())
     out.extend(missing.text())
 

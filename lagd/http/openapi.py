@@ -158,6 +158,8 @@ SCHEMAS: dict[str, Any] = {
                         "upstream_offset": INT,
                         "downstream_offset": INT,
                         "records": INT,
+                        "seconds": _nullable(NUM),
+                        "estimated": BOOL,
                     }
                 ),
             },

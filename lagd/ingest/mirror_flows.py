@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +30,7 @@ from aiokafka.structs import TopicPartition
 
 from lagd.core.config import ClusterSettings, MirrorSettings
 from lagd.core.model import IngestCounters
+from lagd.evaluate.lagtime import LagTime
 from lagd.evaluate.mirror_flow import (
     CopyWatch,
     FlowLimits,
@@ -36,12 +38,13 @@ from lagd.evaluate.mirror_flow import (
     FlowWindow,
     MissingCopy,
     PartitionDelay,
+    failover_seconds,
     judge_flow,
     partition_delay,
 )
 from lagd.ingest.codec import DecodeError
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_consumer
-from lagd.ingest.mirror_records import OffsetSync, decode_checkpoint, decode_heartbeat, decode_offset_sync
+from lagd.ingest.mirror_records import Checkpoint, OffsetSync, decode_checkpoint, decode_heartbeat, decode_offset_sync
 from lagd.runtime import logs
 from lagd.runtime.clock import Clock, wall_ms
 from lagd.state.windows import LogEnd
@@ -139,7 +142,9 @@ async def _session(
             await partitions.read_syncs(counters)
             delays = partitions.delays()
             now = clock()
-            flows.verdicts[mirror.name] = judge_flow(mirror.name, window, now, delays, partitions.missing(now))
+            flows.verdicts[mirror.name] = judge_flow(
+                mirror.name, window, now, delays, partitions.missing(now), partitions.gap_seconds(now)
+            )
             flows.dropped_checkpoints[mirror.name] = window.dropped_checkpoints
             window.look(clock(), delays)
     finally:
@@ -201,6 +206,7 @@ class FlowReader:
         if not new:
             return
         ends = await self.consumer.end_offsets(new)
+        log.info("reading MirrorMaker 2 topics", partitions=[f"{tp.topic}[{tp.partition}]" for tp in new])
         self.live_from.update(ends)
         for tp in new:
             if tp.topic == self.heartbeats:
@@ -309,6 +315,27 @@ class PartitionJudge:
             self.dropped += 1
             return
         self.syncs[k] = sync
+
+    def gap_seconds(self, now_ms: int) -> Callable[[Checkpoint], LagTime | None] | None:
+        """A checkpoint's failover gap in time, from the source's samples of its partition and
+        MM2's newest offset sync of it; None when lagd samples no source."""
+        if self.source is None or self.log_ends is None:
+            return None
+        source, log_ends, prefix = self.source.name, self.log_ends, self.prefix
+        topics: dict[str, dict[int, LogEnd]] = {}  # this pass's: many groups checkpoint one topic
+
+        def seconds(c: Checkpoint) -> LagTime | None:
+            if not c.topic.startswith(prefix):
+                return None
+            topic = c.topic[len(prefix) :]
+            if topic not in topics:
+                topics[topic] = log_ends.topic_log_ends(source, topic)
+            samples = topics[topic].get(c.partition)
+            if samples is None:
+                return None
+            return failover_seconds(c, samples, self.syncs.get((topic, c.partition)), now_ms)
+
+        return seconds
 
     def missing(self, now_ms: int) -> tuple[MissingCopy, ...]:
         """The covered source topics and partitions whose copy the target has lacked for the
