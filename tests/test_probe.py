@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lagd.core.model import GroupStatus
 from lagd.evaluate.probe import (
     NO_LEADER,
     ProbeLimits,
@@ -9,7 +10,11 @@ from lagd.evaluate.probe import (
     canary_assignment,
     partition_of_broker,
 )
-from lagd.ingest.probe import decode, encode
+from lagd.http.probe_view import probe_series, render_probes
+from lagd.ingest.probe import Probes, decode, encode
+from lagd.notify.broker_verdicts import PRODUCER, broker_member, offer_broker_changes
+from lagd.notify.feed import VerdictFeed
+from lagd.notify.incidents import IncidentEngine, Rules
 
 LIMITS = ProbeLimits(timeout_ms=2_000, slow_after_ms=500, window_ms=60_000)
 LEADERS = {1: (0, 1), 2: (1, 2), 3: (2, 3)}
@@ -135,3 +140,46 @@ def test_probe_records_name_their_run() -> None:
     assert decode(value, "other") is None
     assert decode(b"not a probe", "abc") is None
     assert decode(None, "abc") is None
+
+
+def test_a_failing_broker_is_offered_once_as_an_err_member_with_its_reason_and_opens_an_incident() -> None:
+    log = ProbeLog(LIMITS)
+    healthy(log, 1, 1, 1_000)
+    healthy(log, 2, 2, 1_000)
+    feed = VerdictFeed(producers=(PRODUCER,))
+    last: dict[tuple[str, int], str] = {}
+    assert offer_broker_changes({"prod": log.judge("prod", 1_100, LEADERS)}, last, feed, 1_100) == 2
+    assert {feed.get_nowait().status for _ in range(2)} == {GroupStatus.OK}
+    log.sent(3, 2, 1, 2_000)  # never acknowledged
+    verdicts = {"prod": log.judge("prod", 4_000, LEADERS)}
+    assert offer_broker_changes(verdicts, last, feed, 4_000) == 1
+    assert offer_broker_changes(verdicts, last, feed, 4_100) == 0  # no change, nothing offered
+    change = feed.get_nowait()
+    assert (change.group, change.status, change.kind) == (broker_member("prod", 2), GroupStatus.ERR, "broker")
+    engine = IncidentEngine(Rules(severity="ERR"))
+    (opened,) = engine.apply(change)
+    assert opened.event == "opened" and opened.groups == {"broker:prod/2": "ERR"}
+    assert opened.reason.startswith("broker 2 of prod not taking writes: no ack within 2 s")
+    assert "broker(s)" in opened.summary and "failing" in opened.summary
+    # a broker no longer judged is offered NOTFOUND
+    assert offer_broker_changes({"prod": {1: verdicts["prod"][1]}}, last, feed, 5_000) == 1
+    assert feed.get_nowait().status == GroupStatus.NOTFOUND
+
+
+def test_metrics_and_the_status_page_show_each_broker() -> None:
+    log = ProbeLog(LIMITS)
+    healthy(log, 1, 1, 1_000)
+    log.sent(2, 2, 1, 1_000)
+    probes = Probes(verdicts={"prod": log.judge("prod", 4_000, LEADERS)}, problems={"prod": "x while reading"})
+    out: list[str] = []
+    probe_series(out, probes)
+    text = "".join(out)
+    assert 'lagd_probe_broker_status{cluster="prod",broker="1",status="OK"} 1\n' in text
+    assert 'lagd_probe_broker_status{cluster="prod",broker="2",status="NOT_TAKING_WRITES"} 1\n' in text
+    assert 'lagd_probe_ack_seconds{cluster="prod",broker="1"} 0.01\n' in text
+    assert 'lagd_probe_failed{cluster="prod",broker="2"} 1\n' in text
+    html = render_probes(probes, lambda s: f"[{s}]")
+    assert "[NOT_TAKING_WRITES]" in html and "broker 2 of prod not taking writes" in html and "x while reading" in html
+    empty: list[str] = []
+    probe_series(empty, Probes())
+    assert empty == [] and render_probes(Probes(), str) == ""
