@@ -5,7 +5,8 @@ incident resolves.
 Real parts: three KRaft broker/controller JVMs (tests.test_apache_kafka_failover's `kafka_trio`),
 PostgreSQL and the daemon itself (in this process, incidents on, MQTT off: they are read back from
 its API). Each round kills another broker (SIGKILL) and starts it again; PROBE_TEST_ROUNDS (default
-1) sets how many rounds run on the module's one cluster.
+1) sets how many rounds run on the module's one cluster: each round is a new run of lagd on the
+canary topic earlier rounds wrote to, which must read none of it back nor count it lost.
 """
 
 from __future__ import annotations
@@ -95,6 +96,11 @@ async def test_a_killed_broker_is_named_by_the_probe_and_is_one_incident_member_
             return await statuses(lagd) == {n.node_id: "OK" for n in kafka_trio.nodes}
 
         await until(all_ok, 90, "every broker OK by the probe")
+        # rounds after the first start on a topic earlier runs wrote to: none of that is read or lost
+        _, text = await lagd.get("/metrics")
+        assert sorted(re.findall(r'^lagd_probe_lost\{cluster="real",broker="(\d+)"\} 0$', text, re.M)) == [
+            str(n.node_id) for n in kafka_trio.nodes
+        ], text[text.find("lagd_probe_") :]
         seen_others: set[str] = set()
         await asyncio.to_thread(kafka_trio.kill_node, victim, signal.SIGKILL)
         killed = time.monotonic()

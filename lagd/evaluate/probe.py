@@ -57,7 +57,7 @@ class Probe:
     def write_failure(self, now_ms: int, timeout_ms: int) -> str | None:
         """Why the write failed, None if it did not (or is not settled yet)."""
         if self.error is not None:
-            return self.error
+            return self.error.rstrip(". ") or "failed"  # a client's message may end with a full stop
         if self.acked_ms is None and now_ms - self.sent_ms >= timeout_ms:
             return f"no ack within {timeout_ms / 1000:g} s"
         return None

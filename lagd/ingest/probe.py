@@ -13,7 +13,8 @@ Every `probe-interval` one record goes to each broker's partition (acks=all); it
 failure, or `probe-timeout` passing without either, is noted. One consumer without a group reads
 the partitions back: each partition is assigned at the offset of the first probe this lagd wrote
 to it, so a restart never reads (or counts as lost) what an earlier run wrote, and records of
-other writers are ignored (each record names the lagd run that wrote it). Nothing waits on a
+other writers are ignored (each record names the lagd run that wrote it); after a reconnection the
+new consumer goes on where the last one stopped. Nothing waits on a
 broker in the loop's path: each send is a task of its own, at most MAX_IN_FLIGHT per partition.
 """
 
@@ -94,15 +95,29 @@ async def watch_probe(
     """Probe `cluster` every probe-interval into `probes` until `stop`, reconnecting after failures
     as every reader does; the probes' log survives reconnections."""
     state = _Run(ProbeLog(probe_limits(cluster)), uuid.uuid4().hex[:12])
-    await reconnecting(
-        functools.partial(_session, cluster, state, probes, stop, clock),
-        stop,
-        counters,
-        cluster=cluster,
-        what="the end-to-end probe",
-        counter="probe",
-        hint=f"check that the cluster is reachable and lagd may create, write and read {cluster.probe_topic}",
-    )
+    # judged on its own, sessions or not: while lagd reconnects, the probes sent settle as failed
+    judge = asyncio.create_task(_judge(cluster.name, state, probes, stop, clock), name=f"probe-judge-{cluster.name}")
+    try:
+        await reconnecting(
+            functools.partial(_session, cluster, state, probes, stop, clock),
+            stop,
+            counters,
+            cluster=cluster,
+            what="the end-to-end probe",
+            counter="probe",
+            hint=f"check that the cluster is reachable and lagd may create, write and read {cluster.probe_topic}",
+        )
+    finally:
+        judge.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await judge
+
+
+async def _judge(name: str, state: _Run, probes: Probes, stop: asyncio.Event, clock: Clock) -> None:
+    while not stop.is_set():
+        probes.verdicts[name] = state.log.judge(name, clock(), state.leaders)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), JUDGE_EVERY_S)
 
 
 @dataclass
@@ -111,6 +126,9 @@ class _Run:
     run: str
     seq: int = 0
     leaders: dict[int, tuple[int, int]] = field(default_factory=dict)  # broker -> (partition, leader)
+    # partition -> the offset to read next: this run's first probe there, then past each record read.
+    # Kept across reconnections, so a new session's consumer goes on where the last one stopped.
+    read_from: dict[int, int] = field(default_factory=dict)
 
 
 async def _session(cluster: ClusterSettings, state: _Run, probes: Probes, stop: asyncio.Event, clock: Clock) -> None:
@@ -140,7 +158,6 @@ async def _session(cluster: ClusterSettings, state: _Run, probes: Probes, stop: 
                     sends.add(managing)
                     managing.add_done_callback(sends.discard)
             await prober.assign_new()
-            probes.verdicts[cluster.name] = state.log.judge(cluster.name, clock(), state.leaders)
             if reader.done():
                 reader.result()  # its failure ends the session (reconnected)
                 raise RuntimeError("the probe's reader ended")
@@ -181,7 +198,6 @@ class _Prober:
         self.sends = sends
         self.in_flight: dict[int, int] = {}
         self.assigned: set[TopicPartition] = set()
-        self.first_offsets: dict[int, int] = {}  # partition -> offset of this run's first acked probe
 
     async def manage(self, probes: Probes) -> None:
         """Read the brokers and the canary topic's partitions; create the topic, or a partition for a
@@ -254,15 +270,15 @@ class _Prober:
             self.state.log.failed(seq, describe_error(exc))
         else:
             self.state.log.acked(seq, self.clock())
-            self.first_offsets.setdefault(partition, meta.offset)
+            self.state.read_from.setdefault(partition, meta.offset)
         finally:
             self.in_flight[partition] -= 1
 
     async def assign_new(self) -> None:
-        """Read a partition back from this run's first probe in it (see the module's docstring)."""
-        found = {TopicPartition(self.topic, p) for p in self.first_offsets}
+        """Read a partition back from this run's first probe in it, or where the last session stopped."""
+        found = {TopicPartition(self.topic, p) for p in self.state.read_from}
         for tp in await extend_assignment(self.consumer, self.assigned, found):
-            self.consumer.seek(tp, self.first_offsets[tp.partition])
+            self.consumer.seek(tp, self.state.read_from[tp.partition])
 
     async def read(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -271,8 +287,9 @@ class _Prober:
                 continue
             batches = await self.consumer.getmany(timeout_ms=500, max_records=1000)
             now = self.clock()
-            for records in batches.values():
+            for tp, records in batches.items():
                 for r in records:
+                    self.state.read_from[tp.partition] = r.offset + 1
                     seq = decode(r.value, self.state.run)
                     if seq is not None:
                         self.state.log.received(seq, now)
