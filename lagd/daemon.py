@@ -631,7 +631,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 probed = [name for name, c in settings.clusters.items() if c.probe]
                 if probed:
                     grace = 3 * max(settings.clusters[c].probe_interval for c in probed) + 10
-                    spawn(watch_brokers(rt.probes.verdicts, probed, changes, grace, clock=clock), "broker-verdicts")
+                    spawn(watch_brokers(rt.probes, probed, changes, grace, clock=clock), "broker-verdicts")
                 spawn(
                     run_notifier(
                         store.engine, settings.notify, notifier_input, rt.stop, clock=clock, turn=rt.turns.turn

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from lagd.core.model import GroupStatus
 from lagd.evaluate.probe import (
     NO_LEADER,
@@ -12,7 +14,7 @@ from lagd.evaluate.probe import (
 )
 from lagd.http.probe_view import probe_series, render_probes
 from lagd.ingest.probe import Probes, decode, encode
-from lagd.notify.broker_verdicts import PRODUCER, broker_member, offer_broker_changes
+from lagd.notify.broker_verdicts import PRODUCER, broker_member, offer_broker_changes, watch_brokers
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import IncidentEngine, Rules
 
@@ -183,3 +185,33 @@ def test_metrics_and_the_status_page_show_each_broker() -> None:
     empty: list[str] = []
     probe_series(empty, Probes())
     assert empty == [] and render_probes(Probes(), str) == ""
+
+
+async def test_the_feed_waits_for_every_canary_broker_judged_once_before_its_snapshot() -> None:
+    """At a restart a broker in an open incident must not be taken for gone: the feed's snapshot
+    (replayed into the incident engine, which reports members it lacks NOTFOUND) waits until every
+    broker with a canary partition has a verdict, not merely some broker of the cluster."""
+    probes = Probes()
+    feed = VerdictFeed(producers=(PRODUCER,))
+    watcher = asyncio.create_task(watch_brokers(probes, ["prod"], feed, grace_s=60, every_s=0.01))
+    try:
+        log = ProbeLog(LIMITS)
+        healthy(log, 1, 1, 1_000)
+        log.sent(2, 2, 1, 1_000)  # the broker that is down: not settled yet
+        probes.verdicts["prod"] = log.judge("prod", 1_100, LEADERS)
+        for _ in range(100):  # until a pass has offered both brokers (it checks completion right after)
+            if feed.qsize() == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert feed.qsize() == 2 and feed.snapshot("prod") is None
+        probes.complete.add("prod")  # what the adapter sets once every canary broker is judged
+        probes.verdicts["prod"] = log.judge("prod", 3_500, LEADERS)
+        for _ in range(100):
+            if feed.snapshot("prod") is not None:
+                break
+            await asyncio.sleep(0.01)
+        snap = feed.snapshot("prod")
+        assert snap is not None
+        assert {c.group: c.status for c in snap} == {"broker:prod/1": GroupStatus.OK, "broker:prod/2": GroupStatus.ERR}
+    finally:
+        watcher.cancel()

@@ -61,10 +61,12 @@ UNKNOWN_TOPIC = 3
 @dataclass
 class Probes:
     """Every probed cluster's newest verdicts (cluster -> broker -> verdict), read by HTTP and /metrics,
-    and what stands in the way of probing it (cluster -> problem; absent when none)."""
+    what stands in the way of probing it (cluster -> problem; absent when none), and the clusters
+    each of whose canary brokers has been judged at least once."""
 
     verdicts: dict[str, dict[int, BrokerVerdict]] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
+    complete: set[str] = field(default_factory=set)
 
 
 def probe_limits(cluster: ClusterSettings) -> ProbeLimits:
@@ -115,7 +117,9 @@ async def watch_probe(
 
 async def _judge(name: str, state: _Run, probes: Probes, stop: asyncio.Event, clock: Clock) -> None:
     while not stop.is_set():
-        probes.verdicts[name] = state.log.judge(name, clock(), state.leaders)
+        verdicts = probes.verdicts[name] = state.log.judge(name, clock(), state.leaders)
+        if state.leaders and verdicts.keys() >= state.leaders.keys():
+            probes.complete.add(name)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), JUDGE_EVERY_S)
 

@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 
 from lagd.core.model import GroupStatus
 from lagd.evaluate.probe import BrokerVerdict
+from lagd.ingest.probe import Probes
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
 from lagd.runtime.clock import Clock, wall_ms
@@ -62,7 +63,7 @@ def offer_broker_changes(
 
 
 async def watch_brokers(
-    verdicts: Mapping[str, Mapping[int, BrokerVerdict]],
+    probes: Probes,
     clusters: Collection[str],
     changes: VerdictFeed,
     grace_s: float,
@@ -71,16 +72,16 @@ async def watch_brokers(
     clock: Clock = wall_ms,
 ) -> None:
     """Feeds changed broker verdicts to the incident engine. The feed's snapshot waits for this
-    producer until every probed cluster in `clusters` was judged once, or `grace_s` has passed
-    (a cluster lagd cannot reach yet), so a broker in an open incident at a restart is not taken
-    for gone before its first verdict."""
+    producer until every canary broker of every probed cluster in `clusters` was judged once
+    (`Probes.complete`), or `grace_s` has passed (a cluster lagd cannot reach yet), so a broker in
+    an open incident at a restart is not taken for gone before its first verdict."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     complete = False
     last: dict[tuple[str, int], str] = {}
     while True:
-        offer_broker_changes(verdicts, last, changes, clock())
-        if not complete and (all(verdicts.get(c) for c in clusters) or loop.time() - started >= grace_s):
+        offer_broker_changes(probes.verdicts, last, changes, clock())
+        if not complete and (probes.complete >= set(clusters) or loop.time() - started >= grace_s):
             changes.mark_complete(PRODUCER)
             complete = True
         await asyncio.sleep(every_s)
