@@ -12,6 +12,7 @@ canary topic earlier rounds wrote to, which must read none of it back nor count 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psycopg2
 import pytest
 
 from lagd.core.config import Settings, parse
@@ -26,6 +28,7 @@ from lagd.embedded.kafka import KafkaCluster
 from lagd.embedded.services import free_port
 from tests.test_apache_kafka import Lagd, lagd_running
 from tests.test_apache_kafka_failover import BROKERS, kafka_trio  # noqa: F401 (the module's cluster fixture)
+from tests.test_notify_without_mqtt import recorded
 
 pytestmark = pytest.mark.slow
 
@@ -141,3 +144,79 @@ async def test_a_killed_broker_is_named_by_the_probe_and_is_one_incident_member_
         await until(resolved, 60, f"the incident of {member} resolved", poll=0.5)
         (done,) = await incidents_with(lagd, member)
         assert done["id"] == incident["id"]
+
+
+async def test_a_restart_while_a_broker_is_down_keeps_its_incident_open_until_it_is_back(
+    kafka_trio: KafkaCluster,  # noqa: F811
+    database_url: str,
+) -> None:
+    """lagd restarted while a broker is down: the broker's incident stays open through the restart and
+    resolves once the broker is back: opened and resolved, one incident, nothing between. (The new
+    run's notifier replays the current verdicts only once every canary broker has one, else it would
+    take the down broker for gone: tests/test_probe.py holds that; here the notifier's lease came
+    after the probe's first verdicts in every run tried, with that wait removed too.)"""
+    victim = kafka_trio.nodes[-1]
+    member = f"broker:real/{victim.node_id}"
+    hold = {"hold-time": 0.5}  # a member taken for gone would resolve its incident within a second
+    settings = probe_settings(kafka_trio, database_url, free_port())
+    async with lagd_running(replace_notify(settings, hold)) as lagd:
+        await until(lambda: _all_ok(lagd, kafka_trio), 90, "every broker OK by the probe")
+        await asyncio.to_thread(kafka_trio.kill_node, victim, signal.SIGKILL)
+        await until(lambda: _open(lagd, member), 30, f"an open incident with member {member}")
+    token = await _saved_by(database_url)
+    resolved_early: list[dict[str, Any]] = []
+    try:
+        async with lagd_running(replace_notify(probe_settings(kafka_trio, database_url, free_port()), hold)) as lagd:
+
+            async def named_again() -> bool:
+                resolved_early.extend(i for i in await incidents_with(lagd, member) if i["state"] != "open")
+                return (await statuses(lagd)).get(victim.node_id) == "NOT_TAKING_WRITES"
+
+            await until(named_again, 30, f"broker {victim.node_id} named again after the restart")
+            # this run's notifier has replayed the current verdicts into the stored incidents (its
+            # first record carries its own token)
+            await until(lambda: _saved_by_other(database_url, token), 30, "the new run's first incident record")
+            resolved_early.extend(i for i in await incidents_with(lagd, member) if i["state"] != "open")
+            assert not resolved_early, f"resolved while the broker was down: {resolved_early}"
+            await asyncio.to_thread(kafka_trio.start_node, victim)
+
+            async def resolved() -> bool:
+                found = await incidents_with(lagd, member)
+                return bool(found) and all(i["state"] == "resolved" for i in found)
+
+            await until(resolved, 90, f"the incident of {member} resolved", poll=0.5)
+    finally:
+        await asyncio.to_thread(kafka_trio.start_node, victim)  # a no-op when it runs
+    events = [e for e in recorded(database_url) if member in e["groups"]]
+    assert [e["event"] for e in events] == ["opened", "resolved"], events
+    assert len({e["id"] for e in events}) == 1
+
+
+def replace_notify(settings: Settings, notify: dict[str, Any]) -> Settings:
+    return dataclasses.replace(
+        settings, notify=dataclasses.replace(settings.notify, **{k.replace("-", "_"): v for k, v in notify.items()})
+    )
+
+
+async def _all_ok(lagd: Lagd, cluster: KafkaCluster) -> bool:
+    return await statuses(lagd) == {n.node_id: "OK" for n in cluster.nodes}
+
+
+async def _open(lagd: Lagd, member: str) -> bool:
+    return any(i["state"] == "open" for i in await incidents_with(lagd, member))
+
+
+def _saved_by_sync(database_url: str) -> str | None:
+    with psycopg2.connect(database_url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT state->>'saved_by' FROM incident_engine_state WHERE cluster = 'real'")
+        row = cur.fetchone()
+        return None if row is None else row[0]
+
+
+async def _saved_by(database_url: str) -> str | None:
+    """The token of the notifier that last recorded the cluster's incident state."""
+    return await asyncio.to_thread(_saved_by_sync, database_url)
+
+
+async def _saved_by_other(database_url: str, token: str | None) -> bool:
+    return await _saved_by(database_url) not in (None, token)
