@@ -33,10 +33,13 @@ from lagd.http.context import Health, HttpContext
 from lagd.ingest.log_end import sample_log_ends
 from lagd.ingest.mirror_flows import MirrorFlows, mm2_alias, watch_mirror_flow
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
+from lagd.ingest.probe import Probes, watch_probe
 from lagd.ingest.progress import ReaderProgress
 from lagd.ingest.share_groups import ShareGroups, poll_share_groups
 from lagd.ingest.source import read_offsets
 from lagd.notify import outbox
+from lagd.notify.broker_verdicts import PRODUCER as PROBES
+from lagd.notify.broker_verdicts import watch_brokers
 from lagd.notify.delivery import SinkStatus, run_sink
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import in_open_incident, open_members
@@ -95,6 +98,7 @@ class Runtime:
     turns: Turns = field(default_factory=Turns)
     share_groups: ShareGroups = field(default_factory=ShareGroups)  # shown, not judged (lagd.ingest.share_groups)
     mirror_flows: MirrorFlows = field(default_factory=MirrorFlows)  # MM2 flows (lagd.ingest.mirror_flows)
+    probes: Probes = field(default_factory=Probes)  # the end-to-end probe's broker verdicts (lagd.ingest.probe)
 
     def ready(self) -> bool:
         return self.restored.is_set() and all(getattr(p, "caught_up", False) for p in self.progress.values())
@@ -450,6 +454,14 @@ def _start_mirror_flows(rt: Runtime, spawn: Callable[[Coroutine[Any, Any, None],
             spawn(flow, f"mirror-flow-{name}")
 
 
+def _start_probes(rt: Runtime, spawn: Callable[[Coroutine[Any, Any, None], str], None]) -> None:
+    """The end-to-end probe of each cluster with `probe = true` (every worker runs one: each answers
+    for every broker, and each run reads back only its own probes)."""
+    for name, cluster in rt.settings.clusters.items():
+        if cluster.probe:
+            spawn(watch_probe(cluster, rt.probes, rt.counters[name], rt.stop, clock=rt.clock), f"probe-{name}")
+
+
 def _consumed_share(rt: Runtime, cluster: str, assignment: Assignment) -> set[str]:
     """The consumed topics a worker samples itself: its share (the rest come relayed, lagd.scale.relay)."""
     return {t for t in rt.state.consumed_topics(cluster) if assignment.owns(t)}
@@ -546,6 +558,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         turns=rt.turns,
         share_groups=rt.share_groups,
         mirror_flows=rt.mirror_flows,
+        probes=rt.probes,
     )
     ingest: list[asyncio.Task[None]] = []
     others: list[asyncio.Task[None]] = []
@@ -589,6 +602,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             else:
                 _start_readers(rt, positions, spawn_ingest)
             _start_mirror_flows(rt, spawn_ingest)
+            _start_probes(rt, spawn_ingest)
             spawn(freeze_when_caught_up(rt), "gc-freeze")
             spawn(collector.pace(turn=rt.turns.turn), "gc-pace")
             spawn(apply_events(rt, wb), "apply")
@@ -596,7 +610,7 @@ async def _run(rt: Runtime, migrate: bool) -> None:
             spawn(expire_groups(rt), "expiry")
             changes: VerdictFeed | None = None
             if settings.notify.enabled or handover is not None:
-                changes = VerdictFeed(producers=("groups", "mirrors") if settings.mirrors else ("groups",))
+                changes = VerdictFeed(producers=_producers(settings))
             notifier_input: VerdictSource | None = changes
             if handover is not None and changes is not None:
                 # Workers: every worker's changes go to group_verdicts (also what a worker taking a
@@ -614,6 +628,10 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                         store.engine, settings.mirrors, changes, clock=clock, flows=rt.mirror_flows.verdicts
                     )
                     spawn(mirrors, "mirrors")
+                probed = [name for name, c in settings.clusters.items() if c.probe]
+                if probed:
+                    grace = 3 * max(settings.clusters[c].probe_interval for c in probed) + 10
+                    spawn(watch_brokers(rt.probes, probed, changes, grace, clock=clock), "broker-verdicts")
                 spawn(
                     run_notifier(
                         store.engine, settings.notify, notifier_input, rt.stop, clock=clock, turn=rt.turns.turn
@@ -664,6 +682,12 @@ async def _run(rt: Runtime, migrate: bool) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(store.close(), 0.3)
         log.info("lagd stopped")
+
+
+def _producers(settings: Settings) -> tuple[str, ...]:
+    """What feeds the verdict feed: the groups, and the mirrors and the probes where configured."""
+    probes = any(c.probe for c in settings.clusters.values()) and settings.notify.enabled
+    return ("groups", *(("mirrors",) if settings.mirrors else ()), *((PROBES,) if probes else ()))
 
 
 def mqtt_on(settings: Settings) -> bool:

@@ -135,6 +135,9 @@ def test_a_change_survives_the_row_format() -> None:
         change("g", GroupStatus.OK, 2),
         GroupChange("prod", "cluster:prod", GroupStatus.ERR, 3, kind="cluster"),
         GroupChange("prod", "mirror:m/orders", GroupStatus.WARN, 4, topics=("orders",), kind="mirror"),
+        GroupChange(
+            "prod", "broker:prod/2", GroupStatus.ERR, 5, kind="broker", reason="broker 2 of prod not taking writes"
+        ),
     ):
         body = encode_body(ch)
         back = decode_change(ch.cluster, ch.group, str(ch.status), ch.at, body)

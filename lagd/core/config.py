@@ -132,6 +132,14 @@ class ClusterSettings:
     max_group_name: int = 1024  # bytes (UTF-8); Postgres cannot index much longer names
     max_commit_age: float = 0.0  # seconds; 0 = storage.expire-group (an older group is forgotten anyway)
     max_commit_ahead: float = 86_400.0  # seconds a commit time may lie ahead of lagd's clock
+    # The end-to-end probe (lagd.ingest.probe, opt-in): a canary topic with one partition pinned to
+    # each broker, produced to and consumed from every probe-interval; a probe not acknowledged
+    # (or not read back) within probe-timeout counts as failed (lost).
+    probe: bool = False
+    probe_topic: str = "__lagd_probe"
+    probe_interval: float = 10.0
+    probe_timeout: float = 5.0
+    probe_slow_after: float = 1.0  # seconds of produce-ack or end-to-end latency that make a broker SLOW
 
 
 @dataclass(frozen=True)
@@ -542,6 +550,7 @@ def _validate(s: Settings) -> None:
         if c.max_commit_age < 0:
             raise ConfigError(f"{where}.max-commit-age", f"got {c.max_commit_age}, expected 0 (= expire-group) or more")
         positive(f"{where}.max-commit-ahead", c.max_commit_ahead)
+        _validate_probe(where, c)
         for key in ("groups_allow", "groups_deny", "topics_deny"):
             try:
                 re.compile(getattr(c, key))
@@ -666,6 +675,30 @@ def _validate(s: Settings) -> None:
         except re.error as exc:
             raise ConfigError(f"{where}.topics", f"not a valid regular expression: {exc}") from None
     _validate_jobs(s.jobs)
+
+
+def _validate_probe(where: str, c: ClusterSettings) -> None:
+    for key in ("probe_interval", "probe_timeout", "probe_slow_after"):
+        if getattr(c, key) <= 0:
+            raise ConfigError(f"{where}.{_key(key)}", f"got {getattr(c, key)!r}, expected a number of seconds above 0")
+    if c.probe_timeout > c.probe_interval:
+        raise ConfigError(
+            f"{where}.probe-timeout",
+            f"got {c.probe_timeout}, expected at most probe-interval ({c.probe_interval}): a probe is judged before "
+            "the next one goes, so a broker that stops is named within two intervals; raise probe-interval instead",
+        )
+    if c.probe_slow_after >= c.probe_timeout:
+        raise ConfigError(
+            f"{where}.probe-slow-after",
+            f"got {c.probe_slow_after}, expected less than probe-timeout ({c.probe_timeout}): a broker is SLOW "
+            "before its probes count as failed",
+        )
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", c.probe_topic) or c.probe_topic in (".", ".."):
+        raise ConfigError(
+            f"{where}.probe-topic",
+            f"got {c.probe_topic!r}, expected a Kafka topic name (letters, digits, '.', '_', '-'; up to 249) "
+            'that nothing else writes to, such as "__lagd_probe"',
+        )
 
 
 _JVM_MEMORY = re.compile(r"[1-9][0-9]*([kmgtp]b?)?", re.IGNORECASE)

@@ -21,6 +21,7 @@ from lagd.core.model import IngestCounters
 from lagd.evaluate import Evaluator
 from lagd.evaluate.snapshot import Snapshots
 from lagd.ingest.mirror_flows import MirrorFlows
+from lagd.ingest.probe import Probes
 from lagd.ingest.share_groups import ShareGroups
 from lagd.runtime.clock import Clock
 from lagd.runtime.turns import Turns
@@ -101,6 +102,7 @@ class HttpContext:
     share_groups: ShareGroups = field(default_factory=ShareGroups)
     # MirrorMaker 2 flows as last read from their heartbeats and checkpoints (lagd.ingest.mirror_flows)
     mirror_flows: MirrorFlows = field(default_factory=MirrorFlows)
+    probes: Probes = field(default_factory=Probes)  # the end-to-end probe's broker verdicts (lagd.ingest.probe)
 
 
 CTX: web.AppKey[HttpContext] = web.AppKey("lagd_ctx", HttpContext)

@@ -24,6 +24,7 @@ from lagd.evaluate import Evaluator
 from lagd.evaluate.mirror_flow import FLOW_STATUSES
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.http.context import CTX, Health, HttpContext
+from lagd.http.probe_view import probe_series
 from lagd.ingest.mirror_flows import MirrorFlows
 from lagd.ingest.share_groups import ShareGroups
 from lagd.ingest.validate import REASONS as REJECT_REASONS
@@ -532,6 +533,7 @@ async def metrics(request: web.Request) -> web.Response:
         await slices.turn()
     share_group_series(out, ctx.share_groups)
     mirror_flow_series(out, ctx.mirror_flows)
+    probe_series(out, ctx.probes)
     return web.Response(body=_chunks(out, ctx.turns.turn), headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -31,6 +31,7 @@ from lagd.http.burrow_v3 import known_cluster
 from lagd.http.context import CTX, HttpContext
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
 from lagd.http.metrics import each_snapshot
+from lagd.http.probe_view import render_probes
 from lagd.http.routing import peer_groups
 from lagd.state.windows import FIELDS, LAG, NO_LAG, State
 
@@ -441,7 +442,7 @@ def render(
         '<a href="/metrics">metrics</a> · <a href="/v3/kafka">Burrow v3</a> · '
         '<a href="/lagd/v1/openapi.json">API</a></p>'
         f"<h2>lagd's health</h2>{render_health(ctx, now)}"
-        f"{''.join(rows)}{render_mirror_flows(ctx)}<h2>incidents</h2>{render_incidents(incidents, now)}",
+        f"{''.join(rows)}{render_mirror_flows(ctx)}{render_probes(ctx.probes, _badge)}<h2>incidents</h2>{render_incidents(incidents, now)}",
     )
 
 

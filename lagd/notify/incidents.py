@@ -31,7 +31,9 @@ Ids are deterministic: incident `<cluster>-<opened_at>-<hash of first group>` (w
 `<incident_id>:<seq>`, so replaying the same input yields the same ids (outbox dedup).
 A member is a consumer group or, with `kind="mirror"`, a mirrored topic judged by the mirror
 job (the daemon names it `mirror:<mirror>/<topic>` on the mirror's target cluster); the rules
-are the same for both, only the summary words differ. With `kind="cluster"` the member is lagd's
+are the same for both, only the summary words differ. With `kind="broker"` the member is a broker
+the end-to-end probe finds not taking writes or not serving reads (`broker:<cluster>/<id>`), the
+incident's first reason the probe's. With `kind="cluster"` the member is lagd's
 own view of a cluster (`cluster:<name>`): ERR while lagd cannot read it, so a broker outage is
 one "cluster unreachable" incident while the groups' verdicts are held.
 
@@ -50,7 +52,7 @@ from typing import Any, Literal
 from lagd.core.model import GroupStatus, PartitionStatus
 
 EventKind = Literal["opened", "updated", "resolved"]
-MemberKind = Literal["group", "mirror", "cluster"]
+MemberKind = Literal["group", "mirror", "cluster", "broker"]
 # (topic, partition, status, owner host) of a group's non-OK partitions, the status as its plain
 # str (PartitionStatus.X.value): a tuple of atomic values, which the collector stops tracking at
 # its first look. The feed keeps every group's latest change; with the enum members in them, at
@@ -73,6 +75,8 @@ class GroupChange:
     topics: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     kind: MemberKind = "group"  # "mirror": a mirrored topic's verdict; "cluster": lagd cannot read the cluster
+    # "broker": the end-to-end probe's verdict of a broker (lagd.notify.broker_verdicts), and why
+    reason: str = ""
 
 
 # The partitions an incident event lists (the first groups' by name; `partitions_total` counts
@@ -580,7 +584,8 @@ class IncidentEngine:
             )
         else:
             summary = (
-                f"{inc.severity}: {bad} of the {len(groups)} {what} in this incident lagging "
+                f"{inc.severity}: {bad} of the {len(groups)} {what} in this incident "
+                f"{'failing' if what == 'broker(s)' else 'lagging'} "
                 f"on cluster {inc.cluster} ({reason})"
             )
             if note:
@@ -647,6 +652,8 @@ TOGETHER = "went bad together, no topic or host in common"
 
 
 def _first_reason(change: GroupChange) -> str:
+    if change.kind == "broker":
+        return change.reason or f"broker {change.group}"
     if change.kind == "cluster":
         return f"cluster {change.cluster} unreachable"
     return f"{'mirrored topic' if change.kind == 'mirror' else 'group'} {change.group}"
@@ -657,6 +664,8 @@ def _members_noun(kinds: set[str]) -> str:
         return "view(s) of lagd"
     if kinds == {"mirror"}:
         return "mirrored topic(s)"
+    if kinds == {"broker"}:
+        return "broker(s)"
     if "mirror" in kinds:
         return "consumer group(s) and mirrored topic(s)"
     return "consumer group(s)"

@@ -70,7 +70,7 @@ LOOKBACK_S = 10.0
 FULL_EVERY_S = 60.0
 NOTFOUND_KEEP_MS = 6 * 3600 * 1000
 CLEANUP_EVERY_S = 3600.0
-_KINDS = ("group", "mirror", "cluster")
+_KINDS = ("group", "mirror", "cluster", "broker")
 
 _UPSERT = text(
     """
@@ -105,6 +105,7 @@ def encode_body(change: GroupChange) -> dict[str, Any]:
         "partitions": [[t, p, str(s), h] for t, p, s, h in change.partitions],
         "topics": list(change.topics),
         "hosts": list(change.hosts),
+        **({"reason": change.reason} if change.reason else {}),  # a broker's: the probe's (lagd.notify.broker_verdicts)
     }
 
 
@@ -127,6 +128,7 @@ def decode_change(cluster: str, group: str, status: str, at: int, body: Any) -> 
         topics=tuple(str(t) for t in body.get("topics", ())),
         hosts=tuple(str(h) for h in body.get("hosts", ())),
         kind=kind,
+        reason=str(body.get("reason", "")),
     )
 
 
