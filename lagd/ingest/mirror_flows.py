@@ -129,7 +129,10 @@ async def _session(
     clock: Clock,
 ) -> None:
     alias = mm2_alias(mirror)
-    consumer = await start_consumer(target, fetch_max_wait_ms=FETCH_WAIT_MS)
+    # "earliest": aiokafka resets a newly assigned partition by the default strategy while
+    # seek_to_beginning's own reset may be pending; an in-flight "latest" answer then wins and
+    # checkpoints written meanwhile are skipped (reproduced: 6 of 30 fresh topics missed)
+    consumer = await start_consumer(target, fetch_max_wait_ms=FETCH_WAIT_MS, auto_offset_reset="earliest")
     reader = FlowReader(consumer, f"{alias}.heartbeats", f"{alias}.checkpoints.internal", clock)
     loop = asyncio.get_running_loop()
     try:
@@ -255,7 +258,7 @@ class PartitionJudge:
 
     async def start(self) -> None:
         if self.source is not None and self.log_ends is not None:
-            self.consumer = await start_consumer(self.source)
+            self.consumer = await start_consumer(self.source, auto_offset_reset="earliest")
 
     async def close(self) -> None:
         if self.consumer is not None:
