@@ -129,10 +129,7 @@ async def _session(
     clock: Clock,
 ) -> None:
     alias = mm2_alias(mirror)
-    # "earliest": aiokafka resets a newly assigned partition by the default strategy while
-    # seek_to_beginning's own reset may be pending; an in-flight "latest" answer then wins and
-    # checkpoints written meanwhile are skipped (reproduced: 6 of 30 fresh topics missed)
-    consumer = await start_consumer(target, fetch_max_wait_ms=FETCH_WAIT_MS, auto_offset_reset="earliest")
+    consumer = await start_consumer(target, fetch_max_wait_ms=FETCH_WAIT_MS)
     reader = FlowReader(consumer, f"{alias}.heartbeats", f"{alias}.checkpoints.internal", clock)
     loop = asyncio.get_running_loop()
     try:
@@ -258,7 +255,7 @@ class PartitionJudge:
 
     async def start(self) -> None:
         if self.source is not None and self.log_ends is not None:
-            self.consumer = await start_consumer(self.source, auto_offset_reset="earliest")
+            self.consumer = await start_consumer(self.source)
 
     async def close(self) -> None:
         if self.consumer is not None:

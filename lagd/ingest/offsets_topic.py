@@ -309,7 +309,6 @@ async def _session(
         consumer = await start_consumer(
             cluster,
             isolation_level="read_committed",
-            auto_offset_reset="earliest",
             exclude_internal_topics=False,
             metadata_max_age_ms=int(cluster.topic_refresh * 1000),
         )
