@@ -146,7 +146,7 @@ async def _session(
                 mirror.name, window, now, delays, partitions.missing(now), partitions.gap_seconds(now)
             )
             flows.dropped_checkpoints[mirror.name] = window.dropped_checkpoints
-            window.look(clock(), delays)
+            window.look(now, delays)
     finally:
         await close_quietly(consumer.stop)
         await partitions.close()

@@ -245,10 +245,8 @@ class _Prober:
             total = len(replicas) + len(plan)
             await self.admin.create_partitions({self.topic: NewPartitions(total, [plan[p] for p in sorted(plan)])})
             log.info("probe partitions added", cluster=self.cluster.name, topic=self.topic, assignment=plan)
-        self.state.leaders = {
-            b: (p, leaders.get(p, NO_LEADER) if leaders.get(p, NO_LEADER) >= 0 else NO_LEADER)
-            for b, p in partition_of_broker(replicas).items()
-        }
+        # Kafka names no leader -1, as NO_LEADER does
+        self.state.leaders = {b: (p, leaders.get(p, NO_LEADER)) for b, p in partition_of_broker(replicas).items()}
 
     def send_round(self) -> None:
         for broker, (partition, _) in sorted(self.state.leaders.items()):
