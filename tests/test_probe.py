@@ -12,7 +12,8 @@ from lagd.evaluate.probe import (
     canary_assignment,
     partition_of_broker,
 )
-from lagd.http.probe_view import probe_series, render_probes
+from lagd.http.metrics import probe_series
+from lagd.http.page import render_probes
 from lagd.ingest.probe import Probes, decode, encode
 from lagd.notify.broker_verdicts import PRODUCER, broker_member, offer_broker_changes, watch_brokers
 from lagd.notify.feed import VerdictFeed

@@ -22,10 +22,11 @@ from aiohttp import web
 from lagd.core.model import GroupStatus
 from lagd.evaluate import Evaluator
 from lagd.evaluate.mirror_flow import FLOW_STATUSES
+from lagd.evaluate.probe import BROKER_STATUSES
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.http.context import CTX, Health, HttpContext
-from lagd.http.probe_view import probe_series
 from lagd.ingest.mirror_flows import MirrorFlows
+from lagd.ingest.probe import Probes
 from lagd.ingest.share_groups import ShareGroups
 from lagd.ingest.validate import REASONS as REJECT_REASONS
 from lagd.runtime import logs
@@ -294,6 +295,41 @@ def mirror_flow_series(out: list[str], view: MirrorFlows) -> None:
     out.extend(gap_s.text())
     out.extend(dropped.text())
     out.extend(missing.text())
+
+
+def probe_series(out: list[str], probes: Probes) -> None:
+    """The end-to-end probe (lagd.ingest.probe), per broker: its status, produce-ack and end-to-end
+    latency, probes sent, failed and lost (nothing while no cluster is probed)."""
+    rows = [(c, b, v) for c, brokers in sorted(probes.verdicts.items()) for b, v in sorted(brokers.items())]
+    if not rows:
+        return
+    status = _Family(
+        out, "lagd_probe_broker_status", "gauge", "1 for the broker's current probe status, 0 for the others"
+    )
+    figures = [
+        (_Family([], name, "gauge", help_text), field)
+        for name, help_text, field in (
+            ("lagd_probe_ack_seconds", "Produce-ack latency of the newest acknowledged probe (acks=all)", "ack_s"),
+            ("lagd_probe_end_to_end_seconds", "Sent to read back, of the newest probe read back", "e2e_s"),
+            ("lagd_probe_sent", "Probes sent to the broker's canary partition in the trailing window", "sent"),
+            (
+                "lagd_probe_failed",
+                "Of them, writes that failed or were not acknowledged within probe-timeout",
+                "failed",
+            ),
+            ("lagd_probe_lost", "Of them, acknowledged but not read back within probe-timeout", "lost"),
+        )
+    ]
+    for cluster, broker, v in rows:
+        labels = f'cluster="{_esc(cluster)}",broker="{broker}"'
+        for s in BROKER_STATUSES:
+            status.add(f'{labels},status="{s}"', 1 if v.status == s else 0)
+        for family, field in figures:
+            value = getattr(v, field)
+            if value is not None:
+                family.add(labels, value)
+    for family, _ in figures:
+        out.extend(family.text())
 
 
 def _health(out: list[str], health: Health, now_ms: int) -> None:

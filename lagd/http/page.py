@@ -13,7 +13,7 @@ stored history (GET /lagd/v1/consumer/{cluster}/{group}/history computes the sam
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
@@ -31,8 +31,8 @@ from lagd.http.burrow_v3 import known_cluster
 from lagd.http.context import CTX, HttpContext
 from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
 from lagd.http.metrics import each_snapshot
-from lagd.http.probe_view import render_probes
 from lagd.http.routing import peer_groups
+from lagd.ingest.probe import Probes
 from lagd.state.windows import FIELDS, LAG, NO_LAG, State
 
 REFRESH_S = 10
@@ -309,6 +309,31 @@ def render_health(ctx: HttpContext, now_ms: int) -> str:
         parts.append('<span class="muted">MQTT off (notify.mqtt-enabled = false); incidents go to the sinks</span>')
     extra = f'<p class="store-health">{" · ".join(parts)}</p>' if parts else ""
     return table + extra
+
+
+def render_probes(probes: Probes, badge: Callable[[str], str]) -> str:
+    """The status page's table of probed brokers (empty while no cluster is probed)."""
+    if not probes.verdicts and not probes.problems:
+        return ""
+    rows = []
+    for cluster, brokers in sorted(probes.verdicts.items()):
+        for broker, v in sorted(brokers.items()):
+            ack = "-" if v.ack_s is None else f"{v.ack_s:.3f}"
+            e2e = "-" if v.e2e_s is None else f"{v.e2e_s:.3f}"
+            rows.append(
+                f'<tr class="probe is-{v.status.lower()}"><td>{escape(cluster)}</td><td class=n>{broker}</td>'
+                f"<td>{badge(v.status)}</td>"
+                f"<td>{escape(v.reason)}</td><td class=n>{ack}</td><td class=n>{e2e}</td>"
+                f"<td class=n>{v.sent}</td><td class=n>{v.failed}</td><td class=n>{v.lost}</td></tr>"
+            )
+    problems = "".join(
+        f'<p class="warn">probe of {escape(c)}: {escape(p)}</p>' for c, p in sorted(probes.problems.items())
+    )
+    return (
+        "<h2>brokers (end-to-end probe)</h2>" + problems + "<table><tr><th>cluster</th><th>broker</th>"
+        "<th>status</th><th>why</th><th>ack (s)</th><th>end-to-end (s)</th><th>sent</th><th>failed</th>"
+        "<th>lost</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def render_mirror_flows(ctx: HttpContext) -> str:
