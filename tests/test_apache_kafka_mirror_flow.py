@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from lagd.core.config import parse
+from lagd.core.config import Settings, parse
 from lagd.core.model import IngestCounters
 from lagd.embedded.kafka import KafkaCluster
 from lagd.embedded.services import free_port
@@ -261,6 +261,25 @@ async def _agreement(flows: MirrorFlows, arrivals: Arrivals, looks: int) -> list
     return pairs
 
 
+def daemon_settings(source: KafkaCluster, target: KafkaCluster, database_url: str, mirror: dict[str, Any]) -> Settings:
+    """The daemon's settings for a mirror "m" from src to dst as MM2 names it ("src." prefix), both
+    clusters sampled every 2 s, with `mirror`'s keys on top; notify off."""
+    clusters = {
+        name: {"bootstrap-servers": c.bootstrap.split(","), "offset-refresh": 2.0, "topic-refresh": 2.0}
+        for name, c in (("src", source), ("dst", target))
+    }
+    return parse(
+        {
+            "clusters": clusters,
+            "mirrors": {"m": {"source": "src", "target": "dst", "rename": "prefix", "prefix": "src.", **mirror}},
+            "storage": {"database-url": database_url, "flush-interval": 0.2},
+            "http": {"listen": f"127.0.0.1:{free_port()}"},
+            "notify": {"enabled": False},
+        },
+        env={},
+    )
+
+
 async def _flow_until(lagd: Any, check: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
     """The daemon's /lagd/v1/mirrors/m/flow body once it passes `check`."""
     deadline = time.monotonic() + timeout
@@ -285,24 +304,9 @@ async def test_the_daemon_judges_a_throttled_flow_lagging_from_its_partitions(
     mirror_clusters: tuple[KafkaCluster, KafkaCluster], database_url: str, unique: str
 ) -> None:
     source, target = mirror_clusters
-    port = free_port()
-    settings = parse(
-        {
-            "clusters": {
-                "src": {"bootstrap-servers": source.bootstrap.split(","), "offset-refresh": 2.0, "topic-refresh": 2.0},
-                "dst": {"bootstrap-servers": target.bootstrap.split(","), "offset-refresh": 2.0, "topic-refresh": 2.0},
-            },
-            "mirrors": {
-                "m": {
-                    "source": "src", "target": "dst", "rename": "prefix", "prefix": "src.", "topics": f"slow-{unique}",
-                    "window": 60.0, "heartbeat-lag-after": 5.0, "heartbeat-stall-after": 120.0,
-                }
-            },
-            "storage": {"database-url": database_url, "flush-interval": 0.2},
-            "http": {"listen": f"127.0.0.1:{port}"},
-            "notify": {"enabled": False},
-        },
-        env={},
+    settings = daemon_settings(
+        source, target, database_url,
+        {"topics": f"slow-{unique}", "window": 60.0, "heartbeat-lag-after": 5.0, "heartbeat-stall-after": 120.0},
     )  # fmt: skip
     topic = f"slow-{unique}"
     await create_topic(source.bootstrap, topic, PARTITIONS)
@@ -356,24 +360,9 @@ async def test_a_covered_topic_mm2_does_not_copy_makes_the_flow_incomplete_until
     flow is INCOMPLETE naming the other, every partition of it; MM2 restarted with both: OK."""
     source, target = mirror_clusters
     kept, left = f"kept-{unique}", f"left-{unique}"
-    settings = parse(
-        {
-            "clusters": {
-                "src": {"bootstrap-servers": source.bootstrap.split(","), "offset-refresh": 2.0, "topic-refresh": 2.0},
-                "dst": {"bootstrap-servers": target.bootstrap.split(","), "offset-refresh": 2.0, "topic-refresh": 2.0},
-            },
-            "mirrors": {
-                "m": {
-                    "source": "src", "target": "dst", "rename": "prefix", "prefix": "src.",
-                    "topics": f"(kept|left)-{unique}", "topic-missing-after": 10.0,
-                }
-            },
-            "storage": {"database-url": database_url, "flush-interval": 0.2},
-            "http": {"listen": f"127.0.0.1:{free_port()}"},
-            "notify": {"enabled": False},
-        },
-        env={},
-    )  # fmt: skip
+    settings = daemon_settings(
+        source, target, database_url, {"topics": f"(kept|left)-{unique}", "topic-missing-after": 10.0}
+    )
     for topic in (kept, left):
         await create_topic(source.bootstrap, topic, PARTITIONS)
         await produce(source.bootstrap, topic, 10, PARTITIONS)
