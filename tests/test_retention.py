@@ -1,0 +1,120 @@
+"""The retention judgement (lagd.evaluate.retention): records lost, at risk, share of retention used."""
+
+from __future__ import annotations
+
+import pytest
+
+from lagd.evaluate.retention import (
+    DEFAULT_HORIZON_MS,
+    RetentionState,
+    duration_words,
+    is_compacted,
+    judge,
+    pace,
+)
+
+MIN = 60_000
+HOUR = 60 * MIN
+
+
+def test_ok_when_far_ahead_of_the_log_start() -> None:
+    r = judge(900, [(0, 800), (MIN, 900)], [(0, 0), (MIN, 0)], [(0, 900), (MIN, 1000)], MIN)
+    assert r.state is RetentionState.OK
+    assert r.retention_used == pytest.approx(100 / 1000)
+    assert r.falls_off_in_ms is None  # the log start does not move
+
+
+def test_records_lost_counts_and_dates_the_crossing() -> None:
+    commits = [(0, 100), (10 * MIN, 100)]  # a stuck consumer at 100
+    starts = [(0, 0), (2 * MIN, 50), (4 * MIN, 120), (6 * MIN, 180)]
+    ends = [(0, 1000), (6 * MIN, 1600)]
+    r = judge(100, commits, starts, ends, 6 * MIN)
+    assert r.state is RetentionState.LOST
+    assert r.lost == 80
+    assert r.lost_since == 4 * MIN and r.since_exact
+    assert r.reason == "records lost: 80 records deleted unread since 1970-01-01T00:04:00Z"
+    assert r.retention_used == pytest.approx(1500 / 1420)
+
+
+def test_records_lost_before_the_oldest_sample_says_before() -> None:
+    r = judge(10, [(0, 10)], [(5 * MIN, 40), (6 * MIN, 50)], [(6 * MIN, 90)], 6 * MIN)
+    assert r.state is RetentionState.LOST and r.lost == 40
+    assert not r.since_exact and r.lost_since == 5 * MIN
+    assert "since before 1970-01-01T00:05:00Z" in r.reason
+
+
+def test_lost_since_follows_a_moving_consumer() -> None:
+    # The consumer moved from 0 to 300; the log start passed its committed offset of the time
+    # only at 3 min (at 2 min it was at 150 while the consumer had 200).
+    commits = [(0, 0), (MIN, 100), (2 * MIN, 200), (3 * MIN, 300)]
+    starts = [(0, 0), (MIN, 50), (2 * MIN, 150), (3 * MIN, 350), (4 * MIN, 400)]
+    r = judge(300, commits, starts, [(4 * MIN, 1000)], 4 * MIN)
+    assert r.state is RetentionState.LOST and r.lost == 100
+    assert r.lost_since == 3 * MIN and r.since_exact
+
+
+def test_at_risk_within_the_horizon_says_in_how_long() -> None:
+    # Log start advances 10 records/s, the consumer 4/s, gap 3600 records: closes at 6/s, 600 s.
+    starts = [(0, 0), (HOUR, 36_000)]
+    commits = [(0, 25_200), (HOUR, 39_600)]
+    r = judge(39_600, commits, starts, [(0, 40_000), (HOUR, 76_000)], HOUR)
+    assert r.state is RetentionState.AT_RISK
+    assert r.falls_off_in_ms == pytest.approx(600_000, abs=1)
+    assert r.reason == "at risk: falls off the log in about 10 min"
+    assert r.advance_per_s == pytest.approx(10) and r.consume_per_s == pytest.approx(4)
+    assert r.produce_per_s == pytest.approx(10)
+
+
+def test_at_risk_counts_the_time_since_the_newest_log_start_sample() -> None:
+    starts = [(0, 0), (HOUR, 36_000)]
+    commits = [(0, 39_600), (HOUR, 39_600)]  # stuck: gap 3600 at 10/s = 360 s after the sample
+    r = judge(39_600, commits, starts, [(HOUR, 80_000)], HOUR + 60_000)
+    assert r.falls_off_in_ms == pytest.approx(300_000, abs=1)
+
+
+def test_beyond_the_horizon_is_ok_with_its_prediction() -> None:
+    starts = [(0, 0), (HOUR, 3600)]  # 1 record/s
+    r = judge(3600 + 5 * 3600, [(0, 3600 + 5 * 3600)], starts, [(HOUR, 40_000)], HOUR)
+    assert r.state is RetentionState.OK
+    assert r.falls_off_in_ms == 5 * HOUR > DEFAULT_HORIZON_MS
+    r2 = judge(3600 + 5 * 3600, [(0, 3600 + 5 * 3600)], starts, [(HOUR, 40_000)], HOUR, horizon_ms=6 * HOUR)
+    assert r2.state is RetentionState.AT_RISK
+
+
+def test_a_consumer_faster_than_retention_is_never_at_risk() -> None:
+    starts = [(0, 0), (HOUR, 3600)]
+    commits = [(0, 100), (HOUR, 3700 + 7200)]
+    r = judge(3700 + 7200, commits, starts, [(HOUR, 20_000)], HOUR)
+    assert r.state is RetentionState.OK and r.falls_off_in_ms is None
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete", "delete, compact", "COMPACT"])
+def test_compacted_topics_are_not_judged(policy: str) -> None:
+    assert is_compacted(policy)
+    r = judge(0, [(0, 0)], [(0, 500)], [(0, 900)], 0, compacted=is_compacted(policy))
+    assert r.state is RetentionState.COMPACTED and r.lost == 0
+    assert "not comparable" in r.reason and r.retention_used is None
+
+
+def test_delete_policy_is_not_compacted() -> None:
+    assert not is_compacted("delete") and not is_compacted(None) and not is_compacted("")
+
+
+def test_unknown_without_samples() -> None:
+    assert judge(5, [(0, 5)], [], [(0, 9)], 0).state is RetentionState.UNKNOWN
+    assert judge(None, [], [(0, 0)], [(0, 9)], 0).state is RetentionState.UNKNOWN
+
+
+def test_empty_log_and_caught_up_consumer() -> None:
+    r = judge(50, [(0, 50)], [(0, 50)], [(0, 50)], 0)
+    assert r.state is RetentionState.OK and r.retention_used == 0.0
+
+
+def test_pace_and_words() -> None:
+    assert pace([(0, 0)]) is None
+    assert pace([(0, 0), (0, 10)]) is None
+    assert pace([(0, 100), (1000, 50)]) == 0.0  # a recreated log never reads as negative
+    assert pace([(0, 0), (2000, 10)]) == pytest.approx(0.005)
+    assert duration_words(40_000) == "40 s"
+    assert duration_words(12 * MIN) == "12 min"
+    assert duration_words(3.5 * HOUR) == "3.5 h"
