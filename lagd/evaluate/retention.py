@@ -25,7 +25,7 @@ consumer still has to read (1.0 or more: the consumer is at or past the log star
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 
@@ -133,40 +133,41 @@ def judge(
         lag = max(0, end - committed)
         used = lag / span if span > 0 else (0.0 if lag == 0 else None)
     advance, consume, produce = pace(starts), pace(commits), pace(ends)
-    per_s = {
-        "advance_per_s": None if advance is None else advance * 1000,
-        "consume_per_s": None if consume is None else consume * 1000,
-        "produce_per_s": None if produce is None else produce * 1000,
-    }
+    base = Retention(
+        RetentionState.OK,
+        "",
+        used,
+        advance_per_s=None if advance is None else advance * 1000,
+        consume_per_s=None if consume is None else consume * 1000,
+        produce_per_s=None if produce is None else produce * 1000,
+    )
     if committed < start:
         since, exact = _lost_since(starts, commits, committed)
         n = start - committed
-        return Retention(
-            RetentionState.LOST,
-            lost_words(n, since, exact),
-            used,
+        return replace(
+            base,
+            state=RetentionState.LOST,
+            reason=lost_words(n, since, exact),
             lost=n,
             lost_since=since,
             since_exact=exact,
-            **per_s,
         )
     gap = committed - start
     closing = (advance or 0.0) - (consume or 0.0)
     if closing <= 0:
-        return Retention(RetentionState.OK, "", used, **per_s)
+        return base
     # Project from the newest log-start sample: the log start keeps advancing, the consumer too.
     elapsed = max(0, now_ms - starts[-1][0])
     left = gap / closing - elapsed
     falls = max(0, round(left))
     if falls <= horizon_ms:
-        return Retention(
-            RetentionState.AT_RISK,
-            f"at risk: falls off the log in about {duration_words(falls)}",
-            used,
+        return replace(
+            base,
+            state=RetentionState.AT_RISK,
+            reason=f"at risk: falls off the log in about {duration_words(falls)}",
             falls_off_in_ms=falls,
-            **per_s,
         )
-    return Retention(RetentionState.OK, "", used, falls_off_in_ms=falls, **per_s)
+    return replace(base, falls_off_in_ms=falls)
 
 
 def utc_words(ms: int) -> str:
