@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lagd.core.model import Commit, GroupStatus, LogEndSample, LogStartSample, TopicPolicy
 from lagd.evaluate.retention import (
     DEFAULT_HORIZON_MS,
     RetentionState,
@@ -12,6 +13,9 @@ from lagd.evaluate.retention import (
     judge,
     pace,
 )
+from lagd.evaluate.retention_view import retention_reason
+from lagd.evaluate.verdicts import Evaluator
+from lagd.state.windows import State
 
 MIN = 60_000
 HOUR = 60 * MIN
@@ -118,3 +122,57 @@ def test_pace_and_words() -> None:
     assert duration_words(40_000) == "40 s"
     assert duration_words(12 * MIN) == "12 min"
     assert duration_words(3.5 * HOUR) == "3.5 h"
+
+
+# --- composed with the window verdict (Evaluator) ----------------------------------------
+
+
+def _healthy(state: State, start_at: list[int], sampled: bool = True) -> None:
+    """A consumer the window rules find OK: it commits every 10 s for 10 min, caught up with a
+    log end moving at 1 record/s; the log start stands at `start_at[k]` at the k-th minute."""
+    for k in range(61):
+        ts = k * 10_000
+        end = 10_000 + k * 10
+        state.apply(LogEndSample("k", "t", 0, end, ts))
+        state.apply(Commit("k", "g", "t", 0, end, k, ts, ts))
+        if sampled and k % 6 == 0:
+            state.apply(LogStartSample("k", "t", 0, start_at[k // 6], ts))
+
+
+def test_records_lost_make_an_otherwise_ok_group_err_with_the_count_and_the_time() -> None:
+    # The log start jumps past the consumer at 8 min (DeleteRecords, or a burst of retention).
+    starts = [0] * 8 + [10_700, 10_800, 10_900]
+    alone = State()
+    _healthy(alone, starts, sampled=False)
+    assert Evaluator(alone, cache_ttl_ms=0).group("k", "g", 10 * MIN).status is GroupStatus.OK
+    state = State()
+    _healthy(state, starts)
+    evaluator = Evaluator(state, cache_ttl_ms=0)
+    v = evaluator.group("k", "g", 10 * MIN)
+    assert v.status is GroupStatus.ERR
+    [note] = v.retention
+    # committed 10,600 at 10 min, log start 10,900: 300 lost; the start passed it at 8 min
+    assert (note.state, note.lost, note.lost_since) == (RetentionState.LOST, 300, 8 * MIN)
+    assert retention_reason(v.retention) == "t/0 records lost: 300 records deleted unread since 1970-01-01T00:08:00Z"
+    snap = evaluator.snapshot("k", "g", 10 * MIN)
+    assert snap.status is GroupStatus.ERR and snap.retention == v.retention
+
+
+def test_at_risk_makes_an_otherwise_ok_group_warn_and_compaction_takes_it_back() -> None:
+    # The log start advances 10 records/s (60 s apart: 600), the consumer 1/s: from 6,000 at
+    # 10 min against the consumer's 10,600, 4,600 records close at 9/s: 511 s.
+    starts = [600 * k for k in range(11)]
+    state = State()
+    _healthy(state, starts)
+    evaluator = Evaluator(state, cache_ttl_ms=0)
+    v = evaluator.group("k", "g", 10 * MIN)
+    assert v.status is GroupStatus.WARN
+    assert [n.reason for n in v.retention] == ["at risk: falls off the log in about 9 min"]
+    assert v.retention[0].falls_off_in_ms == pytest.approx(4_600 / 9 * 1000, abs=1)
+    evaluator.retention_horizon_ms["k"] = 5 * MIN
+    v = evaluator.group("k", "g", 10 * MIN)
+    assert v.status is GroupStatus.OK and v.retention[0].state is RetentionState.OK
+    evaluator.retention_horizon_ms.clear()
+    state.apply(TopicPolicy("k", "t", "compact"))
+    v = evaluator.group("k", "g", 10 * MIN)
+    assert v.status is GroupStatus.OK and v.retention[0].state is RetentionState.COMPACTED

@@ -29,6 +29,8 @@ from lagd.evaluate.lagd_fast import _C_SAID, Answer, GroupFacts, LagdJudge, judg
 from lagd.evaluate.lagd_fast import compiled_pass as _judge_topic
 from lagd.evaluate.lagd_rules import NEVER, LagdParams
 from lagd.evaluate.lagtime import reached_in
+from lagd.evaluate.retention import DEFAULT_HORIZON_MS
+from lagd.evaluate.retention_view import STATUS_OF, group_retention, worst_of
 from lagd.evaluate.rules import (
     J_CAUGHT_UP,
     J_EMPTY,
@@ -183,6 +185,8 @@ class Evaluator:
         # lagd has not read (brokers cut off, before lagd can tell it is blind) never counts.
         # Asked at each evaluation, so a verdict never lags behind lagd's own sight.
         self.seen_through: Callable[[str, int], int | None] = _seen_now
+        # Per cluster: WARN "at risk" when a consumer falls off the log within this (ms).
+        self.retention_horizon_ms: dict[str, int] = {}
         self.allowed_lag = allowed_lag
         self.minimum_complete = minimum_complete
         self.cache_ttl_ms = cache_ttl_ms
@@ -439,6 +443,11 @@ class Evaluator:
             if rows is not None and rows.count() > had:
                 rows.topics.append(topic)
         worst, totallag, maxlag, _, full, max_seconds, recheck, mask, bound = tally
+        # Records lost to retention (ERR) or at risk (WARN), beside the window rules' verdict.
+        notes = group_retention(
+            state, cluster, windows, judged_at, self.retention_horizon_ms.get(cluster, DEFAULT_HORIZON_MS)
+        )
+        worst = max(worst, _WORST.index(worst_of(notes)))
         kept: Since = {topic: s.tobytes() if isinstance(s, array) else s for topic, s in since.items()}
         if rows is not None:
             count = rows.count()
@@ -456,6 +465,7 @@ class Evaluator:
                 tuple(rows.topics),
                 bytes(rows.rows),
                 bytes(rows.seconds),
+                tuple(n for n in notes if n.state in STATUS_OF),
             )
             return snap, kept, recheck, judged_at
         count = len(partitions)
@@ -470,6 +480,7 @@ class Evaluator:
             totallag,
             max_seconds,
             now_ms,
+            notes,
         )
         return verdict, kept, recheck, judged_at
 
