@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lagd.core.model import Commit, GroupStatus, LogEndSample, LogStartSample, TopicPolicy
@@ -15,6 +17,9 @@ from lagd.evaluate.retention import (
 )
 from lagd.evaluate.retention_view import retention_reason
 from lagd.evaluate.verdicts import Evaluator
+from lagd.http import burrow_json
+from lagd.http.burrow_v3 import group_status
+from lagd.runtime import compiled
 from lagd.state.windows import State
 
 MIN = 60_000
@@ -127,33 +132,36 @@ def test_pace_and_words() -> None:
 # --- composed with the window verdict (Evaluator) ----------------------------------------
 
 
-def _healthy(state: State, start_at: list[int], sampled: bool = True) -> None:
+def _healthy(state: State, start_at: list[int], sampled: bool = True, behind: int = 0) -> None:
     """A consumer the window rules find OK: it commits every 10 s for 10 min, caught up with a
-    log end moving at 1 record/s; the log start stands at `start_at[k]` at the k-th minute."""
+    log end moving at 1 record/s (every other commit, from the first, `behind` records behind
+    it); the log start stands at `start_at[k]` at the k-th minute."""
     for k in range(61):
         ts = k * 10_000
         end = 10_000 + k * 10
         state.apply(LogEndSample("k", "t", 0, end, ts))
-        state.apply(Commit("k", "g", "t", 0, end, k, ts, ts))
+        state.apply(Commit("k", "g", "t", 0, end - (behind if k % 2 == 0 else 0), k, ts, ts))
         if sampled and k % 6 == 0:
             state.apply(LogStartSample("k", "t", 0, start_at[k // 6], ts))
 
 
 def test_records_lost_make_an_otherwise_ok_group_err_with_the_count_and_the_time() -> None:
     # The log start jumps past the consumer at 8 min (DeleteRecords, or a burst of retention).
-    starts = [0] * 8 + [10_700, 10_800, 10_900]
+    starts = [0] * 8 + [10_250, 10_280, 10_300]
     alone = State()
-    _healthy(alone, starts, sampled=False)
+    _healthy(alone, starts, sampled=False, behind=500)
     assert Evaluator(alone, cache_ttl_ms=0).group("k", "g", 10 * MIN).status is GroupStatus.OK
     state = State()
-    _healthy(state, starts)
+    _healthy(state, starts, behind=500)
     evaluator = Evaluator(state, cache_ttl_ms=0)
     v = evaluator.group("k", "g", 10 * MIN)
     assert v.status is GroupStatus.ERR
     [note] = v.retention
-    # committed 10,600 at 10 min, log start 10,900: 300 lost; the start passed it at 8 min
-    assert (note.state, note.lost, note.lost_since) == (RetentionState.LOST, 300, 8 * MIN)
-    assert retention_reason(v.retention) == "t/0 records lost: 300 records deleted unread since 1970-01-01T00:08:00Z"
+    # committed 10,100 at 10 min, log start 10,300: 200 lost; the start passed the committed
+    # offset of its time (9,980) at 8 min
+    assert (note.state, note.lost, note.lost_since) == (RetentionState.LOST, 200, 8 * MIN)
+    assert note.retention_used == pytest.approx(500 / 300)  # lag 500 of the 300 records retained
+    assert retention_reason(v.retention) == "t/0 records lost: 200 records deleted unread since 1970-01-01T00:08:00Z"
     snap = evaluator.snapshot("k", "g", 10 * MIN)
     assert snap.status is GroupStatus.ERR and snap.retention == v.retention
 
@@ -176,3 +184,20 @@ def test_at_risk_makes_an_otherwise_ok_group_warn_and_compaction_takes_it_back()
     state.apply(TopicPolicy("k", "t", "compact"))
     v = evaluator.group("k", "g", 10 * MIN)
     assert v.status is GroupStatus.OK and v.retention[0].state is RetentionState.COMPACTED
+
+
+def test_burrow_body_gains_retention_fields_and_status_lists_the_lost_partition() -> None:
+    state = State()
+    _healthy(state, [0] * 8 + [10_250, 10_280, 10_300], behind=500)
+    v = Evaluator(state, cache_ttl_ms=0).group("k", "g", 10 * MIN)
+    for only_bad in (False, True):
+        text = compiled.pick(burrow_json).group_status_json(v, only_bad)
+        assert json.loads(text) == group_status(v, only_bad)
+        assert text == json.dumps(group_status(v, only_bad))
+    body = group_status(v, True)
+    [part] = body["partitions"]  # its window is OK: listed for its records lost
+    assert part["status"] == "OK" and body["status"] == "ERR"
+    assert part["records_lost"] == 200 and part["retention"] == "lost"
+    assert part["retention_reason"].startswith("records lost: 200 records deleted unread since")
+    assert part["retention_used"] == pytest.approx(500 / 300)
+    assert set(body["partitions"][0]) - set(body["maxlag"]) == set()  # maxlag carries them too

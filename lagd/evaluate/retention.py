@@ -84,9 +84,11 @@ def duration_words(ms: float) -> str:
     return f"{s / 86400:.1f} d"
 
 
-def _committed_at(commits: Sequence[Sample], ts: int, fallback: int) -> int:
-    """The committed offset at time `ts`: the newest commit at or before it (the oldest kept if none)."""
-    at = commits[0][1] if commits else fallback
+def _committed_at(commits: Sequence[Sample], ts: int, committed: int) -> int:
+    """The committed offset at time `ts`: the newest commit at or before it; before the oldest
+    commit kept, the lower of that and the current one (committed offsets only move forward,
+    so the one of that time was at most either)."""
+    at = min(commits[0][1], committed) if commits else committed
     for t, o in commits:
         if t > ts:
             break
