@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from structlog.testing import capture_logs
 
 from lagd.core.model import Commit, GroupStatus, LogEndSample, LogStartSample, TopicPolicy
 from lagd.evaluate.retention import (
@@ -17,10 +19,14 @@ from lagd.evaluate.retention import (
 )
 from lagd.evaluate.retention_view import retention_reason
 from lagd.evaluate.verdicts import Evaluator
-from lagd.http import burrow_json
+from lagd.http import burrow_json, metrics
 from lagd.http.burrow_v3 import group_status
+from lagd.notify import eventlog
+from lagd.notify.incidents import IncidentEngine, Rules
+from lagd.notify.watch import group_change
 from lagd.runtime import compiled
 from lagd.state.windows import State
+from tests.http_state import build_context
 
 MIN = 60_000
 HOUR = 60 * MIN
@@ -201,3 +207,38 @@ def test_burrow_body_gains_retention_fields_and_status_lists_the_lost_partition(
     assert part["retention_reason"].startswith("records lost: 200 records deleted unread since")
     assert part["retention_used"] == pytest.approx(500 / 300)
     assert set(body["partitions"][0]) - set(body["maxlag"]) == set()  # maxlag carries them too
+
+
+def test_metrics_say_records_lost_and_the_share_of_retention_used() -> None:
+    state = State()
+    _healthy(state, [0] * 8 + [10_250, 10_280, 10_300], behind=500)
+    evaluator = Evaluator(state, cache_ttl_ms=0)
+    out: list[str] = []
+    for _ in metrics.render_steps(state, evaluator, build_context().health, 10 * MIN, "partition", out):
+        pass
+    text = "".join(out)
+    group = 'cluster="k",consumer_group="g"'
+    part = f'{group},topic="t",partition="0"'
+    assert f"lagd_consumer_records_lost{{{group}}} 200\n" in text
+    assert f"lagd_consumer_partition_records_lost{{{part}}} 200\n" in text
+    used = re.search(rf"lagd_consumer_partition_retention_used\{{{re.escape(part)}\}} (\S+)\n", text)
+    assert used is not None and float(used.group(1)) == pytest.approx(500 / 300)
+    assert "burrow_kafka_consumer_status{" + group + "} 3\n" in text  # ERR
+
+
+def test_the_reason_reaches_the_incident_and_the_status_line() -> None:
+    state = State()
+    _healthy(state, [0] * 8 + [10_250, 10_280, 10_300], behind=500)
+    snap = Evaluator(state, cache_ttl_ms=0).snapshot("k", "g", 10 * MIN)
+    change = group_change(snap, {}, 10 * MIN)
+    assert change.status is GroupStatus.ERR
+    assert change.note == "t/0 records lost: 200 records deleted unread since 1970-01-01T00:08:00Z"
+    engine = IncidentEngine(Rules(severity="WARN", correlation_window=120_000, hold_time=300_000))
+    [opened] = engine.apply(change)
+    assert opened.event == "opened" and opened.reason == f"group g: {change.note}"
+    assert change.note in opened.summary
+    with capture_logs() as logs:
+        eventlog.group_status_changed(
+            eventlog.LineBudget(), "k", "g", None, snap.status, [], 10 * MIN, True, change.note
+        )
+    assert logs[0]["reason"] == change.note  # the window finds every partition OK: not said beside it

@@ -73,6 +73,8 @@ class GroupChange:
     topics: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     kind: MemberKind = "group"  # "mirror": a mirrored topic's verdict; "cluster": lagd cannot read the cluster
+    # Partitions with records lost or at risk, in words (lagd.evaluate.retention_view.retention_reason)
+    note: str = ""
 
 
 # The partitions an incident event lists (the first groups' by name; `partitions_total` counts
@@ -649,7 +651,8 @@ TOGETHER = "went bad together, no topic or host in common"
 def _first_reason(change: GroupChange) -> str:
     if change.kind == "cluster":
         return f"cluster {change.cluster} unreachable"
-    return f"{'mirrored topic' if change.kind == 'mirror' else 'group'} {change.group}"
+    what = f"{'mirrored topic' if change.kind == 'mirror' else 'group'} {change.group}"
+    return f"{what}: {change.note}" if change.note else what
 
 
 def _members_noun(kinds: set[str]) -> str:
