@@ -15,6 +15,7 @@ from lagd.evaluate.retention import (
     duration_words,
     is_compacted,
     judge,
+    moving,
     pace,
 )
 from lagd.evaluate.retention_view import retention_reason
@@ -242,3 +243,12 @@ def test_the_reason_reaches_the_incident_and_the_status_line() -> None:
             eventlog.LineBudget(), "k", "g", None, snap.status, [], 10 * MIN, True, change.note
         )
     assert logs[0]["reason"] == change.note  # the window finds every partition OK: not said beside it
+
+
+def test_a_log_start_that_has_just_begun_to_move_is_paced_from_its_first_step() -> None:
+    # Retention reached the topic only at 10 min: the 10 min it stood still are no pace.
+    starts = [(0, 0), (5 * MIN, 0), (10 * MIN, 0), (11 * MIN, 600)]
+    assert moving(starts) == starts[2:]
+    r = judge(1200, [(10 * MIN, 900), (11 * MIN, 1200)], starts, [(11 * MIN, 3000)], 11 * MIN)
+    assert r.advance_per_s == pytest.approx(10) and r.state is RetentionState.AT_RISK
+    assert r.falls_off_in_ms == pytest.approx(600 / 5 * 1000, abs=1)

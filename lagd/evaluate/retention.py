@@ -10,7 +10,8 @@ over time and the time now:
   `since_exact` False when that run reaches back to the oldest sample kept: "since before").
 - AT_RISK: at the current rates the log start reaches the committed offset within `horizon_ms`.
   The log start advances at the pace observed across its samples (retention deletes whole
-  segments, so the pace is measured from the oldest to the newest sample, not between two);
+  segments, so the pace is measured from the oldest to the newest sample, not between two,
+  from the last sample before its first step: see `moving`);
   the committed offset advances at the consumption pace of the commits. The production pace
   (log-end samples) is reported beside them; it is what the log start tends to once the log is
   full, but only the observed log-start pace is used to predict.
@@ -70,6 +71,17 @@ def pace(samples: Sequence[Sample]) -> float | None:
     if t1 <= t0:
         return None
     return max(0.0, (o1 - o0) / (t1 - t0))
+
+
+def moving(starts: Sequence[Sample]) -> Sequence[Sample]:
+    """The log-start samples from the last one still at the oldest value: before its first
+    step a log start stands still because retention has not reached it yet (a young topic),
+    which says nothing of the pace once it has. Slightly fast for a log that moves in big
+    segment steps (up to one step early), which warns early, never late."""
+    i = 0
+    while i + 1 < len(starts) and starts[i + 1][1] == starts[0][1]:
+        i += 1
+    return starts[i:]
 
 
 def duration_words(ms: float) -> str:
@@ -134,7 +146,7 @@ def judge(
         span = end - start
         lag = max(0, end - committed)
         used = lag / span if span > 0 else (0.0 if lag == 0 else None)
-    advance, consume, produce = pace(starts), pace(commits), pace(ends)
+    advance, consume, produce = pace(moving(starts)), pace(commits), pace(ends)
     base = Retention(
         RetentionState.OK,
         "",
