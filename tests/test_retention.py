@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
 import pytest
 from structlog.testing import capture_logs
 
+from lagd.core.config import Settings
 from lagd.core.model import Commit, GroupStatus, LogEndSample, LogStartSample, TopicPolicy
 from lagd.evaluate.retention import (
     DEFAULT_HORIZON_MS,
@@ -25,6 +27,7 @@ from lagd.http.burrow_v3 import group_status
 from lagd.notify import eventlog
 from lagd.notify.incidents import IncidentEngine, Rules
 from lagd.notify.watch import group_change
+from lagd.replay import parse_trace, replay
 from lagd.runtime import compiled
 from lagd.state.windows import State
 from tests.http_state import build_context
@@ -252,3 +255,40 @@ def test_a_log_start_that_has_just_begun_to_move_is_paced_from_its_first_step() 
     r = judge(1200, [(10 * MIN, 900), (11 * MIN, 1200)], starts, [(11 * MIN, 3000)], 11 * MIN)
     assert r.advance_per_s == pytest.approx(10) and r.state is RetentionState.AT_RISK
     assert r.falls_off_in_ms == pytest.approx(600 / 5 * 1000, abs=1)
+
+
+def test_replay_reads_log_start_records_and_warns_before_the_loss() -> None:
+    """A trace with log-start samples, both as `log_start` lines and as the optional field of
+    `log_end` lines: a consumer 1 record/s, retention eating 10 records/s from minute 5."""
+    lines: list[str] = []
+    truth_lost_at: int | None = None
+    committed = 0  # the newest commit when each sample is taken: the one of the round before
+    for k in range(0, 181):
+        ts = k * 10_000
+        end = 10_000 + k * 10
+        start = min(end, max(0, (ts - 5 * MIN) // 100))
+        if truth_lost_at is None and start > committed > 0:
+            truth_lost_at = ts
+        committed = end - (500 if k % 2 == 0 else 0)
+        if k % 2:
+            lines.append(json.dumps({"ts": ts, "type": "log_end", "cluster": "c", "topic": "t", "partition": 0,
+                                     "offset": end, "log_start": start}))  # fmt: skip
+        else:
+            lines.append(json.dumps({"ts": ts, "type": "log_end", "cluster": "c", "topic": "t", "partition": 0,
+                                     "offset": end}))  # fmt: skip
+            lines.append(json.dumps({"ts": ts, "type": "log_start", "cluster": "c", "topic": "t", "partition": 0,
+                                     "offset": start}))  # fmt: skip
+        lines.append(json.dumps({"ts": ts + 1, "type": "commit", "cluster": "c", "group": "g", "topic": "t",
+                                 "partition": 0, "offset": committed}))  # fmt: skip
+    out = io.StringIO()
+    replay(parse_trace([("trace", lines)]), Settings(), 10_000, out)
+    changes = [json.loads(line) for line in out.getvalue().splitlines()]
+    judged = [(c["ts"], c["status"], [r["retention"] for r in c.get("retention", [])]) for c in changes]
+    at_risk = next(ts for ts, status, r in judged if r == ["at_risk"])
+    lost = next(ts for ts, status, r in judged if r == ["lost"])
+    assert truth_lost_at is not None
+    assert at_risk < lost and lost - at_risk >= 10 * MIN  # warned well ahead
+    assert lost == truth_lost_at  # raised at the tick of the first sample past the committed offset
+    line = next(c for c in changes if c["ts"] == lost)
+    assert line["status"] == "ERR"
+    assert line["retention"][0]["reason"].startswith("records lost: ")
