@@ -20,7 +20,7 @@ from lagd.evaluate.retention import (
     moving,
     pace,
 )
-from lagd.evaluate.retention_view import retention_reason
+from lagd.evaluate.retention_view import LOST_HOLD_MS, latch, note_of, retention_reason
 from lagd.evaluate.verdicts import Evaluator
 from lagd.http import burrow_json, metrics
 from lagd.http.burrow_v3 import group_status
@@ -187,7 +187,7 @@ def test_at_risk_makes_an_otherwise_ok_group_warn_and_compaction_takes_it_back()
     assert v.status is GroupStatus.WARN
     assert [n.reason for n in v.retention] == ["at risk: falls off the log in about 9 min"]
     assert v.retention[0].falls_off_in_ms == pytest.approx(4_600 / 9 * 1000, abs=1)
-    evaluator.retention_horizon_ms["k"] = 5 * MIN
+    evaluator.retention_horizon_ms["k"] = 4 * MIN  # held at risk until twice the horizon: 8 min < 8.5
     v = evaluator.group("k", "g", 10 * MIN)
     assert v.status is GroupStatus.OK and v.retention[0].state is RetentionState.OK
     evaluator.retention_horizon_ms.clear()
@@ -269,7 +269,7 @@ def test_replay_reads_log_start_records_and_warns_before_the_loss() -> None:
         start = min(end, max(0, (ts - 5 * MIN) // 100))
         if truth_lost_at is None and start > committed > 0:
             truth_lost_at = ts
-        committed = end - (500 if k % 2 == 0 else 0)
+        committed = end  # caught up at each commit, 1 record/s
         if k % 2:
             lines.append(json.dumps({"ts": ts, "type": "log_end", "cluster": "c", "topic": "t", "partition": 0,
                                      "offset": end, "log_start": start}))  # fmt: skip
@@ -292,3 +292,15 @@ def test_replay_reads_log_start_records_and_warns_before_the_loss() -> None:
     line = next(c for c in changes if c["ts"] == lost)
     assert line["status"] == "ERR"
     assert line["retention"][0]["reason"].startswith("records lost: ")
+
+
+def test_records_lost_stay_said_after_the_consumer_jumps_past_the_log_start() -> None:
+    lost = note_of("t", 0, judge(100, [(0, 100)], [(0, 0), (MIN, 180)], [(MIN, 1000)], MIN))
+    ok = note_of("t", 0, judge(200, [(0, 100), (2 * MIN, 200)], [(0, 0), (2 * MIN, 180)], [(2 * MIN, 1000)], 2 * MIN))
+    assert lost.state is RetentionState.LOST and ok.state is not RetentionState.LOST
+    notes, latched = latch((lost,), {}, MIN)
+    assert notes == (lost,) and latched == {("t", 0): (lost, MIN)}
+    notes, latched = latch((ok,), latched, 2 * MIN)  # reset to past the log start: still lost
+    assert notes == (lost,) and latched == {("t", 0): (lost, MIN)}
+    notes, latched = latch((ok,), latched, MIN + LOST_HOLD_MS)  # the hold has passed
+    assert notes == (ok,) and latched == {}

@@ -25,6 +25,8 @@ consumer still has to read (1.0 or more: the consumer is at or past the log star
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -32,6 +34,7 @@ from enum import StrEnum
 
 DEFAULT_HORIZON_MS = 4 * 3600 * 1000  # warn when the consumer falls off the log within 4 hours
 
+CLEAR_FACTOR = 2  # an at-risk partition is OK again once it falls off beyond twice the horizon
 Sample = tuple[int, int]  # (time ms, offset)
 
 
@@ -84,6 +87,40 @@ def moving(starts: Sequence[Sample]) -> Sequence[Sample]:
     return starts[i:]
 
 
+def advance_pace(starts: Sequence[Sample], produce: float | None) -> float | None:
+    """Records per ms the log start advances. Retention deletes whole segments, so the log start
+    moves in steps: from its first step to its last once it has stepped twice (before the first
+    step it stood still because retention had not reached it yet, which is no pace; a pace to
+    the newest sample would read low by the part of a segment since the last step);
+    after a single step, the production pace, which a log start follows once the log is full
+    (one step over a few samples would read as many times that); not moving: 0."""
+    if len(starts) < 2:
+        return None
+    steps = [i for i in range(1, len(starts)) if starts[i][1] != starts[i - 1][1]]
+    if not steps:
+        return 0.0
+    if len(steps) == 1:
+        return produce if produce is not None else pace(moving(starts))
+    (t0, o0), (t1, o1) = starts[steps[0]], starts[steps[-1]]
+    return max(0.0, (o1 - o0) / (t1 - t0)) if t1 > t0 else None
+
+
+def consume_bound(commits: Sequence[Sample]) -> float | None:
+    """The commit pace, records per ms, plus twice its standard error over the window's
+    intervals: the fastest the consumer plausibly reads. A consumer keeping up differs from the
+    log start's pace by noise alone; predicting with the optimistic pace keeps that noise from
+    reading as "falls off in a few hours" (bench_retention, keeping-up)."""
+    mean = pace(commits)
+    if mean is None or len(commits) < 4:
+        return mean
+    rates = [(o1 - o0) / (t1 - t0) for (t0, o0), (t1, o1) in itertools.pairwise(commits) if t1 > t0]
+    if len(rates) < 3:
+        return mean
+    avg = sum(rates) / len(rates)
+    var = sum((r - avg) ** 2 for r in rates) / (len(rates) - 1)
+    return mean + 2 * math.sqrt(var / len(rates))
+
+
 def duration_words(ms: float) -> str:
     """About how long: "40 s", "12 min", "3.5 h", "2.0 d"."""
     s = max(0.0, ms / 1000)
@@ -128,9 +165,12 @@ def judge(
     *,
     compacted: bool = False,
     horizon_ms: int = DEFAULT_HORIZON_MS,
+    held: bool = False,
 ) -> Retention:
     """Judge one partition (see the module). `commits`, `starts`, `ends`: (ms, offset) samples,
-    oldest first; `committed` the newest committed offset (None: none)."""
+    oldest first; `committed` the newest committed offset (None: none). `held`: the partition
+    was at risk when last judged; it stays so until its prediction passes CLEAR_FACTOR times
+    the horizon (the paces are noisy: one warning per slide, not one per wobble)."""
     if compacted:
         return Retention(
             RetentionState.COMPACTED,
@@ -146,7 +186,8 @@ def judge(
         span = end - start
         lag = max(0, end - committed)
         used = lag / span if span > 0 else (0.0 if lag == 0 else None)
-    advance, consume, produce = pace(moving(starts)), pace(commits), pace(ends)
+    consume, produce = pace(commits), pace(ends)
+    advance = advance_pace(starts, produce)
     base = Retention(
         RetentionState.OK,
         "",
@@ -167,14 +208,14 @@ def judge(
             since_exact=exact,
         )
     gap = committed - start
-    closing = (advance or 0.0) - (consume or 0.0)
+    closing = (advance or 0.0) - (consume_bound(commits) or 0.0)
     if closing <= 0:
         return base
     # Project from the newest log-start sample: the log start keeps advancing, the consumer too.
     elapsed = max(0, now_ms - starts[-1][0])
     left = gap / closing - elapsed
     falls = max(0, round(left))
-    if falls <= horizon_ms:
+    if falls <= horizon_ms or (held and falls <= CLEAR_FACTOR * horizon_ms):
         return replace(
             base,
             state=RetentionState.AT_RISK,

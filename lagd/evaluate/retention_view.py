@@ -48,8 +48,10 @@ def group_retention(
     windows: Mapping[str, Mapping[int, array[int]]],
     now_ms: int,
     horizon_ms: int = DEFAULT_HORIZON_MS,
+    held: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset(),
 ) -> tuple[RetentionNote, ...]:
-    """The notes of every partition of the group with a commit and a log-start sample, sorted."""
+    """The notes of every partition of the group with a commit and a log-start sample, sorted;
+    `held`: the (topic, partition)s at risk when the group was last judged (retention.judge)."""
     out: list[RetentionNote] = []
     for topic in sorted(windows):
         starts_of = state.topic_log_starts(cluster, topic)
@@ -75,9 +77,41 @@ def group_retention(
                 now_ms,
                 compacted=compacted,
                 horizon_ms=horizon_ms,
+                held=(topic, partition) in held,
             )
             out.append(note_of(topic, partition, r))
     return tuple(out)
+
+
+LOST_HOLD_MS = 15 * 60 * 1000  # records lost stays said this long after it was last seen
+
+
+def latch(
+    notes: tuple[RetentionNote, ...],
+    latched: dict[tuple[str, int], tuple[RetentionNote, int]],
+    now_ms: int,
+    hold_ms: int = LOST_HOLD_MS,
+) -> tuple[tuple[RetentionNote, ...], dict[tuple[str, int], tuple[RetentionNote, int]]]:
+    """Records lost stay lost (pure): a consumer that fell off usually jumps to the log start
+    (auto.offset.reset) or overtakes it between two segment deletions, and its committed offset
+    is above the log start again, but the records are gone all the same. A partition seen lost
+    within `hold_ms` keeps its last lost note; returns the notes and the new latch (the
+    partitions seen lost within `hold_ms`, with their note and when each was last seen lost)."""
+    out: list[RetentionNote] = []
+    kept: dict[tuple[str, int], tuple[RetentionNote, int]] = {}
+    for n in notes:
+        key = (n.topic, n.partition)
+        if n.state is RetentionState.LOST:
+            kept[key] = (n, now_ms)
+            out.append(n)
+            continue
+        before = latched.get(key)
+        if before is not None and 0 <= now_ms - before[1] < hold_ms and n.state is not RetentionState.COMPACTED:
+            kept[key] = before
+            out.append(before[0])
+        else:
+            out.append(n)
+    return tuple(out), kept
 
 
 def worst_of(notes: tuple[RetentionNote, ...]) -> GroupStatus:
