@@ -25,14 +25,15 @@ import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import psycopg2  # type: ignore[import-untyped]
 
 from lagd.core.config import ConfigError, Secret, Settings, parse, sync_database_url
-from lagd.core.model import Commit, GroupStatus, LogEndSample, PartitionStatus
+from lagd.core.model import Commit, GroupStatus, LogEndSample, LogStartSample, PartitionStatus
 from lagd.core.times import epoch_ms
 from lagd.evaluate.build import build_core
+from lagd.evaluate.retention_view import STATUS_OF
 from lagd.evaluate.verdict_types import GroupVerdict
 from lagd.ingest.codec import fast_constructor
 
@@ -47,7 +48,7 @@ INT64_MAX = 2**63 - 1
 # Sections only the daemon uses: a replay config may omit them, and they are not checked.
 DAEMON_ONLY_SECTIONS = ("clusters", "mirrors", "http", "notify")
 
-TraceEvent = Commit | LogEndSample
+TraceEvent = Commit | LogEndSample | LogStartSample
 # (ts, order, event): the heap entry. `order` is the line (or row) number in the whole input:
 # it breaks ts ties in input order and is the commit's order in the State.
 Timed = tuple[int, int, TraceEvent]
@@ -92,8 +93,16 @@ def _count(record: dict[str, Any], name: str, needs: str) -> int:
     raise ValueError(f"field {name!r} is {json.dumps(value)}, expected a whole number from 0 to 2^63-1")
 
 
-def parse_line(raw: bytes | str, order: int) -> TraceEvent | None:
-    """One trace line as an event, or None for a blank or comment line.
+class WithLogStart(NamedTuple):
+    """A log_end line that carries its partition's log start (the optional `log_start` field)."""
+
+    end: LogEndSample
+    start: LogStartSample
+
+
+def parse_line(raw: bytes | str, order: int) -> TraceEvent | WithLogStart | None:
+    """One trace line as an event (a log_end line with a `log_start` field: both samples), or
+    None for a blank or comment line.
 
     Raises ValueError with the problem (the caller adds where). `order` becomes the commit's
     order: the State keeps the newest commit by it, so it must grow line after line.
@@ -130,7 +139,7 @@ def parse_line(raw: bytes | str, order: int) -> TraceEvent | None:
             ts,
         )
     if kind == "log_end":
-        return _new_log_end(
+        sample = _new_log_end(
             _text(record, "cluster", _LOG_END_FIELDS),
             _text(record, "topic", _LOG_END_FIELDS),
             _count(record, "partition", _LOG_END_FIELDS),
@@ -138,9 +147,23 @@ def parse_line(raw: bytes | str, order: int) -> TraceEvent | None:
             _count(record, "ts", _LOG_END_FIELDS),
             False,
         )
+        if "log_start" not in record:
+            return sample
+        start = _count(record, "log_start", _LOG_END_FIELDS)
+        if start > sample.offset:
+            raise ValueError(f"field 'log_start' is {start}, above the line's log-end offset {sample.offset}")
+        return WithLogStart(sample, LogStartSample(sample.cluster, sample.topic, sample.partition, start, sample.ts))
+    if kind == "log_start":
+        return LogStartSample(
+            _text(record, "cluster", _LOG_END_FIELDS),
+            _text(record, "topic", _LOG_END_FIELDS),
+            _count(record, "partition", _LOG_END_FIELDS),
+            _count(record, "offset", _LOG_END_FIELDS),
+            _count(record, "ts", _LOG_END_FIELDS),
+        )
     if "type" not in record:
-        raise ValueError('missing field \'type\': expected "commit" or "log_end"')
-    raise ValueError(f'field \'type\' is {json.dumps(kind)}, expected "commit" or "log_end"')
+        raise ValueError('missing field \'type\': expected "commit", "log_end" or "log_start"')
+    raise ValueError(f'field \'type\' is {json.dumps(kind)}, expected "commit", "log_end" or "log_start"')
 
 
 def parse_trace(sources: Iterable[tuple[str, Iterable[bytes | str]]]) -> Iterator[Timed]:
@@ -156,11 +179,17 @@ def parse_trace(sources: Iterable[tuple[str, Iterable[bytes | str]]]) -> Iterato
         for number, raw in enumerate(lines, 1):
             order += 1
             try:
-                event = parse_line(raw, order)
+                got = parse_line(raw, order)
             except ValueError as exc:
                 raise TraceError(source, number, str(exc)) from None
-            if event is None:
+            if got is None:
                 continue
+            extra: LogStartSample | None = None
+            event: TraceEvent
+            if isinstance(got, WithLogStart):
+                event, extra = got.end, got.start
+            else:
+                event = got
             ts = event.timestamp if isinstance(event, Commit) else event.ts
             if ts > newest:
                 newest = ts
@@ -174,6 +203,9 @@ def parse_trace(sources: Iterable[tuple[str, Iterable[bytes | str]]]) -> Iterato
                     "and give several files oldest first",
                 )
             yield ts, order, event
+            if extra is not None:
+                order += 1  # each event its own order: the heap never compares two events
+                yield ts, order, extra
 
 
 # --- the replay loop -----------------------------------------------------------------------
@@ -191,15 +223,23 @@ def change_line(verdict: GroupVerdict, tick: int) -> str:
         for p in verdict.partitions
         if p.status is not PartitionStatus.OK
     ]
-    return json.dumps(
-        {
-            "ts": tick,
-            "cluster": verdict.cluster,
-            "group": verdict.group,
-            "status": verdict.status.value,
-            "partitions": partitions,
-        }
-    )
+    line: dict[str, Any] = {
+        "ts": tick,
+        "cluster": verdict.cluster,
+        "group": verdict.group,
+        "status": verdict.status.value,
+        "partitions": partitions,
+    }
+    # Partitions with records lost or at risk (a trace with log-start samples), only when any:
+    # a line of a trace without them is as before.
+    retention = [
+        {"topic": n.topic, "partition": n.partition, "retention": n.state.value, "reason": n.reason}
+        for n in verdict.retention
+        if n.state in STATUS_OF
+    ]
+    if retention:
+        line["retention"] = retention
+    return json.dumps(line)
 
 
 class Replay:

@@ -115,6 +115,12 @@ class ClusterSettings:
     offsets_topic: str = "__consumer_offsets"
     offset_refresh: float = 10.0
     topic_refresh: float = 60.0
+    # Log-start offsets (ListOffsets EARLIEST, batched like the log ends) are asked every this
+    # many seconds (at least every offset-refresh round), and the topics' cleanup.policy every
+    # topic-refresh; they feed the records-lost and at-risk verdicts (lagd.evaluate.retention).
+    log_start_refresh: float = 30.0
+    # WARN "at risk" when a consumer falls off the log within this many seconds at current rates.
+    retention_horizon: float = 4 * 3600.0
     groups_allow: str = ".*"
     groups_deny: str = r"^(console-consumer-|python-kafka-consumer-|quick-).*"
     topics_deny: str = r"^__.*"
@@ -542,6 +548,8 @@ def _validate(s: Settings) -> None:
             _host_port(f"{where}.bootstrap-servers", server, "host:port such as kafka1:9092 or [::1]:9092")
         positive(f"{where}.offset-refresh", c.offset_refresh)
         positive(f"{where}.topic-refresh", c.topic_refresh)
+        positive(f"{where}.log-start-refresh", c.log_start_refresh)
+        positive(f"{where}.retention-horizon", c.retention_horizon)
         positive(f"{where}.request-timeout", c.request_timeout)
         if not 1 <= c.max_group_name <= 2048:
             raise ConfigError(

@@ -127,6 +127,27 @@ class LogEndSample:
 
 
 @dataclass(frozen=True, slots=True)
+class LogStartSample:
+    """The broker's log-start offset (ListOffsets EARLIEST) of a partition at time `ts`: records
+    below it were deleted by retention (or by DeleteRecords)."""
+
+    cluster: str
+    topic: str
+    partition: int
+    offset: int
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPolicy:
+    """A topic's cleanup.policy as the broker describes it ("delete", "compact", "compact,delete")."""
+
+    cluster: str
+    topic: str
+    cleanup_policy: str
+
+
+@dataclass(frozen=True, slots=True)
 class TopicDeleted:
     """The topic no longer exists on the cluster: every group leaves it."""
 
@@ -164,6 +185,8 @@ Event = (
     | GroupMembers
     | GroupDeleted
     | LogEndSample
+    | LogStartSample
+    | TopicPolicy
     | TopicDeleted
     | ReaderPosition
     | OffsetsPartitionReset

@@ -31,7 +31,7 @@ def build_state(settings: Settings) -> State:
 
 def build_evaluator(settings: Settings, state: State) -> Evaluator:
     ev = settings.evaluator
-    return Evaluator(
+    evaluator = Evaluator(
         state,
         rules=state.rules,
         allowed_lag=ev.allowed_lag,
@@ -41,6 +41,8 @@ def build_evaluator(settings: Settings, state: State) -> Evaluator:
         min_history_ms=int(ev.min_history * 1000),
         stop_after_ms=int(ev.stop_after * 1000),
     )
+    evaluator.retention_horizon_ms = {n: int(c.retention_horizon * 1000) for n, c in settings.clusters.items()}
+    return evaluator
 
 
 def build_core(settings: Settings) -> tuple[State, Evaluator]:

@@ -35,6 +35,7 @@ from typing import TypeAlias
 
 from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.evaluate import native
+from lagd.evaluate.retention_view import STATUS_OF, RetentionNote
 from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
 from lagd.state.windows import FIELDS, OFFSET
 
@@ -101,6 +102,9 @@ class GroupSnapshot:
     topics: tuple[str, ...]
     rows: bytes | None  # ROW native int64s per partition (None: kept without partitions)
     seconds: bytes | None  # each partition's lag in seconds, a native double each
+    # The partitions with records lost or at risk (lagd.evaluate.retention_view); `status`
+    # already holds the worst they imply.
+    retention: tuple[RetentionNote, ...] = ()
 
     def partitions(self) -> Iterator[PartitionRow]:
         """Its partitions, in the verdict's order (empty when kept without them)."""
@@ -203,6 +207,7 @@ def snapshot_of(verdict: GroupVerdict, partitions: bool = True) -> GroupSnapshot
         topics,
         rows,
         seconds,
+        tuple(n for n in verdict.retention if n.state in STATUS_OF),
     )
 
 
@@ -243,7 +248,7 @@ def _read_compiled(parts: list[PartitionVerdict], partitions: bool) -> _Read | N
 
 
 # A snapshot as Snapshots keeps it: GroupSnapshot's fields in order, the status as its value.
-_Kept: TypeAlias = "tuple[str, str, str, float, int, int, float, bool, int, tuple[str, ...], tuple[str, ...], bytes | None, bytes | None]"
+_Kept: TypeAlias = "tuple[str, str, str, float, int, int, float, bool, int, tuple[str, ...], tuple[str, ...], bytes | None, bytes | None, tuple[RetentionNote, ...]]"
 _GROUP_STATUS = {status.value: status for status in GroupStatus}
 
 
@@ -262,11 +267,12 @@ def _keep(snap: GroupSnapshot) -> _Kept:
         snap.topics,
         snap.rows,
         snap.seconds,
+        snap.retention,
     )
 
 
 def _restore(kept: _Kept) -> GroupSnapshot:
-    cluster, group, status, complete, count, totallag, lag_s, bound, at, not_ok, topics, rows, seconds = kept
+    cluster, group, status, complete, count, totallag, lag_s, bound, at, not_ok, topics, rows, seconds, notes = kept
     return GroupSnapshot(
         cluster,
         group,
@@ -281,6 +287,7 @@ def _restore(kept: _Kept) -> GroupSnapshot:
         topics,
         rows,
         seconds,
+        notes,
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.evaluate.lagd_rules import Why, words
+from lagd.evaluate.retention_view import RetentionNote
 from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, ORDER, TS
 
 
@@ -78,6 +79,9 @@ class GroupVerdict:
     totallag: int
     lag_seconds: float  # the highest over the partitions
     evaluated_at: int
+    # Each partition's retention judgement (lagd.evaluate.retention_view), where a log start is
+    # sampled; `status` already holds the worst they imply (records lost: ERR, at risk: WARN).
+    retention: tuple[RetentionNote, ...] = ()
 
     @property
     def not_ok(self) -> tuple[str, ...]:

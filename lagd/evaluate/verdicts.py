@@ -29,6 +29,8 @@ from lagd.evaluate.lagd_fast import _C_SAID, Answer, GroupFacts, LagdJudge, judg
 from lagd.evaluate.lagd_fast import compiled_pass as _judge_topic
 from lagd.evaluate.lagd_rules import NEVER, LagdParams
 from lagd.evaluate.lagtime import reached_in
+from lagd.evaluate.retention import DEFAULT_HORIZON_MS, RetentionState
+from lagd.evaluate.retention_view import STATUS_OF, RetentionNote, group_retention, latch, worst_of
 from lagd.evaluate.rules import (
     J_CAUGHT_UP,
     J_EMPTY,
@@ -183,6 +185,13 @@ class Evaluator:
         # lagd has not read (brokers cut off, before lagd can tell it is blind) never counts.
         # Asked at each evaluation, so a verdict never lags behind lagd's own sight.
         self.seen_through: Callable[[str, int], int | None] = _seen_now
+        # Per cluster: WARN "at risk" when a consumer falls off the log within this (ms).
+        self.retention_horizon_ms: dict[str, int] = {}
+        # Per group: its partitions at risk when last judged (retention's hysteresis); only
+        # groups with one at risk are kept.
+        self._at_risk: dict[tuple[str, str], set[tuple[str, int]]] = {}
+        # Per group: its partitions seen with records lost lately (retention_view.latch).
+        self._lost: dict[tuple[str, str], dict[tuple[str, int], tuple[RetentionNote, int]]] = {}
         self.allowed_lag = allowed_lag
         self.minimum_complete = minimum_complete
         self.cache_ttl_ms = cache_ttl_ms
@@ -338,6 +347,8 @@ class Evaluator:
         """Drop the cached verdict and status history of a removed group."""
         self._cache.pop((cluster, group), None)
         self._since.pop((cluster, group), None)
+        self._at_risk.pop((cluster, group), None)
+        self._lost.pop((cluster, group), None)
         self._facts.pop((cluster, group), None)
         self._due.pop((cluster, group), None)
 
@@ -439,6 +450,27 @@ class Evaluator:
             if rows is not None and rows.count() > had:
                 rows.topics.append(topic)
         worst, totallag, maxlag, _, full, max_seconds, recheck, mask, bound = tally
+        # Records lost to retention (ERR) or at risk (WARN), beside the window rules' verdict.
+        key = (cluster, group)
+        notes = group_retention(
+            state,
+            cluster,
+            windows,
+            judged_at,
+            self.retention_horizon_ms.get(cluster, DEFAULT_HORIZON_MS),
+            self._at_risk.get(key, frozenset()),
+        )
+        notes, lost = latch(notes, self._lost.get(key, {}), judged_at)
+        if lost:
+            self._lost[key] = lost
+        else:
+            self._lost.pop(key, None)
+        risky = {(n.topic, n.partition) for n in notes if n.state is RetentionState.AT_RISK}
+        if risky:
+            self._at_risk[key] = risky
+        else:
+            self._at_risk.pop(key, None)
+        worst = max(worst, _WORST.index(worst_of(notes)))
         kept: Since = {topic: s.tobytes() if isinstance(s, array) else s for topic, s in since.items()}
         if rows is not None:
             count = rows.count()
@@ -456,6 +488,7 @@ class Evaluator:
                 tuple(rows.topics),
                 bytes(rows.rows),
                 bytes(rows.seconds),
+                tuple(n for n in notes if n.state in STATUS_OF),
             )
             return snap, kept, recheck, judged_at
         count = len(partitions)
@@ -470,6 +503,7 @@ class Evaluator:
             totallag,
             max_seconds,
             now_ms,
+            notes,
         )
         return verdict, kept, recheck, judged_at
 

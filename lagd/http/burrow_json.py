@@ -39,6 +39,9 @@ from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, TS
 
 if TYPE_CHECKING:
     from lagd.evaluate import GroupVerdict, PartitionVerdict
+    from lagd.evaluate.retention_view import RetentionNote
+
+from lagd.evaluate.retention_view import STATUS_OF
 
 # lagd.state.windows' layout as C constants where compiled (the module's own names as Python).
 _FIELDS = cython.declare(cython.Py_ssize_t, FIELDS)
@@ -96,18 +99,53 @@ def _partition_json(p: PartitionVerdict, seen: dict[object, str]) -> str:
     )
 
 
-def partitions_json(parts: Iterable[PartitionVerdict]) -> str:
-    """The partitions' JSON objects, in the order the iterable gives them, joined by ", "."""
+def retention_fields(note: RetentionNote) -> dict[str, object]:
+    """lagd's extra fields of a partition whose log start is sampled (lagd.evaluate.retention),
+    after Burrow's own: the share of retention the lag uses, records deleted unread, the
+    judgement (ok, at_risk, lost, compacted, unknown) and, lost or at risk, why."""
+    out: dict[str, object] = {
+        "retention_used": note.retention_used,
+        "records_lost": note.lost,
+        "retention": note.state.value,
+    }
+    if note.reason:
+        out["retention_reason"] = note.reason
+    return out
+
+
+def partitions_json(
+    parts: Iterable[PartitionVerdict], notes: dict[tuple[str, int], RetentionNote] | None = None
+) -> str:
+    """The partitions' JSON objects, in the order the iterable gives them, joined by ", "; with
+    `notes`, each partition that has one gains lagd's retention fields (retention_fields)."""
     seen: dict[object, str] = {}
-    return ", ".join([_partition_json(p, seen) for p in parts])
+    if not notes:
+        return ", ".join([_partition_json(p, seen) for p in parts])
+    out: list[str] = []
+    for p in parts:
+        text = _partition_json(p, seen)
+        note = notes.get((p.topic, p.partition))
+        if note is not None:
+            text = text[:-1] + ", " + json.dumps(retention_fields(note))[1:]
+        out.append(text)
+    return ", ".join(out)
+
+
+def _bad(notes: dict[tuple[str, int], RetentionNote] | None, p: PartitionVerdict) -> bool:
+    """Has the partition records lost or at risk (listed by `/status` though its window is OK)?"""
+    note = notes.get((p.topic, p.partition)) if notes else None
+    return note is not None and note.state in STATUS_OF
 
 
 def group_status_json(v: GroupVerdict, only_bad: bool) -> str:
     """Burrow's ConsumerGroupStatus as JSON; `/status` lists only the non-OK partitions."""
-    parts = [p for p in v.partitions if p.status is not PartitionStatus.OK] if only_bad else v.partitions
-    maxlag = partitions_json([v.maxlag]) if v.maxlag is not None else "null"
+    notes = {(n.topic, n.partition): n for n in v.retention} if v.retention else None
+    parts = (
+        [p for p in v.partitions if p.status is not PartitionStatus.OK or _bad(notes, p)] if only_bad else v.partitions
+    )
+    maxlag = partitions_json([v.maxlag], notes) if v.maxlag is not None else "null"
     return (
         f'{{"cluster": {json.dumps(v.cluster)}, "group": {json.dumps(v.group)}, "status": "{v.status.value}", '
-        f'"complete": {float(v.complete)!r}, "partitions": [{partitions_json(parts)}], '
+        f'"complete": {float(v.complete)!r}, "partitions": [{partitions_json(parts, notes)}], '
         f'"partition_count": {v.partition_count}, "maxlag": {maxlag}, "totallag": {v.totallag}}}'
     )

@@ -19,6 +19,7 @@ from aiohttp import web
 from lagd.core.config import ClusterSettings, Settings
 from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.evaluate import GroupVerdict, PartitionVerdict
+from lagd.evaluate.retention_view import RetentionNote
 from lagd.http import burrow_json
 from lagd.http.context import CTX, HOST, Handler, HttpContext, envelope
 from lagd.runtime import compiled, logs
@@ -37,9 +38,10 @@ def consumer_offset(entry: WindowEntry | None) -> dict[str, Any] | None:
     return {"offset": entry.offset, "timestamp": entry.timestamp, "observedAt": entry.observed, "lag": entry.lag}
 
 
-def partition_status(p: PartitionVerdict) -> dict[str, Any]:
-    """Burrow's PartitionStatus (current_lag with an underscore)."""
-    return {
+def partition_status(p: PartitionVerdict, notes: dict[tuple[str, int], RetentionNote] | None = None) -> dict[str, Any]:
+    """Burrow's PartitionStatus (current_lag with an underscore), and lagd's retention fields
+    where `notes` has the partition's (burrow_json.retention_fields)."""
+    out = {
         "topic": p.topic,
         "partition": p.partition,
         "owner": p.owner,
@@ -50,19 +52,28 @@ def partition_status(p: PartitionVerdict) -> dict[str, Any]:
         "current_lag": p.current_lag,
         "complete": p.complete,
     }
+    note = notes.get((p.topic, p.partition)) if notes else None
+    if note is not None:
+        out.update(burrow_json.retention_fields(note))
+    return out
 
 
 def group_status(v: GroupVerdict, only_bad: bool) -> dict[str, Any]:
     """Burrow's ConsumerGroupStatus; `/status` lists only the non-OK partitions."""
-    parts = [p for p in v.partitions if p.status is not PartitionStatus.OK] if only_bad else v.partitions
+    notes = {(n.topic, n.partition): n for n in v.retention} if v.retention else None
+    parts = (
+        [p for p in v.partitions if p.status is not PartitionStatus.OK or burrow_json._bad(notes, p)]
+        if only_bad
+        else v.partitions
+    )
     return {
         "cluster": v.cluster,
         "group": v.group,
         "status": v.status.value,
         "complete": v.complete,
-        "partitions": [partition_status(p) for p in parts],
+        "partitions": [partition_status(p, notes) for p in parts],
         "partition_count": v.partition_count,
-        "maxlag": partition_status(v.maxlag) if v.maxlag is not None else None,
+        "maxlag": partition_status(v.maxlag, notes) if v.maxlag is not None else None,
         "totallag": v.totallag,
     }
 

@@ -129,13 +129,38 @@ _GROUP_FAMILIES = (
         "gauge",
         "1 when a lagging partition's lag in seconds is only a lower bound (older than every kept log-end sample)",
     ),
+    (
+        "lagd_consumer_records_lost",
+        "gauge",
+        "Records retention deleted before the group read them, summed over its partitions now below the log start",
+    ),
 )
 _PARTITION_FAMILIES = (
     ("burrow_kafka_consumer_partition_lag", "gauge", "Messages the group is behind on a partition"),
     ("burrow_kafka_consumer_current_offset", "gauge", "Newest committed offset (full windows only)"),
     ("burrow_kafka_topic_partition_status", "gauge", "Status index of a partition: OK=1 ... REWIND=6"),
     ("lagd_consumer_partition_lag_seconds", "gauge", "How far behind a partition is in time"),
+    (
+        "lagd_consumer_partition_retention_used",
+        "gauge",
+        "Share of what the log retains that the group still has to read: lag / (log end - log start); 1 or more: at or past the log start",
+    ),
+    (
+        "lagd_consumer_partition_records_lost",
+        "gauge",
+        "Records retention deleted before the group read them (committed offset below the log start)",
+    ),
 )
+
+
+def _spans(state: State, cluster: str, topic: str) -> dict[int, int]:
+    """Log end - log start of each partition of the topic with a log-start sample (the records
+    the log retains; lagd_consumer_partition_retention_used divides the lag by it)."""
+    starts = state.topic_log_starts(cluster, topic)
+    if not starts:
+        return {}
+    ends = state.topic_offsets(cluster, topic) or []
+    return {p: max(0, ends[p] - s[-1][1]) for p, s in starts.items() if s and p < len(ends)}
 
 
 def render_steps(
@@ -154,18 +179,23 @@ def render_steps(
     started = time.process_time()
     per_partition = detail == "partition"
     families = [_Family([], name, kind, help_text) for name, kind, help_text in _GROUP_FAMILIES]
-    status_f, total_f, seconds_f, bound_f = families
+    status_f, total_f, seconds_f, bound_f, lost_f = families
     if per_partition:
         part_families = [_Family([], name, kind, help_text) for name, kind, help_text in _PARTITION_FAMILIES]
         families += part_families
-        lag_f, offset_f, pstatus_f, pseconds_f = part_families
+        lag_f, offset_f, pstatus_f, pseconds_f, used_f, plost_f = part_families
     for v in group_snapshots(state, evaluator, snapshots, now_ms):
         lab = f'cluster="{_esc(v.cluster)}",consumer_group="{_esc(v.group)}"'
         status_f.add(lab, STATUS_INDEX[v.status.value])
         total_f.add(lab, v.totallag)
         seconds_f.add(lab, v.lag_seconds)
         bound_f.add(lab, v.lag_seconds_bound)
+        lost_f.add(lab, sum(n.lost for n in v.retention))
         if per_partition:
+            for n in v.retention:
+                if n.lost:
+                    plost_f.add(f'{lab},topic="{_esc(n.topic)}",partition="{n.partition}"', n.lost)
+            spans = [_spans(state, v.cluster, topic) for topic in v.topics]
             # 4 lines a partition, 400k for 100k group-partitions: the lines are built here, not
             # through _Family.add, and the labels up to the partition number once per topic
             heads = [f'{lab},topic="{_esc(topic)}",partition="' for topic in v.topics]
@@ -179,6 +209,11 @@ def render_steps(
                 pstatus_out.append(f"{pstatus_n}{{{plab}{STATUS_INDEX[status.value]}\n")
                 seconds = repr(lag_s) if math.isfinite(lag_s) else _num(lag_s)  # as _num writes a float
                 pseconds_out.append(f"{pseconds_n}{{{plab}{seconds}\n")
+                span = spans[t].get(partition)
+                if span is not None:
+                    used_f.out.append(
+                        f"{used_f.name}{{{plab}{_num(current_lag / span if span else (math.inf if current_lag else 0.0))}\n"
+                    )
         for f in families:
             f.settle()
         yield

@@ -25,6 +25,8 @@ from aiohttp import web
 
 from lagd.core.model import GroupStatus
 from lagd.db import schema
+from lagd.evaluate.retention import RetentionState
+from lagd.evaluate.retention_view import RetentionNote, retention_reason
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
 from lagd.evaluate.snapshot import GroupSnapshot, group_reason
 from lagd.http.burrow_v3 import known_cluster
@@ -435,6 +437,8 @@ def render(
             continue
         history = histories.get((v.cluster, v.group), [])
         why = group_reason(v.status, *v.partition_statuses()) if v.not_ok or v.status is not GroupStatus.OK else ""
+        if v.retention:  # records lost or at risk: the worst thing that can happen to a consumer, said first
+            why = retention_reason(v.retention) + (f"; {why}" if v.not_ok else "")
         by_cluster.setdefault(v.cluster, []).append(
             f'<tr class="group is-{v.status.value.lower()}"><td>{_group_link(v.cluster, v.group)}</td>'
             f"<td>{_badge(v.status.value)}</td>"
@@ -583,7 +587,9 @@ async def group_page(request: web.Request) -> web.Response:
         parts = "<p>lagd does not know this group now (never seen, deleted or expired).</p>"
     else:
         prow = []
+        notes = {(n.topic, n.partition): n for n in v.retention}
         for p in v.partitions:
+            note = notes.get((p.topic, p.partition))
             rule = p.rule or RULE_OF.get(p.reason, "")
             last = p.end
             commit = f"{when(last.timestamp, now)}<br><span class=muted>offset {last.offset}</span>" if last else "—"
@@ -591,7 +597,8 @@ async def group_page(request: web.Request) -> web.Response:
             prow.append(
                 f'<tr class="partition"><td>{escape(p.topic)}</td><td class=n>{p.partition}</td>'
                 f"<td>{_badge(p.status.value)}</td><td>{escape(rule)}<br><span class=muted>{escape(p.reason)}</span>"
-                f"{'<br><span class=muted>since ' + when(p.since, now) + '</span>' if p.since is not None else ''}</td>"
+                f"{'<br><span class=muted>since ' + when(p.since, now) + '</span>' if p.since is not None else ''}"
+                f"{_retention_cell(note)}</td>"
                 f"<td class=n>{p.current_lag}</td><td class=n>{secs_text}</td>"
                 f"<td>{escape(p.owner or '—')}<br><span class=muted>{escape(p.client_id)}</span></td>"
                 f"<td>{commit}</td></tr>"
@@ -603,6 +610,21 @@ async def group_page(request: web.Request) -> web.Response:
         )
     html = _page(f"lagd: {group}", GROUP_REFRESH_S, f"{head}{charts}<h2>partitions</h2>{parts}")
     return web.Response(text=html, content_type="text/html", status=404 if v.status is GroupStatus.NOTFOUND else 200)
+
+
+def _retention_cell(note: RetentionNote | None) -> str:
+    """A partition's retention judgement under its reason: its share of retention used, and
+    records lost or at risk in words (lagd.evaluate.retention)."""
+    if note is None:
+        return ""
+    used = f"retention used {note.retention_used:.0%}" if note.retention_used is not None else ""
+    said = " · ".join(x for x in (used, note.reason) if x)
+    if not said:
+        return ""
+    bad = (
+        " is-err" if note.state is RetentionState.LOST else (" is-warn" if note.state is RetentionState.AT_RISK else "")
+    )
+    return f'<br><span class="retention{bad}">{escape(said)}</span>'
 
 
 def add_routes(app: web.Application) -> None:

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aiokafka.errors import for_code
+from aiokafka.protocol.admin import DescribeConfigsRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 
 from lagd.core.config import ClusterSettings
-from lagd.core.model import Event, IngestCounters, LogEndSample, TopicDeleted
+from lagd.core.model import Event, IngestCounters, LogEndSample, LogStartSample, TopicDeleted, TopicPolicy
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
 from lagd.runtime import logs
 from lagd.runtime.backoff import LOG_EVERY_S, describe_error
@@ -36,6 +37,8 @@ log = logs.get(__name__)
 
 Emit = Callable[[list[Event]], Awaitable[None]]
 LATEST = -1
+EARLIEST = -2
+TOPIC_RESOURCE = 2  # DescribeConfigs resource type of a topic
 READ_UNCOMMITTED = 0  # the high watermark, which is what consumers' lag is measured against
 
 # A topic missing from one metadata answer is no evidence that it was deleted: aiokafka leaves
@@ -238,6 +241,9 @@ async def _session(
         layout: Layout | None = None
         refresh_at = 0.0
         unknown_seen: set[str] = set()
+        start_at = 0.0  # when the next round also asks for log-start offsets
+        policies_at = 0.0  # when cleanup.policy is described again (every topic-refresh)
+        described: set[str] = set()
         while not stop.is_set():
             started = loop.time()
             wanted = {t for t in topics_wanted() if deny is None or not deny.search(t)}
@@ -273,6 +279,19 @@ async def _session(
             if events:
                 sampled.update(e.topic for e in events)
                 await put(list(events))
+            if started >= start_at or (wanted - described):  # a new topic gets its log start at once
+                start_at = started + cluster.log_start_refresh
+                starts = await sample_log_starts(client, cluster, layout, wanted, counters, events, clock=clock)
+                if starts:
+                    await put(list(starts))
+            if started >= policies_at or (wanted - described):
+                # Asked once per topic-refresh, and at once for a topic not asked yet; a failed
+                # or partial answer is asked again at the next topic-refresh, not every round.
+                policies_at = started + cluster.topic_refresh
+                described = wanted & set(layout.leaders)
+                policies = await describe_policies(client, cluster.name, sorted(wanted & set(layout.leaders)), counters)
+                if policies:
+                    await put(list(policies))
             await _wait_next_round(
                 loop, started, cluster, stop, functools.partial(_new_topic, topics_wanted, set(wanted), deny)
             )
@@ -355,6 +374,102 @@ async def sample_once(
             stale = True
     _log_broker_failures(cluster.name, failed, [n for n in nodes if n not in failed], failing)
     return out, stale
+
+
+def valid_log_starts(
+    starts: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int], counters: IngestCounters
+) -> dict[tuple[str, int], int]:
+    """Log-start offsets to keep (pure but for the counts): a negative one, or one above the
+    partition's log end of the same round, is counted (`log_start_negative`,
+    `log_start_above_log_end` among the ingest failures) and skipped."""
+    out: dict[tuple[str, int], int] = {}
+    for key, offset in starts.items():
+        if offset < 0:
+            counters.count_failure("log_start_negative")
+            continue
+        end = ends.get(key)
+        if end is not None and offset > end:
+            counters.count_failure("log_start_above_log_end")
+            continue
+        out[key] = offset
+    return out
+
+
+async def sample_log_starts(
+    client: Any,
+    cluster: ClusterSettings,
+    layout: Layout,
+    wanted: Iterable[str],
+    counters: IngestCounters,
+    ends: Iterable[LogEndSample] = (),
+    *,
+    clock: Clock = wall_ms,
+) -> list[LogStartSample]:
+    """One ListOffsets(EARLIEST) per leader, in parallel, batched as the log ends are; failures
+    are counted (`log_start_<error>`) and asked again next time. `ends`: this round's log ends,
+    which a log start may not exceed (valid_log_starts)."""
+    by_node, _ = plan_requests(layout, wanted)
+    nodes = list(by_node)
+    answers = await asyncio.gather(
+        *(
+            client.send(
+                node,
+                OffsetRequest(-1, READ_UNCOMMITTED, [(t, [(p, EARLIEST) for p in ps]) for t, ps in topics.items()]),
+            )
+            for node, topics in by_node.items()
+        ),
+        return_exceptions=True,
+    )
+    ts = clock()
+    found: dict[tuple[str, int], int] = {}
+    for node, answer in zip(nodes, answers, strict=True):
+        if isinstance(answer, BaseException):
+            if isinstance(answer, asyncio.CancelledError):
+                raise answer
+            counters.count_failure(f"log_start_{answer.__class__.__name__}")
+            log.debug("ListOffsets(EARLIEST) failed; retrying next time", broker=node, error=describe_error(answer))
+            continue
+        offsets, errors = parse_list_offsets(answer)
+        found.update(offsets)
+        for name in errors.values():
+            counters.count_failure(f"log_start_{name}")
+    kept = valid_log_starts(found, {(e.topic, e.partition): e.offset for e in ends}, counters)
+    return [LogStartSample(cluster.name, t, p, o, ts) for (t, p), o in sorted(kept.items())]
+
+
+def parse_policies(cluster: str, response: Any) -> list[TopicPolicy]:
+    """cleanup.policy of each topic a DescribeConfigs answer describes without error."""
+    out: list[TopicPolicy] = []
+    for resource in response.resources:
+        code, _msg, _kind, name, entries = resource[:5]
+        if code:
+            continue
+        for entry in entries:
+            if entry[0] == "cleanup.policy" and entry[1] is not None:
+                out.append(TopicPolicy(cluster, name, entry[1]))
+    return out
+
+
+async def describe_policies(
+    client: Any, cluster: str, topics: list[str], counters: IngestCounters
+) -> list[TopicPolicy] | None:
+    """The topics' cleanup.policy, in one DescribeConfigs to any broker; None when it failed
+    (counted as `log_start_describe_<error>`; lagd then judges as if not compacted)."""
+    if not topics:
+        return []
+    node = client.get_random_node()
+    if node is None:
+        return None
+    request = DescribeConfigsRequest([(TOPIC_RESOURCE, t, ["cleanup.policy"]) for t in topics])
+    try:
+        answer = await client.send(node, request)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        counters.count_failure(f"log_start_describe_{exc.__class__.__name__}")
+        log.debug("DescribeConfigs failed; retrying next topic-refresh", error=describe_error(exc))
+        return None
+    return parse_policies(cluster, answer)
 
 
 def _log_broker_failures(

@@ -68,21 +68,28 @@ def group_status_changed(
     not_ok: Iterable[str],
     at: int,
     counted: bool = True,
+    retention: str = "",
 ) -> None:
-    """One line for a group's new status, saying why (`group_reason` of its partitions not OK);
-    none for a group first seen OK (nothing changed), none past the cluster's budget."""
+    """One line for a group's new status, saying why (`group_reason` of its partitions not OK,
+    after `retention`: its partitions with records lost or at risk in words); none for a group
+    first seen OK (nothing changed), none past the cluster's budget."""
     if before is None and status in (GroupStatus.OK, GroupStatus.NOTFOUND):
         return
     if not budget.allow(cluster, at):
         return
+    not_ok = list(not_ok)
     log.info(
         "group status changed",
         cluster=cluster,
         group=group,
         status=status.value,
         previous=before.value if before is not None else None,
-        reason=group_reason(status, not_ok, counted),
+        reason=_with_retention(retention, group_reason(status, not_ok, counted) if not retention or not_ok else ""),
     )
+
+
+def _with_retention(retention: str, reason: str) -> str:
+    return "; ".join(x for x in (retention, reason) if x)
 
 
 def held_back(budget: LineBudget, now: int) -> None:

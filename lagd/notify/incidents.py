@@ -75,7 +75,9 @@ class GroupChange:
     topics: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     kind: MemberKind = "group"  # "mirror": a mirrored topic's verdict; "cluster": lagd cannot read the cluster
-    # "broker": the end-to-end probe's verdict of a broker (lagd.notify.broker_verdicts), and why
+    # The member's own reason in words: a broker's, the end-to-end probe's verdict
+    # (lagd.notify.broker_verdicts); a group's, its partitions with records lost or at risk
+    # (lagd.evaluate.retention_view.retention_reason)
     reason: str = ""
 
 
@@ -656,7 +658,8 @@ def _first_reason(change: GroupChange) -> str:
         return change.reason or f"broker {change.group}"
     if change.kind == "cluster":
         return f"cluster {change.cluster} unreachable"
-    return f"{'mirrored topic' if change.kind == 'mirror' else 'group'} {change.group}"
+    what = f"{'mirrored topic' if change.kind == 'mirror' else 'group'} {change.group}"
+    return f"{what}: {change.reason}" if change.reason else what
 
 
 def _members_noun(kinds: set[str]) -> str:

@@ -105,7 +105,7 @@ def encode_body(change: GroupChange) -> dict[str, Any]:
         "partitions": [[t, p, str(s), h] for t, p, s, h in change.partitions],
         "topics": list(change.topics),
         "hosts": list(change.hosts),
-        **({"reason": change.reason} if change.reason else {}),  # a broker's: the probe's (lagd.notify.broker_verdicts)
+        **({"reason": change.reason} if change.reason else {}),  # a broker's (the probe's) or a group's retention words
     }
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from lagd.core.config import ClusterSettings
 from lagd.core.model import GroupStatus, PartitionOwner, PartitionStatus
 from lagd.evaluate import Evaluator
+from lagd.evaluate.retention_view import retention_reason
 from lagd.evaluate.sight import ClusterSight, judge_sight
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.evaluate.verdicts import Stamp
@@ -86,6 +87,7 @@ def group_change(snap: GroupSnapshot, owners: Mapping[tuple[str, int], Partition
         partitions=tuple(bad),  # plain strs: PartitionInfo
         topics=tuple(sorted({topic for topic, _, _, _ in bad})),
         hosts=tuple(sorted({host for _, _, _, host in bad if host})),
+        reason=retention_reason(snap.retention),
     )
 
 
@@ -366,7 +368,15 @@ class VerdictWatch:
         self.state.record_status(snap.cluster, snap.group, snap.status.value, now)
         statuses, counted = snap.partition_statuses()
         eventlog.group_status_changed(
-            self.status_lines, snap.cluster, snap.group, before, snap.status, statuses, now, counted
+            self.status_lines,
+            snap.cluster,
+            snap.group,
+            before,
+            snap.status,
+            statuses,
+            now,
+            counted,
+            retention_reason(snap.retention),
         )
         if self.changes is not None:
             self._offered((snap.cluster, snap.group), _not_ok_hash(snap), now)

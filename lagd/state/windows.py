@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import sys
 from array import array
+from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +29,13 @@ from lagd.core.model import (
     GroupDeleted,
     GroupMembers,
     LogEndSample,
+    LogStartSample,
     OffsetDeleted,
     OffsetsPartitionReset,
     PartitionOwner,
     ReaderPosition,
     TopicDeleted,
+    TopicPolicy,
     WindowEntry,
 )
 from lagd.core.ruleset import BURROW, RuleSet
@@ -126,6 +129,10 @@ class _Cluster:
     tombstones: dict[str, int] = field(default_factory=dict)
     newest_commit: int | None = None  # newest commit timestamp applied (ms)
     newest_sample: int | None = None  # newest log-end sample time applied (ms)
+    # Log-start samples (ms, offset), oldest first, at most State.lag_samples per partition,
+    # and each topic's cleanup.policy: what lagd.evaluate.retention judges from.
+    log_start: dict[str, dict[int, deque[tuple[int, int]]]] = field(default_factory=dict)
+    cleanup_policy: dict[str, str] = field(default_factory=dict)
 
 
 def group_hash(group: str) -> int:
@@ -232,6 +239,8 @@ class State:
             GroupMembers: self._group_members,
             GroupDeleted: self._group_deleted,
             LogEndSample: self._log_end_sample,
+            LogStartSample: self._log_start_sample,
+            TopicPolicy: self._topic_policy,
             TopicDeleted: self._topic_deleted,
             ReaderPosition: self._reader_position,
             OffsetsPartitionReset: self._offsets_partition_reset,
@@ -559,10 +568,35 @@ class State:
             row: LogEndRow = (ev.ts, ev.cluster, ev.topic, ev.partition, ev.offset)
             self._changes.log_end_history.append(row)
 
+    def _log_start_sample(self, ev: LogStartSample) -> None:
+        if not (0 <= ev.offset <= _MAX_Q and _MIN_Q <= ev.ts <= _MAX_Q):
+            raise ValueError(f"log-start offset {ev.offset} or time {ev.ts} outside int64 (offsets are >= 0)")
+        cs = self._clusters.get(ev.cluster) or self._cluster(ev.cluster)
+        parts = cs.log_start.get(ev.topic)
+        if parts is None:
+            parts = cs.log_start[ev.topic] = {}
+        kept = parts.get(ev.partition)
+        if kept is None:
+            kept = parts[ev.partition] = deque(maxlen=self.lag_samples)
+        if kept and ev.ts <= kept[-1][0]:
+            return  # not newer than the newest kept sample
+        if kept and ev.offset < kept[-1][1]:
+            kept.clear()  # the log start went down: the topic was recreated, its past is gone
+        kept.append((ev.ts, ev.offset))
+        cs.topic_seq[ev.topic] = self._next_seq()
+
+    def _topic_policy(self, ev: TopicPolicy) -> None:
+        cs = self._clusters.get(ev.cluster) or self._cluster(ev.cluster)
+        if cs.cleanup_policy.get(ev.topic) != ev.cleanup_policy:
+            cs.cleanup_policy[ev.topic] = ev.cleanup_policy
+            cs.topic_seq[ev.topic] = self._next_seq()
+
     def _topic_deleted(self, ev: TopicDeleted) -> None:
         cs = self._clusters.get(ev.cluster)
         if cs is None:
             return
+        cs.log_start.pop(ev.topic, None)
+        cs.cleanup_policy.pop(ev.topic, None)
         for group in sorted(cs.consumers.get(ev.topic, ())):
             gs = cs.groups.get(group)
             if gs is not None and ev.topic in gs.windows:
@@ -892,6 +926,16 @@ class State:
         cs = self._clusters.get(cluster)
         gs = cs.groups.get(group) if cs else None
         return gs.windows if gs is not None else None
+
+    def topic_log_starts(self, cluster: str, topic: str) -> dict[int, deque[tuple[int, int]]]:
+        """Log-start samples (ms, offset) by partition, oldest first."""
+        cs = self._clusters.get(cluster)
+        return (cs.log_start.get(topic) if cs else None) or {}
+
+    def cleanup_policy(self, cluster: str, topic: str) -> str | None:
+        """The topic's cleanup.policy as last described; None: not known (yet)."""
+        cs = self._clusters.get(cluster)
+        return cs.cleanup_policy.get(topic) if cs else None
 
     def topic_log_ends(self, cluster: str, topic: str) -> dict[int, LogEnd]:
         cs = self._clusters.get(cluster)
