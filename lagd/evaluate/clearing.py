@@ -28,7 +28,9 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lagd.state.windows import FIELDS, LAG, NO_LAG, OFFSET, TS, LogEnd
+from lagd.core.model import PartitionStatus
+from lagd.evaluate.snapshot import GroupSnapshot
+from lagd.state.windows import FIELDS, LAG, NO_LAG, OFFSET, TS, LogEnd, State
 
 Z_MIN = 2.0  # Mann-Kendall significance of a downward trend needed to predict (lagd's z_leave)
 Z_CI = 1.96  # the interval: 95 %
@@ -180,10 +182,53 @@ def partition_clearing(
 ) -> Clearing | None:
     """A partition's clear time from its flat window (oldest first) and log-end samples; None
     when it is caught up (`current_lag` 0), the window too short or the fall not significant."""
-    if arr is None or not arr or current_lag == 0:
+    if arr is None or not arr or current_lag == 0 or not _falls(arr):
         return None
     xs, ys = lag_records(arr, le)
     return fit_clearing(xs, ys, z_min=z_min, min_points=min_points)
+
+
+def _falls(arr: array[int]) -> bool:
+    """Cheap first look: is the newest frozen lag below the oldest (else no fit is tried)?
+    Keeps the pages that ask every group (`/metrics`) from fitting the many steady partitions."""
+    lags = arr[LAG::FIELDS]
+    first = next((lag for lag in lags if lag != NO_LAG), None)
+    last = next((lag for lag in reversed(lags) if lag != NO_LAG), None)
+    return first is not None and last is not None and last < first
+
+
+PartitionKey = tuple[str, int]
+
+
+def state_clearings(
+    state: State, cluster: str, group: str, partitions: Iterable[tuple[str, int, bool, int]]
+) -> tuple[Clearing | None, dict[PartitionKey, Clearing]]:
+    """The group's clear time and each catching-up partition's, read from the state's windows
+    and log-end samples (in memory) for `partitions` given as (topic, partition, OK?, current lag)."""
+    windows = state.group_windows(cluster, group) or {}
+    found: dict[PartitionKey, Clearing] = {}
+    each: list[tuple[Clearing | None, bool, int]] = []
+    log_ends: dict[str, dict[int, LogEnd]] = {}
+    for topic, partition, ok, lag in partitions:
+        c: Clearing | None = None
+        arr = windows.get(topic, {}).get(partition)
+        if lag > 0 and arr is not None and _falls(arr):
+            les = log_ends.get(topic)
+            if les is None:
+                les = log_ends[topic] = state.topic_log_ends(cluster, topic)
+            c = partition_clearing(arr, les.get(partition), lag)
+            if c is not None:
+                found[(topic, partition)] = c
+        each.append((c, ok, lag))
+    return group_clearing(each), found
+
+
+def snapshot_clearing(state: State, snap: GroupSnapshot) -> Clearing | None:
+    """A group's clear time from the verdict watch's snapshot of it (None when it was kept
+    without its partitions)."""
+    topics = snap.topics
+    parts = ((topics[t], p, status is PartitionStatus.OK, lag) for t, p, lag, _, status, _ in snap.partition_values())
+    return state_clearings(state, snap.cluster, snap.group, parts)[0]
 
 
 def group_clearing(partitions: Iterable[tuple[Clearing | None, bool, int]]) -> Clearing | None:

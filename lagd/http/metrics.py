@@ -21,6 +21,7 @@ from aiohttp import web
 
 from lagd.core.model import GroupStatus
 from lagd.evaluate import Evaluator
+from lagd.evaluate.clearing import snapshot_clearing
 from lagd.evaluate.mirror_flow import FLOW_STATUSES
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
 from lagd.http.context import CTX, Health, HttpContext
@@ -128,6 +129,11 @@ _GROUP_FAMILIES = (
         "1 when a lagging partition's lag in seconds is only a lower bound (older than every kept log-end sample)",
     ),
 )
+_CLEAR_FAMILY = (
+    "lagd_group_clear_seconds",
+    "gauge",
+    "Seconds until a catching-up group's lag is expected to reach zero at its drain rate (only while predicted)",
+)
 _PARTITION_FAMILIES = (
     ("burrow_kafka_consumer_partition_lag", "gauge", "Messages the group is behind on a partition"),
     ("burrow_kafka_consumer_current_offset", "gauge", "Newest committed offset (full windows only)"),
@@ -153,6 +159,8 @@ def render_steps(
     per_partition = detail == "partition"
     families = [_Family([], name, kind, help_text) for name, kind, help_text in _GROUP_FAMILIES]
     status_f, total_f, seconds_f, bound_f = families
+    clear_f = _Family([], *_CLEAR_FAMILY)
+    families.append(clear_f)
     if per_partition:
         part_families = [_Family([], name, kind, help_text) for name, kind, help_text in _PARTITION_FAMILIES]
         families += part_families
@@ -163,6 +171,8 @@ def render_steps(
         total_f.add(lab, v.totallag)
         seconds_f.add(lab, v.lag_seconds)
         bound_f.add(lab, v.lag_seconds_bound)
+        if v.totallag > 0 and (clearing := snapshot_clearing(state, v)) is not None:
+            clear_f.add(lab, round(clearing.clears_in(now_ms), 1))
         if per_partition:
             # 4 lines a partition, 400k for 100k group-partitions: the lines are built here, not
             # through _Family.add, and the labels up to the partition number once per topic
