@@ -10,6 +10,8 @@ Pure: a flat commit window (and, where known, the partition's kept log-end sampl
   at which consumption outpaces production. Its interval is Sen's distribution-free
   confidence interval (the pairwise slopes at the ranks the Mann-Kendall variance gives),
   from which `slope_se` is the equivalent standard error.
+- The fit starts at the window's highest lag: the commits before it (before a consumer that
+  paused came back) tell nothing of its drain.
 - No answer (None) unless the downward trend is significant (Mann-Kendall z at or below
   `-z_min`), with at least `min_points` known lags: a growing or flat lag never clears.
 - The lag at the newest commit is the fit's (median intercept), and the clear time is when
@@ -185,16 +187,17 @@ def partition_clearing(
     if arr is None or not arr or current_lag == 0 or not _falls(arr):
         return None
     xs, ys = lag_records(arr, le)
+    if ys:  # the drain starts at the backlog's peak: commits before it (a pause, a deploy) do not count
+        peak = max(range(len(ys)), key=ys.__getitem__)
+        xs, ys = xs[peak:], ys[peak:]
     return fit_clearing(xs, ys, z_min=z_min, min_points=min_points)
 
 
 def _falls(arr: array[int]) -> bool:
-    """Cheap first look: is the newest frozen lag below the oldest (else no fit is tried)?
-    Keeps the pages that ask every group (`/metrics`) from fitting the many steady partitions."""
-    lags = arr[LAG::FIELDS]
-    first = next((lag for lag in lags if lag != NO_LAG), None)
-    last = next((lag for lag in reversed(lags) if lag != NO_LAG), None)
-    return first is not None and last is not None and last < first
+    """Cheap first look: is the newest known frozen lag below the window's highest (else no fit
+    is tried)? Keeps the pages that ask every group (`/metrics`) from fitting steady partitions."""
+    lags = [lag for lag in arr[LAG::FIELDS] if lag != NO_LAG]
+    return len(lags) >= 2 and lags[-1] < max(lags)
 
 
 PartitionKey = tuple[str, int]
