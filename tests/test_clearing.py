@@ -145,3 +145,13 @@ def test_clears_in_and_words() -> None:
     assert minutes_words(3 * 3600) == "about 3 h"
     view = c.view(1_000)
     assert view["clears_in_seconds"] == 240.0 and view["clear_at"] == 241_000
+
+
+def test_the_quality_benchmarks_backlogs_are_predicted_within_20_percent_from_early_in_their_drain() -> None:
+    from bench import bench_quality as quality
+
+    trace = quality.scenario_backlog_clearing(random.Random("scenario_backlog_clearing/1"), 1)
+    assert trace.clears_at is not None and 200 < trace.clears_at < quality.DURATION
+    o = quality.clearing_run(trace)
+    assert o.first_s is not None and o.first_s <= 0.25 * o.true_clear_s
+    assert o.predictions > 10 and o.within == o.predictions
