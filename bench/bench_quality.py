@@ -824,7 +824,9 @@ def clearing_run(trace: Trace) -> ClearingOutcome:
         if t % OFFSET_REFRESH or t >= truth:
             continue
         v = evaluator.group(CLUSTER, GROUP, ms)
-        parts = ((x.topic, x.partition, x.status is PartitionStatus.OK, x.current_lag) for x in v.partitions)
+        parts = (
+            (x.topic, x.partition, x.status is PartitionStatus.OK, x.current_lag, x.lag_seconds) for x in v.partitions
+        )
         predicted = state_clearings(state, CLUSTER, GROUP, parts)[0]
         if predicted is None:
             continue

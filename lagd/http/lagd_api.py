@@ -129,7 +129,7 @@ def reasons(v: GroupVerdict) -> list[dict[str, Any]]:
 
 def verdict_clearings(ctx: HttpContext, v: GroupVerdict) -> tuple[Clearing | None, dict[tuple[str, int], Clearing]]:
     """When the group and each catching-up partition are expected to clear (lagd.evaluate.clearing)."""
-    parts = ((p.topic, p.partition, p.status is PartitionStatus.OK, p.current_lag) for p in v.partitions)
+    parts = ((p.topic, p.partition, p.status is PartitionStatus.OK, p.current_lag, p.lag_seconds) for p in v.partitions)
     return state_clearings(ctx.state, v.cluster, v.group, parts)
 
 
