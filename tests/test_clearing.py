@@ -128,9 +128,9 @@ def test_a_group_clears_with_its_slowest_partition_and_not_while_one_falls_behin
     slow = fit_clearing([0.0, 1, 2, 3, 4, 5], [1100.0, 1000, 900, 800, 700, 600])
     assert fast is not None and slow is not None
     assert fast.clear_at == 6_000 and slow.clear_at == 11_000
-    assert group_clearing([(fast, True, 100), (slow, False, 600), (None, True, 3)]) is slow
-    assert group_clearing([(fast, True, 100), (None, False, 500)]) is None  # falling behind: never clears
-    assert group_clearing([(None, True, 0), (None, True, 2)]) is None  # nothing to clear
+    assert group_clearing([(fast, True), (slow, True), (None, False)]) is slow  # the third keeps up
+    assert group_clearing([(fast, True), (None, True)]) is None  # one behind, not (yet) draining: unknown
+    assert group_clearing([(None, False), (None, False)]) is None  # nothing to clear
 
 
 def test_clears_in_and_words() -> None:

@@ -19,8 +19,9 @@ Pure: a flat commit window (and, where known, the partition's kept log-end sampl
   the fitted line reaches zero; the interval's ends are where the lines at the interval's
   slowest and fastest drain rates reach zero (the slow end None when that rate is not a drain).
 
-A group clears when its slowest partition does (`group_clearing`); a partition that is not
-OK and not draining (falling behind, stopped) keeps the group from clearing at any known time.
+A group clears when its slowest partition does (`group_clearing`); a partition behind (more
+than MIN_LAG_SECONDS, or not OK) without a prediction keeps the group from clearing at a known
+time: a prediction from its faster partitions alone would be too early.
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def state_clearings(
     that keep up cost a comparison each (at 15 us a fit, /metrics asks every group)."""
     windows = state.group_windows(cluster, group) or {}
     found: dict[PartitionKey, Clearing] = {}
-    each: list[tuple[Clearing | None, bool, int]] = []
+    each: list[tuple[Clearing | None, bool]] = []
     log_ends: dict[str, dict[int, LogEnd]] = {}
     for topic, partition, ok, lag, lag_s in partitions:
         c: Clearing | None = None
@@ -230,7 +231,7 @@ def state_clearings(
             c = partition_clearing(arr, les.get(partition), lag)
             if c is not None:
                 found[(topic, partition)] = c
-        each.append((c, ok, lag))
+        each.append((c, lag > 0 and (lag_s > MIN_LAG_SECONDS or not ok)))
     return group_clearing(each), found
 
 
@@ -245,17 +246,17 @@ def snapshot_clearing(state: State, snap: GroupSnapshot) -> Clearing | None:
     return state_clearings(state, snap.cluster, snap.group, parts)[0]
 
 
-def group_clearing(partitions: Iterable[tuple[Clearing | None, bool, int]]) -> Clearing | None:
-    """A group's clear time: its slowest partition's. `partitions` gives, for each, its
-    Clearing, whether it is OK, and its current lag. None when a partition that is not OK has
-    no prediction (it is falling behind, stopped or not yet significantly draining, so the group
-    does not clear at any known time), or no partition is catching up. An OK partition without
-    one is keeping up (its small lag is not a backlog)."""
+def group_clearing(partitions: Iterable[tuple[Clearing | None, bool]]) -> Clearing | None:
+    """A group's clear time: its slowest partition's. `partitions` gives, for each, its Clearing
+    and whether it is behind (a backlog, or not OK with a lag). None when a partition behind has
+    no prediction (falling behind, stopped, or not yet significantly draining: the group does not
+    clear at a known time), or none is catching up. A partition not behind is keeping up."""
     slowest: Clearing | None = None
-    for c, ok, lag in partitions:
-        if c is None and not ok and lag > 0:
-            return None
-        if c is not None and (slowest is None or c.clear_at > slowest.clear_at):
+    for c, behind in partitions:
+        if c is None:
+            if behind:
+                return None
+        elif slowest is None or c.clear_at > slowest.clear_at:
             slowest = c
     return slowest
 
