@@ -70,9 +70,10 @@ from dataclasses import dataclass, field
 
 from bench import target
 from lagd.core.config import EvaluatorSettings, Settings
-from lagd.core.model import Commit, GroupStatus, LogEndSample
+from lagd.core.model import Commit, GroupStatus, LogEndSample, PartitionStatus
 from lagd.evaluate import Evaluator
 from lagd.evaluate.build import build_core, build_evaluator, build_state
+from lagd.evaluate.clearing import state_clearings
 from lagd.state.windows import State
 
 CLUSTER, GROUP, TOPIC = "quality", "consumer", "events"
@@ -106,6 +107,7 @@ class Trace:
     log_end: list[list[int]]  # [partition][second]
     commits: list[list[int | None]]  # [partition][second]
     down: tuple[int, int] | None = None  # the monitor (lagd or the exporter) is down in [a, b)
+    clears_at: int | None = None  # backlog-clearing: the second the group's backlog is gone (its slowest partition's)
 
 
 @dataclass
@@ -429,6 +431,43 @@ def scenario_checkpoint_healthy(rng: random.Random, seed: int) -> Trace:
     return Trace("checkpoint-healthy", FALSE_ALARM, seed, desc, None, ends, commits)
 
 
+def scenario_backlog_clearing(rng: random.Random, seed: int, every_from: tuple[int, ...] = COMMIT_EVERY) -> Trace:
+    """A group minutes of records behind works the backlog off at a steady capacity of its own per
+    partition (a known drain rate): healthy, and the trace of the clear-time prediction (see
+    `clearing_run`). The true clear time is the first second the slowest partition's consumer is
+    no longer held by its capacity (it commits what it processed, a batch behind the log end)."""
+    rates, every = _rates(rng), rng.choice(every_from)
+    behind_s = rng.randrange(200, 600)
+    speeds = [rng.uniform(1.5, 3.0) for _ in rates]
+    ends, commits, clears = [], [], []
+    for r, speed in zip(rates, speeds, strict=True):
+        e = _produce(rng, r)
+        pos: list[int] = []
+        high = e[0] - round(behind_s * r)
+        clear: int | None = None
+        for t, end in enumerate(e):
+            caught = end - _batch(rng, r)
+            if clear is None and caught <= high + round(speed * r):
+                clear = t
+            high = max(high, min(caught, high + round(speed * r)))
+            pos.append(high)
+        ends.append(e)
+        commits.append(_commits(rng, every, pos))
+        clears.append(clear if clear is not None else DURATION)
+    desc = (
+        f"{rates[0]:.0f}-{rates[-1]:.0f} msg/s, commits every {every} s; starts {behind_s} s of records behind, "
+        f"consumes at {', '.join(f'{x:.2f}x' for x in speeds)} (lag falls "
+        f"{', '.join(f'{(x - 1) * r:.0f}' for x, r in zip(speeds, rates, strict=True))} records/s); clear at {max(clears)} s"
+    )
+    name = "backlog-clearing" if every_from == COMMIT_EVERY else "backlog-clearing-checkpoint"
+    return Trace(name, FALSE_ALARM, seed, desc, None, ends, commits, clears_at=max(clears))
+
+
+def scenario_backlog_clearing_checkpoint(rng: random.Random, seed: int) -> Trace:
+    """`scenario_backlog_clearing` committing every 10, 30 or 60 s (checkpointing consumers)."""
+    return scenario_backlog_clearing(rng, seed, CHECKPOINT_EVERY)
+
+
 SCENARIOS: tuple[Callable[[random.Random, int], Trace], ...] = (
     scenario_stopped,
     scenario_stalled,
@@ -444,6 +483,8 @@ SCENARIOS: tuple[Callable[[random.Random, int], Trace], ...] = (
     scenario_backlog,
     scenario_idle,
     scenario_checkpoint_healthy,
+    scenario_backlog_clearing,
+    scenario_backlog_clearing_checkpoint,
 )
 
 
@@ -747,6 +788,88 @@ def run() -> Result:
     )
 
 
+# --- when will it clear? ---------------------------------------------------------------
+
+CLEAR_TOLERANCE = 0.2  # a prediction must be within this share of the drain's whole length of the truth
+
+
+@dataclass(frozen=True)
+class ClearingOutcome:
+    """lagd's clear-time predictions on one backlog-clearing trace, asked every 10 s as the API
+    answers them (lagd.evaluate.clearing over the group's verdict and windows)."""
+
+    trace: str
+    true_clear_s: int
+    first_s: int | None  # when the first prediction came (the drain became significant)
+    first_error_s: float | None  # its error (predicted - true clear time)
+    predictions: int  # predictions made before the true clear time
+    within: int  # of those, within CLEAR_TOLERANCE of the drain's length of the truth
+    worst_error_share: float  # the largest |error| over the drain's length
+
+
+def clearing_run(trace: Trace) -> ClearingOutcome:
+    """Drive lagd at its defaults through the trace (as `lagd_statuses`) and, every 10 s until the
+    true clear time, ask the group's predicted clear time; score each against the truth."""
+    assert trace.clears_at is not None
+    settings = _settings("lagd")
+    state, evaluator = build_core(settings)
+    order = 0
+    truth = trace.clears_at
+    first_s: int | None = None
+    first_error: float | None = None
+    made = within = 0
+    worst = 0.0
+    for t in range(truth + 1):
+        ms = START_MS + t * 1000
+        for p in range(len(trace.log_end)):
+            if t % OFFSET_REFRESH == 0:
+                state.apply(LogEndSample(CLUSTER, TOPIC, p, trace.log_end[p][t], ms))
+            off = trace.commits[p][t]
+            if off is not None:
+                order += 1
+                state.apply(Commit(CLUSTER, GROUP, TOPIC, p, off, order, ms, ms))
+        if t % OFFSET_REFRESH or t >= truth:
+            continue
+        v = evaluator.group(CLUSTER, GROUP, ms)
+        parts = (
+            (x.topic, x.partition, x.status is PartitionStatus.OK, x.current_lag, x.lag_seconds) for x in v.partitions
+        )
+        predicted = state_clearings(state, CLUSTER, GROUP, parts)[0]
+        if predicted is None:
+            continue
+        error_s = (predicted.clear_at - START_MS) / 1000.0 - truth
+        share = abs(error_s) / truth  # the drain runs from the trace's start to the truth
+        if first_s is None:
+            first_s, first_error = t, error_s
+        made += 1
+        within += share <= CLEAR_TOLERANCE
+        worst = max(worst, share)
+    return ClearingOutcome(f"{trace.name} seed {trace.seed}", truth, first_s, first_error, made, within, worst)
+
+
+def clearing_report(traces: list[Trace]) -> list[ClearingOutcome]:
+    """The clear-time predictions on every backlog-clearing trace, printed a line each."""
+    out = []
+    for trace in traces:
+        if trace.clears_at is None:
+            continue
+        o = clearing_run(trace)
+        out.append(o)
+        first = (
+            "never"
+            if o.first_s is None or o.first_error_s is None
+            else f"from {o.first_s} s (first off by {o.first_error_s:+.0f} s, "
+            f"{abs(o.first_error_s) / (o.true_clear_s - o.first_s):.0%} of the time then left)"
+        )
+        print(
+            f"quality clearing {o.trace}: true clear at {o.true_clear_s} s; predicted {first}; "
+            f"{o.within}/{o.predictions} predictions within {CLEAR_TOLERANCE:.0%} of the drain's length; "
+            f"worst {o.worst_error_share:.1%}",
+            flush=True,
+        )
+    return out
+
+
 METHOD = (
     f"{len(SCENARIOS)} scenarios x {len(SEEDS)} seeds, {DURATION} s each (problem onset at {ONSET} s, scored from "
     f"the first second), log-end samples and exporter scrapes every {OFFSET_REFRESH} s, lagd at its default "
@@ -840,8 +963,32 @@ def main() -> int:
     lagd_delay = lagd.mean_delay_s if lagd.mean_delay_s is not None else float("inf")
     versus = "the best threshold rule detecting every problem" if result.best_detects_all else "the best threshold rule"
     target(f"lagd mean detection delay vs {versus} ({best}, {best_delay} s)", lagd_delay, "<=", best_delay, "s")
+    clearing_summary(clearing_report(corpus()))
     return 0
 
 
+def clearing_summary(found: list[ClearingOutcome]) -> None:
+    made = sum(o.predictions for o in found)
+    good = sum(o.within for o in found)
+    late = [o.first_s / o.true_clear_s for o in found if o.first_s is not None]
+    never = [o.trace for o in found if o.first_s is None]
+    print(
+        f"quality clearing: {len(found)} traces, {made} predictions (every 10 s once the drain is significant), "
+        f"{good} within {CLEAR_TOLERANCE:.0%} of the drain's length of the true clear time; first prediction at "
+        f"{min(late, default=0):.0%}-{max(late, default=0):.0%} of the drain; predicted before it cleared: "
+        f"{len(late)}/{len(found)} traces (never: {', '.join(never) or 'none'}; a prediction needs 6 commits "
+        "from the peak, window-step apart at least)"
+    )
+    target(
+        f"clear-time predictions within {CLEAR_TOLERANCE:.0%} of the truth (share)",
+        good / made if made else 0.0,
+        ">=",
+        1.0,
+    )
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["clearing"]:  # the clear-time predictions alone (a minute, not the whole corpus)
+        clearing_summary(clearing_report(corpus()))
+        sys.exit(0)
     sys.exit(main())

@@ -90,7 +90,9 @@ async def test_group_verdict_with_reasons(api: aiohttp.ClientSession) -> None:
         "client_id": "worker-7",
         "start": {"offset": 500, "order": 3, "timestamp": 10_000, "observed": 10_005, "lag": 500},
         "end": {"offset": 1500, "order": 15, "timestamp": 30_000, "observed": 30_005, "lag": 1500},
+        "clearing": None,
     }
+    assert body["clearing"] is None
     assert [(p["topic"], p["partition"], p["rule"]) for p in body["partitions"]] == [
         ("orders", 0, "caught-up"),
         ("orders", 1, "lag-not-decreasing"),

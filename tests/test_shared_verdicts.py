@@ -138,6 +138,8 @@ def test_a_change_survives_the_row_format() -> None:
         GroupChange(
             "prod", "broker:prod/2", GroupStatus.ERR, 5, kind="broker", reason="broker 2 of prod not taking writes"
         ),
+        # a group's retention words and its predicted clear time (lagd.evaluate.clearing) cross workers too
+        GroupChange("prod", "g", GroupStatus.ERR, 6, reason="orders/0 records lost: 5", clear_at=1_700_000_000_000),
     ):
         body = encode_body(ch)
         back = decode_change(ch.cluster, ch.group, str(ch.status), ch.at, body)

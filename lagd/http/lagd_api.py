@@ -21,6 +21,7 @@ from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.db import schema
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.evaluate import rules as R
+from lagd.evaluate.clearing import Clearing, state_clearings
 from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.evaluate.snapshot import GroupSnapshot
 from lagd.http.context import CTX, MAX_INT32, MAX_MS, HttpContext, envelope
@@ -71,7 +72,7 @@ def offset_view(e: WindowEntry | None) -> dict[str, Any] | None:
     return {"offset": e.offset, "order": e.order, "timestamp": e.timestamp, "observed": e.observed, "lag": e.lag}
 
 
-def partition_view(p: PartitionVerdict) -> dict[str, Any]:
+def partition_view(p: PartitionVerdict, clearing: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "topic": p.topic,
         "partition": p.partition,
@@ -87,6 +88,7 @@ def partition_view(p: PartitionVerdict) -> dict[str, Any]:
         "client_id": p.client_id,
         "start": offset_view(p.start),
         "end": offset_view(p.end),
+        "clearing": clearing,
     }
 
 
@@ -125,11 +127,21 @@ def reasons(v: GroupVerdict) -> list[dict[str, Any]]:
     return out
 
 
-def group_view(v: GroupVerdict) -> dict[str, Any]:
+def verdict_clearings(ctx: HttpContext, v: GroupVerdict) -> tuple[Clearing | None, dict[tuple[str, int], Clearing]]:
+    """When the group and each catching-up partition are expected to clear (lagd.evaluate.clearing)."""
+    parts = ((p.topic, p.partition, p.status is PartitionStatus.OK, p.current_lag, p.lag_seconds) for p in v.partitions)
+    return state_clearings(ctx.state, v.cluster, v.group, parts)
+
+
+def group_view(v: GroupVerdict, ctx: HttpContext | None = None, now_ms: int = 0) -> dict[str, Any]:
+    group_c, clear = verdict_clearings(ctx, v) if ctx is not None else (None, {})
+    views = {k: c.view(now_ms) for k, c in clear.items()}
     body = summary_view(v)
-    body["maxlag"] = partition_view(v.maxlag) if v.maxlag is not None else None
+    body["clearing"] = group_c.view(now_ms) if group_c is not None else None
+    m = v.maxlag
+    body["maxlag"] = partition_view(m, views.get((m.topic, m.partition))) if m is not None else None
     body["reasons"] = reasons(v)
-    body["partitions"] = [partition_view(p) for p in v.partitions]
+    body["partitions"] = [partition_view(p, views.get((p.topic, p.partition))) for p in v.partitions]
     return body
 
 
@@ -147,10 +159,11 @@ async def groups(request: web.Request) -> web.Response:
 async def consumer(request: web.Request) -> web.Response:
     ctx = _ctx(request)
     cluster, group = request.match_info["cluster"], request.match_info["group"]
-    v = ctx.evaluator.group(cluster, group, ctx.now_ms())
+    now = ctx.now_ms()
+    v = ctx.evaluator.group(cluster, group, now)
     if v.status is GroupStatus.NOTFOUND:
         return _error(request, 404, "cluster or consumer not found")
-    return _json(group_view(v))
+    return _json(group_view(v, ctx, now))
 
 
 def share_group_view(g: ShareGroup) -> dict[str, Any]:

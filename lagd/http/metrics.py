@@ -21,6 +21,7 @@ from aiohttp import web
 
 from lagd.core.model import GroupStatus
 from lagd.evaluate import Evaluator
+from lagd.evaluate.clearing import snapshot_clearing
 from lagd.evaluate.mirror_flow import FLOW_STATUSES
 from lagd.evaluate.probe import BROKER_STATUSES
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
@@ -135,6 +136,11 @@ _GROUP_FAMILIES = (
         "Records retention deleted before the group read them, summed over its partitions now below the log start",
     ),
 )
+_CLEAR_FAMILY = (
+    "lagd_group_clear_seconds",
+    "gauge",
+    "Seconds until a catching-up group's lag is expected to reach zero at its drain rate (only while predicted)",
+)
 _PARTITION_FAMILIES = (
     ("burrow_kafka_consumer_partition_lag", "gauge", "Messages the group is behind on a partition"),
     ("burrow_kafka_consumer_current_offset", "gauge", "Newest committed offset (full windows only)"),
@@ -180,6 +186,8 @@ def render_steps(
     per_partition = detail == "partition"
     families = [_Family([], name, kind, help_text) for name, kind, help_text in _GROUP_FAMILIES]
     status_f, total_f, seconds_f, bound_f, lost_f = families
+    clear_f = _Family([], *_CLEAR_FAMILY)
+    families.append(clear_f)
     if per_partition:
         part_families = [_Family([], name, kind, help_text) for name, kind, help_text in _PARTITION_FAMILIES]
         families += part_families
@@ -191,6 +199,8 @@ def render_steps(
         seconds_f.add(lab, v.lag_seconds)
         bound_f.add(lab, v.lag_seconds_bound)
         lost_f.add(lab, sum(n.lost for n in v.retention))
+        if v.totallag > 0 and (clearing := snapshot_clearing(state, v)) is not None:
+            clear_f.add(lab, round(clearing.clears_in(now_ms), 1))
         if per_partition:
             for n in v.retention:
                 if n.lost:

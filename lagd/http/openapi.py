@@ -251,7 +251,24 @@ SCHEMAS["HistoryPoint"] = _obj(
     {"bucket": INT, "lag": _nullable(INT), "lag_seconds_max": _nullable(NUM), "commits": INT}
 )
 
+# When a catching-up group or partition is expected to clear (lagd.evaluate.clearing); null
+# unless its lag falls significantly, and for a group while a partition not OK is not draining.
+SCHEMAS["Clearing"] = _obj(
+    {
+        "clear_at": INT,
+        "clears_in_seconds": NUM,
+        "clear_at_early": INT,
+        "clear_at_late": _nullable(INT),
+        "drain_rate": NUM,
+        "drain_rate_se": NUM,
+        "z": NUM,
+        "points": INT,
+    }
+)
+SCHEMAS["Partition"]["properties"]["clearing"] = _ref_or_null("Clearing")
+SCHEMAS["Partition"]["required"].append("clearing")
 _group_detail = dict(SCHEMAS["GroupSummary"]["properties"])
+_group_detail["clearing"] = _ref_or_null("Clearing")
 _group_detail["maxlag"] = _ref_or_null("Partition")
 _group_detail["reasons"] = {"type": "array", "items": _ref("Reason")}
 _group_detail["partitions"] = {"type": "array", "items": _ref("Partition")}

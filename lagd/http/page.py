@@ -25,13 +25,14 @@ from aiohttp import web
 
 from lagd.core.model import GroupStatus
 from lagd.db import schema
+from lagd.evaluate.clearing import Clearing, minutes_words, snapshot_clearing
 from lagd.evaluate.retention import RetentionState
 from lagd.evaluate.retention_view import RetentionNote, retention_reason
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
 from lagd.evaluate.snapshot import GroupSnapshot, group_reason
 from lagd.http.burrow_v3 import known_cluster
 from lagd.http.context import CTX, HttpContext
-from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step
+from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_step, verdict_clearings
 from lagd.http.metrics import each_snapshot
 from lagd.http.routing import peer_groups
 from lagd.ingest.probe import Probes
@@ -439,6 +440,9 @@ def render(
         why = group_reason(v.status, *v.partition_statuses()) if v.not_ok or v.status is not GroupStatus.OK else ""
         if v.retention:  # records lost or at risk: the worst thing that can happen to a consumer, said first
             why = retention_reason(v.retention) + (f"; {why}" if v.not_ok else "")
+        clearing = snapshot_clearing(state, v) if v.totallag > 0 else None
+        if clearing is not None:
+            why = f"{why}; {clears_words(clearing, now)}" if why else clears_words(clearing, now)
         by_cluster.setdefault(v.cluster, []).append(
             f'<tr class="group is-{v.status.value.lower()}"><td>{_group_link(v.cluster, v.group)}</td>'
             f"<td>{_badge(v.status.value)}</td>"
@@ -473,6 +477,17 @@ def render(
         f"<h2>lagd's health</h2>{render_health(ctx, now)}"
         f"{''.join(rows)}{render_mirror_flows(ctx)}{render_probes(ctx.probes, _badge)}<h2>incidents</h2>{render_incidents(incidents, now)}",
     )
+
+
+def clears_words(c: Clearing, now_ms: int, interval: bool = False) -> str:
+    """'clears in about 4 min' (with `interval`: '(2-6 min at 95 %)', from the drain rate's interval)."""
+    text = f"clears in {minutes_words(c.clears_in(now_ms))}"
+    if interval:
+        early = max(0.0, (c.clear_at_early - now_ms) / 1000.0)
+        late = c.clear_at_late
+        late_text = "no bound" if late is None else f"{max(0.0, (late - now_ms) / 60_000.0):.0f} min"
+        text += f" ({early / 60.0:.0f} min to {late_text} at 95 %; draining {c.drain_rate:.0f} records/s)"
+    return text
 
 
 def _listed(summary: dict[str, Any]) -> GroupSnapshot | None:
@@ -586,10 +601,13 @@ async def group_page(request: web.Request) -> web.Response:
     elif v.status is GroupStatus.NOTFOUND:
         parts = "<p>lagd does not know this group now (never seen, deleted or expired).</p>"
     else:
+        group_c, clear = verdict_clearings(ctx, v)
         prow = []
         notes = {(n.topic, n.partition): n for n in v.retention}
         for p in v.partitions:
             note = notes.get((p.topic, p.partition))
+            pc = clear.get((p.topic, p.partition))
+            pclear = f"<br><span class=muted>{escape(clears_words(pc, now))}</span>" if pc is not None else ""
             rule = p.rule or RULE_OF.get(p.reason, "")
             last = p.end
             commit = f"{when(last.timestamp, now)}<br><span class=muted>offset {last.offset}</span>" if last else "—"
@@ -599,12 +617,13 @@ async def group_page(request: web.Request) -> web.Response:
                 f"<td>{_badge(p.status.value)}</td><td>{escape(rule)}<br><span class=muted>{escape(p.reason)}</span>"
                 f"{'<br><span class=muted>since ' + when(p.since, now) + '</span>' if p.since is not None else ''}"
                 f"{_retention_cell(note)}</td>"
-                f"<td class=n>{p.current_lag}</td><td class=n>{secs_text}</td>"
+                f"<td class=n>{p.current_lag}{pclear}</td><td class=n>{secs_text}</td>"
                 f"<td>{escape(p.owner or '—')}<br><span class=muted>{escape(p.client_id)}</span></td>"
                 f"<td>{commit}</td></tr>"
             )
         parts = (
-            f"<p>{v.partition_count} partitions; total lag {v.totallag}; lag in seconds {v.lag_seconds:.1f}</p>"
+            f"<p>{v.partition_count} partitions; total lag {v.totallag}; lag in seconds {v.lag_seconds:.1f}"
+            f"{'; ' + escape(clears_words(group_c, now, True)) if group_c is not None else ''}</p>"
             "<table><tr><th>topic</th><th>partition</th><th>status</th><th>rule and reason</th><th>lag</th>"
             f"<th>lag (s)</th><th>owner</th><th>last commit</th></tr>{''.join(prow)}</table>"
         )

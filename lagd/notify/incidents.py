@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lagd.core.model import GroupStatus, PartitionStatus
+from lagd.evaluate.clearing import minutes_words
 
 EventKind = Literal["opened", "updated", "resolved"]
 MemberKind = Literal["group", "mirror", "cluster", "broker"]
@@ -79,6 +80,7 @@ class GroupChange:
     # (lagd.notify.broker_verdicts); a group's, its partitions with records lost or at risk
     # (lagd.evaluate.retention_view.retention_reason)
     reason: str = ""
+    clear_at: int | None = None  # when the group's lag is expected to reach zero (lagd.evaluate.clearing)
 
 
 # The partitions an incident event lists (the first groups' by name; `partitions_total` counts
@@ -105,6 +107,7 @@ class IncidentEvent:
     reason: str
     summary: str
     peak_severity: str = ""  # the worst severity the incident reached so far ("" : that of `severity`)
+    clears_at: int | None = None  # when every member not OK is expected to have caught up (open incidents)
 
     def payload(self) -> dict[str, Any]:
         """The JSON body published over MQTT and stored in the outbox (schema: incident-event)."""
@@ -125,6 +128,7 @@ class IncidentEvent:
             "peak_severity": self.peak_severity or self.severity,
             # how long the incident was open (resolved events only)
             "duration_ms": None if self.resolved_at is None else self.resolved_at - self.opened_at,
+            "clears_at": self.clears_at,
         }
 
 
@@ -162,6 +166,7 @@ class _Member:
     topics: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     kind: str = "group"
+    clear_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -321,6 +326,7 @@ class IncidentEngine:
             topics=tuple(sorted(set(change.topics) | {t for t, _, _, _ in change.partitions})),
             hosts=tuple(sorted(set(change.hosts) | {h for _, _, _, h in change.partitions if h})),
             kind=change.kind,
+            clear_at=change.clear_at,
         )
         current = next((inc for inc in cl.open.values() if change.group in inc.members), None)
         if current is not None:
@@ -329,6 +335,9 @@ class IncidentEngine:
                 member.ok_since = old.ok_since  # still healthy: keep when it recovered
             current.put(change.group, member)
             if old.status == status:
+                if old.clear_at != member.clear_at:
+                    current.dirty = True  # a new resolve estimate: told in the next update
+                    return self._maybe_update(current, change.at)
                 return []  # the status it already had: no news
             self._restate(current)
             return self._maybe_update(current, change.at)
@@ -592,6 +601,9 @@ class IncidentEngine:
             )
             if note:
                 summary = f"{note}: {summary}"
+            clears_at = _clears_at(inc)
+            if clears_at is not None:
+                summary += f"; clears in {minutes_words(max(0.0, (clears_at - at) / 1000.0))}"
         return IncidentEvent(
             event=kind,
             event_id=f"{inc.id}:{inc.seq}",
@@ -607,6 +619,7 @@ class IncidentEngine:
             reason=reason,
             summary=summary,
             peak_severity=inc.peak,
+            clears_at=clears_at if kind != "resolved" else None,
         )
 
     @staticmethod
@@ -653,6 +666,20 @@ def _peak(peak: str, severity: str) -> str:
 TOGETHER = "went bad together, no topic or host in common"
 
 
+def _clears_at(inc: _Incident) -> int | None:
+    """When the incident's members are expected to have caught up: the latest of their clear
+    times (those of members back to OK that still work a backlog off included), None unless
+    each member not OK has one (a group falling behind or stopped does not clear)."""
+    latest: int | None = None
+    for m in inc.members.values():
+        if m.clear_at is None:
+            if m.ok_since is None:
+                return None
+            continue
+        latest = m.clear_at if latest is None else max(latest, m.clear_at)
+    return latest
+
+
 def _first_reason(change: GroupChange) -> str:
     if change.kind == "broker":
         return change.reason or f"broker {change.group}"
@@ -687,6 +714,8 @@ def _member_fields(m: _Member) -> dict[str, Any]:
     }
     if m.kind != "group":
         out["kind"] = m.kind  # absent for groups: state saved before mirrors had none
+    if m.clear_at is not None:
+        out["clear_at"] = m.clear_at  # absent unless predicted (and in state saved before)
     return out
 
 
@@ -778,6 +807,7 @@ def _load_incident(raw: dict[str, Any]) -> _Incident:
                 topics=tuple(m["topics"]),
                 hosts=tuple(m["hosts"]),
                 kind=str(m.get("kind", "group")),
+                clear_at=None if m.get("clear_at") is None else int(m["clear_at"]),
             ),
         )
     return inc

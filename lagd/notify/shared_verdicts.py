@@ -106,6 +106,7 @@ def encode_body(change: GroupChange) -> dict[str, Any]:
         "topics": list(change.topics),
         "hosts": list(change.hosts),
         **({"reason": change.reason} if change.reason else {}),  # a broker's (the probe's) or a group's retention words
+        **({"clear_at": change.clear_at} if change.clear_at is not None else {}),  # lagd.evaluate.clearing
     }
 
 
@@ -129,6 +130,7 @@ def decode_change(cluster: str, group: str, status: str, at: int, body: Any) -> 
         hosts=tuple(str(h) for h in body.get("hosts", ())),
         kind=kind,
         reason=str(body.get("reason", "")),
+        clear_at=None if body.get("clear_at") is None else int(body["clear_at"]),
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from lagd.core.config import ClusterSettings
 from lagd.core.model import GroupStatus, PartitionOwner, PartitionStatus
 from lagd.evaluate import Evaluator
+from lagd.evaluate.clearing import snapshot_clearing
 from lagd.evaluate.retention_view import retention_reason
 from lagd.evaluate.sight import ClusterSight, judge_sight
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots
@@ -52,6 +53,7 @@ CATCHING_UP_EVERY_MS = 30_000
 # changes wait that long under such load, 2 s when idle.
 DUTY = 0.10
 PARTITIONS_EVERY_MS = 30_000  # a group's change of not-OK partitions alone is offered at most this often
+CLEAR_MOVES = 0.2  # a bad group's clear time moving by this share of the time left is offered again
 OTHERS_RAN_S = 0.0005  # a turn of the loop this long between two slices ran others' work
 
 
@@ -75,9 +77,12 @@ def _not_ok_hash(snap: GroupSnapshot) -> int:
     return hash(bad) if bad else 0
 
 
-def group_change(snap: GroupSnapshot, owners: Mapping[tuple[str, int], PartitionOwner], at: int) -> GroupChange:
+def group_change(
+    snap: GroupSnapshot, owners: Mapping[tuple[str, int], PartitionOwner], at: int, clear_at: int | None = None
+) -> GroupChange:
     """The notifier's view of a group's judgement: its status and its non-OK partitions, each
-    with the host that owns it (from `owners`, the group's members: lagd.state State.group_owners)."""
+    with the host that owns it (from `owners`, the group's members: lagd.state State.group_owners),
+    and when it is expected to clear (`clear_at`, lagd.evaluate.clearing)."""
     bad = [(topic, p, status.value, _host(owners.get((topic, p)))) for topic, p, status in _not_ok(snap)]
     return GroupChange(
         cluster=snap.cluster,
@@ -88,6 +93,7 @@ def group_change(snap: GroupSnapshot, owners: Mapping[tuple[str, int], Partition
         topics=tuple(sorted({topic for topic, _, _, _ in bad})),
         hosts=tuple(sorted({host for _, _, _, host in bad if host})),
         reason=retention_reason(snap.retention),
+        clear_at=clear_at,
     )
 
 
@@ -149,6 +155,11 @@ class VerdictWatch:
     turn: Turn = plain_turn  # awaited between the slices of a pass (lagd.runtime.turns: requests first)
     # group status changes logged one by one, at most so many a cluster a minute (lagd.notify.eventlog)
     status_lines: eventlog.LineBudget = field(default_factory=eventlog.LineBudget)
+    # the clear time last offered, and when (lagd.evaluate.clearing), of each group that is bad or
+    # was bad and still works a backlog off: it is offered again under the same status, at most
+    # every PARTITIONS_EVERY_MS, when its estimate appears, goes, or moves by more than
+    # CLEAR_MOVES of the time left (the incident it is in says when it clears)
+    clears: dict[tuple[str, str], tuple[int | None, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.evaluator.seen_through = self.seen_through
@@ -247,6 +258,7 @@ class VerdictWatch:
         self.priors.pop(key, None)
         self.stamps.pop(key, None)
         self.not_ok.pop(key, None)
+        self.clears.pop(key, None)
         if self.snapshots is not None:
             self.snapshots.drop(*key)
 
@@ -319,7 +331,9 @@ class VerdictWatch:
                         self._on_change(snap, now, before)
                         yield 1
                 else:
-                    if self.changes is not None and self._partitions_due(key, snap, now):
+                    if self.changes is not None and (
+                        self._partitions_due(key, snap, now) or self._clear_due(key, snap, now)
+                    ):
                         self.changes.put_nowait(self._change(snap, now))  # the same status, other partitions
                     yield 0
         for key in [k for k in self.priors if k not in seen and k[0] not in skipped]:
@@ -335,8 +349,34 @@ class VerdictWatch:
             self.changes.mark_complete("groups")
 
     def _change(self, snap: GroupSnapshot, now: int) -> GroupChange:
-        """The group's change as offered to the notifier, with the owners of its partitions."""
-        return group_change(snap, self.state.group_owners(snap.cluster, snap.group), now)
+        """The group's change as offered to the notifier, with the owners of its partitions and,
+        for a bad group catching up, when it is expected to clear."""
+        key = (snap.cluster, snap.group)
+        clear_at = self._clear_at(snap)
+        if snap.status is not GroupStatus.OK or (key in self.clears and snap.totallag > 0):
+            self.clears[key] = (clear_at, now)  # bad, or recovered and still working its backlog off
+        else:
+            self.clears.pop(key, None)
+        return group_change(snap, self.state.group_owners(snap.cluster, snap.group), now, clear_at)
+
+    def _clear_at(self, snap: GroupSnapshot) -> int | None:
+        if snap.totallag <= 0 or snap.status is GroupStatus.NOTFOUND:
+            return None
+        clearing = snapshot_clearing(self.state, snap)
+        return clearing.clear_at if clearing is not None else None
+
+    def _clear_due(self, key: tuple[str, str], snap: GroupSnapshot, now: int) -> bool:
+        """Is a bad group's new clear time to be offered (see `clears`)? Noted as offered by `_change`."""
+        kept = self.clears.get(key)
+        if kept is None:
+            return False  # OK, and not since it was bad: nobody waits for it to clear
+        last, at = kept
+        if now - at < PARTITIONS_EVERY_MS:
+            return False  # a group catching up commits, so it is judged again soon enough
+        new = self._clear_at(snap)
+        if new is None or last is None:
+            return new != last
+        return abs(new - last) > CLEAR_MOVES * max(new - now, 1_000)
 
     def _partitions_due(self, key: tuple[str, str], snap: GroupSnapshot, now: int) -> bool:
         """Is a change of the partitions that are not OK, under the same group status, to be
