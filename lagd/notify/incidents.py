@@ -77,12 +77,18 @@ class GroupChange:
     kind: MemberKind = "group"  # "mirror": a mirrored topic's verdict; "cluster": lagd cannot read the cluster
     # "broker": the end-to-end probe's verdict of a broker (lagd.notify.broker_verdicts), and why
     reason: str = ""
+    # "broker" going bad: the (topic, partition)s it led then (frozen: after a kill leadership
+    # moves), at most MAX_LED of them; a group bad on one of them joins the broker's incident
+    led: tuple[tuple[str, int], ...] = ()
 
 
 # The partitions an incident event lists (the first groups' by name; `partitions_total` counts
 # them all). A broker outage puts every group of a cluster in one incident: at a million
 # group-partitions, listing each made one event about 100 MB.
 MAX_EVENT_PARTITIONS = 1_000
+# The partitions a broker member keeps as the ones it led (GroupChange.led), so that its stored
+# state stays bounded: 20,000 pairs are about 0.5 MB of JSON.
+MAX_LED = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +166,8 @@ class _Member:
     topics: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     kind: str = "group"
+    led: tuple[tuple[str, int], ...] = ()  # a broker's: the partitions it led when it went bad
+    reason: str = ""  # a broker's: the probe's reason
 
 
 @dataclass(slots=True)
@@ -185,6 +193,9 @@ class _Incident:
     topics: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     hosts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     bad: int = field(default=0, init=False, repr=False)
+    # the partitions bad broker members led -> how many such brokers; members by kind
+    led: dict[tuple[str, int], int] = field(default_factory=dict, init=False, repr=False)
+    kinds: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     # The members changed since the state was last saved: each member is its own row, written
     # when it changes (IncidentEngine.save_rows). A broker outage puts every group of a cluster
     # in one incident; storing every member at each flush was 37 MB at 10,000 groups of 100 bad
@@ -206,11 +217,21 @@ class _Incident:
             _bump(self.topics, topic, step)
         for host in m.hosts:
             _bump(self.hosts, host, step)
+        _bump(self.kinds, m.kind, step)
         if m.ok_since is None:
             self.bad += step
+            for tp in m.led:
+                _bump(self.led, tp, step)
+
+    def cause(self) -> str:
+        """The reason of the broker members that led partitions when they went bad ("": none)."""
+        if "broker" not in self.kinds:
+            return ""
+        causes = sorted((g, m.reason) for g, m in self.members.items() if m.led)
+        return _few([reason or g for g, reason in causes], limit=2)
 
 
-def _bump(counts: dict[str, int], key: str, step: int) -> None:
+def _bump(counts: dict[Any, int], key: Any, step: int) -> None:
     n = counts.get(key, 0) + step
     if n:
         counts[key] = n
@@ -319,12 +340,16 @@ class IncidentEngine:
             topics=tuple(sorted(set(change.topics) | {t for t, _, _, _ in change.partitions})),
             hosts=tuple(sorted(set(change.hosts) | {h for _, _, _, h in change.partitions if h})),
             kind=change.kind,
+            led=tuple((str(t), int(p)) for t, p in change.led[:MAX_LED]) if change.kind == "broker" else (),
+            reason=change.reason if change.kind == "broker" else "",
         )
         current = next((inc for inc in cl.open.values() if change.group in inc.members), None)
         if current is not None:
             old = current.members[change.group]
             if member.ok_since is not None and old.ok_since is not None:
                 member.ok_since = old.ok_since  # still healthy: keep when it recovered
+            if member.ok_since is None and old.ok_since is None and old.led:
+                member.led, member.reason = old.led, old.reason  # what it led when it went bad
             current.put(change.group, member)
             if old.status == status:
                 return []  # the status it already had: no news
@@ -519,6 +544,17 @@ class IncidentEngine:
         fresh = [i for i in cl.open.values() if at - i.last_join <= self.rules.correlation_window]
         if not fresh:
             return None, ""
+        if member.kind in ("group", "mirror"):
+            # A broker's incident is the cause of a member bad on a partition that broker led, and
+            # of no other: unrelated trouble in the same minutes goes by the rules below.
+            led = [(i, sorted({(t, p) for t, p, _, _ in member.partitions if (t, p) in i.led})) for i in fresh if i.led]
+            led = [(i, hit) for i, hit in led if hit]
+            if led:
+                inc, hit = max(led, key=lambda h: (h[0].last_join, h[0].id))
+                return inc, f"partition {hit[0][0]}/{hit[0][1]} led by a broker that went bad"
+            fresh = [i for i in fresh if not i.led]
+            if not fresh:
+                return None, ""
 
         def shared(inc: _Incident, attr: str) -> list[str]:
             counts: dict[str, int] = getattr(inc, attr)  # the incident's members by topic / host
@@ -569,8 +605,23 @@ class IncidentEngine:
                 )
         reason = self._reason(inc)
         bad = inc.bad
-        what = _members_noun({m.kind for m in inc.members.values()})
-        if what == "view(s) of lagd":
+        what = _members_noun(set(inc.kinds))
+        cause = inc.cause() if kind != "resolved" and (inc.kinds.get("group") or inc.kinds.get("mirror")) else ""
+        if cause:
+            # one incident per cause: "broker 2 of prod not taking writes: 14 consumer groups and
+            # 1 mirrored topic affected"
+            affected = " and ".join(
+                f"{n} {noun}{'' if n == 1 else 's'}"
+                for n, noun in (
+                    (inc.kinds.get("group", 0), "consumer group"),
+                    (inc.kinds.get("mirror", 0), "mirrored topic"),
+                )
+                if n
+            )
+            summary = f"{inc.severity}: {cause.split(': ', 1)[0]}: {affected} affected"
+            if note:
+                summary = f"{note}: {summary}"
+        elif what == "view(s) of lagd":
             if kind == "resolved":
                 mins = ((resolved_at or at) - inc.opened_at) // 1000
                 summary = f"resolved: lagd reads cluster {inc.cluster} again after {mins // 60}m{mins % 60:02d}s"
@@ -614,6 +665,9 @@ class IncidentEngine:
         of one member keeps the reason it opened with."""
         if len(inc.members) < 2:
             return inc.first_reason
+        cause = inc.cause()
+        if cause:
+            return cause
         for attr, label in (("topics", "topic"), ("hosts", "host")):
             common = _shared(getattr(m, attr) for m in inc.members.values())
             if common:
@@ -684,6 +738,10 @@ def _member_fields(m: _Member) -> dict[str, Any]:
     }
     if m.kind != "group":
         out["kind"] = m.kind  # absent for groups: state saved before mirrors had none
+    if m.led:
+        out["led"] = m.led  # a broker's, at most MAX_LED pairs
+    if m.reason:
+        out["reason"] = m.reason
     return out
 
 
@@ -693,6 +751,8 @@ def _dump_member(m: _Member) -> dict[str, Any]:
     out["partitions"] = [list(p) for p in m.partitions]
     out["topics"] = list(m.topics)
     out["hosts"] = list(m.hosts)
+    if m.led:
+        out["led"] = [list(tp) for tp in m.led]
     return out
 
 
@@ -775,6 +835,8 @@ def _load_incident(raw: dict[str, Any]) -> _Incident:
                 topics=tuple(m["topics"]),
                 hosts=tuple(m["hosts"]),
                 kind=str(m.get("kind", "group")),
+                led=tuple((str(t), int(p)) for t, p in m.get("led", ())),
+                reason=str(m.get("reason", "")),
             ),
         )
     return inc
