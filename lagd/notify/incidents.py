@@ -8,6 +8,11 @@ Rules (times are ms, passed in by the caller):
   is *bad*. A bad group that is in no open incident joins an open incident of its cluster
   whose last join is at most `correlation_window` old, preferring one that shares a topic,
   then one that shares an owner host, then the most recent; otherwise it opens a new one.
+- One incident per cause: a bad broker member carries the partitions it led when it went bad
+  (`GroupChange.led`, frozen, at most MAX_LED). A group or mirror going bad with a bad partition
+  among them joins that broker's incident (within `correlation_window`), before any rule above;
+  one without never joins such an incident. Its reason is the probe's, its summary
+  "<broker's headline>: N consumer groups and M mirrored topics affected".
 - `opened` goes out at once. A join or a change of the incident's severity (the worst
   current status of its groups) marks the incident dirty; at most one `updated` goes out per
   `update_interval` (the first immediately if the interval since the last event has passed,
