@@ -611,7 +611,9 @@ def test_a_broker_keeps_the_partitions_it_led_when_it_went_bad_and_only_within_t
     does not take away what the broker led; a group going bad after the correlation window
     opens its own incident."""
     engine = IncidentEngine(RULES)
+    engine.apply(bad_on("g-before", T0 - 1_000, ("orders", 0)))  # bad before: not the broker's doing
     engine.apply(broker_down(T0))
+    assert incident_of(engine, "g-before") != incident_of(engine, "broker:prod/2")  # its own incident
     engine.apply(broker_down(T0 + 5_000, led=()))  # same status, leadership moved away
     engine.apply(bad_on("g1", T0 + 60_000, ("orders", 0)))
     assert incident_of(engine, "g1") == incident_of(engine, "broker:prod/2")
@@ -628,7 +630,7 @@ def test_a_broker_incident_names_its_cause_when_one_group_joins_and_when_it_reso
         "ERR: broker 2 of prod not taking writes: 1 consumer group affected"
     )
     engine.apply(GroupChange("prod", "g1", GroupStatus.OK, T0 + 90_000))
-    engine.apply(broker_down(T0 + 95_000, status=GroupStatus.OK))
+    engine.apply(broker_down(T0 + 95_000, led=(), status=GroupStatus.OK))  # as offered: OK carries none
     resolved = [e for e in engine.tick(T0 + 95_000 + RULES.hold_time) if e.event == "resolved"]
     assert len(resolved) == 1 and resolved[0].reason == BROKER_REASON
     assert resolved[0].summary.startswith("resolved: 2 consumer group(s) on cluster prod healthy again")

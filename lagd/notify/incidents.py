@@ -353,8 +353,8 @@ class IncidentEngine:
             old = current.members[change.group]
             if member.ok_since is not None and old.ok_since is not None:
                 member.ok_since = old.ok_since  # still healthy: keep when it recovered
-            if member.ok_since is None and old.ok_since is None and old.led:
-                member.led, member.reason = old.led, old.reason  # what it led when it went bad
+            if old.led:  # a broker keeps what it led when it went bad, and why, while in the incident
+                member.led, member.reason = old.led, old.reason
             current.put(change.group, member)
             if old.status == status:
                 return []  # the status it already had: no news
@@ -558,8 +558,10 @@ class IncidentEngine:
                 inc, hit = max(led, key=lambda h: (h[0].last_join, h[0].id))
                 return inc, f"partition {hit[0][0]}/{hit[0][1]} led by a broker that went bad"
             fresh = [i for i in fresh if not i.led]
-            if not fresh:
-                return None, ""
+        elif member.led:  # a broker that led partitions: its own incident, or another broker's
+            fresh = [i for i in fresh if "broker" in i.kinds]
+        if not fresh:
+            return None, ""
 
         def shared(inc: _Incident, attr: str) -> list[str]:
             counts: dict[str, int] = getattr(inc, attr)  # the incident's members by topic / host
