@@ -11,7 +11,8 @@ Rules (times are ms, passed in by the caller):
 - One incident per cause: a bad broker member carries the partitions it led when it went bad
   (`GroupChange.led`, frozen, at most MAX_LED). A group or mirror going bad with a bad partition
   among them joins that broker's incident (within `correlation_window`), before any rule above;
-  one without never joins such an incident. Its reason is the probe's, its summary
+  one without never joins such an incident, and such a broker joins only another broker's
+  incident. Its reason is the probe's (kept while it is a member), its summary
   "<broker's headline>: N consumer groups and M mirrored topics affected".
 - `opened` goes out at once. A join or a change of the incident's severity (the worst
   current status of its groups) marks the incident dirty; at most one `updated` goes out per
