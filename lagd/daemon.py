@@ -30,7 +30,7 @@ from lagd.evaluate.build import build_core
 from lagd.evaluate.snapshot import Snapshots
 from lagd.http.app import bound_port, start_http
 from lagd.http.context import Health, HttpContext
-from lagd.ingest.log_end import sample_log_ends
+from lagd.ingest.log_end import Leadership, sample_log_ends
 from lagd.ingest.mirror_flows import MirrorFlows, mm2_alias, watch_mirror_flow
 from lagd.ingest.offsets_group import Assignment, read_offsets_as_worker
 from lagd.ingest.probe import Probes, watch_probe
@@ -99,6 +99,7 @@ class Runtime:
     share_groups: ShareGroups = field(default_factory=ShareGroups)  # shown, not judged (lagd.ingest.share_groups)
     mirror_flows: MirrorFlows = field(default_factory=MirrorFlows)  # MM2 flows (lagd.ingest.mirror_flows)
     probes: Probes = field(default_factory=Probes)  # the end-to-end probe's broker verdicts (lagd.ingest.probe)
+    leadership: Leadership = field(default_factory=Leadership)  # partitions each broker led lately (log-end sampler)
 
     def ready(self) -> bool:
         return self.restored.is_set() and all(getattr(p, "caught_up", False) for p in self.progress.values())
@@ -385,6 +386,7 @@ def _start_readers(
             known=rt.state.topics(name),
             every_topic=True,  # Burrow's /topic paths list every topic, consumed or not
             clock=rt.clock,
+            leadership=rt.leadership,
         )
         spawn(sampler, f"log-end-{name}")
         spawn(poll_share_groups(cluster, rt.share_groups, counters, rt.stop, clock=rt.clock), f"share-groups-{name}")
@@ -430,6 +432,7 @@ def _start_workers(
             every_topic=True,
             share=assignment.owns,
             clock=rt.clock,
+            leadership=rt.leadership,
         )
         spawn(sampler, f"log-end-{name}")
         # every worker polls every share group: they are few, cheap to ask, and any worker answers
@@ -631,7 +634,10 @@ async def _run(rt: Runtime, migrate: bool) -> None:
                 probed = [name for name, c in settings.clusters.items() if c.probe]
                 if probed:
                     grace = 3 * max(settings.clusters[c].probe_interval for c in probed) + 10
-                    spawn(watch_brokers(rt.probes, probed, changes, grace, clock=clock), "broker-verdicts")
+                    spawn(
+                        watch_brokers(rt.probes, probed, changes, grace, clock=clock, leadership=rt.leadership),
+                        "broker-verdicts",
+                    )
                 spawn(
                     run_notifier(
                         store.engine, settings.notify, notifier_input, rt.stop, clock=clock, turn=rt.turns.turn

@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg2
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from lagd.core.config import Settings, parse
 from lagd.embedded.kafka import KafkaCluster
@@ -93,6 +94,9 @@ async def test_a_killed_broker_is_named_by_the_probe_and_is_one_incident_member_
     victim = kafka_trio.nodes[round_ % BROKERS]
     member = f"broker:real/{victim.node_id}"
     others = [n.node_id for n in kafka_trio.nodes if n is not victim]
+    # a topic whose partition 0 only the victim holds (it leads it) and partition 1 another broker
+    led_topic = f"lagd_cause_{round_}_{os.getpid()}"
+    await create_assigned_topic(kafka_trio.bootstrap, led_topic, {0: [victim.node_id], 1: [others[0]]})
     async with lagd_running(probe_settings(kafka_trio, database_url, free_port())) as lagd:
 
         async def all_ok() -> bool:
@@ -124,6 +128,10 @@ async def test_a_killed_broker_is_named_by_the_probe_and_is_one_incident_member_
 
         await until(opened, 30, f"an open incident with member {member}")
         (incident,) = [i for i in await incidents_with(lagd, member) if i["state"] == "open"]
+        # one incident per cause: the broker's member carries, stored, the partitions it led
+        # before the kill (the log-end sampler's metadata), which groups bad on them join by
+        led = await until_led(database_url, member)
+        assert [led_topic, 0] in led and [led_topic, 1] not in led, led
         if len(incident["body"]["groups"]) == 1:  # alone in it: the reason is the probe's
             assert incident["reason"].startswith(f"broker {victim.node_id} of real not taking writes")
         assert seen_others <= {"OK", "SLOW"}, f"the other brokers while {victim.node_id} was down: {seen_others}"
@@ -190,6 +198,34 @@ async def test_a_restart_while_a_broker_is_down_keeps_its_incident_open_until_it
     events = [e for e in recorded(database_url) if member in e["groups"]]
     assert [e["event"] for e in events] == ["opened", "resolved"], events
     assert len({e["id"] for e in events}) == 1
+
+
+async def create_assigned_topic(bootstrap: str, name: str, replicas: dict[int, list[int]]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, -1, -1, replica_assignments=replicas)])
+    finally:
+        await admin.close()
+
+
+async def until_led(database_url: str, member: str, timeout: float = 30) -> list[list[Any]]:
+    """The partitions the stored incident member `member` led when it went bad, once stored."""
+
+    def read() -> list[list[Any]] | None:
+        with psycopg2.connect(database_url) as conn, conn.cursor() as cur:
+            cur.execute("SELECT body FROM incident_members WHERE cluster = 'real' AND member = %s", (member,))
+            rows = [r[0] for r in cur.fetchall()]
+        return next((r["led"] for r in rows if r.get("led")), None)
+
+    found: list[list[Any]] = []
+
+    async def stored() -> bool:
+        found[:] = await asyncio.to_thread(read) or []
+        return bool(found)
+
+    await until(stored, timeout, f"{member} stored with the partitions it led")
+    return found
 
 
 def replace_notify(settings: Settings, notify: dict[str, Any]) -> Settings:

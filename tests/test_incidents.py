@@ -555,3 +555,109 @@ def test_no_incident_event_goes_back_in_time_whatever_order_changes_arrive_in() 
                     assert after.event == "updated" and after.summary.startswith("reopened"), kinds(evs)
 
     check()
+
+
+# --- one incident per cause: a bad broker and the groups on the partitions it led ---------------
+
+BROKER_REASON = "broker 2 of prod not taking writes: no ack within 5 s (canary partition 2, 3 of 3 failed)"
+LED = (("orders", 0), ("orders", 1), ("pay", 0))
+
+
+def broker_down(at: int, led: tuple[tuple[str, int], ...] = LED, status: GroupStatus = GroupStatus.ERR) -> GroupChange:
+    return GroupChange("prod", "broker:prod/2", status, at, kind="broker", reason=BROKER_REASON, led=led)
+
+
+def bad_on(group: str, at: int, *parts: tuple[str, int], kind: str = "group") -> GroupChange:
+    partitions = tuple((t, p, PartitionStatus.STOP.value, "") for t, p in parts)
+    return GroupChange("prod", group, GroupStatus.ERR, at, partitions, kind=kind)  # type: ignore[arg-type]
+
+
+def incident_of(engine: IncidentEngine, member: str) -> str:
+    cl = engine._clusters["prod"]
+    return next(i.id for i in cl.open.values() if member in i.members)
+
+
+def test_groups_bad_on_partitions_a_bad_broker_led_join_its_incident_and_unrelated_ones_do_not() -> None:
+    engine = IncidentEngine(RULES)
+    changes = [
+        broker_down(T0),
+        bad_on("g-orders", T0 + 10_000, ("orders", 1), ("orders", 7)),  # orders/1: led by broker 2
+        # the same topic, but a partition another broker leads: unrelated, though it shares a topic
+        # with g-orders (the topic rule would have put it in the broker's incident)
+        bad_on("g-elsewhere", T0 + 15_000, ("orders", 5)),
+        bad_on("mirror:dr/pay", T0 + 20_000, ("pay", 0), kind="mirror"),
+        bad_on("g-misc", T0 + 24_000, ("misc", 0)),
+        # shares topic misc with the unrelated incident, joined last, but pay/0 was led by broker 2:
+        # the cause is preferred over every other rule
+        bad_on("g-misc-pay", T0 + 25_000, ("misc", 0), ("pay", 0)),
+        bad_on("g-other", T0 + 30_000, ("audit", 3)),  # nothing of broker 2's: joins the unrelated one
+    ]
+    events = run(engine, changes, until=T0 + 100_000)
+    broker = incident_of(engine, "broker:prod/2")
+    cl = engine._clusters["prod"]
+    assert sorted(cl.open[broker].members) == ["broker:prod/2", "g-misc-pay", "g-orders", "mirror:dr/pay"]
+    other = incident_of(engine, "g-elsewhere")
+    assert other != broker
+    assert sorted(cl.open[other].members) == ["g-elsewhere", "g-misc", "g-other"]
+    assert next(e.event for e in events if e.incident_id == broker) == "opened"
+    last = [e for e in events if e.incident_id == broker][-1]
+    assert last.reason == BROKER_REASON
+    assert last.summary == "ERR: broker 2 of prod not taking writes: 2 consumer groups and 1 mirrored topic affected"
+    assert "broker" not in [e for e in events if e.incident_id == other][-1].summary
+
+
+def test_a_broker_keeps_the_partitions_it_led_when_it_went_bad_and_only_within_the_window() -> None:
+    """After a kill leadership moves: a repeated verdict carrying the new (empty) leadership
+    does not take away what the broker led; a group going bad after the correlation window
+    opens its own incident."""
+    engine = IncidentEngine(RULES)
+    engine.apply(bad_on("g-before", T0 - 1_000, ("orders", 0)))  # bad before: not the broker's doing
+    engine.apply(broker_down(T0))
+    assert incident_of(engine, "g-before") != incident_of(engine, "broker:prod/2")  # its own incident
+    engine.apply(broker_down(T0 + 5_000, led=()))  # same status, leadership moved away
+    engine.apply(bad_on("g1", T0 + 60_000, ("orders", 0)))
+    assert incident_of(engine, "g1") == incident_of(engine, "broker:prod/2")
+    late = T0 + 60_000 + RULES.correlation_window + 1
+    engine.apply(bad_on("g2", late, ("orders", 1)))
+    assert incident_of(engine, "g2") != incident_of(engine, "broker:prod/2")
+
+
+def test_a_broker_incident_names_its_cause_when_one_group_joins_and_when_it_resolves() -> None:
+    engine = IncidentEngine(RULES)
+    opened = engine.apply(broker_down(T0))
+    assert opened[0].reason == BROKER_REASON
+    assert engine.apply(bad_on("g1", T0 + 40_000, ("orders", 0)))[0].summary == (
+        "ERR: broker 2 of prod not taking writes: 1 consumer group affected"
+    )
+    engine.apply(GroupChange("prod", "g1", GroupStatus.OK, T0 + 90_000))
+    engine.apply(broker_down(T0 + 95_000, led=(), status=GroupStatus.OK))  # as offered: OK carries none
+    resolved = [e for e in engine.tick(T0 + 95_000 + RULES.hold_time) if e.event == "resolved"]
+    assert len(resolved) == 1 and resolved[0].reason == BROKER_REASON
+    assert resolved[0].summary.startswith("resolved: 2 consumer group(s) on cluster prod healthy again")
+
+
+def test_what_a_broker_led_round_trips_through_the_stored_state_and_is_bounded() -> None:
+    from lagd.notify.incidents import MAX_LED
+
+    engine = IncidentEngine(RULES)
+    many = tuple(("big", p) for p in range(MAX_LED + 500)) + LED
+    engine.apply(broker_down(T0, led=LED + many))
+    engine.apply(bad_on("g1", T0 + 10_000, ("orders", 1)))
+    data = json.loads(json.dumps(engine.dump_cluster("prod")))
+    broker_row = next(m for raw in data["open"] for g, m in raw["members"].items() if g == "broker:prod/2")
+    assert len(broker_row["led"]) == MAX_LED and broker_row["reason"] == BROKER_REASON
+    restored = IncidentEngine(RULES)
+    restored.load_cluster("prod", data)
+    assert restored.dump() == engine.dump()
+    # and as the notifier stores it: a header and a row per member
+    save = engine.save_rows("prod", {})
+    save.encode()
+    rows = [(i, m, json.loads(body)) for i, m, body in save.members]
+    from_rows = IncidentEngine(RULES)
+    from_rows.load_cluster("prod", with_members(json.loads(save.header), rows))
+    assert from_rows.dump() == engine.dump()
+    # each correlates the same: a group on a partition it led joins the broker's incident
+    for e in (engine, restored, from_rows):
+        e.apply(bad_on("g2", T0 + 20_000, ("pay", 0)))
+        assert incident_of(e, "g2") == incident_of(e, "broker:prod/2")
+        assert e._clusters["prod"].open[incident_of(e, "g2")].led == dict.fromkeys(LED + many[: MAX_LED - len(LED)], 1)

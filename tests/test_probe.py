@@ -14,10 +14,11 @@ from lagd.evaluate.probe import (
 )
 from lagd.http.metrics import probe_series
 from lagd.http.page import render_probes
+from lagd.ingest.log_end import LED_RECENTLY_MS, Leadership
 from lagd.ingest.probe import Probes, decode, encode
 from lagd.notify.broker_verdicts import PRODUCER, broker_member, offer_broker_changes, watch_brokers
 from lagd.notify.feed import VerdictFeed
-from lagd.notify.incidents import IncidentEngine, Rules
+from lagd.notify.incidents import GroupChange, IncidentEngine, Rules
 
 LIMITS = ProbeLimits(timeout_ms=2_000, slow_after_ms=500, window_ms=60_000)
 LEADERS = {1: (0, 1), 2: (1, 2), 3: (2, 3)}
@@ -167,6 +168,34 @@ def test_a_failing_broker_is_offered_once_as_an_err_member_with_its_reason_and_o
     # a broker no longer judged is offered NOTFOUND
     assert offer_broker_changes({"prod": {1: verdicts["prod"][1]}}, last, feed, 5_000) == 1
     assert feed.get_nowait().status == GroupStatus.NOTFOUND
+
+
+def test_a_failing_broker_carries_the_partitions_it_led_lately_and_a_group_on_them_joins_its_incident() -> None:
+    """Leadership moves off a killed broker at the sampler's next metadata refresh, usually
+    before the probe judges it: the broker's change still names what it led minutes ago."""
+    leadership = Leadership()
+    leadership.record("prod", {"orders": {0: 2, 1: 1, 2: 2}, "pay": {0: 3}}, 1_000)
+    leadership.record("prod", {"orders": {0: 1, 1: 1, 2: None}, "pay": {0: 3}}, 3_000)  # after the kill
+    assert leadership.led_by("prod", 2, 3_500) == (("orders", 0), ("orders", 2))
+    assert leadership.led_by("prod", 2, 1_000 + LED_RECENTLY_MS + 1) == ()  # forgotten after a while
+    log = ProbeLog(LIMITS)
+    healthy(log, 1, 1, 1_000)
+    healthy(log, 2, 2, 1_000)
+    feed = VerdictFeed(producers=(PRODUCER,))
+    last: dict[tuple[str, int], str] = {}
+    offer_broker_changes({"prod": log.judge("prod", 1_100, LEADERS)}, last, feed, 1_100, leadership)
+    assert [feed.get_nowait().led for _ in range(2)] == [(), ()]  # healthy: nothing to carry
+    log.sent(3, 2, 1, 2_000)  # never acknowledged
+    offer_broker_changes({"prod": log.judge("prod", 4_000, LEADERS)}, last, feed, 4_000, leadership)
+    change = feed.get_nowait()
+    assert change.status == GroupStatus.ERR and change.led == (("orders", 0), ("orders", 2))
+    engine = IncidentEngine(Rules(severity="ERR"))
+    engine.apply(change)
+    part = ("orders", 2, "STOP", "")
+    assert engine.apply(GroupChange("prod", "g1", GroupStatus.ERR, 5_000, (part,))) == []  # coalesced
+    (joined,) = engine.tick(4_000 + engine.rules.update_interval)
+    assert joined.groups == {"broker:prod/2": "ERR", "g1": "ERR"}
+    assert joined.summary == "ERR: broker 2 of prod not taking writes: 1 consumer group affected"
 
 
 def test_metrics_and_the_status_page_show_each_broker() -> None:

@@ -136,7 +136,13 @@ def test_a_change_survives_the_row_format() -> None:
         GroupChange("prod", "cluster:prod", GroupStatus.ERR, 3, kind="cluster"),
         GroupChange("prod", "mirror:m/orders", GroupStatus.WARN, 4, topics=("orders",), kind="mirror"),
         GroupChange(
-            "prod", "broker:prod/2", GroupStatus.ERR, 5, kind="broker", reason="broker 2 of prod not taking writes"
+            "prod",
+            "broker:prod/2",
+            GroupStatus.ERR,
+            5,
+            kind="broker",
+            reason="broker 2 of prod not taking writes",
+            led=(("orders", 0), ("orders", 3)),  # what it led: groups bad on them join its incident
         ),
         # a group's retention words and its predicted clear time (lagd.evaluate.clearing) cross workers too
         GroupChange("prod", "g", GroupStatus.ERR, 6, reason="orders/0 records lost: 5", clear_at=1_700_000_000_000),

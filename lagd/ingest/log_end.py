@@ -66,6 +66,37 @@ class Layout:
         return set(self.leaders) | self.unavailable
 
 
+LED_RECENTLY_MS = 300_000  # how long Leadership remembers that a broker led a partition
+
+
+@dataclass
+class Leadership:
+    """Which partitions each broker led lately, per cluster, from the sampler's metadata
+    (`record`). A killed broker's partitions get new leaders at the next refresh, before the
+    probe has judged it, so `led_by` answers what the broker led in the last `LED_RECENTLY_MS`,
+    not only now: the partitions whose groups its outage explains (lagd.notify.incidents)."""
+
+    # cluster -> broker -> (topic, partition) -> when last seen led by it (ms)
+    seen: dict[str, dict[int, dict[tuple[str, int], int]]] = field(default_factory=dict)
+
+    def record(self, cluster: str, leaders: Mapping[str, Mapping[int, int | None]], now: int) -> None:
+        by_broker = self.seen.setdefault(cluster, {})
+        for topic, parts in leaders.items():
+            for p, leader in parts.items():
+                if leader is not None:
+                    by_broker.setdefault(leader, {})[(topic, p)] = now
+        for broker, led in list(by_broker.items()):
+            for tp in [tp for tp, at in led.items() if now - at > LED_RECENTLY_MS]:
+                del led[tp]
+            if not led:
+                del by_broker[broker]
+
+    def led_by(self, cluster: str, broker: int, now: int) -> tuple[tuple[str, int], ...]:
+        """The partitions `broker` led in the last LED_RECENTLY_MS, sorted."""
+        led = self.seen.get(cluster, {}).get(broker, {})
+        return tuple(sorted(tp for tp, at in led.items() if now - at <= LED_RECENTLY_MS))
+
+
 def layout_from_metadata(metadata: Any) -> Layout:
     out = Layout(unavailable=set(getattr(metadata, "unauthorized_topics", None) or ()))
     for topic in metadata.topics():
@@ -170,6 +201,7 @@ async def sample_log_ends(
     every_topic: bool = False,
     share: Callable[[str], bool] | None = None,
     clock: Clock = wall_ms,
+    leadership: Leadership | None = None,
 ) -> None:
     """Sample log-end offsets until `stop` is set; reconnect with backoff on outages.
 
@@ -179,7 +211,8 @@ async def sample_log_ends(
     topic); `known` are topics sampled before a restart, so one deleted while lagd was down
     still becomes TopicDeleted. `share` (workers, lagd.scale) keeps of what `patterns` and
     `every_topic` add only this worker's share; the topics its own groups consume are always
-    sampled. `clock` (lagd.runtime.clock) stamps each round's samples.
+    sampled. `clock` (lagd.runtime.clock) stamps each round's samples. `leadership` records
+    each metadata refresh's leaders (what the probe's broker incidents need).
     """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     sampled: set[str] = set(known)
@@ -200,6 +233,7 @@ async def sample_log_ends(
             share,
             clock=clock,
             failing=failing,
+            leadership=leadership,
         ),
         stop,
         counters,
@@ -224,6 +258,7 @@ async def _session(
     *,
     clock: Clock = wall_ms,
     failing: dict[int, float] | None = None,
+    leadership: Leadership | None = None,
 ) -> None:
     absent = {} if absent is None else absent
     deny = re.compile(cluster.topics_deny) if cluster.topics_deny else None
@@ -255,6 +290,8 @@ async def _session(
             if layout is None or started >= refresh_at or unknown:
                 # A failed refresh raises here, before any deletion is decided: no evidence.
                 layout = layout_from_metadata(await client.fetch_all_metadata())
+                if leadership is not None:
+                    leadership.record(cluster.name, layout.leaders, clock())
                 refresh_at = started + cluster.topic_refresh
                 unknown_seen = wanted - set(layout.leaders)
                 add_listed(wanted, layout)

@@ -4,7 +4,9 @@ A broker whose verdict changed becomes a GroupChange of its cluster, the member
 `broker:<cluster>/<id>` of kind "broker", through the same VerdictFeed as groups: NOT_TAKING_WRITES
 and NOT_SERVING_READS are ERR (whatever notify.severity), OK and SLOW are OK (SLOW is shown on
 /metrics and the status page, and pages nobody). The change carries the probe's reason
-("broker 2 of prod not taking writes: no ack within 5 s ..."), which an incident it opens keeps.
+("broker 2 of prod not taking writes: no ack within 5 s ..."), which an incident it opens keeps,
+and, going bad, the partitions it led lately (lagd.ingest.log_end.Leadership): the groups and
+mirrors bad on those join its incident (one incident per cause, lagd.notify.incidents).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Collection, Mapping
 
 from lagd.core.model import GroupStatus
 from lagd.evaluate.probe import BrokerVerdict
+from lagd.ingest.log_end import Leadership
 from lagd.ingest.probe import Probes
 from lagd.notify.feed import VerdictFeed
 from lagd.notify.incidents import GroupChange
@@ -39,6 +42,7 @@ def offer_broker_changes(
     last: dict[tuple[str, int], str],
     changes: VerdictFeed,
     now: int,
+    leadership: Leadership | None = None,
 ) -> int:
     """Offer every broker whose severity changed since `last` (updated in place); a broker no longer
     judged is offered NOTFOUND. Returns how many changes were offered."""
@@ -53,7 +57,8 @@ def offer_broker_changes(
                 continue
             last[key] = status.value
             member = broker_member(cluster, broker)
-            changes.put_nowait(GroupChange(cluster, member, status, now, kind="broker", reason=v.reason))
+            led = leadership.led_by(cluster, broker, now) if leadership is not None and status.value == "ERR" else ()
+            changes.put_nowait(GroupChange(cluster, member, status, now, kind="broker", reason=v.reason, led=led))
             offered += 1
     for key in [k for k in last if k not in seen]:
         del last[key]
@@ -70,6 +75,7 @@ async def watch_brokers(
     *,
     every_s: float = SCAN_S,
     clock: Clock = wall_ms,
+    leadership: Leadership | None = None,
 ) -> None:
     """Feeds changed broker verdicts to the incident engine. The feed's snapshot waits for this
     producer until every canary broker of every probed cluster in `clusters` was judged once
@@ -80,7 +86,7 @@ async def watch_brokers(
     complete = False
     last: dict[tuple[str, int], str] = {}
     while True:
-        offer_broker_changes(probes.verdicts, last, changes, clock())
+        offer_broker_changes(probes.verdicts, last, changes, clock(), leadership)
         if not complete and (probes.complete >= set(clusters) or loop.time() - started >= grace_s):
             changes.mark_complete(PRODUCER)
             complete = True

@@ -8,6 +8,12 @@ Rules (times are ms, passed in by the caller):
   is *bad*. A bad group that is in no open incident joins an open incident of its cluster
   whose last join is at most `correlation_window` old, preferring one that shares a topic,
   then one that shares an owner host, then the most recent; otherwise it opens a new one.
+- One incident per cause: a bad broker member carries the partitions it led when it went bad
+  (`GroupChange.led`, frozen, at most MAX_LED). A group or mirror going bad with a bad partition
+  among them joins that broker's incident (within `correlation_window`), before any rule above;
+  one without never joins such an incident, and such a broker joins only another broker's
+  incident. Its reason is the probe's (kept while it is a member), its summary
+  "<broker's headline>: N consumer groups and M mirrored topics affected".
 - `opened` goes out at once. A join or a change of the incident's severity (the worst
   current status of its groups) marks the incident dirty; at most one `updated` goes out per
   `update_interval` (the first immediately if the interval since the last event has passed,
@@ -81,12 +87,18 @@ class GroupChange:
     # (lagd.evaluate.retention_view.retention_reason)
     reason: str = ""
     clear_at: int | None = None  # when the group's lag is expected to reach zero (lagd.evaluate.clearing)
+    # "broker" going bad: the (topic, partition)s it led then (frozen: after a kill leadership
+    # moves), at most MAX_LED of them; a group bad on one of them joins the broker's incident
+    led: tuple[tuple[str, int], ...] = ()
 
 
 # The partitions an incident event lists (the first groups' by name; `partitions_total` counts
 # them all). A broker outage puts every group of a cluster in one incident: at a million
 # group-partitions, listing each made one event about 100 MB.
 MAX_EVENT_PARTITIONS = 1_000
+# The partitions a broker member keeps as the ones it led (GroupChange.led), so that its stored
+# state stays bounded: 20,000 pairs are about 0.5 MB of JSON.
+MAX_LED = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +179,8 @@ class _Member:
     hosts: tuple[str, ...] = ()
     kind: str = "group"
     clear_at: int | None = None
+    led: tuple[tuple[str, int], ...] = ()  # a broker's: the partitions it led when it went bad
+    reason: str = ""  # a broker's: the probe's reason
 
 
 @dataclass(slots=True)
@@ -192,6 +206,9 @@ class _Incident:
     topics: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     hosts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     bad: int = field(default=0, init=False, repr=False)
+    # the partitions bad broker members led -> how many such brokers; members by kind
+    led: dict[tuple[str, int], int] = field(default_factory=dict, init=False, repr=False)
+    kinds: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     # The members changed since the state was last saved: each member is its own row, written
     # when it changes (IncidentEngine.save_rows). A broker outage puts every group of a cluster
     # in one incident; storing every member at each flush was 37 MB at 10,000 groups of 100 bad
@@ -213,11 +230,21 @@ class _Incident:
             _bump(self.topics, topic, step)
         for host in m.hosts:
             _bump(self.hosts, host, step)
+        _bump(self.kinds, m.kind, step)
         if m.ok_since is None:
             self.bad += step
+            for tp in m.led:
+                _bump(self.led, tp, step)
+
+    def cause(self) -> str:
+        """The reason of the broker members that led partitions when they went bad ("": none)."""
+        if "broker" not in self.kinds:
+            return ""
+        causes = sorted((g, m.reason) for g, m in self.members.items() if m.led)
+        return _few([reason or g for g, reason in causes], limit=2)
 
 
-def _bump(counts: dict[str, int], key: str, step: int) -> None:
+def _bump(counts: dict[Any, int], key: Any, step: int) -> None:
     n = counts.get(key, 0) + step
     if n:
         counts[key] = n
@@ -327,12 +354,16 @@ class IncidentEngine:
             hosts=tuple(sorted(set(change.hosts) | {h for _, _, _, h in change.partitions if h})),
             kind=change.kind,
             clear_at=change.clear_at,
+            led=tuple((str(t), int(p)) for t, p in change.led[:MAX_LED]) if change.kind == "broker" else (),
+            reason=change.reason if change.kind == "broker" else "",
         )
         current = next((inc for inc in cl.open.values() if change.group in inc.members), None)
         if current is not None:
             old = current.members[change.group]
             if member.ok_since is not None and old.ok_since is not None:
                 member.ok_since = old.ok_since  # still healthy: keep when it recovered
+            if old.led:  # a broker keeps what it led when it went bad, and why, while in the incident
+                member.led, member.reason = old.led, old.reason
             current.put(change.group, member)
             if old.status == status:
                 if old.clear_at != member.clear_at:
@@ -530,6 +561,19 @@ class IncidentEngine:
         fresh = [i for i in cl.open.values() if at - i.last_join <= self.rules.correlation_window]
         if not fresh:
             return None, ""
+        if member.kind in ("group", "mirror"):
+            # A broker's incident is the cause of a member bad on a partition that broker led, and
+            # of no other: unrelated trouble in the same minutes goes by the rules below.
+            led = [(i, sorted({(t, p) for t, p, _, _ in member.partitions if (t, p) in i.led})) for i in fresh if i.led]
+            led = [(i, hit) for i, hit in led if hit]
+            if led:
+                inc, hit = max(led, key=lambda h: (h[0].last_join, h[0].id))
+                return inc, f"partition {hit[0][0]}/{hit[0][1]} led by a broker that went bad"
+            fresh = [i for i in fresh if not i.led]
+        elif member.led:  # a broker that led partitions: its own incident, or another broker's
+            fresh = [i for i in fresh if "broker" in i.kinds]
+        if not fresh:
+            return None, ""
 
         def shared(inc: _Incident, attr: str) -> list[str]:
             counts: dict[str, int] = getattr(inc, attr)  # the incident's members by topic / host
@@ -580,8 +624,23 @@ class IncidentEngine:
                 )
         reason = self._reason(inc)
         bad = inc.bad
-        what = _members_noun({m.kind for m in inc.members.values()})
-        if what == "view(s) of lagd":
+        what = _members_noun(set(inc.kinds))
+        cause = inc.cause() if kind != "resolved" and (inc.kinds.get("group") or inc.kinds.get("mirror")) else ""
+        if cause:
+            # one incident per cause: "broker 2 of prod not taking writes: 14 consumer groups and
+            # 1 mirrored topic affected"
+            affected = " and ".join(
+                f"{n} {noun}{'' if n == 1 else 's'}"
+                for n, noun in (
+                    (inc.kinds.get("group", 0), "consumer group"),
+                    (inc.kinds.get("mirror", 0), "mirrored topic"),
+                )
+                if n
+            )
+            summary = f"{inc.severity}: {cause.split(': ', 1)[0]}: {affected} affected"
+            if note:
+                summary = f"{note}: {summary}"
+        elif what == "view(s) of lagd":
             if kind == "resolved":
                 mins = ((resolved_at or at) - inc.opened_at) // 1000
                 summary = f"resolved: lagd reads cluster {inc.cluster} again after {mins // 60}m{mins % 60:02d}s"
@@ -629,6 +688,9 @@ class IncidentEngine:
         of one member keeps the reason it opened with."""
         if len(inc.members) < 2:
             return inc.first_reason
+        cause = inc.cause()
+        if cause:
+            return cause
         for attr, label in (("topics", "topic"), ("hosts", "host")):
             common = _shared(getattr(m, attr) for m in inc.members.values())
             if common:
@@ -716,6 +778,10 @@ def _member_fields(m: _Member) -> dict[str, Any]:
         out["kind"] = m.kind  # absent for groups: state saved before mirrors had none
     if m.clear_at is not None:
         out["clear_at"] = m.clear_at  # absent unless predicted (and in state saved before)
+    if m.led:
+        out["led"] = m.led  # a broker's, at most MAX_LED pairs
+    if m.reason:
+        out["reason"] = m.reason
     return out
 
 
@@ -725,6 +791,8 @@ def _dump_member(m: _Member) -> dict[str, Any]:
     out["partitions"] = [list(p) for p in m.partitions]
     out["topics"] = list(m.topics)
     out["hosts"] = list(m.hosts)
+    if m.led:
+        out["led"] = [list(tp) for tp in m.led]
     return out
 
 
@@ -808,6 +876,8 @@ def _load_incident(raw: dict[str, Any]) -> _Incident:
                 hosts=tuple(m["hosts"]),
                 kind=str(m.get("kind", "group")),
                 clear_at=None if m.get("clear_at") is None else int(m["clear_at"]),
+                led=tuple((str(t), int(p)) for t, p in m.get("led", ())),
+                reason=str(m.get("reason", "")),
             ),
         )
     return inc

@@ -107,6 +107,7 @@ def encode_body(change: GroupChange) -> dict[str, Any]:
         "hosts": list(change.hosts),
         **({"reason": change.reason} if change.reason else {}),  # a broker's (the probe's) or a group's retention words
         **({"clear_at": change.clear_at} if change.clear_at is not None else {}),  # lagd.evaluate.clearing
+        **({"led": [[t, p] for t, p in change.led]} if change.led else {}),  # a broker's: one incident per cause
     }
 
 
@@ -131,6 +132,7 @@ def decode_change(cluster: str, group: str, status: str, at: int, body: Any) -> 
         kind=kind,
         reason=str(body.get("reason", "")),
         clear_at=None if body.get("clear_at") is None else int(body["clear_at"]),
+        led=tuple((str(t), int(p)) for t, p in body.get("led", ())),
     )
 
 
