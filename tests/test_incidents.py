@@ -661,3 +661,19 @@ def test_what_a_broker_led_round_trips_through_the_stored_state_and_is_bounded()
         e.apply(bad_on("g2", T0 + 20_000, ("pay", 0)))
         assert incident_of(e, "g2") == incident_of(e, "broker:prod/2")
         assert e._clusters["prod"].open[incident_of(e, "g2")].led == dict.fromkeys(LED + many[: MAX_LED - len(LED)], 1)
+
+
+def test_an_unreachable_cluster_opens_updates_and_resolves_its_incident() -> None:
+    """lagd's own view (kind "cluster") as the only member: its events carry no clear time and
+    say lagd cannot read the cluster (the clear-time code once failed on them: the notifier stopped)."""
+    engine = IncidentEngine(RULES)
+    down = GroupChange("prod", "cluster:prod", GroupStatus.ERR, T0, kind="cluster")
+    lagging = change("g1", GroupStatus.WARN, T0 + 1000, topic="orders")  # joins within the window
+    back = GroupChange("prod", "cluster:prod", GroupStatus.OK, T0 + 60_000, kind="cluster")
+    events = run(engine, [down, back], until=T0 + 600_000)
+    assert kinds(events) == ["opened", "resolved"]
+    assert "lagd cannot read cluster prod" in events[0].summary
+    assert events[0].clears_at is None and events[1].clears_at is None
+    assert events[1].summary.startswith("resolved: lagd reads cluster prod again")
+    mixed = run(IncidentEngine(RULES), [down, lagging], until=T0 + 5000)
+    assert mixed and all(e.clears_at is None for e in mixed)

@@ -660,9 +660,10 @@ class IncidentEngine:
             )
             if note:
                 summary = f"{note}: {summary}"
-            clears_at = _clears_at(inc)
-            if clears_at is not None:
-                summary += f"; clears in {minutes_words(max(0.0, (clears_at - at) / 1000.0))}"
+        # when every lagging member is expected to have caught up (open incidents of groups only)
+        clears_at = _clears_at(inc) if kind != "resolved" and what != "view(s) of lagd" else None
+        if clears_at is not None:
+            summary += f"; clears in {minutes_words(max(0.0, (clears_at - at) / 1000.0))}"
         return IncidentEvent(
             event=kind,
             event_id=f"{inc.id}:{inc.seq}",
@@ -678,7 +679,7 @@ class IncidentEngine:
             reason=reason,
             summary=summary,
             peak_severity=inc.peak,
-            clears_at=clears_at if kind != "resolved" else None,
+            clears_at=clears_at,
         )
 
     @staticmethod
