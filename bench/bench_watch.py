@@ -7,7 +7,10 @@ the watch takes at most a tenth of a busy loop (watch.DUTY), so the CPU of a pas
 late a status change is noticed (bench_http's "verdict watch: one every N s").
 
 Input: `--groups` groups x 100 partitions (10 topics of 100 partitions, each group reads one),
-10 commits per group-partition 20 s apart, 30 log-end samples per topic-partition 10 s apart;
+10 commits per group-partition 20 s apart, 30 log-end samples per topic-partition 10 s apart
+and a log-start sample every 30 s (as log-start-refresh samples it: the log start a million
+records below the log end, in 10,000-record segments, so retention is judged on every partition
+and none is at risk);
 lagd's rules (the default), state in this process (no broker, no Postgres: this times the
 pass alone; bench_http runs it inside the whole daemon). After a first pass (every trend
 fitted), each round advances the clock, applies commits and log-end samples, then times one
@@ -42,7 +45,7 @@ import time
 from collections.abc import Iterator
 
 from lagd.core.config import ClusterSettings
-from lagd.core.model import Commit, LogEndSample
+from lagd.core.model import Commit, LogEndSample, LogStartSample
 from lagd.evaluate import Evaluator
 from lagd.evaluate.snapshot import GroupSnapshot, Snapshots, snapshot_of
 from lagd.notify.watch import VerdictWatch
@@ -56,7 +59,22 @@ PARTITIONS = 100
 SAMPLES = 30
 COMMITS_PER_S = 0.02  # of the group-partitions: 20,000 commits/s at a million
 END_TS = T0 + 10_000 * (SAMPLES - 1)  # the newest sample before the rounds
-LOG_END0 = 10_000 + 100 * (SAMPLES - 1)  # and its offset
+BASE = 2_000_000  # offsets start here, so the log start can be a million records below the log end
+LOG_END0 = BASE + 10_000 + 100 * (SAMPLES - 1)  # and its offset
+RETAINED = 1_000_000  # records between the log start and the log end
+SEGMENT = 10_000  # the log start moves in steps of this many records
+LOG_START_EVERY_MS = 30_000  # log-start-refresh's default
+
+
+def log_start_at(end: int) -> int:
+    """The log start below log end `end`: RETAINED records back, in whole segments."""
+    return (end - RETAINED) // SEGMENT * SEGMENT
+
+
+def sample_log_starts(state: State, at: int, end: int) -> None:
+    for topic in TOPICS:
+        for p in range(PARTITIONS):
+            state.apply(LogStartSample(CLUSTER, topic, p, log_start_at(end), at))
 
 
 def log_end(now: int) -> int:
@@ -72,9 +90,11 @@ def build(groups: int) -> tuple[State, int, int]:
         for p in range(PARTITIONS):
             state.restore_log_end(
                 (CLUSTER, topic, p),
-                [10_000 + 100 * i for i in range(SAMPLES)],
+                [BASE + 10_000 + 100 * i for i in range(SAMPLES)],
                 [T0 + 10_000 * i for i in range(SAMPLES)],
             )
+    for i in range(0, SAMPLES, 3):
+        sample_log_starts(state, T0 + 10_000 * i, BASE + 10_000 + 100 * i)
     order = 0
     for r in range(10):
         ts = END_TS - 20_000 * (10 - r)
@@ -101,6 +121,7 @@ def commit_all(state: State, groups: int, now: int, order: int, rng: random.Rand
     for topic in TOPICS:
         for p in range(PARTITIONS):
             state.apply(LogEndSample(CLUSTER, topic, p, log_end(now), now))
+    sample_log_starts(state, now, log_end(now))
     for g in range(groups):
         topic = TOPICS[g % len(TOPICS)]
         for p in range(PARTITIONS):
@@ -140,6 +161,8 @@ def rounds(state: State, now: int, order: int, groups: int, n: int, all_new: boo
             for topic in TOPICS:
                 for p in range(PARTITIONS):
                     state.apply(LogEndSample(CLUSTER, topic, p, log_end(clock[0]), clock[0]))
+        if r % (LOG_START_EVERY_MS // 2000) == 14:
+            sample_log_starts(state, clock[0], log_end(clock[0]))
         state.discard_changes()
         yield timed(watches, clock[0], groups, r)
 

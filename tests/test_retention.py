@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import re
+from array import array
+from collections import Counter
 
 import pytest
 from structlog.testing import capture_logs
@@ -20,7 +23,15 @@ from lagd.evaluate.retention import (
     moving,
     pace,
 )
-from lagd.evaluate.retention_view import LOST_HOLD_MS, latch, note_of, retention_reason
+from lagd.evaluate.retention_view import (
+    LOST_HOLD_MS,
+    STATUS_OF,
+    OutOfReach,
+    group_retention,
+    latch,
+    note_of,
+    retention_reason,
+)
 from lagd.evaluate.verdicts import Evaluator
 from lagd.http import burrow_json, metrics
 from lagd.http.burrow_v3 import group_status
@@ -236,16 +247,16 @@ def test_the_reason_reaches_the_incident_and_the_status_line() -> None:
     snap = Evaluator(state, cache_ttl_ms=0).snapshot("k", "g", 10 * MIN)
     change = group_change(snap, {}, 10 * MIN)
     assert change.status is GroupStatus.ERR
-    assert change.note == "t/0 records lost: 200 records deleted unread since 1970-01-01T00:08:00Z"
+    assert change.reason == "t/0 records lost: 200 records deleted unread since 1970-01-01T00:08:00Z"
     engine = IncidentEngine(Rules(severity="WARN", correlation_window=120_000, hold_time=300_000))
     [opened] = engine.apply(change)
-    assert opened.event == "opened" and opened.reason == f"group g: {change.note}"
-    assert change.note in opened.summary
+    assert opened.event == "opened" and opened.reason == f"group g: {change.reason}"
+    assert change.reason in opened.summary
     with capture_logs() as logs:
         eventlog.group_status_changed(
-            eventlog.LineBudget(), "k", "g", None, snap.status, [], 10 * MIN, True, change.note
+            eventlog.LineBudget(), "k", "g", None, snap.status, [], 10 * MIN, True, change.reason
         )
-    assert logs[0]["reason"] == change.note  # the window finds every partition OK: not said beside it
+    assert logs[0]["reason"] == change.reason  # the window finds every partition OK: not said beside it
 
 
 def test_a_log_start_that_has_just_begun_to_move_is_paced_from_its_first_step() -> None:
@@ -304,3 +315,67 @@ def test_records_lost_stay_said_after_the_consumer_jumps_past_the_log_start() ->
     assert notes == (lost,) and latched == {("t", 0): (lost, MIN)}
     notes, latched = latch((ok,), latched, MIN + LOST_HOLD_MS)  # the hold has passed
     assert notes == (ok,) and latched == {}
+
+
+def _random_state(rng: random.Random, now: int) -> tuple[State, dict[str, dict[int, array[int]]]]:
+    """One group on two topics of 40 partitions: log starts that stand, step once or step often,
+    consumers near, far from or below their log start, some topics compacted."""
+    state = State()
+    for t in range(2):
+        topic = f"t{t}"
+        if rng.random() < 0.2:
+            state.apply(TopicPolicy("c", topic, "compact"))
+        for p in range(40):
+            rate = rng.choice([0.0, 0.5, 5.0, 50.0])  # records/s produced (and deleted once full)
+            retained = rng.choice([100, 5_000, 200_000, 10_000_000])
+            segment = rng.choice([1, 100, 10_000])
+            base = 20_000_000
+            for i in range(20):
+                at = now - 600_000 + 30_000 * i
+                end = base + int(rate * (at - now + 600_000) / 1000)
+                state.apply(LogEndSample("c", topic, p, end, at))
+                start = max(0, (end - retained) // segment * segment)
+                state.apply(LogStartSample("c", topic, p, start, at))
+            end_now = base + int(rate * 600)
+            behind = rng.choice([0, 50, retained // 2, retained - 10, retained + 500])
+            speed = rng.choice([0.0, 0.5, 1.0, 1.5])
+            for i in range(8):
+                at = now - 8 * 15_000 + 15_000 * i
+                offset = max(0, end_now - behind - int(rate * speed * (8 - i) * 15))
+                state.apply(Commit("c", "g", topic, p, offset, t * 1000 + p * 10 + i, at, at))
+    return state, state.group_windows("c", "g") or {}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_partitions_out_of_reach_get_the_note_judging_them_would_give(seed: int) -> None:
+    """OutOfReach lets the evaluator skip judging partitions far from their log start; the
+    notes must be the ones judging every partition gives (the watch's subset: the lost and at
+    risk ones, exactly)."""
+    rng = random.Random(seed)
+    now = 1_700_000_000_000
+    state, windows = _random_state(rng, now)
+    horizon = rng.choice([DEFAULT_HORIZON_MS, 60_000, 3_600_000])
+    held = {("t0", p) for p in range(0, 40, 7)}
+    latched = {("t1", p) for p in range(0, 40, 9)}
+    judged = group_retention(state, "c", windows, now, horizon, held)
+    reach = OutOfReach()
+    for later in (0, 29_000):  # the same reach serves until valid_ms has passed
+        assert group_retention(state, "c", windows, now + later, horizon, held, reach, latched) == group_retention(
+            state, "c", windows, now + later, horizon, held
+        )
+    assert group_retention(state, "c", windows, now, horizon, held, reach, latched) == judged
+    notable = group_retention(state, "c", windows, now, horizon, held, OutOfReach(), latched, notable_only=True)
+    assert [n for n in notable if n.state in STATUS_OF] == [n for n in judged if n.state in STATUS_OF]
+
+
+def test_the_random_states_hold_lost_at_risk_and_ok_partitions_near_their_log_start() -> None:
+    """The draws above exercise every branch: lost, at risk, and OK partitions judged (near
+    their log start, with a fall-off time) beside those out of reach."""
+    now = 1_700_000_000_000
+    seen: Counter[str] = Counter()
+    for seed in range(40):
+        state, windows = _random_state(random.Random(seed), now)
+        for n in group_retention(state, "c", windows, now, DEFAULT_HORIZON_MS):
+            seen[n.state] += 1
+            seen["ok, near"] += n.state is RetentionState.OK and n.falls_off_in_ms is not None
+    assert all(seen[k] > 0 for k in ("lost", "at_risk", "ok", "compacted", "ok, near")), seen

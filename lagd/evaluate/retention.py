@@ -54,7 +54,7 @@ class Retention:
     lost: int = 0  # records deleted unread (state LOST)
     lost_since: int | None = None  # ms: when the log start passed the committed offset (state LOST)
     since_exact: bool = True  # False: lost_since is the oldest sample kept, it began before ("since before")
-    falls_off_in_ms: int | None = None  # state AT_RISK (and OK with a finite prediction beyond the horizon)
+    falls_off_in_ms: int | None = None  # state AT_RISK (and OK with a prediction within twice the horizon)
     advance_per_s: float | None = None  # log-start pace, records/s
     consume_per_s: float | None = None  # commit pace, records/s
     produce_per_s: float | None = None  # log-end pace, records/s
@@ -103,6 +103,38 @@ def advance_pace(starts: Sequence[Sample], produce: float | None) -> float | Non
         return produce if produce is not None else pace(moving(starts))
     (t0, o0), (t1, o1) = starts[steps[0]], starts[steps[-1]]
     return max(0.0, (o1 - o0) / (t1 - t0)) if t1 > t0 else None
+
+
+def retention_used(committed: int, start: int, end: int | None) -> float | None:
+    """lag / (log end - log start): the share of what the log holds the consumer still has to
+    read; None without a log end, or with an empty log the consumer is behind."""
+    if end is None:
+        return None
+    span = end - start
+    lag = max(0, end - committed)
+    return lag / span if span > 0 else (0.0 if lag == 0 else None)
+
+
+def safe_from(
+    starts: Sequence[Sample], produce: float | None, until_ms: int, horizon_ms: int = DEFAULT_HORIZON_MS
+) -> int:
+    """The lowest committed offset `judge` calls OK without fitting the consumer's pace, at any
+    time up to `until_ms`, from these log-start samples (not empty) and production pace: the
+    log start could not reach it within twice the horizon even if the consumer stood still.
+    One definition with `judge`'s own shortcut, so a caller may skip judging partitions at or
+    above it (their note is OK, with no fall-off time)."""
+    return _out_of_reach(starts[-1], advance_pace(starts, produce), until_ms, horizon_ms)
+
+
+def _out_of_reach(newest_start: Sample, advance: float | None, until_ms: int, horizon_ms: int) -> int:
+    """The lowest offset a log start at `newest_start` advancing `advance` records per ms does
+    not reach within twice the horizon of `until_ms` (a consumer never reads slower than
+    standing still: consume_bound >= 0). Not advancing: the log start itself."""
+    at, start = newest_start
+    if not advance:
+        return start
+    elapsed = max(0, until_ms - at)
+    return start + math.floor(advance * (CLEAR_FACTOR * horizon_ms + elapsed)) + 1
 
 
 def consume_bound(commits: Sequence[Sample]) -> float | None:
@@ -181,11 +213,7 @@ def judge(
         return Retention(RetentionState.UNKNOWN, "no log-start offset sampled yet" if committed is not None else "")
     start = starts[-1][1]
     end = max(ends[-1][1], start) if ends else None
-    used: float | None = None
-    if end is not None:
-        span = end - start
-        lag = max(0, end - committed)
-        used = lag / span if span > 0 else (0.0 if lag == 0 else None)
+    used = retention_used(committed, start, end)
     consume, produce = pace(commits), pace(ends)
     advance = advance_pace(starts, produce)
     base = Retention(
@@ -207,12 +235,15 @@ def judge(
             lost_since=since,
             since_exact=exact,
         )
+    # Far from the log start (nearly every partition): OK without fitting the consumer's pace.
+    if committed >= _out_of_reach(starts[-1], advance, now_ms, horizon_ms):
+        return base
     gap = committed - start
+    elapsed = max(0, now_ms - starts[-1][0])
     closing = (advance or 0.0) - (consume_bound(commits) or 0.0)
     if closing <= 0:
         return base
     # Project from the newest log-start sample: the log start keeps advancing, the consumer too.
-    elapsed = max(0, now_ms - starts[-1][0])
     left = gap / closing - elapsed
     falls = max(0, round(left))
     if falls <= horizon_ms or (held and falls <= CLEAR_FACTOR * horizon_ms):

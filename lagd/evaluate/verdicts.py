@@ -30,7 +30,7 @@ from lagd.evaluate.lagd_fast import compiled_pass as _judge_topic
 from lagd.evaluate.lagd_rules import NEVER, LagdParams
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.retention import DEFAULT_HORIZON_MS, RetentionState
-from lagd.evaluate.retention_view import STATUS_OF, RetentionNote, group_retention, latch, worst_of
+from lagd.evaluate.retention_view import STATUS_OF, OutOfReach, RetentionNote, group_retention, latch, worst_of
 from lagd.evaluate.rules import (
     J_CAUGHT_UP,
     J_EMPTY,
@@ -192,6 +192,8 @@ class Evaluator:
         self._at_risk: dict[tuple[str, str], set[tuple[str, int]]] = {}
         # Per group: its partitions seen with records lost lately (retention_view.latch).
         self._lost: dict[tuple[str, str], dict[tuple[str, int], tuple[RetentionNote, int]]] = {}
+        # Per topic: the committed offsets out of the log start's reach (retention_view.OutOfReach).
+        self._out_of_reach = OutOfReach()
         self.allowed_lag = allowed_lag
         self.minimum_complete = minimum_complete
         self.cache_ttl_ms = cache_ttl_ms
@@ -452,6 +454,7 @@ class Evaluator:
         worst, totallag, maxlag, _, full, max_seconds, recheck, mask, bound = tally
         # Records lost to retention (ERR) or at risk (WARN), beside the window rules' verdict.
         key = (cluster, group)
+        latched = self._lost.get(key, {})
         notes = group_retention(
             state,
             cluster,
@@ -459,8 +462,11 @@ class Evaluator:
             judged_at,
             self.retention_horizon_ms.get(cluster, DEFAULT_HORIZON_MS),
             self._at_risk.get(key, frozenset()),
+            self._out_of_reach,
+            latched.keys(),
+            notable_only=rows is not None,  # the watch keeps the lost and at-risk partitions only
         )
-        notes, lost = latch(notes, self._lost.get(key, {}), judged_at)
+        notes, lost = latch(notes, latched, judged_at)
         if lost:
             self._lost[key] = lost
         else:

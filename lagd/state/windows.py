@@ -927,6 +927,12 @@ class State:
         gs = cs.groups.get(group) if cs else None
         return gs.windows if gs is not None else None
 
+    def topic_version(self, cluster: str, topic: str) -> int:
+        """A number that grows whenever the topic's samples (log end, log start), policy or
+        consumers change; 0 for a topic never seen. What is derived from them is fresh while it holds."""
+        cs = self._clusters.get(cluster)
+        return cs.topic_seq.get(topic, 0) if cs else 0
+
     def topic_log_starts(self, cluster: str, topic: str) -> dict[int, deque[tuple[int, int]]]:
         """Log-start samples (ms, offset) by partition, oldest first."""
         cs = self._clusters.get(cluster)
