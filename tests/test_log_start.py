@@ -34,7 +34,12 @@ def test_policies_of_a_describe_configs_answer() -> None:
             (0, None, 2, "c", [("cleanup.policy", "delete", False, True, False)]),
         ]
 
-    assert parse_policies("k", Answer()) == [TopicPolicy("k", "a", "compact,delete"), TopicPolicy("k", "c", "delete")]
+    counters = IngestCounters()
+    assert parse_policies("k", Answer(), counters) == [
+        TopicPolicy("k", "a", "compact,delete"),
+        TopicPolicy("k", "c", "delete"),
+    ]
+    assert counters.failures == {"log_start_describe_UnknownTopicOrPartitionError": 1}  # b, refused
 
 
 def test_state_keeps_a_bounded_log_start_history_and_forgets_a_deleted_topic() -> None:

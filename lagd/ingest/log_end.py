@@ -474,12 +474,16 @@ async def sample_log_starts(
     return [LogStartSample(cluster.name, t, p, o, ts) for (t, p), o in sorted(kept.items())]
 
 
-def parse_policies(cluster: str, response: Any) -> list[TopicPolicy]:
-    """cleanup.policy of each topic a DescribeConfigs answer describes without error."""
+def parse_policies(cluster: str, response: Any, counters: IngestCounters | None = None) -> list[TopicPolicy]:
+    """cleanup.policy of each topic a DescribeConfigs answer describes without error; each
+    topic refused is counted as `log_start_describe_<error>` (no DescribeConfigs ACL:
+    TopicAuthorizationFailedError), and judged as not compacted."""
     out: list[TopicPolicy] = []
     for resource in response.resources:
         code, _msg, _kind, name, entries = resource[:5]
         if code:
+            if counters is not None:
+                counters.count_failure(f"log_start_describe_{for_code(code).__name__}")
             continue
         for entry in entries:
             if entry[0] == "cleanup.policy" and entry[1] is not None:
@@ -506,7 +510,7 @@ async def describe_policies(
         counters.count_failure(f"log_start_describe_{exc.__class__.__name__}")
         log.debug("DescribeConfigs failed; retrying next topic-refresh", error=describe_error(exc))
         return None
-    return parse_policies(cluster, answer)
+    return parse_policies(cluster, answer, counters)
 
 
 def _log_broker_failures(
