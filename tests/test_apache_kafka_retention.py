@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -105,7 +106,9 @@ async def test_a_slow_consumer_is_at_risk_then_loses_the_records_the_broker_dele
 
             # Before the log start reaches the consumer: at risk, saying in how long.
             risk = await settle(lambda: judged("at_risk"), timeout=90, interval=0.2, what="at risk")
-            assert risk["retention_reason"].startswith("at risk: falls off the log in about ")
+            assert re.fullmatch(
+                r"at risk: falls off the log in (under a minute|about \d+ min)", risk["retention_reason"]
+            )
             assert risk["records_lost"] == 0
             # Then it falls off: records lost.
             await settle(lambda: judged("lost"), timeout=90, interval=0.2, what="records lost")

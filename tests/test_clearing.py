@@ -7,12 +7,12 @@ from array import array
 
 import pytest
 
+from lagd.core.times import about
 from lagd.evaluate.clearing import (
     Clearing,
     fit_clearing,
     group_clearing,
     lag_records,
-    minutes_words,
     partition_clearing,
 )
 from lagd.state.windows import FIELDS, NO_LAG, LogEnd
@@ -139,10 +139,10 @@ def test_clears_in_and_words() -> None:
     assert c.clears_in(1_000) == 240.0
     assert c.clears_in(500_000) == 0.0
     assert c.clear_at_late == 481_000
-    assert minutes_words(c.clears_in(1_000)) == "about 4 min"
-    assert minutes_words(30) == "under a minute"
-    assert minutes_words(2 * 3600 + 600) == "about 2 h 10 min"
-    assert minutes_words(3 * 3600) == "about 3 h"
+    assert about(c.clears_in(1_000)) == "about 4 min"
+    assert about(30) == "under a minute"
+    assert about(2 * 3600 + 600) == "about 2 h 10 min"
+    assert about(3 * 3600) == "about 3 h"
     view = c.view(1_000)
     assert view["clears_in_seconds"] == 240.0 and view["clear_at"] == 241_000
 

@@ -14,10 +14,10 @@ from structlog.testing import capture_logs
 
 from lagd.core.config import Settings
 from lagd.core.model import Commit, GroupStatus, LogEndSample, LogStartSample, TopicPolicy
+from lagd.core.times import about
 from lagd.evaluate.retention import (
     DEFAULT_HORIZON_MS,
     RetentionState,
-    duration_words,
     is_compacted,
     judge,
     moving,
@@ -145,9 +145,10 @@ def test_pace_and_words() -> None:
     assert pace([(0, 0), (0, 10)]) is None
     assert pace([(0, 100), (1000, 50)]) == 0.0  # a recreated log never reads as negative
     assert pace([(0, 0), (2000, 10)]) == pytest.approx(0.005)
-    assert duration_words(40_000) == "40 s"
-    assert duration_words(12 * MIN) == "12 min"
-    assert duration_words(3.5 * HOUR) == "3.5 h"
+    assert about(40) == "under a minute"
+    assert about(12 * MIN / 1000) == "about 12 min"
+    assert about(3.5 * HOUR / 1000) == "about 3 h 30 min"
+    assert about(50 * HOUR / 1000) == "about 2.1 d"
 
 
 # --- composed with the window verdict (Evaluator) ----------------------------------------

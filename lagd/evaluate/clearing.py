@@ -259,15 +259,3 @@ def group_clearing(partitions: Iterable[tuple[Clearing | None, bool]]) -> Cleari
         elif slowest is None or c.clear_at > slowest.clear_at:
             slowest = c
     return slowest
-
-
-def minutes_words(seconds: float) -> str:
-    """'clears in about 4 min' words for a number of seconds: 'under a minute', 'about 4 min',
-    'about 2 h 10 min'."""
-    if seconds < 60:
-        return "under a minute"
-    mins = round(seconds / 60.0)
-    if mins < 60:
-        return f"about {mins} min"
-    h, m = divmod(mins, 60)
-    return f"about {h} h {m:02d} min" if m else f"about {h} h"

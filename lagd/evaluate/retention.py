@@ -32,6 +32,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 
+from lagd.core.times import about
+
 DEFAULT_HORIZON_MS = 4 * 3600 * 1000  # warn when the consumer falls off the log within 4 hours
 
 CLEAR_FACTOR = 2  # an at-risk partition is OK again once it falls off beyond twice the horizon
@@ -153,18 +155,6 @@ def consume_bound(commits: Sequence[Sample]) -> float | None:
     return mean + 2 * math.sqrt(var / len(rates))
 
 
-def duration_words(ms: float) -> str:
-    """About how long: "40 s", "12 min", "3.5 h", "2.0 d"."""
-    s = max(0.0, ms / 1000)
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 90 * 60:
-        return f"{s / 60:.0f} min"
-    if s < 48 * 3600:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} d"
-
-
 def _committed_at(commits: Sequence[Sample], ts: int, committed: int) -> int:
     """The committed offset at time `ts`: the newest commit at or before it; before the oldest
     commit kept, the lower of that and the current one (committed offsets only move forward,
@@ -250,7 +240,7 @@ def judge(
         return replace(
             base,
             state=RetentionState.AT_RISK,
-            reason=f"at risk: falls off the log in about {duration_words(falls)}",
+            reason=f"at risk: falls off the log in {about(falls / 1000)}",
             falls_off_in_ms=falls,
         )
     return replace(base, falls_off_in_ms=falls)

@@ -24,8 +24,9 @@ import sqlalchemy as sa
 from aiohttp import web
 
 from lagd.core.model import GroupStatus
+from lagd.core.times import about
 from lagd.db import schema
-from lagd.evaluate.clearing import Clearing, minutes_words, snapshot_clearing
+from lagd.evaluate.clearing import Clearing, snapshot_clearing
 from lagd.evaluate.retention import RetentionState
 from lagd.evaluate.retention_view import RetentionNote, retention_reason
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
@@ -481,7 +482,7 @@ def render(
 
 def clears_words(c: Clearing, now_ms: int, interval: bool = False) -> str:
     """'clears in about 4 min' (with `interval`: '(2-6 min at 95 %)', from the drain rate's interval)."""
-    text = f"clears in {minutes_words(c.clears_in(now_ms))}"
+    text = f"clears in {about(c.clears_in(now_ms))}"
     if interval:
         early = max(0.0, (c.clear_at_early - now_ms) / 1000.0)
         late = c.clear_at_late

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lagd.core.model import GroupStatus, PartitionStatus
-from lagd.evaluate.clearing import minutes_words
+from lagd.core.times import about
 
 EventKind = Literal["opened", "updated", "resolved"]
 MemberKind = Literal["group", "mirror", "cluster", "broker"]
@@ -663,7 +663,7 @@ class IncidentEngine:
         # when every lagging member is expected to have caught up (open incidents of groups only)
         clears_at = _clears_at(inc) if kind != "resolved" and what != "view(s) of lagd" else None
         if clears_at is not None:
-            summary += f"; clears in {minutes_words(max(0.0, (clears_at - at) / 1000.0))}"
+            summary += f"; clears in {about(max(0.0, (clears_at - at) / 1000.0))}"
         return IncidentEvent(
             event=kind,
             event_id=f"{inc.id}:{inc.seq}",
