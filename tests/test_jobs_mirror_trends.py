@@ -202,9 +202,10 @@ def test_buckets_before_the_first_samples_are_not_counted() -> None:
     assert [(r.backlog, r.delay_beyond_history) for r in rows[2:]] == [(20, True), (20, False)]
 
 
-def test_without_mirrors_it_says_so(capsys: Any) -> None:
+def test_without_mirrors_it_says_so(capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from lagd.core.config import parse
 
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)  # by hand, outside a unit: said every time
     settings = parse({"clusters": {"a": {"bootstrap-servers": ["k:9092"]}}}, env={})
     assert mirror_trends_main(settings, argparse.Namespace(master="", start=None, end=None)) == 0
     assert "no mirrors configured" in capsys.readouterr().err

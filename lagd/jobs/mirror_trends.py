@@ -39,7 +39,7 @@ from psycopg2.extras import execute_values  # type: ignore[import-untyped]
 
 from lagd.core.config import ConfigError, MirrorSettings, Settings, load
 from lagd.evaluate.mirror_trends import Side, TrendRow, coarser_rows, trend_rows
-from lagd.jobs.mirrors import TopicCounts, appended_counts, target_topic
+from lagd.jobs.mirrors import TopicCounts, appended_counts, forget_said, say_once, target_topic
 from lagd.jobs.spark import job_errors, report_failure, say, session_for, stop_session
 from lagd.jobs.trends import HOUR_MS, _ceil, _floor, _iso, check_range, parse_time, pg_dsn, plan_range
 from lagd.runtime import logs
@@ -52,6 +52,7 @@ DAY_MS = 24 * HOUR_MS
 LOOKBACK_MS = HOUR_MS
 CHUNK_MS = DAY_MS
 STEPS = (60, 3600)
+NO_MIRRORS_SAID = "mirror-trends-none-said"  # as lagd.jobs.mirrors: the timer's "none" line said once
 
 COLUMNS = [
     "mirror",
@@ -265,8 +266,14 @@ def run_mirror_trends(
 def main(settings: Settings, args: argparse.Namespace) -> int:
     """`lagd jobs mirror-trends`: 0 when done, 1 with what failed and what to do next."""
     if not settings.mirrors:
-        say("lagd: no mirrors configured, no trends to compute: add [mirrors.NAME] with source and target clusters")
+        if say_once(NO_MIRRORS_SAID):
+            say(
+                "lagd: no mirrors configured, no replication trends to compute: add [mirrors.NAME] with source and "
+                "target clusters, or stop the timer (systemctl disable --now lagd-mirror-trends.timer); under "
+                "systemd this is said once, later runs exit quietly"
+            )
         return 0
+    forget_said(NO_MIRRORS_SAID)
     errors = job_errors()
     try:
         start, end = parse_time(getattr(args, "start", None)), parse_time(getattr(args, "end", None))
