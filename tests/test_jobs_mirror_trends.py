@@ -52,12 +52,13 @@ def _true_delay(t: int) -> float:
     return t - (held / RATE + FIRST)
 
 
-def _history() -> list[tuple[Any, ...]]:
+def history(t0: int = T0) -> list[tuple[Any, ...]]:
+    """log_end_history rows of both clusters, the hour to backfill starting at `t0`."""
     rows = []
     for partition in (0, 1):
         base = 100_000 + 1000 * partition  # both clusters count from one origin
         for t in range(FIRST, LAST + 1, 10):
-            ts = T0 + t * S
+            ts = t0 + t * S
             rows.append((ts, "src", "orders", partition, base + _source(t)))
             rows.append((ts, "src", "unmirrored", partition, base + _source(t)))
             rows.append((ts, "dst", "src.orders", partition, base + _target(t)))
@@ -86,17 +87,12 @@ def _stored(url: str, topic: str = "orders", since: int = 0) -> list[tuple[Any, 
 REPLICATED = [1200] * 20 + [200] + [0] * 9 + [2000] + [2400] * 9 + [1400] + [1200] * 19
 
 
-def test_stop_and_catch_up_gives_exact_counts_and_delays(spark: Any, database_url: str) -> None:
-    _insert(database_url, _history())
-    lines: list[str] = []
-    got = run_mirror_trends(
-        spark, database_url, {"dr": MIRROR}, T0, T0 + 3600 * S, lines.append, now_ms=T0 + 7200 * S, partitions=2
-    )
-    assert (got.start_ms, got.end_ms, got.slices, got.watermark) == (T0, T0 + 3600 * S, 1, T0 + 3600 * S)
+def assert_stop_and_catch_up(database_url: str, t0: int = T0) -> list[tuple[Any, ...]]:
+    """The stored rows of the hour from `t0` of `history(t0)`, checked; returned."""
     rows = _stored(database_url)
     minutes = [r for r in rows if r[0] == 60]
     hours = [r for r in rows if r[0] == 3600]
-    assert [r[1] for r in minutes] == [T0 + k * MIN for k in range(60)]
+    assert [r[1] for r in minutes] == [t0 + k * MIN for k in range(60)]
     assert {r[2] for r in rows} == {"src.orders"}
     # the test's own account of the target, summed the same way
     assert [2 * (_target(60 * k + 50) - _target(60 * k - 10)) for k in range(60)] == REPLICATED
@@ -117,11 +113,22 @@ def test_stop_and_catch_up_gives_exact_counts_and_delays(spark: Any, database_ur
     assert [r[8] for r in minutes][20:31] == pytest.approx([50.0 + 60 * i for i in range(10)] + [550.0])
     assert max(r[8] for r in minutes) == pytest.approx(590.0)  # true: 600 s at T0+30 min
     # one hour row: every record of the hour was replicated within it
-    assert hours == [(3600, T0, "src.orders", 72000, 72000, 1.0, 1.0, 0, 0.0, False)]
+    assert hours == [(3600, t0, "src.orders", 72000, 72000, 1.0, 1.0, 0, 0.0, False)]
     # a source topic without a copy: produced counted, replicated unknown
     unmirrored = _stored(database_url, "unmirrored")
     assert len(unmirrored) == 61
     assert {(r[3], r[4], r[5], r[7], r[8]) for r in unmirrored if r[0] == 60} == {(1200, None, None, None, None)}
+    return rows
+
+
+def test_stop_and_catch_up_gives_exact_counts_and_delays(spark: Any, database_url: str) -> None:
+    _insert(database_url, history())
+    lines: list[str] = []
+    got = run_mirror_trends(
+        spark, database_url, {"dr": MIRROR}, T0, T0 + 3600 * S, lines.append, now_ms=T0 + 7200 * S, partitions=2
+    )
+    assert (got.start_ms, got.end_ms, got.slices, got.watermark) == (T0, T0 + 3600 * S, 1, T0 + 3600 * S)
+    rows = assert_stop_and_catch_up(database_url)
     assert len(lines) == 2
     assert lines[0] == "mirror-trends: 2027-01-15T08:00Z .. 2027-01-15T09:00Z (1 h, 1 slice(s), 1 mirror(s))"
     assert lines[1].startswith(
@@ -138,7 +145,7 @@ def test_stop_and_catch_up_gives_exact_counts_and_delays(spark: Any, database_ur
 
 
 def test_incremental_runs_from_the_watermark_match_the_backfill(spark: Any, database_url: str) -> None:
-    _insert(database_url, _history())
+    _insert(database_url, history())
     backfill_lines: list[str] = []
     run_mirror_trends(
         spark,
