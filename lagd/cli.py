@@ -167,6 +167,10 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         from lagd.jobs.trends import main as trends_main
 
         return trends_main(settings, args)
+    if args.job == "mirror-trends":
+        from lagd.jobs.mirror_trends import main as mirror_trends_main
+
+        return mirror_trends_main(settings, args)
     from lagd.jobs.mirrors import main as mirrors_main
 
     return mirrors_main(settings, args)
@@ -263,15 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", dest="end", metavar="T", help="with --from-db: range end, included (ISO time or epoch ms)")
     p.set_defaults(func=_cmd_replay)
 
-    p = sub.add_parser("jobs", help="run a Spark job (trends, mirrors)", description="Run a PySpark job once.")
-    p.add_argument("job", choices=["trends", "mirrors"])
+    p = sub.add_parser(
+        "jobs", help="run a Spark job (trends, mirrors, mirror-trends)", description="Run a PySpark job once."
+    )
+    p.add_argument("job", choices=["trends", "mirrors", "mirror-trends"])
     p.add_argument("--config", "-c", default=DEFAULT_CONFIG)
     p.add_argument(
         "--from",
         dest="start",
         default=None,
-        help="range start (ISO time or epoch ms): trends backfills from then; mirrors judges [--from, --to) "
-        "instead of each mirror's trailing window",
+        help="range start (ISO time or epoch ms): trends and mirror-trends backfill from then; mirrors judges "
+        "[--from, --to) instead of each mirror's trailing window",
     )
     p.add_argument("--to", dest="end", default=None, help="range end (ISO time or epoch ms; default now)")
     p.add_argument("--master", default=None, help="Spark master URL (default: jobs.spark-master)")

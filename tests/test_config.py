@@ -418,9 +418,9 @@ def test_check_config_accepts_lagd_jobs_driver_memory() -> None:
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.parametrize("job", ["trends", "mirrors"])
+@pytest.mark.parametrize("job", ["trends", "mirrors", "mirror-trends"])
 def test_jobs_pass_driver_memory_to_spark(monkeypatch: pytest.MonkeyPatch, job: str) -> None:
-    from lagd.jobs import mirrors, spark, trends
+    from lagd.jobs import mirror_trends, mirrors, spark, trends
     from lagd.jobs.spark import JobError
 
     seen: dict[str, Any] = {}
@@ -429,7 +429,7 @@ def test_jobs_pass_driver_memory_to_spark(monkeypatch: pytest.MonkeyPatch, job: 
         seen.update(kwargs)
         raise JobError("stop here: no Spark needed")
 
-    module = trends if job == "trends" else mirrors
+    module = {"trends": trends, "mirrors": mirrors, "mirror-trends": mirror_trends}[job]
     monkeypatch.setattr(spark, "build_session", fake_build_session)  # session_for builds through it
     raw = {**MINIMAL, "jobs": {"driver-memory": "3g"}, "mirrors": {"m": {"source": "prod", "target": "prod"}}}
     args = argparse.Namespace(master=None, start=None, end=None)

@@ -257,7 +257,12 @@ async def test_database_unavailable_answers_503() -> None:
     dead = create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none", connect_args={"timeout": 2})
     try:
         async with serve(build_context(engine=dead)) as base, aiohttp.ClientSession(base) as s:
-            for path in ("/lagd/v1/incidents", "/lagd/v1/mirrors", "/lagd/v1/consumer/prod/g-ok/trend"):
+            for path in (
+                "/lagd/v1/incidents",
+                "/lagd/v1/mirrors",
+                "/lagd/v1/mirrors/dr/trends",
+                "/lagd/v1/consumer/prod/g-ok/trend",
+            ):
                 code, body = await get(s, path)
                 assert code == 503, path
                 assert "check storage.database-url" in body["message"]
@@ -315,3 +320,53 @@ def test_sparkline_history_sums_partition_lags_per_window_slot() -> None:
     state = build_context().state
     assert lag_history(state, CLUSTER, "g-warn") == [500, 1000, 1500]
     assert sparkline([0, 5, 10], width=100, height=24).endswith('points="0.0,22.0 50.0,12.0 100.0,2.0"/></svg>')
+
+
+async def test_mirror_trends_by_topic_and_bucket(api: aiohttp.ClientSession, engine: AsyncEngine) -> None:
+    def row(topic: str, step: int, bucket: int, produced: int, replicated: int | None) -> dict[str, Any]:
+        return {
+            "mirror": "dr",
+            "topic": topic,
+            "step": step,
+            "bucket": bucket,
+            "target_topic": "src." + topic,
+            "produced": produced,
+            "replicated": replicated,
+            "completeness": None if replicated is None else replicated / produced,
+            "completeness_cumulative": None if replicated is None else replicated / produced,
+            "backlog": None if replicated is None else produced - replicated,
+            "delay_seconds": None if replicated is None else 30.0,
+            "delay_beyond_history": False,
+        }
+
+    stored = [
+        row("orders", 60, 60_000, 100, 50),
+        row("orders", 60, 120_000, 100, 150),
+        row("audit", 60, 60_000, 10, None),
+        row("orders", 60, 180_000, 100, 100),
+        row("orders", 3600, 0, 300, 300),
+    ]
+    async with engine.begin() as conn:
+        await conn.execute(sa.insert(schema.mirror_trends), stored)
+        await conn.execute(sa.insert(schema.mirror_trends), [{**stored[0], "mirror": "other"}])
+
+    def point(r: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in r.items() if k not in ("mirror", "step")}
+
+    code, body = await get(api, "/lagd/v1/mirrors/dr/trends?from=60000&to=120000")
+    assert code == 200
+    assert body == {
+        "mirror": "dr",
+        "step": 60,
+        "from": 60_000,
+        "to": 120_000,
+        "points": [point(stored[2]), point(stored[0]), point(stored[1])],  # by topic, then bucket
+    }
+    code, body = await get(api, "/lagd/v1/mirrors/dr/trends?from=0&to=200000&topic=orders")
+    assert [p["bucket"] for p in body["points"]] == [60_000, 120_000, 180_000]
+    code, body = await get(api, "/lagd/v1/mirrors/dr/trends?from=0&to=0&step=3600")
+    assert [(p["produced"], p["replicated"]) for p in body["points"]] == [(300, 300)]
+    code, body = await get(api, "/lagd/v1/mirrors/nobody/trends?from=0&to=200000")
+    assert (code, body["points"]) == (200, [])
+    code, body = await get(api, "/lagd/v1/mirrors/dr/trends?step=120")
+    assert (code, body["message"]) == (400, "step must be 60 or 3600 seconds, got 120")

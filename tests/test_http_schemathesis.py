@@ -197,6 +197,7 @@ def test_lagd_api_conforms_to_its_openapi_document(live: str) -> None:
         "/lagd/v1/incidents",
         "/lagd/v1/mirrors",
         "/lagd/v1/mirrors/{mirror}/flow",
+        "/lagd/v1/mirrors/{mirror}/trends",
         "/lagd/v1/quarantine",
         "/lagd/v1/quarantine",
         "/lagd/v1/quarantine/{id}",

@@ -25,6 +25,9 @@ import pytest
 from lagd.embedded import services as embedded
 from lagd.jobs.spark import find_java
 from tests.postgres import query
+from tests.test_jobs_mirror_trends import assert_stop_and_catch_up
+from tests.test_jobs_mirror_trends import history as mirror_history
+from tests.test_jobs_mirrors import _insert
 from tests.test_jobs_trends import EXPECTED_TRENDS, T0, S, _same, _trends
 from tests.test_jobs_trends import history as history  # the fixture: a small history with known rollups
 
@@ -132,14 +135,15 @@ def standalone() -> Iterator[Standalone]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def test_trends_job_on_a_standalone_cluster(standalone: Standalone, history: str, tmp_path: Path) -> None:
-    config = tmp_path / "lagd.toml"
+def _config(path: Path, standalone: Standalone, database_url: str, clusters: str = "[clusters.c]") -> Path:
+    """lagd.toml for a job on the standalone cluster: two executors of one core and 512 MiB."""
+    config = path / "lagd.toml"
     config.write_text(
         f"""
-        [clusters.c]
+        {clusters}
         bootstrap-servers = ["127.0.0.1:9092"]
         [storage]
-        database-url = "{history}"
+        database-url = "{database_url}"
         [notify]
         enabled = false
         [log]
@@ -156,6 +160,11 @@ def test_trends_job_on_a_standalone_cluster(standalone: Standalone, history: str
         "spark.driver.bindAddress" = "127.0.0.1"
         """.replace("\n        ", "\n")
     )
+    return config
+
+
+def test_trends_job_on_a_standalone_cluster(standalone: Standalone, history: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, standalone, history)
     command = [sys.executable, "-m", "lagd", "jobs", "trends", "--config", str(config)]
     started = time.monotonic()
     result = subprocess.run(
@@ -184,3 +193,29 @@ def test_trends_job_on_a_standalone_cluster(standalone: Standalone, history: str
     # executor takes both), each of jobs.executor-memory
     assert [e["memory"] for e in executors] == [512, 512], executors
     assert took < JOB_TIMEOUT
+
+
+PAST_T0 = 1_764_000_000_000  # 2025-11-24T16:00Z: the hour lies before now (a future one has no buckets yet)
+
+
+def test_mirror_trends_job_on_a_standalone_cluster(standalone: Standalone, database_url: str, tmp_path: Path) -> None:
+    """`lagd jobs mirror-trends` as an operator runs it, on the cluster: the local tests' exact rows."""
+    _insert(database_url, mirror_history(PAST_T0))
+    mirror = '[mirrors.dr]\nsource = "src"\ntarget = "dst"\ntopics = "^(orders|unmirrored)$"\nrename = "prefix"\nprefix = "src."\n'
+    clusters = mirror + '[clusters.dst]\nbootstrap-servers = ["127.0.0.1:9093"]\n[clusters.src]'
+    config = _config(tmp_path, standalone, database_url, clusters)
+    command = [sys.executable, "-m", "lagd", "jobs", "mirror-trends", "--config", str(config)]
+    result = subprocess.run(
+        [*command, "--from", str(PAST_T0), "--to", str(PAST_T0 + 3600 * S)],
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    said = [e["event"] for e in events]
+    assert "mirror trends done" in said
+    assert any(e.startswith("mirror-trends: 2025-11-24T16:00Z .. 2025-11-24T17:00Z done (1/1): 122 rows") for e in said)
+    assert_stop_and_catch_up(database_url, PAST_T0)
+    apps = [a for a in standalone.state()["completedapps"] if a["name"] == "lagd-mirror-trends"]
+    assert [a["state"] for a in apps] == ["FINISHED"], standalone.state()

@@ -56,7 +56,7 @@ def test_lagd_service_is_a_notify_service_with_watchdog() -> None:
 def test_job_units_leave_the_spark_address_to_lagd_and_the_environment_file() -> None:
     # SPARK_LOCAL_IP=127.0.0.1 in a unit kept a cluster's executors from reaching the driver;
     # lagd pins a local master's driver to loopback itself (tests/test_jobs_settings.py).
-    for name in ("lagd-trends.service", "lagd-mirrors.service"):
+    for name in ("lagd-trends.service", "lagd-mirrors.service", "lagd-mirror-trends.service"):
         svc = _parse(UNITS / name)["Service"]
         assert "SPARK_LOCAL_IP" not in svc.get("Environment", ""), name
         assert svc["EnvironmentFile"] == "-/etc/lagd/lagd.env", name  # where an operator sets it

@@ -362,3 +362,22 @@ mirror_status = Table(
     Column("evaluated_at", BigInteger, nullable=False),
     Column("details", JSONB, nullable=False),
 )
+
+# Records produced against records replicated per bucket, per mirror and source topic (the
+# mirror-trends job, lagd.jobs.mirror_trends; definitions in lagd.evaluate.mirror_trends).
+mirror_trends = Table(
+    "mirror_trends",
+    metadata,
+    Column("mirror", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),  # on the source
+    Column("step", Integer, primary_key=True),  # bucket size in seconds: 60 or 3600
+    Column("bucket", BigInteger, primary_key=True),  # bucket start (ms)
+    Column("target_topic", Text, nullable=False),
+    Column("produced", BigInteger, nullable=False),  # records appended to the source topic in the bucket
+    Column("replicated", BigInteger, nullable=True),  # to the target topic; null: the target not sampled yet
+    Column("completeness", Float, nullable=True),  # replicated / produced; null when nothing was produced
+    Column("completeness_cumulative", Float, nullable=True),  # the same summed from the UTC day's start
+    Column("backlog", BigInteger, nullable=True),  # source log end minus target log end at the bucket end
+    Column("delay_seconds", Float, nullable=True),  # the mirror rules' delay at the bucket end
+    Column("delay_beyond_history", Boolean, nullable=False, server_default="false"),  # delay: a lower bound
+)

@@ -417,6 +417,48 @@ async def trend(request: web.Request) -> web.Response:
     return _json({"cluster": cluster, "group": group, "step": step, "from": start, "to": to, "points": points})
 
 
+async def mirror_trends(request: web.Request) -> web.Response:
+    """A mirror's replication trend per topic and bucket, as `lagd jobs mirror-trends` stored it."""
+    ctx = _ctx(request)
+    q = request.query
+    try:
+        name = _name_param(request.match_info["mirror"], "mirror")
+        topic = _name_param(q["topic"], "topic") if "topic" in q else None
+        step = _int_param(q.get("step", "60"), "step", 60, 3600)
+        if step not in TREND_STEPS:
+            raise BadRequest(f"step must be 60 or 3600 seconds, got {step}")
+        to = _int_param(q["to"], "to", 0, MAX_MS) if "to" in q else ctx.now_ms()
+        start = _int_param(q["from"], "from", 0, MAX_MS) if "from" in q else max(0, to - DAY_MS)
+    except BadRequest as exc:
+        return _error(request, 400, str(exc))
+    t = schema.mirror_trends
+    stmt = sa.select(t).where(t.c.mirror == name, t.c.step == step, t.c.bucket >= start, t.c.bucket <= to)
+    if topic is not None:
+        stmt = stmt.where(t.c.topic == topic)
+    stmt = stmt.order_by(t.c.topic, t.c.bucket).limit(MAX_POINTS)
+    try:
+        rows = await _query(ctx, stmt)
+    except (OSError, TimeoutError, sa.exc.SQLAlchemyError) as exc:
+        log.warning("mirror trends query failed", error=f"{exc.__class__.__name__}: {exc}")
+        return _error(request, 503, "database unavailable: check storage.database-url and that Postgres is up")
+    points = [
+        {
+            "topic": r["topic"],
+            "target_topic": r["target_topic"],
+            "bucket": int(r["bucket"]),
+            "produced": int(r["produced"]),
+            "replicated": _opt_int(r["replicated"]),
+            "completeness": _opt_float(r["completeness"]),
+            "completeness_cumulative": _opt_float(r["completeness_cumulative"]),
+            "backlog": _opt_int(r["backlog"]),
+            "delay_seconds": _opt_float(r["delay_seconds"]),
+            "delay_beyond_history": bool(r["delay_beyond_history"]),
+        }
+        for r in rows
+    ]
+    return _json({"mirror": name, "step": step, "from": start, "to": to, "points": points})
+
+
 HISTORY_MAX_POINTS = 500
 HISTORY_DEFAULT_MS = 6 * 3600 * 1000
 HISTORY_LOOKBACK_MS = 3600 * 1000  # log-end samples this far before `from` still date a commit's record
@@ -715,6 +757,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/lagd/v1/incidents", incidents)
     r.add_get("/lagd/v1/mirrors", mirrors)
     r.add_get("/lagd/v1/mirrors/{mirror}/flow", mirror_flow)
+    r.add_get("/lagd/v1/mirrors/{mirror}/trends", mirror_trends)
     r.add_get("/lagd/v1/quarantine", quarantine)
     r.add_get("/lagd/v1/dead-letters", dead_letters)
     r.add_get("/lagd/v1/schemas", payload_schemas)

@@ -247,6 +247,22 @@ SCHEMAS: dict[str, Any] = {
     ),
 }
 
+# One bucket of a mirrored topic (lagd jobs mirror-trends; lagd.evaluate.mirror_trends).
+SCHEMAS["MirrorTrendPoint"] = _obj(
+    {
+        "topic": STR,
+        "target_topic": STR,
+        "bucket": INT,
+        "produced": INT,
+        "replicated": _nullable(INT),
+        "completeness": _nullable(NUM),
+        "completeness_cumulative": _nullable(NUM),
+        "backlog": _nullable(INT),
+        "delay_seconds": _nullable(NUM),
+        "delay_beyond_history": BOOL,
+    }
+)
+
 SCHEMAS["HistoryPoint"] = _obj(
     {"bucket": INT, "lag": _nullable(INT), "lag_seconds_max": _nullable(NUM), "commits": INT}
 )
@@ -844,6 +860,40 @@ def document() -> dict[str, Any]:
                 "200": _json(_ref("MirrorFlow"), "The flow."),
                 "404": _err("Unknown mirror, or one without a MirrorMaker 2 alias."),
                 "503": _err("Not read yet."),
+            },
+        ),
+        "/lagd/v1/mirrors/{mirror}/trends": _get(
+            "A mirror's replication trend, as a Kafka audit counts it (`lagd jobs mirror-trends` writes it): per "
+            "source topic and bucket of `step` seconds, the records produced on the source and replicated to the "
+            "target, completeness (replicated / produced) in the bucket and from the UTC day's start, the backlog "
+            "(source log end minus target log end) and the replication delay at the bucket end. Ordered by topic, "
+            "then bucket; at most 10,000 points.",
+            [
+                _path_param("mirror"),
+                _query_param("topic", NAME, "Only this source topic."),
+                _query_param(
+                    "from", {"type": "integer", "minimum": 0, "maximum": MAX_MS}, "Start (ms); default to - 1 day."
+                ),
+                _query_param(
+                    "to", {"type": "integer", "minimum": 0, "maximum": MAX_MS}, "End (ms), inclusive; default now."
+                ),
+                _query_param("step", {"type": "integer", "enum": [60, 3600]}, "Bucket size in seconds."),
+            ],
+            {
+                "200": _json(
+                    _obj(
+                        {
+                            "mirror": STR,
+                            "step": INT,
+                            "from": INT,
+                            "to": INT,
+                            "points": {"type": "array", "items": _ref("MirrorTrendPoint")},
+                        }
+                    ),
+                    "Trend points by topic, oldest first.",
+                ),
+                **_BAD,
+                **_DB,
             },
         ),
         "/lagd/v1/share/{cluster}/{group}": _get(

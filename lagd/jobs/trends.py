@@ -135,9 +135,16 @@ def _watermark(cur: Any) -> int | None:
 
 
 def plan_range(
-    start_ms: int | None, end_ms: int | None, watermark: int | None, earliest: int | None, overlap_s: float, now_ms: int
+    start_ms: int | None,
+    end_ms: int | None,
+    watermark: int | None,
+    earliest: int | None,
+    overlap_s: float,
+    now_ms: int,
+    oldest: str = "the oldest commit history row",
 ) -> tuple[int, int] | None:
-    """The hour-aligned [start, end) to compute, or None when there is nothing to do."""
+    """The hour-aligned [start, end) to compute, or None when there is nothing to do (`oldest`
+    names where `earliest` comes from, for the error message)."""
     end = now_ms if end_ms is None else end_ms
     if start_ms is not None:
         check_range(start_ms, end_ms, now_ms)
@@ -145,7 +152,7 @@ def plan_range(
     if watermark is not None:
         start_ms, origin = watermark - int(overlap_s * 1000), "the last watermark minus jobs.trends-overlap"
     elif earliest is not None:
-        start_ms, origin = earliest, "the oldest commit history row"
+        start_ms, origin = earliest, oldest
     else:
         return None
     if end <= start_ms:
