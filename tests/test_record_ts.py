@@ -146,8 +146,8 @@ def test_hostile_answers_are_counted_and_skipped() -> None:
     }  # (T, 5): no record
     got = valid_records(C, wanted, answers, NOW, counters)
     assert got == [
-        RecordTimestamp(C, T, 0, 100, 100, 5000, True),
-        RecordTimestamp(C, T, 1, 100, 120, 5000, False),
+        RecordTimestamp(C, T, 0, 100, 100, 5000, True, NOW),
+        RecordTimestamp(C, T, 1, 100, 120, 5000, False, NOW),
     ]
     assert counters.failures == {
         "record_ts_below_committed": 1,
@@ -166,3 +166,23 @@ def test_a_candidate_is_not_asked_again_soon() -> None:
     f._asked[(T, 0, 5)] = NOW
     assert f.due([(T, 0, 5), (T, 1, 5)], NOW + 1) == [(T, 1, 5)]
     assert f.due([(T, 0, 5)], NOW + RETRY_AFTER_MS) == [(T, 0, 5)]
+
+
+@pytest.mark.parametrize("fine", [360, 2], ids=["all-fine", "some-coarse"])
+def test_after_a_restart_the_stored_record_is_marked_again(fine: int) -> None:
+    s = restarted()
+    s.apply(RecordTimestamp(C, T, 0, 400, 400, 60_000))
+    stored = s.drain_changes().log_end[(C, T, 0)]
+    assert stored is not None
+    again = State(intervals=3, lag_samples=fine)
+    again.restore_log_end((C, T, 0), *stored)
+    for i in range(3):
+        again.apply(Commit(C, G, T, 0, 400, i, 100_000 + i, 100_005 + i))
+    le = again.log_end_of(C, T, 0)
+    assert le is not None and reached_in(le, 400) == (60_000, True)  # a bound: the mark is not stored
+    assert again.record_candidates(C, 50) == [(T, 0, 400)]
+    again.apply(RecordTimestamp(C, T, 0, 400, 400, 60_000))  # read again: the same record
+    le = again.log_end_of(C, T, 0)
+    assert le is not None and reached_in(le, 400) == (60_000, False)
+    assert again.record_candidates(C, 50) == []
+    assert le.history() == tuple(stored)

@@ -144,7 +144,8 @@ class RecordTimestamp:
     above `committed` (a group's committed offset; above it where compaction or transaction
     markers left a gap). The log end passed `offset` at `record_ts`, an observation older than
     the kept log-end samples, so lag in seconds is exact from `committed` to `offset`.
-    `log_append_time`: the broker stamped it (False: the producer's clock, CreateTime)."""
+    `log_append_time`: the broker stamped it (False: the producer's clock, CreateTime).
+    `ts`: when lagd read it (ms; what a replay orders it by)."""
 
     cluster: str
     topic: str
@@ -153,6 +154,7 @@ class RecordTimestamp:
     offset: int
     record_ts: int
     log_append_time: bool = True
+    ts: int = 0
 
 
 @dataclass(frozen=True, slots=True)

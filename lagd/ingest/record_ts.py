@@ -63,7 +63,7 @@ def valid_records(
         else:
             append_time = ts_type == LOG_APPEND_TIME
             counters.count_record("record_ts_log_append_time" if append_time else "record_ts_create_time")
-            out.append(RecordTimestamp(cluster, topic, partition, committed, offset, ts, append_time))
+            out.append(RecordTimestamp(cluster, topic, partition, committed, offset, ts, append_time, now_ms))
     return out
 
 

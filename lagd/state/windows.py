@@ -112,6 +112,16 @@ class LogEnd:
             oldest, oldest_ts = self.coarse_offsets[0], self.coarse_ts[0]
         else:
             oldest, oldest_ts = self.offsets[0], self.ts[0]
+        if (offset, record_ts) == (oldest, oldest_ts):
+            # kept already (restored from the store, which keeps no mark of where a sample came
+            # from): mark it again, from the coarse tier's front
+            if not self.coarse_ts:
+                if len(self.offsets) < 2:
+                    return False
+                self.coarse_offsets.append(self.offsets.pop(0))
+                self.coarse_ts.append(self.ts.pop(0))
+            self.record_from = committed
+            return True
         if offset >= oldest or record_ts > oldest_ts:
             return False
         self.coarse_offsets.insert(0, offset)
