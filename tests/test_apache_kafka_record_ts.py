@@ -71,7 +71,10 @@ async def test_lag_in_seconds_of_an_idle_topic_is_read_from_the_first_unconsumed
         if fetches:
             assert (p["lag_seconds_from"], p["lag_seconds_estimated"]) == ("record_timestamp", False), p
             assert (before - record_ts) / 1000 - 2 <= p["lag_seconds"] <= (after - record_ts) / 1000 + 2, (p, record_ts)
+            assert p["record_timestamp_type"] == "LogAppendTime"
             assert "at least" not in p["reason"]
+            status, page = await lagd.get(f"/group/real/{group}")
+            assert status == 200 and "from the record's timestamp (the broker's clock)" in page, page
         else:
             # from lagd's own samples alone: a bound, at least the time since its first sample,
             # short of the record's age by about the idle time before lagd started

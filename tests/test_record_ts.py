@@ -8,7 +8,14 @@ import pytest
 from lagd.core.model import Commit, IngestCounters, LogEndSample, RecordTimestamp
 from lagd.core.ruleset import BURROW, LAGD, RuleSet
 from lagd.evaluate import Evaluator
-from lagd.evaluate.lagtime import BOUND, LOG_END_SAMPLES, RECORD_TIMESTAMP, lag_seconds_from, reached_in
+from lagd.evaluate.lagtime import (
+    BOUND,
+    LOG_END_SAMPLES,
+    RECORD_TIMESTAMP,
+    lag_seconds_from,
+    reached_in,
+    record_clock,
+)
 from lagd.ingest.record_ts import FUTURE_TOLERANCE_MS, LOG_APPEND_TIME, RecordFetcher, valid_records
 from lagd.state.windows import COARSE_MAX, COARSE_STEP_MS, LogEnd, State
 
@@ -41,6 +48,7 @@ def test_a_bound_is_a_candidate_and_the_record_makes_it_exact() -> None:
     assert le is not None
     assert reached_in(le, 400) == (60_000, False)
     assert lag_seconds_from(le, 400, 600, False) == RECORD_TIMESTAMP
+    assert record_clock(le) == "LogAppendTime"
     assert s.record_candidates(C, 50) == []  # answered: not asked again
     # between the record and the oldest sample: interpolated as between any two samples
     assert reached_in(le, 700) == (60_000 + (900_000 - 60_000) * 300 / 600, False)
@@ -71,9 +79,9 @@ def test_a_cached_verdict_sees_the_record() -> None:
 def test_a_record_above_the_committed_offset_is_the_first_unconsumed() -> None:
     """Compaction or transaction markers: no record between 400 and 450."""
     s = restarted()
-    s.apply(RecordTimestamp(C, T, 0, 400, 450, 70_000))
+    s.apply(RecordTimestamp(C, T, 0, 400, 450, 70_000, log_append_time=False))
     le = s.log_end_of(C, T, 0)
-    assert le is not None
+    assert le is not None and record_clock(le) == "CreateTime"
     assert reached_in(le, 400) == (70_000, False)
     assert reached_in(le, 450) == (70_000, False)
     assert reached_in(le, 399) == (70_000, True)  # below what was read for: records may lie between

@@ -121,3 +121,11 @@ def lag_seconds_from(le: LogEnd | None, committed: int, current_lag: int, estima
     if 0 <= le.record_from <= committed <= le.coarse_offsets[0]:
         return RECORD_TIMESTAMP
     return LOG_END_SAMPLES
+
+
+def record_clock(le: LogEnd | None) -> str | None:
+    """Whose clock stamped the record lag in seconds was read from: "LogAppendTime" (the
+    broker's) or "CreateTime" (the producer's: its clock's error is in the figure); None: none."""
+    if le is None or le.record_from < 0:
+        return None
+    return "CreateTime" if le.record_create_time else "LogAppendTime"

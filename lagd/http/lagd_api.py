@@ -22,7 +22,7 @@ from lagd.db import schema
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.evaluate import rules as R
 from lagd.evaluate.clearing import Clearing, state_clearings
-from lagd.evaluate.lagtime import lag_seconds_from
+from lagd.evaluate.lagtime import RECORD_TIMESTAMP, lag_seconds_from, record_clock
 from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.evaluate.snapshot import GroupSnapshot
 from lagd.http.context import CTX, MAX_INT32, MAX_MS, HttpContext, envelope
@@ -74,10 +74,14 @@ def offset_view(e: WindowEntry | None) -> dict[str, Any] | None:
 
 
 def partition_view(
-    p: PartitionVerdict, clearing: dict[str, Any] | None = None, lag_from: str | None = None
+    p: PartitionVerdict,
+    clearing: dict[str, Any] | None = None,
+    lag_from: str | None = None,
+    record_clock: str | None = None,
 ) -> dict[str, Any]:
     """A partition's verdict in the API. `lag_from`: how its lag in seconds was obtained
-    (lagtime.lag_seconds_from; without the samples at hand: "bound" or "log_end_samples")."""
+    (lagtime.lag_seconds_from; without the samples at hand: "bound" or "log_end_samples");
+    `record_clock`: whose clock stamped the record it was read from (lagtime.record_clock)."""
     if lag_from is None:
         lag_from = lag_seconds_from(None, 0, p.current_lag, p.lag_seconds_estimated)
     return {
@@ -92,6 +96,7 @@ def partition_view(
         "lag_seconds": p.lag_seconds,
         "lag_seconds_estimated": p.lag_seconds_estimated,
         "lag_seconds_from": lag_from,
+        "record_timestamp_type": record_clock,
         "owner": p.owner,
         "client_id": p.client_id,
         "start": offset_view(p.start),
@@ -150,11 +155,12 @@ def group_view(v: GroupVerdict, ctx: HttpContext | None = None, now_ms: int = 0)
     state = ctx.state if ctx is not None else None
 
     def view(p: PartitionVerdict) -> dict[str, Any]:
-        lag_from = None
+        lag_from = clock = None
         if state is not None and p.end is not None:
             le = state.log_end_of(v.cluster, p.topic, p.partition)
             lag_from = lag_seconds_from(le, p.end.offset, p.current_lag, p.lag_seconds_estimated)
-        return partition_view(p, views.get((p.topic, p.partition)), lag_from)
+            clock = record_clock(le) if lag_from == RECORD_TIMESTAMP else None
+        return partition_view(p, views.get((p.topic, p.partition)), lag_from, clock)
 
     body["maxlag"] = view(m) if m is not None else None
     body["reasons"] = reasons(v)

@@ -89,6 +89,7 @@ class LogEnd:
     # whose lag in seconds it answers exactly (the committed offset the record was read for;
     # there is no record between it and the sample's offset). -1: no such sample.
     record_from: int = -1
+    record_create_time: bool = False  # that record's timestamp is the producer's (CreateTime)
 
     def retire(self, offset: int, ts: int) -> None:
         """Keep a sample leaving the fine tier in the coarse tier (thinned by age)."""
@@ -99,7 +100,7 @@ class LogEnd:
         cts.append(ts)
         self._thin()
 
-    def from_record(self, committed: int, offset: int, record_ts: int) -> bool:
+    def from_record(self, committed: int, offset: int, record_ts: int, create_time: bool = False) -> bool:
         """Keep "the record at `offset`, the first at or above `committed`, was appended at
         `record_ts`" as the oldest sample: the log end passed `offset` then, before every kept
         sample. Refused (False) unless it is older than every kept sample of the newest run
@@ -120,13 +121,13 @@ class LogEnd:
                     return False
                 self.coarse_offsets.append(self.offsets.pop(0))
                 self.coarse_ts.append(self.ts.pop(0))
-            self.record_from = committed
+            self.record_from, self.record_create_time = committed, create_time
             return True
         if offset >= oldest or record_ts > oldest_ts:
             return False
         self.coarse_offsets.insert(0, offset)
         self.coarse_ts.insert(0, record_ts)
-        self.record_from = committed
+        self.record_from, self.record_create_time = committed, create_time
         self._thin()
         return True
 
@@ -589,7 +590,7 @@ class State:
             le.run_start = len(le.offsets)
             le.coarse_offsets = array("q")  # the log was truncated or recreated: its past is gone
             le.coarse_ts = array("q")
-            le.record_from = -1
+            le.record_from, le.record_create_time = -1, False
         le.offsets.append(ev.offset)
         le.ts.append(ev.ts)
         if cs.newest_sample is None or ev.ts > cs.newest_sample:
@@ -627,7 +628,7 @@ class State:
         # while its LogEnd is the same object (by id) and its newest sample the same, which a
         # sample added before the oldest would not change.
         new = dataclasses.replace(le, coarse_offsets=array("q", le.coarse_offsets), coarse_ts=array("q", le.coarse_ts))
-        if not new.from_record(ev.committed, ev.offset, ev.record_ts):
+        if not new.from_record(ev.committed, ev.offset, ev.record_ts, not ev.log_append_time):
             return
         parts[ev.partition] = new
         cs.topic_seq[ev.topic] = self._next_seq()
