@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
@@ -80,3 +81,47 @@ async def test_lag_in_seconds_of_an_idle_topic_is_read_from_the_first_unconsumed
             # short of the record's age by about the idle time before lagd started
             assert (p["lag_seconds_from"], p["lag_seconds_estimated"]) == ("bound", True), p
             assert p["lag_seconds"] <= (after - record_ts) / 1000 - IDLE_S + 1, (p, record_ts)
+
+
+async def test_a_commit_on_a_transaction_marker_reads_the_next_record(
+    apache_kafka: KafkaCluster, database_url: str, unique: str, settle: Settle
+) -> None:
+    """Committed at a transaction's commit marker (an offset holding no record): the first
+    unconsumed record is the next transaction's first, and lag in seconds is read from it."""
+    b = apache_kafka.bootstrap
+    topic, group = f"recordts-tx-{unique}", f"recordts-tx-{unique}-g"
+    admin = AIOKafkaAdminClient(bootstrap_servers=b)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=b, transactional_id=f"recordts-{unique}")
+    await producer.start()
+    try:
+        for _ in range(2):
+            async with producer.transaction():
+                for i in range(10):
+                    await producer.send(topic, f"r{i}".encode(), partition=0)
+    finally:
+        await producer.stop()
+    data = {offset: ts for _, offset, _, _, ts in await topic_records(b, topic)}
+    marker = max(o for o in data if o < min(data) + 10) + 1  # after the first transaction's records
+    assert marker not in data
+    first_unconsumed = min(o for o in data if o > marker)
+    record_ts = data[first_unconsumed]
+    await commit_classic(b, group, {TopicPartition(topic, 0): marker})
+    await asyncio.sleep(max(0.0, record_ts / 1000 + IDLE_S - time.time()))  # idle time (see IDLE_S)
+
+    async with lagd_running(settings_for(apache_kafka, database_url, free_port())) as lagd:
+
+        async def obtained() -> dict[str, Any] | None:
+            p = await partition(lagd, group, topic)
+            return p if p is not None and p["lag_seconds_from"] == "record_timestamp" else None
+
+        await settle(obtained, timeout=60, what=f"lag in seconds of {topic}/0 read from record {first_unconsumed}")
+        before = time.time() * 1000
+        p = await partition(lagd, group, topic)
+        after = time.time() * 1000
+        assert p is not None and p["current_lag"] > 0 and not p["lag_seconds_estimated"], p
+        assert (before - record_ts) / 1000 - 2 <= p["lag_seconds"] <= (after - record_ts) / 1000 + 2, (p, record_ts)
