@@ -140,6 +140,13 @@ def test_the_lowest_committed_offset_of_a_partition_is_asked_and_the_limit_holds
         s.apply(LogEndSample(C, T, p, 50, 910_000))
     assert s.record_candidates(C, 50) == [(T, 0, 300), (T, 1, 10), (T, 2, 10)]
     assert s.record_candidates(C, 2) == [(T, 0, 300), (T, 1, 10)]
+    # bounded work: a call stops after `budget` windows, the next goes on from there
+    assert s.record_candidates(C, 50, budget=1) == [(T, 0, 400), (T, 1, 10), (T, 2, 10)]  # g: 3 windows
+    assert s.record_candidates(C, 50, budget=1) == [(T, 0, 300)]  # g2
+    assert s.record_candidates(C, 50, budget=1) == [(T, 0, 400), (T, 1, 10), (T, 2, 10)]  # g again
+    # a record read below a committed offset answers it (the first record at or above it is that one)
+    s.apply(RecordTimestamp(C, T, 0, 300, 450, 60_000))
+    assert s.record_candidates(C, 50) == [(T, 1, 10), (T, 2, 10)]
 
 
 def test_hostile_answers_are_counted_and_skipped() -> None:
