@@ -18,6 +18,7 @@ from lagd.evaluate.lagtime import (
 )
 from lagd.ingest.record_ts import FUTURE_TOLERANCE_MS, LOG_APPEND_TIME, RecordFetcher, valid_records
 from lagd.state.windows import COARSE_MAX, COARSE_STEP_MS, LogEnd, State
+from tests.compiled_code import printed_without_extensions
 
 C, G, T = "c", "g", "t"
 NOW = 1_000_000
@@ -201,3 +202,22 @@ def test_after_a_restart_the_stored_record_is_marked_again(fine: int) -> None:
     assert le is not None and reached_in(le, 400) == (60_000, False)
     assert again.record_candidates(C, 50) == []
     assert le.history() == tuple(stored)
+
+
+def test_the_compiled_evaluator_answers_as_the_python_does() -> None:
+    """_trend.c hands a read before the fine tier to the Python (reached_in): one definition."""
+    code = (
+        "from tests.test_record_ts import *\n"
+        "for rules in (LAGD, BURROW):\n"
+        "    s = restarted(rules)\n"
+        "    s.apply(RecordTimestamp(C, T, 0, 400, 400, 60_000))\n"
+        "    p = Evaluator(s).group(C, G, NOW).partitions[0]\n"
+        "    print(p.status.value, p.lag_seconds, p.lag_seconds_estimated, p.reason)\n"
+    )
+    here = []
+    for rules in (LAGD, BURROW):
+        s = restarted(rules)
+        s.apply(RecordTimestamp(C, T, 0, 400, 400, 60_000))
+        p = Evaluator(s).group(C, G, NOW).partitions[0]
+        here.append(f"{p.status.value} {p.lag_seconds} {p.lag_seconds_estimated} {p.reason}")
+    assert printed_without_extensions(code) == "\n".join(here)
