@@ -387,6 +387,7 @@ def _start_readers(
             every_topic=True,  # Burrow's /topic paths list every topic, consumed or not
             clock=rt.clock,
             leadership=rt.leadership,
+            record_candidates=functools.partial(rt.state.record_candidates, name),
         )
         spawn(sampler, f"log-end-{name}")
         spawn(poll_share_groups(cluster, rt.share_groups, counters, rt.stop, clock=rt.clock), f"share-groups-{name}")

@@ -30,7 +30,7 @@ from typing import IO, Any, NamedTuple
 import psycopg2  # type: ignore[import-untyped]
 
 from lagd.core.config import ConfigError, Secret, Settings, parse, sync_database_url
-from lagd.core.model import Commit, GroupStatus, LogEndSample, LogStartSample, PartitionStatus
+from lagd.core.model import Commit, GroupStatus, LogEndSample, LogStartSample, PartitionStatus, RecordTimestamp
 from lagd.core.times import epoch_ms
 from lagd.evaluate.build import build_core
 from lagd.evaluate.retention_view import STATUS_OF
@@ -48,7 +48,7 @@ INT64_MAX = 2**63 - 1
 # Sections only the daemon uses: a replay config may omit them, and they are not checked.
 DAEMON_ONLY_SECTIONS = ("clusters", "mirrors", "http", "notify")
 
-TraceEvent = Commit | LogEndSample | LogStartSample
+TraceEvent = Commit | LogEndSample | LogStartSample | RecordTimestamp
 # (ts, order, event): the heap entry. `order` is the line (or row) number in the whole input:
 # it breaks ts ties in input order and is the commit's order in the State.
 Timed = tuple[int, int, TraceEvent]
@@ -68,6 +68,7 @@ class TraceError(ValueError):
 
 _COMMIT_FIELDS = "ts, cluster, group, topic, partition and offset"
 _LOG_END_FIELDS = "ts, cluster, topic, partition and offset"
+_RECORD_TS_FIELDS = "ts, cluster, topic, partition, offset and record_ts"
 # What a trace line costs, read: json.loads runs this scanner under three layers of Python
 # (about 1 us a line of 2.4), and a frozen dataclass's __init__ sets each field through
 # object.__setattr__ (about 1.5 us an event); a trace has tens of thousands of lines a group.
@@ -161,9 +162,22 @@ def parse_line(raw: bytes | str, order: int) -> TraceEvent | WithLogStart | None
             _count(record, "offset", _LOG_END_FIELDS),
             _count(record, "ts", _LOG_END_FIELDS),
         )
+    if kind == "record_ts":
+        # the record at `offset` (the first unconsumed one of a group committed there), read at `ts`
+        offset = _count(record, "offset", _RECORD_TS_FIELDS)
+        return RecordTimestamp(
+            _text(record, "cluster", _RECORD_TS_FIELDS),
+            _text(record, "topic", _RECORD_TS_FIELDS),
+            _count(record, "partition", _RECORD_TS_FIELDS),
+            offset,
+            offset,
+            _count(record, "record_ts", _RECORD_TS_FIELDS),
+            True,
+            _count(record, "ts", _RECORD_TS_FIELDS),
+        )
     if "type" not in record:
-        raise ValueError('missing field \'type\': expected "commit", "log_end" or "log_start"')
-    raise ValueError(f'field \'type\' is {json.dumps(kind)}, expected "commit", "log_end" or "log_start"')
+        raise ValueError('missing field \'type\': expected "commit", "log_end", "log_start" or "record_ts"')
+    raise ValueError(f'field \'type\' is {json.dumps(kind)}, expected "commit", "log_end", "log_start" or "record_ts"')
 
 
 def parse_trace(sources: Iterable[tuple[str, Iterable[bytes | str]]]) -> Iterator[Timed]:

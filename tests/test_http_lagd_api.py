@@ -86,6 +86,8 @@ async def test_group_verdict_with_reasons(api: aiohttp.ClientSession) -> None:
         "complete": 1.0,
         "lag_seconds": 15.001,
         "lag_seconds_estimated": False,
+        "lag_seconds_from": "log_end_samples",
+        "record_timestamp_type": None,
         "owner": "/10.0.0.7",
         "client_id": "worker-7",
         "start": {"offset": 500, "order": 3, "timestamp": 10_000, "observed": 10_005, "lag": 500},

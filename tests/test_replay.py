@@ -438,3 +438,28 @@ def test_a_group_idle_beyond_expire_group_reads_notfound_then_is_judged_afresh(
     assert seen[0] == (T0 + 1000, "OK")
     assert seen[-2][1] == "NOTFOUND" and T0 + 301_000 <= seen[-2][0] < back
     assert seen[-1] == (back + 1000, "OK")
+
+
+def test_a_record_ts_line_makes_lag_in_seconds_exact(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A group committed at 400 before the first log-end sample (1000 at T0 + 900 s): lag in
+    seconds is only a bound until the record_ts line says when record 400 was appended."""
+    records = [commit(T0 + 100_000 + i, 400) for i in range(3)]
+    records += [log_end(T0 + 900_000 + 1000 * i, 1000) for i in range(3)]
+    record = {"ts": T0 + 903_000, "type": "record_ts", "cluster": "c", "topic": "t", "partition": 0}
+    records.append({**record, "offset": 400, "record_ts": T0 + 60_000})
+    run = Replay(Settings(), 1000, io.StringIO())
+    run.run(parse_trace([("trace", text(records[:-1]).splitlines())]))
+    now = T0 + 904_000
+    bound = run.evaluator.group("c", "g", now).partitions[0]
+    assert bound.lag_seconds_estimated and bound.lag_seconds <= 4.0, bound  # since the oldest kept sample
+    run.run(parse_trace([("trace", text(records[-1:]).splitlines())]))
+    v = run.evaluator.group("c", "g", now)
+    exact = v.partitions[0]
+    assert (exact.lag_seconds, exact.lag_seconds_estimated) == ((v.evaluated_at - (T0 + 60_000)) / 1000, False)
+    assert exact.lag_seconds > 800
+    # a record_ts line missing its record_ts is malformed, named as such
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(text([{**record, "offset": 400}]))
+    status, out, err = replay_cli(capsys, str(bad))
+    assert (status, out) == (2, [])
+    assert "missing field 'record_ts'" in err[0], err

@@ -119,6 +119,10 @@ class ClusterSettings:
     # many seconds (at least every offset-refresh round), and the topics' cleanup.policy every
     # topic-refresh; they feed the records-lost and at-risk verdicts (lagd.evaluate.retention).
     log_start_refresh: float = 30.0
+    # Where lag in seconds is only a bound (a committed offset older than every kept log-end
+    # sample), the log-end sampler reads the first unconsumed record's timestamp, at most this
+    # many partitions per round (lagd.ingest.record_ts); 0 turns it off.
+    record_timestamp_fetches: int = 50
     # WARN "at risk" when a consumer falls off the log within this many seconds at current rates.
     retention_horizon: float = 4 * 3600.0
     groups_allow: str = ".*"
@@ -550,6 +554,11 @@ def _validate(s: Settings) -> None:
         positive(f"{where}.topic-refresh", c.topic_refresh)
         positive(f"{where}.log-start-refresh", c.log_start_refresh)
         positive(f"{where}.retention-horizon", c.retention_horizon)
+        if not 0 <= c.record_timestamp_fetches <= 100_000:
+            raise ConfigError(
+                f"{where}.record-timestamp-fetches",
+                f"got {c.record_timestamp_fetches}, expected 0 (off) to 100000 record reads per round",
+            )
         positive(f"{where}.request-timeout", c.request_timeout)
         if not 1 <= c.max_group_name <= 2048:
             raise ConfigError(

@@ -139,6 +139,25 @@ class LogStartSample:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordTimestamp:
+    """The timestamp (ms) of the record at `offset`, read from the topic: the first record at or
+    above `committed` (a group's committed offset; above it where compaction or transaction
+    markers left a gap). The log end passed `offset` at `record_ts`, an observation older than
+    the kept log-end samples, so lag in seconds is exact from `committed` to `offset`.
+    `log_append_time`: the broker stamped it (False: the producer's clock, CreateTime).
+    `ts`: when lagd read it (ms; what a replay orders it by)."""
+
+    cluster: str
+    topic: str
+    partition: int
+    committed: int
+    offset: int
+    record_ts: int
+    log_append_time: bool = True
+    ts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TopicPolicy:
     """A topic's cleanup.policy as the broker describes it ("delete", "compact", "compact,delete")."""
 
@@ -186,6 +205,7 @@ Event = (
     | GroupDeleted
     | LogEndSample
     | LogStartSample
+    | RecordTimestamp
     | TopicPolicy
     | TopicDeleted
     | ReaderPosition

@@ -89,7 +89,9 @@ def reached_in(le: LogEnd, target: int) -> tuple[float, bool]:
     coarse_offsets, coarse_ts = le.coarse_offsets, le.coarse_ts
     j = bisect_left(coarse_offsets, target)
     if j == 0:
-        return coarse_ts[0], True
+        # before every sample: a bound, unless the oldest sample is a record read at or below
+        # the target (LogEnd.from_record): that record is the first unconsumed one
+        return coarse_ts[0], not 0 <= le.record_from <= target
     o0, t0 = coarse_offsets[j - 1], coarse_ts[j - 1]
     if j < len(coarse_offsets):
         o1, t1 = coarse_offsets[j], coarse_ts[j]
@@ -102,3 +104,28 @@ def reached_in(le: LogEnd, target: int) -> tuple[float, bool]:
 
 def _seconds(ms: float) -> float:
     return ms / 1000.0 if ms > 0 else 0.0
+
+
+LOG_END_SAMPLES, RECORD_TIMESTAMP, BOUND = "log_end_samples", "record_timestamp", "bound"
+
+
+def lag_seconds_from(le: LogEnd | None, committed: int, current_lag: int, estimated: bool) -> str:
+    """How a partition's lag in seconds was obtained: "bound" (before every kept sample: at
+    least that), "record_timestamp" (from the timestamp of the first unconsumed record, read
+    from the topic: LogEnd.from_record) or "log_end_samples" (interpolated between samples;
+    also a lag of 0)."""
+    if current_lag > 0 and estimated:
+        return BOUND
+    if current_lag <= 0 or le is None or le.run_start != 0 or not le.coarse_offsets:
+        return LOG_END_SAMPLES
+    if 0 <= le.record_from <= committed <= le.coarse_offsets[0]:
+        return RECORD_TIMESTAMP
+    return LOG_END_SAMPLES
+
+
+def record_clock(le: LogEnd | None) -> str | None:
+    """Whose clock stamped the record lag in seconds was read from: "LogAppendTime" (the
+    broker's) or "CreateTime" (the producer's: its clock's error is in the figure); None: none."""
+    if le is None or le.record_from < 0:
+        return None
+    return "CreateTime" if le.record_create_time else "LogAppendTime"

@@ -22,6 +22,7 @@ from lagd.db import schema
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.evaluate import rules as R
 from lagd.evaluate.clearing import Clearing, state_clearings
+from lagd.evaluate.lagtime import RECORD_TIMESTAMP, lag_seconds_from, record_clock
 from lagd.evaluate.mirror_flow import FlowVerdict
 from lagd.evaluate.snapshot import GroupSnapshot
 from lagd.http.context import CTX, MAX_INT32, MAX_MS, HttpContext, envelope
@@ -72,7 +73,17 @@ def offset_view(e: WindowEntry | None) -> dict[str, Any] | None:
     return {"offset": e.offset, "order": e.order, "timestamp": e.timestamp, "observed": e.observed, "lag": e.lag}
 
 
-def partition_view(p: PartitionVerdict, clearing: dict[str, Any] | None = None) -> dict[str, Any]:
+def partition_view(
+    p: PartitionVerdict,
+    clearing: dict[str, Any] | None = None,
+    lag_from: str | None = None,
+    record_clock: str | None = None,
+) -> dict[str, Any]:
+    """A partition's verdict in the API. `lag_from`: how its lag in seconds was obtained
+    (lagtime.lag_seconds_from; without the samples at hand: "bound" or "log_end_samples");
+    `record_clock`: whose clock stamped the record it was read from (lagtime.record_clock)."""
+    if lag_from is None:
+        lag_from = lag_seconds_from(None, 0, p.current_lag, p.lag_seconds_estimated)
     return {
         "topic": p.topic,
         "partition": p.partition,
@@ -84,6 +95,8 @@ def partition_view(p: PartitionVerdict, clearing: dict[str, Any] | None = None) 
         "complete": p.complete,
         "lag_seconds": p.lag_seconds,
         "lag_seconds_estimated": p.lag_seconds_estimated,
+        "lag_seconds_from": lag_from,
+        "record_timestamp_type": record_clock,
         "owner": p.owner,
         "client_id": p.client_id,
         "start": offset_view(p.start),
@@ -139,9 +152,19 @@ def group_view(v: GroupVerdict, ctx: HttpContext | None = None, now_ms: int = 0)
     body = summary_view(v)
     body["clearing"] = group_c.view(now_ms) if group_c is not None else None
     m = v.maxlag
-    body["maxlag"] = partition_view(m, views.get((m.topic, m.partition))) if m is not None else None
+    state = ctx.state if ctx is not None else None
+
+    def view(p: PartitionVerdict) -> dict[str, Any]:
+        lag_from = clock = None
+        if state is not None and p.end is not None:
+            le = state.log_end_of(v.cluster, p.topic, p.partition)
+            lag_from = lag_seconds_from(le, p.end.offset, p.current_lag, p.lag_seconds_estimated)
+            clock = record_clock(le) if lag_from == RECORD_TIMESTAMP else None
+        return partition_view(p, views.get((p.topic, p.partition)), lag_from, clock)
+
+    body["maxlag"] = view(m) if m is not None else None
     body["reasons"] = reasons(v)
-    body["partitions"] = [partition_view(p, views.get((p.topic, p.partition))) for p in v.partitions]
+    body["partitions"] = [view(p) for p in v.partitions]
     return body
 
 

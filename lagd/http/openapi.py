@@ -82,6 +82,8 @@ SCHEMAS: dict[str, Any] = {
             "complete": NUM,
             "lag_seconds": NUM,
             "lag_seconds_estimated": BOOL,
+            "lag_seconds_from": {"type": "string", "enum": ["log_end_samples", "record_timestamp", "bound"]},
+            "record_timestamp_type": _nullable({"type": "string", "enum": ["LogAppendTime", "CreateTime"]}),
             "owner": STR,
             "client_id": STR,
             "start": _ref_or_null("Offset"),

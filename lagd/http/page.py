@@ -27,6 +27,7 @@ from lagd.core.model import GroupStatus
 from lagd.core.times import about
 from lagd.db import schema
 from lagd.evaluate.clearing import Clearing, snapshot_clearing
+from lagd.evaluate.lagtime import RECORD_TIMESTAMP, lag_seconds_from, record_clock
 from lagd.evaluate.retention import RetentionState
 from lagd.evaluate.retention_view import RetentionNote, retention_reason
 from lagd.evaluate.sight import STALE_FACTOR, STALE_SLACK_MS
@@ -613,6 +614,10 @@ async def group_page(request: web.Request) -> web.Response:
             last = p.end
             commit = f"{when(last.timestamp, now)}<br><span class=muted>offset {last.offset}</span>" if last else "—"
             secs_text = f"{'≥ ' if p.lag_seconds_estimated else ''}{p.lag_seconds:.1f}"
+            le = ctx.state.log_end_of(cluster, p.topic, p.partition) if last else None
+            if last and lag_seconds_from(le, last.offset, p.current_lag, p.lag_seconds_estimated) == RECORD_TIMESTAMP:
+                clock = "the producer's clock" if record_clock(le) == "CreateTime" else "the broker's clock"
+                secs_text += f"<br><span class=muted>from the record's timestamp ({clock})</span>"
             prow.append(
                 f'<tr class="partition"><td>{escape(p.topic)}</td><td class=n>{p.partition}</td>'
                 f"<td>{_badge(p.status.value)}</td><td>{escape(rule)}<br><span class=muted>{escape(p.reason)}</span>"

@@ -29,6 +29,7 @@ from aiokafka.structs import TopicPartition
 from lagd.core.config import ClusterSettings
 from lagd.core.model import Event, IngestCounters, LogEndSample, LogStartSample, TopicDeleted, TopicPolicy
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
+from lagd.ingest.record_ts import Candidate, RecordFetcher
 from lagd.runtime import logs
 from lagd.runtime.backoff import LOG_EVERY_S, describe_error
 from lagd.runtime.clock import Clock, wall_ms
@@ -202,6 +203,7 @@ async def sample_log_ends(
     share: Callable[[str], bool] | None = None,
     clock: Clock = wall_ms,
     leadership: Leadership | None = None,
+    record_candidates: Callable[[int], list[Candidate]] | None = None,
 ) -> None:
     """Sample log-end offsets until `stop` is set; reconnect with backoff on outages.
 
@@ -213,6 +215,9 @@ async def sample_log_ends(
     `every_topic` add only this worker's share; the topics its own groups consume are always
     sampled. `clock` (lagd.runtime.clock) stamps each round's samples. `leadership` records
     each metadata refresh's leaders (what the probe's broker incidents need).
+    `record_candidates(limit)` (State.record_candidates) names the partitions whose lag in
+    seconds is only a bound; after each round the first unconsumed record of at most
+    `record-timestamp-fetches` of them is read (lagd.ingest.record_ts).
     """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     sampled: set[str] = set(known)
@@ -234,6 +239,7 @@ async def sample_log_ends(
             clock=clock,
             failing=failing,
             leadership=leadership,
+            record_candidates=record_candidates,
         ),
         stop,
         counters,
@@ -259,6 +265,7 @@ async def _session(
     clock: Clock = wall_ms,
     failing: dict[int, float] | None = None,
     leadership: Leadership | None = None,
+    record_candidates: Callable[[int], list[Candidate]] | None = None,
 ) -> None:
     absent = {} if absent is None else absent
     deny = re.compile(cluster.topics_deny) if cluster.topics_deny else None
@@ -270,6 +277,8 @@ async def _session(
         if every_topic:
             wanted.update(t for t in listed if deny is None or not deny.search(t))
 
+    fetches = cluster.record_timestamp_fetches
+    fetcher = RecordFetcher(cluster, counters) if record_candidates is not None and fetches > 0 else None
     client = await start_client(cluster)
     try:
         loop = asyncio.get_running_loop()
@@ -329,10 +338,16 @@ async def _session(
                 policies = await describe_policies(client, cluster.name, sorted(wanted & set(layout.leaders)), counters)
                 if policies:
                     await put(list(policies))
+            if fetcher is not None and record_candidates is not None:
+                found = await fetcher.fetch(record_candidates(fetches), clock())
+                if found:
+                    await put(list(found))
             await _wait_next_round(
                 loop, started, cluster, stop, functools.partial(_new_topic, topics_wanted, set(wanted), deny)
             )
     finally:
+        if fetcher is not None:
+            await fetcher.close()
         await close_quietly(client.close)
 
 

@@ -34,6 +34,7 @@ from lagd.core.model import (
     OffsetsPartitionReset,
     PartitionOwner,
     ReaderPosition,
+    RecordTimestamp,
     TopicDeleted,
     TopicPolicy,
     WindowEntry,
@@ -84,6 +85,11 @@ class LogEnd:
     run_start: int = 0
     coarse_offsets: array[int] = field(default_factory=lambda: array("q"))
     coarse_ts: array[int] = field(default_factory=lambda: array("q"))
+    # When the coarse tier's oldest sample came from a record (`from_record`): the lowest target
+    # whose lag in seconds it answers exactly (the committed offset the record was read for;
+    # there is no record between it and the sample's offset). -1: no such sample.
+    record_from: int = -1
+    record_create_time: bool = False  # that record's timestamp is the producer's (CreateTime)
 
     def retire(self, offset: int, ts: int) -> None:
         """Keep a sample leaving the fine tier in the coarse tier (thinned by age)."""
@@ -92,6 +98,41 @@ class LogEnd:
             return
         self.coarse_offsets.append(offset)
         cts.append(ts)
+        self._thin()
+
+    def from_record(self, committed: int, offset: int, record_ts: int, create_time: bool = False) -> bool:
+        """Keep "the record at `offset`, the first at or above `committed`, was appended at
+        `record_ts`" as the oldest sample: the log end passed `offset` then, before every kept
+        sample. Refused (False) unless it is older than every kept sample of the newest run
+        (offset below its oldest offset, time not after its oldest time) and that run is the
+        whole history (after a truncation the coarse tier is gone and lag in seconds reads
+        only the run)."""
+        if not self.offsets or self.run_start != 0 or not 0 <= committed <= offset:
+            return False
+        if self.coarse_ts:
+            oldest, oldest_ts = self.coarse_offsets[0], self.coarse_ts[0]
+        else:
+            oldest, oldest_ts = self.offsets[0], self.ts[0]
+        if (offset, record_ts) == (oldest, oldest_ts):
+            # kept already (restored from the store, which keeps no mark of where a sample came
+            # from): mark it again, from the coarse tier's front
+            if not self.coarse_ts:
+                if len(self.offsets) < 2:
+                    return False
+                self.coarse_offsets.append(self.offsets.pop(0))
+                self.coarse_ts.append(self.ts.pop(0))
+            self.record_from, self.record_create_time = committed, create_time
+            return True
+        if offset >= oldest or record_ts > oldest_ts:
+            return False
+        self.coarse_offsets.insert(0, offset)
+        self.coarse_ts.insert(0, record_ts)
+        self.record_from, self.record_create_time = committed, create_time
+        self._thin()
+        return True
+
+    def _thin(self) -> None:
+        cts = self.coarse_ts
         if len(cts) > COARSE_MAX:
             # drop the inner sample whose neighbours are closest together relative to its age
             newest = cts[-1]
@@ -232,6 +273,7 @@ class State:
         # the drained windows keyed by them in every full collection at 1M group-partitions.
         self._dirty_windows: dict[WindowKey, None] = {}
         self._dirty_log_end: set[PartitionKey] = set()
+        self._record_cursor: dict[str, int] = {}  # where record_candidates goes on, per cluster
         self._changes = Changes()
         self._dispatch: dict[type, Callable[[Any], None]] = {
             Commit: self._commit,
@@ -240,6 +282,7 @@ class State:
             GroupDeleted: self._group_deleted,
             LogEndSample: self._log_end_sample,
             LogStartSample: self._log_start_sample,
+            RecordTimestamp: self._record_timestamp,
             TopicPolicy: self._topic_policy,
             TopicDeleted: self._topic_deleted,
             ReaderPosition: self._reader_position,
@@ -548,6 +591,7 @@ class State:
             le.run_start = len(le.offsets)
             le.coarse_offsets = array("q")  # the log was truncated or recreated: its past is gone
             le.coarse_ts = array("q")
+            le.record_from, le.record_create_time = -1, False
         le.offsets.append(ev.offset)
         le.ts.append(ev.ts)
         if cs.newest_sample is None or ev.ts > cs.newest_sample:
@@ -567,6 +611,71 @@ class State:
         if self.record_history:
             row: LogEndRow = (ev.ts, ev.cluster, ev.topic, ev.partition, ev.offset)
             self._changes.log_end_history.append(row)
+
+    def _record_timestamp(self, ev: RecordTimestamp) -> None:
+        """A record's timestamp: the oldest log-end observation of its partition (LogEnd.from_record).
+        Ignored where it is not older than the kept samples (they already answer exactly)."""
+        if not (0 <= ev.committed <= ev.offset <= _MAX_Q and _MIN_Q <= ev.record_ts <= _MAX_Q):
+            raise ValueError(
+                f"record at offset {ev.offset} (committed {ev.committed}) or time {ev.record_ts} outside int64 "
+                "or below the committed offset"
+            )
+        cs = self._clusters.get(ev.cluster)
+        parts = cs.log_end.get(ev.topic) if cs else None
+        le = parts.get(ev.partition) if parts else None
+        if cs is None or parts is None or le is None:
+            return
+        # A history whose past changed is a new LogEnd: the evaluator keeps a partition's facts
+        # while its LogEnd is the same object (by id) and its newest sample the same, which a
+        # sample added before the oldest would not change.
+        new = dataclasses.replace(le, coarse_offsets=array("q", le.coarse_offsets), coarse_ts=array("q", le.coarse_ts))
+        if not new.from_record(ev.committed, ev.offset, ev.record_ts, not ev.log_append_time):
+            return
+        parts[ev.partition] = new
+        cs.topic_seq[ev.topic] = self._next_seq()
+        self._dirty_log_end.add((ev.cluster, ev.topic, ev.partition))
+
+    def record_candidates(self, cluster: str, limit: int, budget: int = 50_000) -> list[tuple[str, int, int]]:
+        """(topic, partition, committed offset) where a group's lag in seconds is only a bound:
+        a lag > 0 and a committed offset at or below every kept log-end sample (after a restart,
+        or on a topic whose producer went idle). Reading the record at that offset makes it
+        exact. The lowest committed offset per partition (one record answers every group at or
+        above it up to the record), at most `limit`, partitions in order.
+        Bounded work: each call looks at the windows of groups from where the last one stopped
+        until it has seen about `budget` of them (a whole sweep of 1M group-partitions takes 20
+        calls: about 15 ms each, where one sweep took 0.3 s)."""
+        cs = self._clusters.get(cluster)
+        if cs is None or limit <= 0 or not cs.groups:
+            return []
+        names = list(cs.groups)
+        n = len(names)
+        at = self._record_cursor.get(cluster, 0) % n
+        lowest: dict[tuple[str, int], int] = {}
+        seen = 0
+        for step in range(n):
+            if seen >= budget:
+                break
+            gs = cs.groups[names[(at + step) % n]]
+            self._record_cursor[cluster] = at + step + 1
+            for topic, parts in gs.windows.items():
+                seen += len(parts)
+                log_end = cs.log_end.get(topic)
+                if not log_end:
+                    continue
+                for partition, arr in parts.items():
+                    le = log_end.get(partition)
+                    if le is None or not arr or le.run_start != 0 or not le.offsets:
+                        continue
+                    committed = arr[len(arr) - FIELDS + OFFSET]
+                    if committed >= le.offsets[-1]:
+                        continue  # caught up
+                    oldest = le.coarse_offsets[0] if le.coarse_offsets else le.offsets[0]
+                    if committed > oldest or 0 <= le.record_from <= committed:
+                        continue  # the samples (or a record read at or below it) answer it
+                    key = (topic, partition)
+                    if committed < lowest.get(key, committed + 1):
+                        lowest[key] = committed
+        return [(t, p, c) for (t, p), c in sorted(lowest.items())[:limit]]
 
     def _log_start_sample(self, ev: LogStartSample) -> None:
         if not (0 <= ev.offset <= _MAX_Q and _MIN_Q <= ev.ts <= _MAX_Q):
@@ -958,6 +1067,10 @@ class State:
             return None
         parts = gs.windows.get(topic)
         return parts.get(partition) if parts else None
+
+    def log_end_of(self, cluster: str, topic: str, partition: int) -> LogEnd | None:
+        """The partition's kept log-end samples (live: read, never change), None if none."""
+        return self._log_end(cluster, topic, partition)
 
     def _log_end(self, cluster: str, topic: str, partition: int) -> LogEnd | None:
         cs = self._clusters.get(cluster)
