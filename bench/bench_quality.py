@@ -14,6 +14,9 @@ Situations a lag threshold tends to flag although nothing needs fixing:
 - slow-but-keeping-up: a busy topic (800-1,500 msg/s) whose consumer is steadily 3-6 s
   (+-1.5 s) behind;
 - rebalance: 2-4 rebalances pause the group 5-30 s each, then it catches up at 3x;
+- deploy-pauses: 3-4 rolling deploys pause the group about as long each (20-90 s drawn per
+  trace, +-15%), then it catches up at 3x: from the second on it has a history of pauses;
+- first-deploy-pause: one deploy pause of 20-90 s, the group's first, from 2 min in;
 - monitor-restart: the monitor (lagd, or the exporter) is down 15-120 s on a healthy group;
 - diurnal: traffic rises from the base rate to 4x and back over the trace (a compressed day);
   the consumer follows it;
@@ -356,6 +359,63 @@ def scenario_rebalance(rng: random.Random, seed: int) -> Trace:
     return Trace("rebalance", FALSE_ALARM, seed, desc, None, ends, commits)
 
 
+def _paused(
+    rng: random.Random, rates: list[float], every: int, pauses: list[tuple[int, int]]
+) -> tuple[list[list[int]], list[list[int | None]]]:
+    """Log ends and commits of a healthy group that neither consumes nor commits during
+    `pauses` ([a, b) seconds) and then catches up at 3x the produce rate."""
+
+    def paused(t: int) -> bool:
+        return any(a <= t < b for a, b in pauses)
+
+    ends, commits = [], []
+    for r in rates:
+        e = _produce(rng, r)
+        pos: list[int] = []
+        high = 0
+        for t, end in enumerate(e):
+            if t and paused(t):
+                pos.append(pos[-1])
+                continue
+            high = max(high, min(end - _batch(rng, r), (pos[-1] if t else end) + round(3 * r)))
+            pos.append(high)
+        ends.append(e)
+        commits.append(_commits(rng, every, pos, paused))
+    return ends, commits
+
+
+def scenario_deploys(rng: random.Random, seed: int) -> Trace:
+    """Rolling deploys of a stateful JVM service: 3-4 pauses of about the same length (a
+    length of 20-90 s drawn per trace, +-15% per deploy), each followed by a catch-up at 3x.
+    From the second on, the group has a history of pauses."""
+    rates, every = _rates(rng), rng.choice(COMMIT_EVERY)
+    length = rng.uniform(20, 90)
+    count = rng.randint(3, 4)
+    starts = sorted(rng.sample(range(120, DURATION - 200, 150), count))
+    pauses = [(a, a + round(min(90.0, max(20.0, length * rng.uniform(0.85, 1.15))))) for a in starts]
+    ends, commits = _paused(rng, rates, every, pauses)
+    desc = (
+        f"{rates[0]:.0f}-{rates[-1]:.0f} msg/s, commits every {every} s; {count} deploys pause the group "
+        f"{', '.join(f'{b - a} s' for a, b in pauses)} (at {', '.join(f'{a} s' for a, _ in pauses)}), "
+        "then it catches up at 3x"
+    )
+    return Trace("deploy-pauses", FALSE_ALARM, seed, desc, None, ends, commits)
+
+
+def scenario_first_deploy(rng: random.Random, seed: int) -> Trace:
+    """One deploy pause of 20-90 s, the group's first (no earlier pause in the trace), anywhere
+    from 2 min in; then a catch-up at 3x."""
+    rates, every = _rates(rng), rng.choice(COMMIT_EVERY)
+    a = rng.randrange(120, DURATION - 200)
+    pause = (a, a + rng.randint(20, 90))
+    ends, commits = _paused(rng, rates, every, [pause])
+    desc = (
+        f"{rates[0]:.0f}-{rates[-1]:.0f} msg/s, commits every {every} s; one deploy pauses the group "
+        f"{pause[1] - pause[0]} s at {a} s (its first), then it catches up at 3x"
+    )
+    return Trace("first-deploy-pause", FALSE_ALARM, seed, desc, None, ends, commits)
+
+
 def scenario_restart(rng: random.Random, seed: int) -> Trace:
     """A healthy group while the monitor (lagd, or the exporter behind the threshold rule) restarts."""
     rates, every = _rates(rng), rng.choice(COMMIT_EVERY)
@@ -478,6 +538,8 @@ SCENARIOS: tuple[Callable[[random.Random, int], Trace], ...] = (
     scenario_burst,
     scenario_slow,
     scenario_rebalance,
+    scenario_deploys,
+    scenario_first_deploy,
     scenario_restart,
     scenario_diurnal,
     scenario_backlog,

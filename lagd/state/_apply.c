@@ -29,6 +29,7 @@ __extension__ typedef __int128 i128; /* differences of two int64 times, exactly 
 
 enum { OFFSET, ORDER, TS, OBSERVED, LAG, FIELDS };
 #define NO_LAG INT64_MIN
+#define HANDBACK_GAP_MS 10000 /* lagd.state.pauses.HANDBACK_GAP_MS */
 
 static PyObject *name_tombstones, *name_groups, *name_deleted, *name_windows, *name_log_end, *name_offsets;
 static PyObject *name_last_commit, *name_newest_commit, *name_seq, *name_state_seq, *name_dirty, *name_changes;
@@ -98,6 +99,7 @@ typedef struct {
     Py_ssize_t intervals;
     int64_t min_distance, window_step;
     int history;
+    int pauses; /* State.pause_settings is set: a commit after a long group silence goes to the Python */
     Rows rows;
 } Settings;
 
@@ -347,6 +349,17 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
         goto handback;
     }
     int newer = PyObject_RichCompareBool(ts_obj, last, Py_GT), newest_too = 0;
+    if (newer > 0 && s->pauses) {
+        /* after HANDBACK_GAP_MS of group silence (lagd.state.pauses): the Python checks for a pause */
+        int o5 = 0;
+        long long since = PyLong_AsLongLongAndOverflow(last, &o5);
+        if (o5 == 0 && !(since == -1 && PyErr_Occurred()) && since > INT64_MIN &&
+            (i128)ts - (i128)since >= HANDBACK_GAP_MS) {
+            Py_DECREF(last);
+            goto handback;
+        }
+        PyErr_Clear();
+    }
     Py_DECREF(last);
     if (newer < 0)
         goto done;
@@ -461,6 +474,11 @@ static PyObject *apply_commits(PyObject *module, PyObject *const *args, Py_ssize
     s.history = args[8] != Py_False && PyLong_AsLong(args[8]) != 0;
     if (PyErr_Occurred())
         return NULL;
+    PyObject *pause_settings = PyObject_GetAttrString(s.state, "pause_settings");
+    if (pause_settings == NULL)
+        PyErr_Clear(); /* a State without it records no pauses */
+    s.pauses = pause_settings != NULL && pause_settings != Py_None;
+    Py_XDECREF(pause_settings);
     if (start < 0 || s.intervals < 1) {
         PyErr_SetString(PyExc_ValueError, "apply_commits: start must be >= 0 and intervals >= 1");
         return NULL;
