@@ -219,8 +219,10 @@ class LagdJudge:
         allowed = p.allowed_lag_seconds * 1000.0
         self._within_first = 0.0 <= allowed <= p.stop_after_ms and allowed < p.stall_after_ms
         # The settings packed for the compiled judgement from kept facts (None: the Python judges).
-        self._cparams = _c_params(p, self._allowed_ms) if _compiled_standing is not None else None
-        # (the compiled judgements, `_compiled_standing` and `_compiled_fresh`, run only with them)
+        # (the compiled judgements, `_compiled_standing` and `_compiled_fresh`, run only with them;
+        # once set to None from outside, to have the Python judge, they stay off for other settings)
+        on = _compiled_standing is not None and getattr(self, "_cparams", True) is not None
+        self._cparams = _c_params(p, self._allowed_ms) if on else None
 
     def begin(self, old: GroupFacts | None) -> None:
         """Start a group's evaluation with the facts its previous one kept."""

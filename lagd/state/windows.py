@@ -229,6 +229,7 @@ class State:
         self.record_history = record_history
         # Group pauses are recorded (lagd.state.pauses) with these settings; None: not recorded.
         self.pause_settings = pauses
+        self._pending_pauses: dict[tuple[str, str], tuple[int, ...]] = {}  # restored before the group's windows
         self._clusters: dict[str, _Cluster] = {}
         self._seq = 0
         self._tracked = 0
@@ -782,7 +783,9 @@ class State:
             self._tracked += 1
         parts[partition] = arr
         if self.pause_settings is not None and not gs.pauses and arr:
-            gs.pauses = (arr[TS],)  # watched since its oldest commit kept, until its stored pauses are restored
+            # its stored pauses when read before its windows (the window log is read last), else
+            # watched since its oldest commit kept, until its stored pauses are restored
+            gs.pauses = self._pending_pauses.pop((cluster, group), ()) or (arr[TS],)
         gs.last_commit = max(gs.last_commit, last_commit)
         if cs.newest_commit is None or gs.last_commit > cs.newest_commit:
             cs.newest_commit = gs.last_commit
@@ -812,6 +815,8 @@ class State:
         gs = self._cluster(cluster).groups.get(group)
         if gs is not None and history:
             gs.pauses = history
+        elif history:
+            self._pending_pauses[(cluster, group)] = history  # its windows come later (the window log)
 
     def group_pauses(self, cluster: str, group: str) -> tuple[int, ...]:
         """When lagd began watching the group and its recent pauses (lagd.state.pauses), or ()."""
