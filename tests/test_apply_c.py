@@ -416,3 +416,14 @@ def test_a_commit_after_a_pause_is_handed_back_and_the_pause_kept() -> None:
     assert state.group_pauses("c", "g") == (T0, T0 + 65_000, 46_000)
     state.apply_many([after])
     assert state.group_pauses("c", "g") == (T0, T0 + 65_000, 46_000)
+
+
+@needs_c
+def test_a_checkpointing_consumer_stays_with_the_c() -> None:
+    """Commits 60 s apart: each silence is one commit interval, no pause, so the C applies them."""
+    assert APPLY is not None
+    state = State(intervals=10, rules=lagd_rules(15_000), pauses=PauseSettings())
+    state.apply_many([Commit("c", "g", "t", 0, k, k, T0 + 60_000 * k, T0 + 60_000 * k) for k in range(2)])
+    later = [Commit("c", "g", "t", 0, k, k, T0 + 60_000 * k, T0 + 60_000 * k) for k in range(2, 12)]
+    assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 15_000, True) == len(later)
+    assert state.group_pauses("c", "g") == (T0,)

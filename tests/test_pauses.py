@@ -33,6 +33,7 @@ def test_a_pause_is_a_long_silence_the_group_came_back_from_before_the_ceiling()
     assert is_pause(91_000, 30_000, S)  # more than three
     assert is_pause(120_000, 5_000, S)
     assert not is_pause(120_001, 5_000, S)  # past the ceiling: it was STOP, an outage
+    assert not is_pause(60_000, 0, S)  # the partition's second commit: its cadence unknown
 
 
 def test_adding_a_pause_is_idempotent_and_bounded() -> None:

@@ -29,7 +29,6 @@ __extension__ typedef __int128 i128; /* differences of two int64 times, exactly 
 
 enum { OFFSET, ORDER, TS, OBSERVED, LAG, FIELDS };
 #define NO_LAG INT64_MIN
-#define HANDBACK_GAP_MS 10000 /* lagd.state.pauses.HANDBACK_GAP_MS */
 
 static PyObject *name_tombstones, *name_groups, *name_deleted, *name_windows, *name_log_end, *name_offsets;
 static PyObject *name_last_commit, *name_newest_commit, *name_seq, *name_state_seq, *name_dirty, *name_changes;
@@ -100,6 +99,7 @@ typedef struct {
     int64_t min_distance, window_step;
     int history;
     int pauses; /* State.pause_settings is set: a commit after a long group silence goes to the Python */
+    int64_t pause_min, pause_cadences; /* its min_ms and cadences */
     Rows rows;
 } Settings;
 
@@ -350,15 +350,21 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
     }
     int newer = PyObject_RichCompareBool(ts_obj, last, Py_GT), newest_too = 0;
     if (newer > 0 && s->pauses) {
-        /* after HANDBACK_GAP_MS of group silence (lagd.state.pauses): the Python checks for a pause */
+        /* a group silence of pause-min and more than `cadences` of this partition's newest commit
+         * intervals (lagd.state.pauses; State._commit asks the same): the Python checks for a pause */
         int o5 = 0;
         long long since = PyLong_AsLongLongAndOverflow(last, &o5);
-        if (o5 == 0 && !(since == -1 && PyErr_Occurred()) && since > INT64_MIN &&
-            (i128)ts - (i128)since >= HANDBACK_GAP_MS) {
+        if (o5 != 0 || (since == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
             Py_DECREF(last);
             goto handback;
         }
-        PyErr_Clear();
+        i128 gap = (i128)ts - (i128)since;
+        i128 cadence = n > 1 ? (i128)a[(n - 1) * FIELDS + TS] - (i128)a[(n - 2) * FIELDS + TS] : 0;
+        if (gap >= (i128)s->pause_min && gap > (i128)s->pause_cadences * cadence) {
+            Py_DECREF(last);
+            goto handback;
+        }
     }
     Py_DECREF(last);
     if (newer < 0)
@@ -476,9 +482,27 @@ static PyObject *apply_commits(PyObject *module, PyObject *const *args, Py_ssize
         return NULL;
     PyObject *pause_settings = PyObject_GetAttrString(s.state, "pause_settings");
     if (pause_settings == NULL)
-        PyErr_Clear(); /* a State without it records no pauses */
-    s.pauses = pause_settings != NULL && pause_settings != Py_None;
-    Py_XDECREF(pause_settings);
+        return NULL;
+    s.pauses = pause_settings != Py_None;
+    if (s.pauses) {
+        PyObject *min_ms = PyObject_GetAttrString(pause_settings, "min_ms");
+        PyObject *cadences = min_ms == NULL ? NULL : PyObject_GetAttrString(pause_settings, "cadences");
+        int plain = cadences != NULL && PyLong_CheckExact(min_ms) && PyLong_CheckExact(cadences);
+        if (plain) {
+            s.pause_min = PyLong_AsLongLong(min_ms);
+            s.pause_cadences = PyLong_AsLongLong(cadences);
+        }
+        Py_XDECREF(min_ms);
+        Py_XDECREF(cadences);
+        Py_DECREF(pause_settings);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            plain = 0;
+        }
+        if (!plain)
+            return PyLong_FromSsize_t(start); /* settings of another kind or past int64: the Python applies */
+    } else
+        Py_DECREF(pause_settings);
     if (start < 0 || s.intervals < 1) {
         PyErr_SetString(PyExc_ValueError, "apply_commits: start must be >= 0 and intervals >= 1");
         return NULL;

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 Pauses = tuple[int, ...]
 MAX_PAUSES = 16
-# The compiled commit apply (lagd/state/_apply.c, HANDBACK_GAP_MS) hands a commit after at least
-# this much group silence to the Python, which checks it for a pause: pause-min is never below it.
+# The shortest pause-min: the compiled commit apply (lagd/state/_apply.c) hands each commit ending
+# a group silence of pause-min (and more than `cadences` commit intervals) to the Python.
 HANDBACK_GAP_MS = 10_000
 
 # What the limit rests on (LagdParams.pause_ms, shown in the STOP reason): the longest recent
@@ -49,10 +49,10 @@ class PauseSettings:
 
 def is_pause(gap_ms: int, cadence_ms: int, s: PauseSettings) -> bool:
     """Is a group silence of `gap_ms`, ended by a commit of a partition whose newest commit
-    interval was `cadence_ms` (0: unknown), a pause: at least pause-min, longer than
-    `cadences` commit intervals, and not past the ceiling (a longer silence was an outage:
-    it went STOP at the ceiling at the latest)?"""
-    return gap_ms >= s.min_ms and gap_ms > s.cadences * cadence_ms and gap_ms <= s.ceiling_ms
+    interval was `cadence_ms` (0: unknown, a single commit before: no pause), a pause: at least
+    pause-min, longer than `cadences` commit intervals, and not past the ceiling (a longer
+    silence was an outage: it went STOP at the ceiling at the latest)?"""
+    return cadence_ms > 0 and gap_ms >= s.min_ms and gap_ms > s.cadences * cadence_ms and gap_ms <= s.ceiling_ms
 
 
 def add_pause(history: Pauses, end_ms: int, length_ms: int) -> Pauses:

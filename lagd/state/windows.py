@@ -41,7 +41,7 @@ from lagd.core.model import (
 from lagd.core.ruleset import BURROW, RuleSet
 from lagd.runtime import compiled
 from lagd.state.changes import Changes, LogEndRow, PartitionKey, WindowKey, forget_groups
-from lagd.state.pauses import HANDBACK_GAP_MS, PauseSettings, add_pause, forget_old, is_pause
+from lagd.state.pauses import PauseSettings, add_pause, forget_old, is_pause
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1  # what an array('q') holds
@@ -465,8 +465,13 @@ class State:
         if ptomb is not None and len(arr) >= self.intervals * FIELDS and arr[ORDER] > ptomb:
             self._forget_offset_tombstone(gs, topic, partition)  # the full window refuses older ones now
         if timestamp > gs.last_commit:
-            if self.pause_settings is not None and timestamp - gs.last_commit >= HANDBACK_GAP_MS:
-                self._note_pause(cluster, group, gs, cadence, timestamp)
+            ps = self.pause_settings
+            if (
+                ps is not None
+                and timestamp - gs.last_commit >= ps.min_ms
+                and timestamp - gs.last_commit > ps.cadences * cadence
+            ):
+                self._note_pause(cluster, group, gs, cadence, timestamp)  # the compiled apply hands these back
             gs.last_commit = timestamp
             if cs.newest_commit is None or timestamp > cs.newest_commit:
                 cs.newest_commit = timestamp
