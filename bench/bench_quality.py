@@ -34,14 +34,16 @@ Detectors see the same data at the same 10 s resolution. lagd: its own State and
 built by `lagd.evaluate.build` from the default settings (`evaluator.rules = "lagd"`, log-end offsets
 sampled every 10 s, the default offset-refresh), each commit applied when it happens, every
 group judged every second as the daemon's verdict scan does; an alert is a group status
-WARN or ERR. Two more lagd runs are reported and not in the targets: Burrow's rules
-(`evaluator.rules = "burrow"`), and lagd with 1 s log-end sampling. Threshold rules: an
+WARN or ERR. Three more lagd runs are reported and not in the targets: Burrow's rules
+(`evaluator.rules = "burrow"`), lagd with 1 s log-end sampling, and lagd with `pause-learn`
+600 s (a group watched that long without a pause judged at stop-after, not at the no-history
+default: how the traces' stopped groups fare then, and its first deploys). Threshold rules: an
 exporter scrapes every 10 s and reports each partition's lag in records (log end minus
 committed offset) and in seconds (kafka-lag-exporter style: how long ago the log end stood
 at the committed offset, interpolated between its own 10 s samples); a rule alerts when the
 highest partition's value is above N records or S seconds, at once or held `for:` 30 s, 60 s
 or 5 min as a Prometheus alert would. The monitor restart applies to all: while down nothing
-is evaluated and nothing alerts; afterwards lagd restores its windows and log-end samples as
+is evaluated and nothing alerts; afterwards lagd restores its windows, pauses and log-end samples as
 its store would (its verdict history is not restored) and re-reads the commits it missed,
 while the exporter scrapes at once and its series went stale meanwhile, so a `for:` hold
 starts over.
@@ -558,9 +560,13 @@ def corpus(seeds: tuple[int, ...] = SEEDS) -> list[Trace]:
 # --- detectors -----------------------------------------------------------------------
 
 
-def _settings(rules: str) -> Settings:
-    """The default settings, with the evaluator's cache off (every second is judged afresh)."""
-    return Settings(evaluator=dataclasses.replace(EvaluatorSettings(), rules=rules, cache_ttl=0.0))  # type: ignore[arg-type]
+def _settings(rules: str, pause_learn: float | None = None) -> Settings:
+    """The default settings, with the evaluator's cache off (every second is judged afresh);
+    `pause_learn`: evaluator.pause-learn instead of its default."""
+    ev = dataclasses.replace(EvaluatorSettings(), rules=rules, cache_ttl=0.0)  # type: ignore[arg-type]
+    if pause_learn is not None:
+        ev = dataclasses.replace(ev, pause_learn=pause_learn)
+    return Settings(evaluator=ev)
 
 
 def _restored(old: State, settings: Settings) -> State:
@@ -571,6 +577,7 @@ def _restored(old: State, settings: Settings) -> State:
             for topic, parts in (old.group_topics(cluster, group) or {}).items():
                 for p in parts:
                     new.restore_window((cluster, group, topic, p), old.window(cluster, group, topic, p))
+            new.restore_pauses(cluster, group, old.group_pauses(cluster, group))  # group_pauses
         for topic in old.topics(cluster):
             for p, le in old.topic_log_ends(cluster, topic).items():
                 new.restore_log_end((cluster, topic, p), *le.history())  # fine and coarse tiers, as stored
@@ -581,9 +588,11 @@ def _is_down(trace: Trace, t: int) -> bool:
     return trace.down is not None and trace.down[0] <= t < trace.down[1]
 
 
-def lagd_statuses(trace: Trace, rules: str = "lagd", refresh: int = OFFSET_REFRESH) -> list[str]:
+def lagd_statuses(
+    trace: Trace, rules: str = "lagd", refresh: int = OFFSET_REFRESH, pause_learn: float | None = None
+) -> list[str]:
     """Per second: lagd's group status (OK, WARN or ERR; OK while lagd is down)."""
-    settings = _settings(rules)
+    settings = _settings(rules, pause_learn)
     state, evaluator = build_core(settings)
     order = 0
     out: list[str] = []
@@ -701,7 +710,11 @@ def rule_name(limit: int, hold: int, unit: str = "") -> str:
 
 
 LAGD, LAGD_BURROW, LAGD_FAST = "lagd", "lagd, burrow rules", f"lagd (offset-refresh {FAST_REFRESH}s)"
-LAGD_RUNS = (LAGD, LAGD_BURROW, LAGD_FAST)
+# a group watched this long without a pause is judged at stop-after (the default: an hour, past
+# every trace): the traces watch each group this long before a problem's onset
+QUICK_LEARN = float(ONSET)
+LAGD_LEARN = f"lagd (pause-learn {QUICK_LEARN:.0f}s)"
+LAGD_RUNS = (LAGD, LAGD_BURROW, LAGD_FAST, LAGD_LEARN)
 
 
 def threshold_names() -> list[str]:
@@ -720,6 +733,7 @@ def statuses_of(trace: Trace) -> dict[str, list[str]]:
         LAGD: lagd_statuses(trace),
         LAGD_BURROW: lagd_statuses(trace, "burrow"),
         LAGD_FAST: lagd_statuses(trace, refresh=FAST_REFRESH),
+        LAGD_LEARN: lagd_statuses(trace, pause_learn=QUICK_LEARN),
     }
     records, seconds = exporter_lags(trace)
     for h in HOLDS:
