@@ -14,6 +14,9 @@ Situations a lag threshold tends to flag although nothing needs fixing:
 - slow-but-keeping-up: a busy topic (800-1,500 msg/s) whose consumer is steadily 3-6 s
   (+-1.5 s) behind;
 - rebalance: 2-4 rebalances pause the group 5-30 s each, then it catches up at 3x;
+- deploy-pauses: 3-4 rolling deploys pause the group about as long each (20-90 s drawn per
+  trace, +-15%), then it catches up at 3x: from the second on it has a history of pauses;
+- first-deploy-pause: one deploy pause of 20-90 s, the group's first, from 2 min in;
 - monitor-restart: the monitor (lagd, or the exporter) is down 15-120 s on a healthy group;
 - diurnal: traffic rises from the base rate to 4x and back over the trace (a compressed day);
   the consumer follows it;
@@ -31,14 +34,16 @@ Detectors see the same data at the same 10 s resolution. lagd: its own State and
 built by `lagd.evaluate.build` from the default settings (`evaluator.rules = "lagd"`, log-end offsets
 sampled every 10 s, the default offset-refresh), each commit applied when it happens, every
 group judged every second as the daemon's verdict scan does; an alert is a group status
-WARN or ERR. Two more lagd runs are reported and not in the targets: Burrow's rules
-(`evaluator.rules = "burrow"`), and lagd with 1 s log-end sampling. Threshold rules: an
+WARN or ERR. Three more lagd runs are reported and not in the targets: Burrow's rules
+(`evaluator.rules = "burrow"`), lagd with 1 s log-end sampling, and lagd with `pause-learn`
+600 s (a group watched that long without a pause judged at stop-after, not at the no-history
+default: how the traces' stopped groups fare then, and its first deploys). Threshold rules: an
 exporter scrapes every 10 s and reports each partition's lag in records (log end minus
 committed offset) and in seconds (kafka-lag-exporter style: how long ago the log end stood
 at the committed offset, interpolated between its own 10 s samples); a rule alerts when the
 highest partition's value is above N records or S seconds, at once or held `for:` 30 s, 60 s
 or 5 min as a Prometheus alert would. The monitor restart applies to all: while down nothing
-is evaluated and nothing alerts; afterwards lagd restores its windows and log-end samples as
+is evaluated and nothing alerts; afterwards lagd restores its windows, pauses and log-end samples as
 its store would (its verdict history is not restored) and re-reads the commits it missed,
 while the exporter scrapes at once and its series went stale meanwhile, so a `for:` hold
 starts over.
@@ -356,6 +361,63 @@ def scenario_rebalance(rng: random.Random, seed: int) -> Trace:
     return Trace("rebalance", FALSE_ALARM, seed, desc, None, ends, commits)
 
 
+def _paused(
+    rng: random.Random, rates: list[float], every: int, pauses: list[tuple[int, int]]
+) -> tuple[list[list[int]], list[list[int | None]]]:
+    """Log ends and commits of a healthy group that neither consumes nor commits during
+    `pauses` ([a, b) seconds) and then catches up at 3x the produce rate."""
+
+    def paused(t: int) -> bool:
+        return any(a <= t < b for a, b in pauses)
+
+    ends, commits = [], []
+    for r in rates:
+        e = _produce(rng, r)
+        pos: list[int] = []
+        high = 0
+        for t, end in enumerate(e):
+            if t and paused(t):
+                pos.append(pos[-1])
+                continue
+            high = max(high, min(end - _batch(rng, r), (pos[-1] if t else end) + round(3 * r)))
+            pos.append(high)
+        ends.append(e)
+        commits.append(_commits(rng, every, pos, paused))
+    return ends, commits
+
+
+def scenario_deploys(rng: random.Random, seed: int) -> Trace:
+    """Rolling deploys of a stateful JVM service: 3-4 pauses of about the same length (a
+    length of 20-90 s drawn per trace, +-15% per deploy), each followed by a catch-up at 3x.
+    From the second on, the group has a history of pauses."""
+    rates, every = _rates(rng), rng.choice(COMMIT_EVERY)
+    length = rng.uniform(20, 90)
+    count = rng.randint(3, 4)
+    starts = sorted(rng.sample(range(120, DURATION - 200, 150), count))
+    pauses = [(a, a + round(min(90.0, max(20.0, length * rng.uniform(0.85, 1.15))))) for a in starts]
+    ends, commits = _paused(rng, rates, every, pauses)
+    desc = (
+        f"{rates[0]:.0f}-{rates[-1]:.0f} msg/s, commits every {every} s; {count} deploys pause the group "
+        f"{', '.join(f'{b - a} s' for a, b in pauses)} (at {', '.join(f'{a} s' for a, _ in pauses)}), "
+        "then it catches up at 3x"
+    )
+    return Trace("deploy-pauses", FALSE_ALARM, seed, desc, None, ends, commits)
+
+
+def scenario_first_deploy(rng: random.Random, seed: int) -> Trace:
+    """One deploy pause of 20-90 s, the group's first (no earlier pause in the trace), anywhere
+    from 2 min in; then a catch-up at 3x."""
+    rates, every = _rates(rng), rng.choice(COMMIT_EVERY)
+    a = rng.randrange(120, DURATION - 200)
+    pause = (a, a + rng.randint(20, 90))
+    ends, commits = _paused(rng, rates, every, [pause])
+    desc = (
+        f"{rates[0]:.0f}-{rates[-1]:.0f} msg/s, commits every {every} s; one deploy pauses the group "
+        f"{pause[1] - pause[0]} s at {a} s (its first), then it catches up at 3x"
+    )
+    return Trace("first-deploy-pause", FALSE_ALARM, seed, desc, None, ends, commits)
+
+
 def scenario_restart(rng: random.Random, seed: int) -> Trace:
     """A healthy group while the monitor (lagd, or the exporter behind the threshold rule) restarts."""
     rates, every = _rates(rng), rng.choice(COMMIT_EVERY)
@@ -478,6 +540,8 @@ SCENARIOS: tuple[Callable[[random.Random, int], Trace], ...] = (
     scenario_burst,
     scenario_slow,
     scenario_rebalance,
+    scenario_deploys,
+    scenario_first_deploy,
     scenario_restart,
     scenario_diurnal,
     scenario_backlog,
@@ -496,9 +560,13 @@ def corpus(seeds: tuple[int, ...] = SEEDS) -> list[Trace]:
 # --- detectors -----------------------------------------------------------------------
 
 
-def _settings(rules: str) -> Settings:
-    """The default settings, with the evaluator's cache off (every second is judged afresh)."""
-    return Settings(evaluator=dataclasses.replace(EvaluatorSettings(), rules=rules, cache_ttl=0.0))  # type: ignore[arg-type]
+def _settings(rules: str, pause_learn: float | None = None) -> Settings:
+    """The default settings, with the evaluator's cache off (every second is judged afresh);
+    `pause_learn`: evaluator.pause-learn instead of its default."""
+    ev = dataclasses.replace(EvaluatorSettings(), rules=rules, cache_ttl=0.0)  # type: ignore[arg-type]
+    if pause_learn is not None:
+        ev = dataclasses.replace(ev, pause_learn=pause_learn)
+    return Settings(evaluator=ev)
 
 
 def _restored(old: State, settings: Settings) -> State:
@@ -509,6 +577,7 @@ def _restored(old: State, settings: Settings) -> State:
             for topic, parts in (old.group_topics(cluster, group) or {}).items():
                 for p in parts:
                     new.restore_window((cluster, group, topic, p), old.window(cluster, group, topic, p))
+            new.restore_pauses(cluster, group, old.group_pauses(cluster, group))  # group_pauses
         for topic in old.topics(cluster):
             for p, le in old.topic_log_ends(cluster, topic).items():
                 new.restore_log_end((cluster, topic, p), *le.history())  # fine and coarse tiers, as stored
@@ -519,9 +588,11 @@ def _is_down(trace: Trace, t: int) -> bool:
     return trace.down is not None and trace.down[0] <= t < trace.down[1]
 
 
-def lagd_statuses(trace: Trace, rules: str = "lagd", refresh: int = OFFSET_REFRESH) -> list[str]:
+def lagd_statuses(
+    trace: Trace, rules: str = "lagd", refresh: int = OFFSET_REFRESH, pause_learn: float | None = None
+) -> list[str]:
     """Per second: lagd's group status (OK, WARN or ERR; OK while lagd is down)."""
-    settings = _settings(rules)
+    settings = _settings(rules, pause_learn)
     state, evaluator = build_core(settings)
     order = 0
     out: list[str] = []
@@ -639,7 +710,11 @@ def rule_name(limit: int, hold: int, unit: str = "") -> str:
 
 
 LAGD, LAGD_BURROW, LAGD_FAST = "lagd", "lagd, burrow rules", f"lagd (offset-refresh {FAST_REFRESH}s)"
-LAGD_RUNS = (LAGD, LAGD_BURROW, LAGD_FAST)
+# a group watched this long without a pause is judged at stop-after (the default: an hour, past
+# every trace): the traces watch each group this long before a problem's onset
+QUICK_LEARN = float(ONSET)
+LAGD_LEARN = f"lagd (pause-learn {QUICK_LEARN:.0f}s)"
+LAGD_RUNS = (LAGD, LAGD_BURROW, LAGD_FAST, LAGD_LEARN)
 
 
 def threshold_names() -> list[str]:
@@ -658,6 +733,7 @@ def statuses_of(trace: Trace) -> dict[str, list[str]]:
         LAGD: lagd_statuses(trace),
         LAGD_BURROW: lagd_statuses(trace, "burrow"),
         LAGD_FAST: lagd_statuses(trace, refresh=FAST_REFRESH),
+        LAGD_LEARN: lagd_statuses(trace, pause_learn=QUICK_LEARN),
     }
     records, seconds = exporter_lags(trace)
     for h in HOLDS:

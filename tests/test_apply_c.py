@@ -31,6 +31,7 @@ from lagd.core.model import (
 from lagd.core.ruleset import lagd_rules
 from lagd.state import windows
 from lagd.state.guard import PoisonLog, apply_guarded
+from lagd.state.pauses import PauseSettings
 from lagd.state.windows import State
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 
@@ -382,3 +383,47 @@ def test_the_changed_windows_stay_out_of_the_collectors_sight() -> None:
     # a key of another shape (a str subclass) is the Python's: tracked as any tuple, and drained alike
     state.apply_many([Commit("c", type("Name", (str,), {})("odd"), "t", 0, 10, 200, T0, T0)])
     assert len(state.drain_changes().windows) == 1
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(3))
+def test_with_pause_settings_the_compiled_apply_changes_the_state_as_the_python(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """With pauses recorded (lagd.state.pauses), a commit after a long group silence goes to the
+    Python, which keeps the pause: both ways end in the same state, pauses included."""
+    rng = random.Random(seed)
+    events = _stream(rng, 2_500)
+    settings: dict[str, Any] = {"intervals": 10, "rules": lagd_rules(15_000), "pauses": PauseSettings()}
+    fast = _apply(events, settings, [200] * 13)
+    monkeypatch.setattr(windows, "_apply_commits", None)
+    monkeypatch.setattr(windows, "_drain_windows", None)
+    slow = _apply(events, settings, [200] * 13)
+    assert fast == slow
+
+
+@needs_c
+def test_a_commit_after_a_pause_is_handed_back_and_the_pause_kept() -> None:
+    """Commits 1 s apart are the C's; the first after 45 s of silence is the Python's, which
+    keeps the 46 s pause; applying it again adds nothing."""
+    assert APPLY is not None
+    state = State(intervals=10, rules=lagd_rules(15_000), pauses=PauseSettings())
+    state.apply_many([Commit("c", "g", "t", 0, 0, 0, T0, T0)])
+    steady = [Commit("c", "g", "t", 0, k, k, T0 + 1_000 * k, T0 + 1_000 * k) for k in range(1, 20)]
+    after = Commit("c", "g", "t", 0, 20, 20, T0 + 65_000, T0 + 65_000)
+    assert APPLY(state, state._clusters, [*steady, after], 0, Commit, 10, 0, 15_000, True) == len(steady)
+    state.apply_many([after])
+    assert state.group_pauses("c", "g") == (T0, T0 + 65_000, 46_000)
+    state.apply_many([after])
+    assert state.group_pauses("c", "g") == (T0, T0 + 65_000, 46_000)
+
+
+@needs_c
+def test_a_checkpointing_consumer_stays_with_the_c() -> None:
+    """Commits 60 s apart: each silence is one commit interval, no pause, so the C applies them."""
+    assert APPLY is not None
+    state = State(intervals=10, rules=lagd_rules(15_000), pauses=PauseSettings())
+    state.apply_many([Commit("c", "g", "t", 0, k, k, T0 + 60_000 * k, T0 + 60_000 * k) for k in range(2)])
+    later = [Commit("c", "g", "t", 0, k, k, T0 + 60_000 * k, T0 + 60_000 * k) for k in range(2, 12)]
+    assert APPLY(state, state._clusters, later, 0, Commit, 10, 0, 15_000, True) == len(later)
+    assert state.group_pauses("c", "g") == (T0,)

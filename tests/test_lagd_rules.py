@@ -249,7 +249,7 @@ def test_a_stop_after_shorter_than_blindness_raises_no_stop_before_lagd_knows_it
     """stop-after 4 s, blindness known after 3 offset-refreshes + 10 s: a partition committing
     every second until the brokers were cut off is not STOP 5 s later, judged as of what the
     reader had read (issue 50: it went STOP, then ERR, before the cluster was unreachable)."""
-    state, evaluator = core(stop_after=4.0)
+    state, evaluator = core(stop_after=4.0, pause_default=4.0)  # judged at stop-after with no pause seen yet
     drive(state, 300, produce, healthy, sample_every=1, commit_every=1)
     cut = T0 + 299_000
     state.apply(LogEndSample(C, T, 0, produce(305), T0 + 305_000))

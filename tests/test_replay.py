@@ -293,7 +293,8 @@ def test_a_config_without_clusters_is_accepted_and_applies(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, stopping_trace: Path
 ) -> None:
     config = tmp_path / "replay.toml"
-    config.write_text('[evaluator]\nstop-after = 240.0\n\n[http]\nlisten = "not an address"\n')
+    # pause-learn 0: no pause-history default (lagd.state.pauses), the group STOP after stop-after
+    config.write_text('[evaluator]\nstop-after = 240.0\npause-learn = 0.0\n\n[http]\nlisten = "not an address"\n')
     code, out, err = replay_cli(capsys, "--config", str(config), str(stopping_trace))
     assert (code, err) == (0, [])
     first_err = next(json.loads(line)["ts"] for line in out if json.loads(line)["status"] == "ERR")

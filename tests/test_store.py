@@ -20,9 +20,11 @@ from lagd.core.model import (
     TopicDeleted,
     WindowEntry,
 )
+from lagd.core.ruleset import lagd_rules
 from lagd.db.migrate import alembic_config, upgrade
 from lagd.db.schema import metadata
 from lagd.state.changes import Changes
+from lagd.state.pauses import PauseSettings, stop_floor
 from lagd.state.store import DAY_MS, Store, partition_name
 from lagd.state.windows import State, flat_window, window_bytes
 from tests.postgres import query
@@ -350,3 +352,38 @@ async def test_keyed_rows_beyond_one_copy_chunk_are_all_written(store: Store) ->
         fresh.log_end_samples("big", "orders", p) == state.log_end_samples("big", "orders", p)
         for p in range(partitions)
     )
+
+
+async def test_a_restart_keeps_each_groups_pauses(store: Store, database_url: str) -> None:
+    """Pauses (lagd.state.pauses) are written with the rest of the state and restored at start:
+    a restarted lagd judges the group's next silence against the pauses it saw before. A commit
+    applied again (a replay after the restart) adds no pause twice; a removed group's row goes."""
+    pauses = PauseSettings()
+    state = State(intervals=10, rules=lagd_rules(15_000), pauses=pauses)
+
+    def commits(group: str, start_s: int, seconds: int) -> list[Commit]:
+        return [
+            Commit("c", group, "orders", p, 100 * t + p, 1_000 * t + p, NOV22 + t * 1000, NOV22 + t * 1000)
+            for t in range(start_s, start_s + seconds)
+            for p in (0, 1)
+        ]
+
+    # deploys: 40 s and 75 s of silence (every second before, between and after); "calm" never pauses
+    state.apply_many([*commits("deploys", 0, 60), *commits("deploys", 100, 60), *commits("deploys", 235, 30)])
+    state.apply_many([*commits("calm", 0, 300), *commits("gone", 0, 10)])
+    assert state.group_pauses("c", "deploys") == (NOV22, NOV22 + 100_000, 41_000, NOV22 + 235_000, 76_000)
+    assert state.group_pauses("c", "calm") == (NOV22,)
+    await store.write(state.drain_changes())
+    state.remove_group("c", "gone")
+    await store.write(state.drain_changes())
+    assert query(database_url, "SELECT group_name FROM group_pauses ORDER BY group_name") == [("calm",), ("deploys",)]
+
+    fresh = State(intervals=10, rules=lagd_rules(15_000), pauses=pauses)
+    await store.restore(fresh)
+    for group in ("deploys", "calm"):
+        assert fresh.group_pauses("c", group) == state.group_pauses("c", group)
+    now = NOV22 + 300_000
+    assert stop_floor(fresh.group_pauses("c", "deploys"), now, pauses) == (114_000, 76_000.0)
+    fresh.apply_many(commits("deploys", 235, 30))  # replayed after the restart: nothing new
+    assert fresh.group_pauses("c", "deploys") == state.group_pauses("c", "deploys")
+    assert not fresh.drain_changes().pauses

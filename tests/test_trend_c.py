@@ -29,6 +29,7 @@ from lagd.core.ruleset import LAGD, lagd_rules, rule_set
 from lagd.evaluate import Evaluator, PartitionVerdict, lagd_fast, native, verdicts
 from lagd.evaluate.lagd_rules import LagdParams
 from lagd.evaluate.snapshot import snapshot_of
+from lagd.state.pauses import PauseSettings
 from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 from tests.test_lagd_fast import C, G, Op, play, random_ticks, traffic
@@ -387,7 +388,7 @@ def _judged_alike(
         )
 
 
-def _drive(state: State, settings_: dict[str, float], history: list[Op], rules: str = "lagd") -> None:
+def _drive(state: State, settings_: dict[str, Any], history: list[Op], rules: str = "lagd") -> None:
     """Apply `history` (test_lagd_fast's operations) to `state`, judging at each evaluation by
     two fast evaluators: one with the compiled code (the judgements `standing` and `fresh`, the
     pass over a topic's partitions), one without."""
@@ -413,6 +414,24 @@ def _drive_all(rng: random.Random, rules: str = "lagd") -> None:
             "stop_after_ms": rng.choice([40_000, 10_002, 10_000, 4_000, 1_500]),
         }
         _drive(state, settings_, traffic(random_ticks(rng)), rules)
+    if rules == "lagd":  # and 60 more with STOP limits per group from its pauses (lagd.state.pauses)
+        draw = random.Random(rng.random())
+        paused = 0
+        for _ in range(60):
+            stop = draw.choice([40_000, 10_002, 10_000, 4_000, 1_500])
+            pauses = PauseSettings(
+                floor_ms=stop,
+                ceiling_ms=draw.choice([stop, 3 * stop, 60_000]),
+                default_ms=draw.choice([stop, 2 * stop]),
+                margin=draw.choice([1.0, 1.5]),
+                learn_ms=draw.choice([0, 30_000, 10**9]),
+                min_ms=10_000,
+            )
+            state = State(intervals=6, lag_samples=draw.choice([4, 40]), rules=lagd_rules(15_000), pauses=pauses)
+            settings_ = {"allowed_lag_seconds": draw.choice([0.0, 5.0]), "stop_after_ms": stop, "pauses": pauses}
+            _drive(state, settings_, traffic(random_ticks(draw)), rules)
+            paused += len(state.group_pauses(C, G)) > 1
+        assert paused >= 5, paused  # groups judged with a limit from pauses they made
     history: list[Op] = []
     for t in range(1800):
         if t % 2 == 0:

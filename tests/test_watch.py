@@ -43,7 +43,9 @@ class Clock:
 def watch_of(progress: ReaderProgress, clock: Clock) -> tuple[VerdictWatch, VerdictFeed]:
     settings = Settings(
         clusters={C: ClusterSettings(name=C, bootstrap_servers=["x:9092"], offset_refresh=10.0)},
-        evaluator=dataclasses.replace(EvaluatorSettings(), cache_ttl=0.0),
+        # pause-learn 0: STOP after stop-after from the first commit, not the no-history default
+        # (lagd.state.pauses): these tests are about when lagd judges, not about a group's pauses
+        evaluator=dataclasses.replace(EvaluatorSettings(), cache_ttl=0.0, pause_learn=0.0),
     )
     state, evaluator = build_core(settings)
     feed = VerdictFeed()

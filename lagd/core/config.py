@@ -180,6 +180,15 @@ class EvaluatorSettings:
     window_step: float = 15.0
     min_history: float = 60.0
     stop_after: float = 60.0
+    # STOP limit per group from its history of pauses (lagd.state.pauses): its longest pause of
+    # the last pause-memory seconds times pause-margin, within [stop-after, pause-ceiling]; with
+    # no pause yet pause-default, until watched pause-learn seconds without one (then stop-after).
+    pause_ceiling: float = 0.0  # 0: twice stop-after (120 s)
+    pause_default: float = 0.0  # 0: pause-ceiling
+    pause_margin: float = 1.5
+    pause_memory: float = 7 * 24 * 3600.0
+    pause_learn: float = 3600.0
+    pause_min: float = 20.0  # a shorter group silence is not a pause
 
 
 @dataclass(frozen=True)
@@ -608,9 +617,21 @@ def _validate(s: Settings) -> None:
             "(the falling-behind trend needs that many commits to be significant)",
         )
     _validate_scale(s)
-    for key in ("window_step", "min_history", "stop_after"):
+    for key in (
+        "window_step",
+        "min_history",
+        "stop_after",
+        "pause_ceiling",
+        "pause_default",
+        "pause_memory",
+        "pause_learn",
+    ):
         if getattr(s.evaluator, key) < 0:
             raise ConfigError(f"evaluator.{_key(key)}", f"got {getattr(s.evaluator, key)}, expected 0 or more seconds")
+    if s.evaluator.pause_min < 10:
+        raise ConfigError("evaluator.pause-min", f"got {s.evaluator.pause_min}, expected 10 or more seconds")
+    if s.evaluator.pause_margin < 1:
+        raise ConfigError("evaluator.pause-margin", f"got {s.evaluator.pause_margin}, expected 1.0 or more")
     # An empty host listens on every interface; port 0 picks a free port.
     _host_port("http.listen", s.http.listen, "host:port such as 127.0.0.1:8000", lowest_port=0, any_host=True)
     if bool(s.http.tls_cert_file) != bool(s.http.tls_key_file):

@@ -128,6 +128,17 @@ group_members = Table(
     Column("group_hash", Integer, nullable=True),  # as in windows
 )
 
+# Each group's history of pauses (lagd.state.pauses): when lagd began watching it, then the end
+# and length (ms) of each recent pause, oldest first; rewritten whole when it changes.
+group_pauses = Table(
+    "group_pauses",
+    metadata,
+    Column("cluster", Text, primary_key=True),
+    Column("group_name", Text, primary_key=True),
+    Column("history", ARRAY(BigInteger), nullable=False),  # [since, end1, length1, end2, length2, ...]
+    Column("group_hash", Integer, nullable=True),  # as in windows
+)
+
 # Deleted groups and the order of their tombstone, so a replayed older commit is refused.
 group_tombstones = Table(
     "group_tombstones",

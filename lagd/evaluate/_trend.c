@@ -528,12 +528,12 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* The kept facts of a partition (lagd_fast._PACKED, "<6q2d2?3q5d", 130 bytes back to back) and
- * the rules' settings as LagdJudge packs them (lagd_fast._C_PARAMS, "<12q8d"): each field's place.
+ * the rules' settings as LagdJudge packs them (lagd_fast._C_PARAMS, "<12q9d"): each field's place.
  * FACTS_FORMAT and PARAMS_FORMAT, exported below, let lagd_fast refuse this code if either differs. */
 #define FACTS_FORMAT "<6q2d2?3q5d"
 #define FACTS_SIZE 130
-#define PARAMS_FORMAT "<12q8d"
-#define PARAMS_SIZE 160
+#define PARAMS_FORMAT "<12q9d"
+#define PARAMS_SIZE 168
 #define NO_MS INT64_MIN /* lagd_fast.NO_MS */
 #define NEVER INT64_MAX /* lagd_rules.NEVER */
 #define UNFITTED (-1)   /* lagd_fast.UNFITTED */
@@ -583,6 +583,7 @@ typedef struct {
     Py_ssize_t fields, at_offset, at_order, at_ts, at_lag;
     int64_t allowed_lag, min_history_ms, stall_after_ms, min_points, allowed_ms, stop_after_ms, stop_cadences;
     double allowed_s, z_enter, z_leave, min_slope, min_rise_s, noise_factor, drain_margin, tie_s;
+    double pause_ms; /* what stop_after_ms rests on, for the STOP reason (LagdParams.pause_ms) */
 } Params;
 
 static int unpack_params(const char *b, Params *p) {
@@ -609,6 +610,7 @@ static int unpack_params(const char *b, Params *p) {
     p->noise_factor = d_at(b, 136);
     p->drain_margin = d_at(b, 144);
     p->tie_s = d_at(b, 152);
+    p->pause_ms = d_at(b, 160);
     for (int k = 1; k < 5; k++)
         if (layout[k] < 0 || layout[k] >= layout[0])
             return 0;
@@ -899,7 +901,8 @@ static int judge_facts(Facts *f, const Partition *x, const Params *p, int64_t cu
         return 0; /* compared with a float, or past int64: Python's ints answer */
     if (silence > f->limit && waited_ms > (double)f->limit) {
         PyObject *reason = why(PyTuple_GET_ITEM(said, SAID_STOPPED), PyLong_FromLongLong((long long)silence),
-                               PyLong_FromLongLong((long long)f->limit), 0.0, 0.0, waited);
+                               PyLong_FromLongLong((long long)f->limit), p->pause_ms, (double)p->stop_after_ms,
+                               waited);
         return answer(PyTuple_GET_ITEM(said, SAID_STOP), PyTuple_GET_ITEM(said, SAID_RULE_STOP), reason, NEVER, shown,
                       f->estimated, out);
     }

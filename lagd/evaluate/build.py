@@ -9,6 +9,7 @@ from __future__ import annotations
 from lagd.core.config import Settings
 from lagd.core.ruleset import RuleSet, rule_set
 from lagd.evaluate.verdicts import Evaluator
+from lagd.state.pauses import HANDBACK_GAP_MS, PauseSettings
 from lagd.state.windows import State
 
 
@@ -26,6 +27,25 @@ def build_state(settings: Settings) -> State:
         expire_group_ms=int(st.expire_group * 1000),
         lag_samples=st.lag_samples,
         rules=build_rules(settings),
+        pauses=build_pauses(settings),
+    )
+
+
+def build_pauses(settings: Settings) -> PauseSettings | None:
+    """The pause limits the settings choose (lagd.state.pauses), or None under Burrow's rules."""
+    ev = settings.evaluator
+    if ev.rules != "lagd":
+        return None
+    floor = int(ev.stop_after * 1000)
+    ceiling = int(ev.pause_ceiling * 1000) or 2 * floor
+    return PauseSettings(
+        floor_ms=floor,
+        ceiling_ms=max(floor, ceiling),
+        default_ms=int(ev.pause_default * 1000) or ceiling,
+        margin=ev.pause_margin,
+        memory_ms=int(ev.pause_memory * 1000),
+        learn_ms=int(ev.pause_learn * 1000),
+        min_ms=max(HANDBACK_GAP_MS, int(ev.pause_min * 1000)),
     )
 
 
@@ -40,6 +60,7 @@ def build_evaluator(settings: Settings, state: State) -> Evaluator:
         cache_ttl_ms=int(ev.cache_ttl * 1000),
         min_history_ms=int(ev.min_history * 1000),
         stop_after_ms=int(ev.stop_after * 1000),
+        pauses=state.pause_settings,
     )
     evaluator.retention_horizon_ms = {n: int(c.retention_horizon * 1000) for n, c in settings.clusters.items()}
     return evaluator

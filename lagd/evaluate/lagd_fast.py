@@ -110,7 +110,7 @@ Facts = tuple[
 _PACKED = struct.Struct("<6q2d2?3q5d")  # Facts, field by field (130 bytes)
 # The settings as the compiled code reads them (`_c_params`): the window's layout (fields, where
 # the offset, order, time and lag sit), then the rules' integer and float settings.
-_C_PARAMS = struct.Struct("<12q8d")
+_C_PARAMS = struct.Struct("<12q9d")
 
 
 def _judgements(
@@ -191,6 +191,24 @@ class LagdJudge:
     )
 
     def __init__(self, p: LagdParams) -> None:
+        self._params(p)
+        self.old: GroupFacts = {}
+        self.new: dict[str, tuple[array[int], bytearray]] = {}
+        self._old_ids: Sequence[int] = ()
+        self._old = b""
+        self._at = 0  # where in `_old_ids` the next partition is looked for
+        self._new_ids = array("q")
+        self._new = bytearray()
+        # The run of old records kept as they are, not yet copied to `_new` (copied at once).
+        self._run_from = self._run_to = 0
+
+    def use(self, p: LagdParams) -> None:
+        """Judge by `p` from now on (a group's own STOP limit: verdicts.Evaluator). Call between
+        groups; facts kept under other settings must not be passed to `begin` (their STOP limit differs)."""
+        if p is not self.p:
+            self._params(p)
+
+    def _params(self, p: LagdParams) -> None:
         self.p = p
         # A consumer a few records behind (the common case of a healthy estate) is judged by
         # `_within_seconds` without the facts a trend needs, when the settings guarantee that
@@ -201,17 +219,10 @@ class LagdJudge:
         allowed = p.allowed_lag_seconds * 1000.0
         self._within_first = 0.0 <= allowed <= p.stop_after_ms and allowed < p.stall_after_ms
         # The settings packed for the compiled judgement from kept facts (None: the Python judges).
-        self._cparams = _c_params(p, self._allowed_ms) if _compiled_standing is not None else None
-        # (the compiled judgements, `_compiled_standing` and `_compiled_fresh`, run only with them)
-        self.old: GroupFacts = {}
-        self.new: dict[str, tuple[array[int], bytearray]] = {}
-        self._old_ids: Sequence[int] = ()
-        self._old = b""
-        self._at = 0  # where in `_old_ids` the next partition is looked for
-        self._new_ids = array("q")
-        self._new = bytearray()
-        # The run of old records kept as they are, not yet copied to `_new` (copied at once).
-        self._run_from = self._run_to = 0
+        # (the compiled judgements, `_compiled_standing` and `_compiled_fresh`, run only with them;
+        # once set to None from outside, to have the Python judge, they stay off for other settings)
+        on = _compiled_standing is not None and getattr(self, "_cparams", True) is not None
+        self._cparams = _c_params(p, self._allowed_ms) if on else None
 
     def begin(self, old: GroupFacts | None) -> None:
         """Start a group's evaluation with the facts its previous one kept."""
@@ -382,7 +393,8 @@ class LagdJudge:
         last_ts = arr[LAST + TS]
         silence = at_ms - last_ts
         if silence > limit and waited_ms > limit:
-            return STOP, RULE_STOP, (STOPPED, silence, limit, 0.0, 0.0, waited), NEVER, shown, estimated
+            why_stop: Why = (STOPPED, silence, limit, p.pause_ms, float(p.stop_after_ms), waited)
+            return STOP, RULE_STOP, why_stop, NEVER, shown, estimated
         # With the lag within allowed-lag (a WARN being held) nothing is time-driven.
         timed = current_lag > p.allowed_lag
         # STALL: still committing, the same offset for stall-after, while records wait.
@@ -638,6 +650,7 @@ def _c_params(p: LagdParams, allowed_ms: int) -> bytes | None:
         p.noise_factor,
         p.drain_margin,
         p.tie_s,
+        p.pause_ms,
     )
     ints = (
         p.allowed_lag,

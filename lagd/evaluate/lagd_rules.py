@@ -63,6 +63,9 @@ class LagdParams:
     tie_s: float = 0.25  # lag-in-seconds differences below this are noise (ties)
     noise_factor: float = 3.0  # the rise must exceed the scatter around the trend this many times
     drain_margin: float = 1.2  # consuming this much faster than production is working a backlog off
+    # What stop_after_ms rests on, for the STOP reason: the group's longest recent pause (ms,
+    # > 0; stop_after_ms is then its pause limit), or lagd.state.pauses' NO_HISTORY, EARNED, FIXED.
+    pause_ms: float = -1.0
 
 
 def lag_seconds_at(offset: int, at_ms: int, le: LogEnd) -> tuple[float, bool]:
@@ -275,7 +278,8 @@ def judge_lagd(
     limit = stop_limit(arr, n, p)
     silence = now_ms - last_ts
     if silence > limit and waited_ms > limit:
-        return Judgement(PartitionStatus.STOP, RULE_STOP, words((STOPPED, silence, limit, 0.0, 0.0, waited), at_least))
+        why = (STOPPED, silence, limit, p.pause_ms, float(p.stop_after_ms), waited)
+        return Judgement(PartitionStatus.STOP, RULE_STOP, words(why, at_least))
     # STALL: still committing, the same offset for stall-after, while records wait. The time
     # stuck runs from the first to the newest commit of that offset, not to now: commits of one
     # offset a few ms apart, then silence, are a consumer that stopped (STOP), not one stalled.
@@ -370,8 +374,9 @@ def rewound(arr: array[int]) -> bool:
 
 
 def stop_limit(arr: array[int], n: int, p: LagdParams) -> int:
-    """How long a partition may be silent before STOP: stop-after, or 3 commit intervals (the
-    newest gap) when longer. One definition for the rule and for when to re-check it."""
+    """How long a partition may be silent before STOP: stop-after (the group's limit from its
+    pauses, lagd.state.pauses.stop_floor, where the evaluator learns them), or 3 commit
+    intervals (the newest gap) when longer. One definition for the rule and for when to re-check it."""
     cadence = arr[LAST + TS] - arr[PREV + TS] if n > 1 else 0
     return max(p.stop_after_ms, p.stop_cadences * cadence)
 
@@ -394,6 +399,19 @@ def explain(what: str, slope: float, z: float, rise: float, points: int, waited:
     )
 
 
+def _stop_basis(limit: float, pause_ms: float, floor_ms: float) -> str:
+    """Which STOP limit applied and why (`pause_ms`: LagdParams.pause_ms)."""
+    if limit > floor_ms:
+        return f"limit {limit / 1000:.0f} s: 3 commit intervals"
+    if pause_ms > 0:
+        return f"limit {limit / 1000:.0f} s: this group's pauses have lasted up to {pause_ms / 1000:.0f} s"
+    if pause_ms == 0:
+        return f"no pause history: default limit {limit / 1000:.0f} s"
+    if pause_ms == -2:
+        return f"limit {limit / 1000:.0f} s: no pause seen while watched"
+    return f"limit {limit / 1000:.0f} s"
+
+
 def _secs(waited: float, at_least: bool) -> str:
     return f"at least {waited:.0f} s" if at_least else f"{waited:.0f} s"
 
@@ -406,7 +424,7 @@ Why = tuple[str, float, float, float, float, float]
 FALLING_BEHIND = "falling behind"
 STILL_BEHIND = "still behind"
 STILL_BEHIND_UNFITTED = "still behind, no trend"  # (_, _, _, _, _, waited)
-STOPPED = "stopped"  # (_, silence ms, limit ms, _, _, waited)
+STOPPED = "stopped"  # (_, silence ms, limit ms, what the floor rests on (LagdParams.pause_ms), floor ms, waited)
 STALLED = "stalled"  # (_, committed offset, stuck ms, _, _, waited)
 
 
@@ -419,7 +437,7 @@ def words(why: str | Why, at_least: bool = False) -> str:
     what, a, b, c, d, waited = why
     wait = _secs(waited, at_least)
     if what == STOPPED:
-        return f"no commit for {a / 1000:.0f} s (limit {b / 1000:.0f} s) while records wait {wait}"
+        return f"silent {a / 1000:.0f} s ({_stop_basis(b, c, d)}) while records wait {wait}"
     if what == STALLED:
         return f"offset {int(a)} committed again and again for {b / 1000:.0f} s while records wait {wait}"
     if what == STILL_BEHIND_UNFITTED:

@@ -14,6 +14,7 @@ partition only it answers exactly (tests/test_trend_c.py compares the two).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from array import array
 from bisect import bisect_left
@@ -46,6 +47,7 @@ from lagd.evaluate.rules import (
 )
 from lagd.evaluate.snapshot import GroupSnapshot, Rows, not_ok_of, snapshot_of
 from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
+from lagd.state.pauses import PauseSettings, stop_floor
 from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples
@@ -161,6 +163,7 @@ class Evaluator:
         min_history_ms: int = 60_000,
         stop_after_ms: int = 60_000,
         fast: bool = True,
+        pauses: PauseSettings | None = None,
     ) -> None:
         self.state = state
         # The rules to judge by (None: those the state keeps its windows for); of them the
@@ -179,6 +182,10 @@ class Evaluator:
         # judge_lagd (the reference the fast path is tested against).
         self.fast = fast
         self._judge = LagdJudge(self.lagd_params)
+        # Each group's STOP limit from its history of pauses (lagd.state.pauses), or None: stop-after.
+        self.pauses = pauses
+        self._limits: dict[tuple[int, float], LagdParams] = {}  # (floor ms, basis) -> the settings judged by
+        self._facts_under: dict[tuple[str, str], LagdParams] = {}  # the settings each group's facts were kept under
         # (cluster, now) -> the time through which lagd has read the cluster whole (since when it
         # has been blind to it, or how far its reader had read at its last answer), or None: now.
         # Time-driven verdicts (STOP, STALL) are judged as of that moment, not now, so silence
@@ -277,17 +284,43 @@ class Evaluator:
         if last is None or last < now_ms - self.state.expire_group_ms:
             self.forget(cluster, group)
             return None
-        self._judge.begin(self._facts.get(key))
+        p = self._group_params(cluster, group, now_ms)
+        self._judge.use(p)
+        old = self._facts.get(key)
+        if old is not None and self._facts_under.get(key, self.lagd_params) is not p:
+            old = None  # kept under another STOP limit
+        self._judge.begin(old)
         judged, since, recheck, judged_at = self._evaluate(cluster, group, now_ms, self._since.get(key) or {}, rows)
         self._due[key] = (version, recheck, judged_at)
         self._since[key] = since
         kept = self._judge.kept()
         if kept:
             self._facts[key] = kept
+            if p is not self.lagd_params:
+                self._facts_under[key] = p
+            else:
+                self._facts_under.pop(key, None)
         else:
             self._facts.pop(key, None)
+            self._facts_under.pop(key, None)
         self._judge.begin(None)  # hold no group's facts twice
         return judged
+
+    def _group_params(self, cluster: str, group: str, now_ms: int) -> LagdParams:
+        """The settings the group is judged by: stop-after replaced by its STOP limit from its
+        history of pauses (lagd.state.pauses.stop_floor) where pause limits are on."""
+        if self.pauses is None or not self._lagd:
+            return self.lagd_params
+        at = self._as_of(cluster, now_ms)
+        floor, basis = stop_floor(self.state.group_pauses(cluster, group), at, self.pauses)
+        p = self._limits.get((floor, basis))
+        if p is None:
+            if len(self._limits) >= 4096:  # bounded: limits are few (a ms each between floor and ceiling)
+                self._limits.clear()
+            p = self._limits[(floor, basis)] = dataclasses.replace(
+                self.lagd_params, stop_after_ms=floor, pause_ms=basis
+            )
+        return p
 
     def take_over(
         self, cluster: str, group: str, partitions: Iterable[tuple[str, int, PartitionStatus]], since_ms: int
@@ -352,6 +385,7 @@ class Evaluator:
         self._at_risk.pop((cluster, group), None)
         self._lost.pop((cluster, group), None)
         self._facts.pop((cluster, group), None)
+        self._facts_under.pop((cluster, group), None)
         self._due.pop((cluster, group), None)
 
     def _evaluate(
@@ -557,7 +591,7 @@ class Evaluator:
         empty_reason = J_EMPTY.reason
         empty_rule = J_EMPTY.rule
         lagd = self._lagd
-        judge = self._judge.judge if self.fast else partial(_judge_reference, self.lagd_params)
+        judge = self._judge.judge if self.fast else partial(_judge_reference, self._judge.p)
         status_of = _STATUS_OF
         # One tight loop: this runs for every partition of every evaluated group.
         for partition in ids:

@@ -98,6 +98,8 @@ typedef struct {
     Py_ssize_t intervals;
     int64_t min_distance, window_step;
     int history;
+    int pauses; /* State.pause_settings is set: a commit after a long group silence goes to the Python */
+    int64_t pause_min, pause_cadences; /* its min_ms and cadences */
     Rows rows;
 } Settings;
 
@@ -347,6 +349,23 @@ static int apply_one(Settings *s, PyObject *clusters, PyObject *ev) {
         goto handback;
     }
     int newer = PyObject_RichCompareBool(ts_obj, last, Py_GT), newest_too = 0;
+    if (newer > 0 && s->pauses) {
+        /* a group silence of pause-min and more than `cadences` of this partition's newest commit
+         * intervals (lagd.state.pauses; State._commit asks the same): the Python checks for a pause */
+        int o5 = 0;
+        long long since = PyLong_AsLongLongAndOverflow(last, &o5);
+        if (o5 != 0 || (since == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            Py_DECREF(last);
+            goto handback;
+        }
+        i128 gap = (i128)ts - (i128)since;
+        i128 cadence = n > 1 ? (i128)a[(n - 1) * FIELDS + TS] - (i128)a[(n - 2) * FIELDS + TS] : 0;
+        if (gap >= (i128)s->pause_min && gap > (i128)s->pause_cadences * cadence) {
+            Py_DECREF(last);
+            goto handback;
+        }
+    }
     Py_DECREF(last);
     if (newer < 0)
         goto done;
@@ -461,6 +480,29 @@ static PyObject *apply_commits(PyObject *module, PyObject *const *args, Py_ssize
     s.history = args[8] != Py_False && PyLong_AsLong(args[8]) != 0;
     if (PyErr_Occurred())
         return NULL;
+    PyObject *pause_settings = PyObject_GetAttrString(s.state, "pause_settings");
+    if (pause_settings == NULL)
+        return NULL;
+    s.pauses = pause_settings != Py_None;
+    if (s.pauses) {
+        PyObject *min_ms = PyObject_GetAttrString(pause_settings, "min_ms");
+        PyObject *cadences = min_ms == NULL ? NULL : PyObject_GetAttrString(pause_settings, "cadences");
+        int plain = cadences != NULL && PyLong_CheckExact(min_ms) && PyLong_CheckExact(cadences);
+        if (plain) {
+            s.pause_min = PyLong_AsLongLong(min_ms);
+            s.pause_cadences = PyLong_AsLongLong(cadences);
+        }
+        Py_XDECREF(min_ms);
+        Py_XDECREF(cadences);
+        Py_DECREF(pause_settings);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            plain = 0;
+        }
+        if (!plain)
+            return PyLong_FromSsize_t(start); /* settings of another kind or past int64: the Python applies */
+    } else
+        Py_DECREF(pause_settings);
     if (start < 0 || s.intervals < 1) {
         PyErr_SetString(PyExc_ValueError, "apply_commits: start must be >= 0 and intervals >= 1");
         return NULL;

@@ -32,6 +32,8 @@ class Changes:
     windows: dict[WindowKey, bytes | None] = field(default_factory=dict)
     # Latest membership per changed group; None = removed.
     members: dict[GroupKey, GroupMembers | None] = field(default_factory=dict)
+    # History of pauses per changed group (lagd.state.pauses: since, end, length, ...); None = removed.
+    pauses: dict[GroupKey, tuple[int, ...] | None] = field(default_factory=dict)
     # Group tombstones seen: group -> order of the tombstone.
     tombstones: dict[GroupKey, int] = field(default_factory=dict)
     # Kept log-end samples per changed partition (offsets, ts), oldest first; None = topic deleted.
@@ -49,6 +51,7 @@ class Changes:
         """Fold `newer` into self: keyed state takes the newer value, history appends."""
         self.windows.update(newer.windows)
         self.members.update(newer.members)
+        self.pauses.update(newer.pauses)
         self.tombstones.update(newer.tombstones)
         self.log_end.update(newer.log_end)
         self.positions.update(newer.positions)
@@ -60,6 +63,7 @@ class Changes:
         return (
             len(self.windows)
             + len(self.members)
+            + len(self.pauses)
             + len(self.tombstones)
             + len(self.log_end)
             + len(self.positions)
@@ -82,6 +86,7 @@ def forget_groups(ch: Changes, cluster: str, groups: set[str], partitions: set[i
         del ch.windows[wkey]
     for group in groups:
         ch.members.pop((cluster, group), None)
+        ch.pauses.pop((cluster, group), None)
         ch.tombstones.pop((cluster, group), None)
     for p in partitions:
         ch.positions.pop((cluster, p), None)

@@ -329,7 +329,7 @@ async def _copy_slice(wb: WriteBehind, appended: int) -> None:
 async def discard(done: Changes, turn: Turn) -> None:
     """Free a written batch's keyed rows DISCARD_SLICE at a time, the loop getting a turn
     between slices; history rows are columns (a few objects) and go at once with the batch."""
-    keyed: tuple[dict[Any, Any], ...] = (done.windows, done.members, done.log_end)
+    keyed: tuple[dict[Any, Any], ...] = (done.windows, done.members, done.pauses, done.log_end)
     for rows in keyed:
         while len(rows) > DISCARD_SLICE:
             # popitem in C (map, consumed by a zero-length deque): half a Python loop's cost (57 against 111 ms per 300,000)

@@ -80,6 +80,7 @@ _KEYED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("cluster", "group_name"),
     ),
     "group_tombstones": (("cluster", "group_name", "tombstone_order", "group_hash"), ("cluster", "group_name")),
+    "group_pauses": (("cluster", "group_name", "history", "group_hash"), ("cluster", "group_name")),
     "log_end": (("cluster", "topic", "partition", "offsets", "ts"), ("cluster", "topic", "partition")),
     "reader_positions": (("cluster", "partition", "next_offset"), ("cluster", "partition")),
 }
@@ -364,6 +365,8 @@ class Store:
         )
         gone_members = [k for k, m in ch.members.items() if m is None]
         tombstones = [(c, g, o, hashed(g)) for (c, g), o in ch.tombstones.items()]
+        pauses = [(c, g, list(h), hashed(g)) for (c, g), h in ch.pauses.items() if h is not None]
+        gone_pauses = [k for k, h in ch.pauses.items() if h is None]
         log_end = ((*k, v[0], v[1]) for k, v in ch.log_end.items() if v is not None)
         gone_log_end = [k for k, v in ch.log_end.items() if v is None]
         positions = [(c, p, o) for (c, p), o in ch.positions.items()]
@@ -372,12 +375,18 @@ class Store:
             await self._append_windows(apg, ch.windows, hashed, turn)
         elif not await self._upsert_compiled_windows(apg, ch.windows, gone_windows, turn):
             await self._upsert(apg, "windows", _window_rows(ch.windows, hashed, gone_windows), turn)
-        for table, gone in (("windows", gone_windows), ("group_members", gone_members), ("log_end", gone_log_end)):
+        for table, gone in (
+            ("windows", gone_windows),
+            ("group_members", gone_members),
+            ("group_pauses", gone_pauses),
+            ("log_end", gone_log_end),
+        ):
             if gone:
                 await apg.execute(_delete_sql(table), *_columns(gone, len(_KEYED[table][1])))
         for table, rows in (
             ("group_members", members),
             ("group_tombstones", tombstones),
+            ("group_pauses", pauses),
             ("log_end", log_end),
             ("reader_positions", positions),
         ):
@@ -715,6 +724,11 @@ class Store:
         ):
             if keep(r[0], r[1]):
                 state.restore_tombstone(r[0], r[1], r[2])
+        async for r in apg.cursor(
+            f"SELECT cluster, group_name, history FROM group_pauses {where}", *args, prefetch=FETCH_CHUNK
+        ):
+            if keep(r[0], r[1]):
+                state.restore_pauses(r[0], r[1], tuple(r[2]))
 
     async def positions(self, cluster: str) -> dict[int, int]:
         """Next offset to read per offsets partition of `cluster`."""
@@ -765,6 +779,7 @@ Unit = tuple[str, Any, Any]
 _KEYED_FIELDS = {
     "windows": "windows",
     "members": "group_members",
+    "pauses": "group_pauses",
     "tombstones": "group_tombstones",
     "log_end": "log_end",
 }

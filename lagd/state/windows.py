@@ -42,6 +42,7 @@ from lagd.core.model import (
 from lagd.core.ruleset import BURROW, RuleSet
 from lagd.runtime import compiled
 from lagd.state.changes import Changes, LogEndRow, PartitionKey, WindowKey, forget_groups
+from lagd.state.pauses import PauseSettings, add_pause, forget_old, is_pause
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1  # what an array('q') holds
@@ -157,6 +158,8 @@ class _Group:
     # Offset tombstones: (topic, partition) -> order of the newest, only for deleted partitions
     # (None until the group has one); commits at or below it are replays and are refused.
     deleted: dict[tuple[str, int], int] | None = None
+    # When lagd began watching the group and its recent pauses (lagd.state.pauses): (since, end, length, ...).
+    pauses: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -252,6 +255,7 @@ class State:
         lag_samples: int = 360,
         record_history: bool = True,
         rules: RuleSet = BURROW,
+        pauses: PauseSettings | None = None,
     ) -> None:
         if intervals < 1 or lag_samples < 1:
             raise ValueError("intervals and lag_samples must be at least 1: check storage.intervals / lag-samples")
@@ -264,6 +268,9 @@ class State:
         self.rules = rules
         self.window_step_ms = rules.window_step_ms
         self.record_history = record_history
+        # Group pauses are recorded (lagd.state.pauses) with these settings; None: not recorded.
+        self.pause_settings = pauses
+        self._pending_pauses: dict[tuple[str, str], tuple[int, ...]] = {}  # restored before the group's windows
         self._clusters: dict[str, _Cluster] = {}
         self._seq = 0
         self._tracked = 0
@@ -434,6 +441,9 @@ class State:
         ptomb = None
         if gs is None:
             gs = cs.groups[group] = _Group()
+            if self.pause_settings is not None:
+                gs.pauses = (timestamp,)
+                self._changes.pauses[(cluster, group)] = gs.pauses
         elif gs.deleted is not None:
             ptomb = gs.deleted.get((topic, partition))
             if ptomb is not None and order <= ptomb:
@@ -447,6 +457,7 @@ class State:
             arr = parts[partition] = array("q")
             self._tracked += 1
         n = len(arr) // FIELDS
+        cadence = arr[LAST + TS] - arr[PREV + TS] if n > 1 else 0  # the newest two entries are never thinned
         if n == 0 or order > arr[LAST + ORDER]:
             lag = NO_LAG
             topic_ends = cs.log_end.get(topic)
@@ -497,6 +508,13 @@ class State:
         if ptomb is not None and len(arr) >= self.intervals * FIELDS and arr[ORDER] > ptomb:
             self._forget_offset_tombstone(gs, topic, partition)  # the full window refuses older ones now
         if timestamp > gs.last_commit:
+            ps = self.pause_settings
+            if (
+                ps is not None
+                and timestamp - gs.last_commit >= ps.min_ms
+                and timestamp - gs.last_commit > ps.cadences * cadence
+            ):
+                self._note_pause(cluster, group, gs, cadence, timestamp)  # the compiled apply hands these back
             gs.last_commit = timestamp
             if cs.newest_commit is None or timestamp > cs.newest_commit:
                 cs.newest_commit = timestamp
@@ -506,6 +524,21 @@ class State:
         if self.record_history:
             lag_now = arr[LAST + LAG] if arr[LAST + ORDER] == order else NO_LAG
             self._changes.commit_history.add(timestamp, cluster, group, topic, partition, offset, lag_now, observed)
+
+    def _note_pause(self, cluster: str, group: str, gs: _Group, cadence: int, timestamp: int) -> None:
+        """The group was silent from its newest commit until `timestamp`: keep that silence as a
+        pause when it is one (lagd.state.pauses.is_pause; the cadence is this partition's newest
+        commit interval before the silence), and forget pauses older than pause-memory."""
+        s = self.pause_settings
+        assert s is not None
+        gap = timestamp - gs.last_commit
+        history = gs.pauses or (gs.last_commit,)
+        if is_pause(gap, cadence, s):
+            history = add_pause(history, timestamp, gap)
+        history = forget_old(history, timestamp, s.memory_ms)
+        if history != gs.pauses:
+            gs.pauses = history
+            self._changes.pauses[(cluster, group)] = history
 
     def _offset_deleted(self, ev: OffsetDeleted) -> None:
         cs = self._clusters.get(ev.cluster)
@@ -785,6 +818,8 @@ class State:
             self._drop_topic(cluster, cs, group, gs, topic)
         if cs.members.pop(group, None) is not None:
             self._changes.members[(cluster, group)] = None
+        if gs.pauses:
+            self._changes.pauses[(cluster, group)] = None
         cs.owners.pop(group, None)
         self._next_seq()
 
@@ -861,6 +896,10 @@ class State:
         if partition not in parts:
             self._tracked += 1
         parts[partition] = arr
+        if self.pause_settings is not None and not gs.pauses and arr:
+            # its stored pauses when read before its windows (the window log is read last), else
+            # watched since its oldest commit kept, until its stored pauses are restored
+            gs.pauses = self._pending_pauses.pop((cluster, group), ()) or (arr[TS],)
         gs.last_commit = max(gs.last_commit, last_commit)
         if cs.newest_commit is None or gs.last_commit > cs.newest_commit:
             cs.newest_commit = gs.last_commit
@@ -884,6 +923,20 @@ class State:
         prior = cs.members.get(members.group)
         if prior is None or members.order >= prior.order:
             self._set_members(cs, members)
+
+    def restore_pauses(self, cluster: str, group: str, history: tuple[int, ...]) -> None:
+        """A group's history of pauses as stored (lagd.state.pauses), for a group restored."""
+        gs = self._cluster(cluster).groups.get(group)
+        if gs is not None and history:
+            gs.pauses = history
+        elif history:
+            self._pending_pauses[(cluster, group)] = history  # its windows come later (the window log)
+
+    def group_pauses(self, cluster: str, group: str) -> tuple[int, ...]:
+        """When lagd began watching the group and its recent pauses (lagd.state.pauses), or ()."""
+        cs = self._clusters.get(cluster)
+        gs = cs.groups.get(group) if cs else None
+        return gs.pauses if gs is not None else ()
 
     def restore_tombstone(self, cluster: str, group: str, order: int) -> None:
         cs = self._cluster(cluster)
