@@ -4,8 +4,8 @@ A group's silences it came back from on its own (deploys, rebalances), kept so t
 of lagd judges its next silence against them (lagd.state.pauses): one row per group, the
 history as one array [since, end1, length1, ...] in ms, rewritten whole when it changes.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-03 15:10:00.000000
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
