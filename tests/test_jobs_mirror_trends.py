@@ -219,7 +219,7 @@ def test_without_mirrors_it_says_so(capsys: Any, monkeypatch: pytest.MonkeyPatch
 
 
 def test_spark_error_is_two_lines(spark: Any, empty_database_url: str, capsys: Any, monkeypatch: Any) -> None:
-    monkeypatch.setattr("lagd.jobs.mirror_trends.session_for", lambda *a, **kw: _KeepRunning(spark))
+    monkeypatch.setattr("lagd.jobs.spark.session_for", lambda *a, **kw: _KeepRunning(spark))
     args = argparse.Namespace(start=str(T0), end=str(T0 + 3600 * S), master=None)
     assert mirror_trends_main(_settings(empty_database_url), args) == 1
     err = capsys.readouterr().err.splitlines()

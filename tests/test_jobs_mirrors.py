@@ -163,7 +163,7 @@ def test_spark_error_is_two_lines_without_a_trace(
     spark: Any, empty_database_url: str, capsys: Any, monkeypatch: Any
 ) -> None:
     # A database without lagd's tables: the JDBC read of log_end_history fails inside Spark.
-    monkeypatch.setattr("lagd.jobs.mirrors.session_for", lambda *a, **kw: _KeepRunning(spark))
+    monkeypatch.setattr("lagd.jobs.spark.session_for", lambda *a, **kw: _KeepRunning(spark))
     args = argparse.Namespace(end=str(NOW), master=None)
     assert mirrors_main(_settings(empty_database_url), args) == 1
     assert capsys.readouterr().err.splitlines() == [
@@ -178,7 +178,7 @@ def test_from_judges_the_given_range_instead_of_the_window(
     # Stalls delivers up to T0+270 s, then nothing. Over the mirror's trailing 600 s it got half of
     # what the source appended; over [T0+300 s, NOW) (--from) it got none of it.
     _insert(database_url, _samples("src", "stalls") + _samples("dst", "src.stalls", offset_s=5, stop=270))
-    monkeypatch.setattr("lagd.jobs.mirrors.session_for", lambda *a, **kw: _KeepRunning(spark))
+    monkeypatch.setattr("lagd.jobs.spark.session_for", lambda *a, **kw: _KeepRunning(spark))
     settings = _settings(database_url)
 
     assert mirrors_main(settings, argparse.Namespace(start=None, end=str(NOW), master=None)) == 0

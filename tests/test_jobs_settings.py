@@ -6,7 +6,10 @@ properties reach the SparkSession (here the local one; a standalone cluster: tes
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -130,3 +133,19 @@ def test_a_local_driver_listens_on_loopback_only(spark: Any) -> None:
     conf = spark.sparkContext.getConf()
     assert conf.get("spark.driver.bindAddress") == "127.0.0.1"
     assert conf.get("spark.driver.host") == "127.0.0.1"
+
+
+@pytest.mark.parametrize("module", ["trends", "mirrors", "mirror_trends"])
+def test_a_jobs_spark_submit_entry_takes_the_cli_arguments_and_names_a_bad_config(module: str, tmp_path: Path) -> None:
+    """`spark-submit lagd/jobs/<module>.py`: the arguments of `lagd jobs`, and a config it cannot read
+    refused with exit code 2 and what to pass instead, before any Spark starts."""
+    script = Path(__file__).resolve().parent.parent / "lagd" / "jobs" / f"{module}.py"
+    usage = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 0, usage.stderr
+    assert all(flag in usage.stdout for flag in ("--config", "--from", "--to", "--master")), usage.stdout
+    missing = tmp_path / "absent.toml"
+    refused = subprocess.run(
+        [sys.executable, str(script), "--config", str(missing)], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2
+    assert f"cannot read {missing}" in refused.stderr and "TOML settings file" in refused.stderr, refused.stderr

@@ -34,7 +34,9 @@ from tests.test_jobs_trends import history as history  # the fixture: a small hi
 pytestmark = pytest.mark.slow
 
 READY_TIMEOUT = 60.0  # seconds for the master to answer and the worker to register
-JOB_TIMEOUT = 120.0
+# A guard against a hung job, not a measure of its speed: on two busy cores the mirror-trends job took
+# over 120 s in 2 of 8 runs (2026-12-03); a job's time is bench/bench_trends.py's to measure.
+JOB_TIMEOUT = 600.0
 
 
 def _spark_class(main: str, args: list[str], workdir: Path, name: str, env: dict[str, str]) -> embedded.Process:
@@ -166,14 +168,12 @@ def _config(path: Path, standalone: Standalone, database_url: str, clusters: str
 def test_trends_job_on_a_standalone_cluster(standalone: Standalone, history: str, tmp_path: Path) -> None:
     config = _config(tmp_path, standalone, history)
     command = [sys.executable, "-m", "lagd", "jobs", "trends", "--config", str(config)]
-    started = time.monotonic()
     result = subprocess.run(
         [*command, "--from", str(T0), "--to", str(T0 + 3600 * S)],
         capture_output=True,
         text=True,
         timeout=JOB_TIMEOUT,
     )
-    took = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     # [log] format = "json": every line is one JSON object, the Spark driver JVM's included
     events = [json.loads(line) for line in result.stderr.splitlines()]
@@ -192,7 +192,6 @@ def test_trends_job_on_a_standalone_cluster(standalone: Standalone, history: str
     # jobs.executor-cores = 1: the application's 2 cores came as two executors (without it, one
     # executor takes both), each of jobs.executor-memory
     assert [e["memory"] for e in executors] == [512, 512], executors
-    assert took < JOB_TIMEOUT
 
 
 PAST_T0 = 1_764_000_000_000  # 2025-11-24T16:00Z: the hour lies before now (a future one has no buckets yet)

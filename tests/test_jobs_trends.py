@@ -259,7 +259,7 @@ def test_empty_range_says_what_to_do_before_spark_starts(capsys: Any) -> None:
 def test_spark_error_is_two_lines_without_a_trace(spark: Any, database_url: str, capsys: Any, monkeypatch: Any) -> None:
     # A database whose commit history table is missing: the JDBC read fails inside Spark (Py4JJavaError).
     query(database_url, "DROP TABLE commit_history")
-    monkeypatch.setattr("lagd.jobs.trends.session_for", lambda *a, **kw: _KeepRunning(spark))
+    monkeypatch.setattr("lagd.jobs.spark.session_for", lambda *a, **kw: _KeepRunning(spark))
     args = argparse.Namespace(start=str(T0), end=str(T0 + 3600 * S), master=None)
     assert trends_main(_settings(database_url), args) == 1
     err = capsys.readouterr().err.splitlines()

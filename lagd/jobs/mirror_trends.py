@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,10 +36,10 @@ from typing import Any
 import psycopg2  # type: ignore[import-untyped]
 from psycopg2.extras import execute_values  # type: ignore[import-untyped]
 
-from lagd.core.config import ConfigError, MirrorSettings, Settings, load
+from lagd.core.config import MirrorSettings, Settings
 from lagd.evaluate.mirror_trends import Side, TrendRow, coarser_rows, trend_rows
-from lagd.jobs.mirrors import TopicCounts, appended_counts, forget_said, say_once, target_topic
-from lagd.jobs.spark import job_errors, report_failure, say, session_for, stop_session
+from lagd.jobs.mirrors import TopicCounts, appended_counts, target_topic, without_mirrors
+from lagd.jobs.spark import run_job, say, submit_entry
 from lagd.jobs.trends import HOUR_MS, _ceil, _floor, _iso, check_range, parse_time, pg_dsn, plan_range
 from lagd.runtime import logs
 
@@ -265,55 +264,30 @@ def run_mirror_trends(
 
 def main(settings: Settings, args: argparse.Namespace) -> int:
     """`lagd jobs mirror-trends`: 0 when done, 1 with what failed and what to do next."""
-    if not settings.mirrors:
-        if say_once(NO_MIRRORS_SAID):
-            say(
-                "lagd: no mirrors configured, no replication trends to compute: add [mirrors.NAME] with source and "
-                "target clusters, or stop the timer (systemctl disable --now lagd-mirror-trends.timer); under "
-                "systemd this is said once, later runs exit quietly"
-            )
+    if without_mirrors(settings, NO_MIRRORS_SAID, "no replication trends to compute", "lagd-mirror-trends.timer"):
         return 0
-    forget_said(NO_MIRRORS_SAID)
-    errors = job_errors()
-    try:
+
+    def check() -> tuple[int | None, int | None]:
         start, end = parse_time(getattr(args, "start", None)), parse_time(getattr(args, "end", None))
-        check_range(start, end, int(time.time() * 1000))  # before Spark starts
-        spark = session_for(settings, "lagd-mirror-trends", args.master)
-    except errors as exc:
-        return report_failure("mirror-trends", exc)
-    try:
+        check_range(start, end, int(time.time() * 1000))
+        return start, end
+
+    def run(spark: Any, range_: tuple[int | None, int | None]) -> None:
         run_mirror_trends(
             spark,
             settings.storage.database_url.reveal(),
             settings.mirrors,
-            start,
-            end,
+            *range_,
             partitions=settings.jobs.jdbc_partitions,
             overlap_s=settings.jobs.trends_overlap,
         )
-    except errors as exc:
-        return report_failure("mirror-trends", exc)
-    finally:
-        stop_session(spark)
-    return 0
 
-
-def _entry(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry: the same arguments as `lagd jobs mirror-trends`."""
-    parser = argparse.ArgumentParser(prog="mirror_trends.py", description="lagd mirror trends job (spark-submit entry)")
-    parser.add_argument("--config", "-c", default="/etc/lagd/lagd.toml")
-    parser.add_argument("--from", dest="start", default=None, help="backfill from then (ISO time or epoch ms)")
-    parser.add_argument("--to", dest="end", default=None, help="up to then (default now)")
-    parser.add_argument("--master", default="", help="Spark master (default: the one spark-submit was given)")
-    args = parser.parse_args(argv)
-    try:
-        settings = load(args.config)
-    except ConfigError as exc:
-        print(f"lagd: {exc}", file=sys.stderr)
-        return 2
-    logs.configure(settings.log.level, settings.log.format)
-    return main(settings, args)
+    return run_job(settings, "mirror-trends", args.master, check, run)
 
 
 if __name__ == "__main__":
-    raise SystemExit(_entry())
+    raise SystemExit(
+        submit_entry(
+            "mirror-trends", main, None, "backfill from then (ISO time or epoch ms)", "up to then (default now)"
+        )
+    )

@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import os
 import re
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,9 +42,9 @@ from typing import Any
 import psycopg2  # type: ignore[import-untyped]
 from psycopg2.extras import Json  # type: ignore[import-untyped]
 
-from lagd.core.config import ConfigError, MirrorSettings, Settings, load
+from lagd.core.config import MirrorSettings, Settings
 from lagd.evaluate.mirrors import MirrorJudgement, MirrorVerdict, judge_young_mirror
-from lagd.jobs.spark import job_errors, read_range, report_failure, say, session_for, stop_session
+from lagd.jobs.spark import read_range, run_job, say, submit_entry
 from lagd.jobs.trends import check_range, parse_time, pg_dsn
 from lagd.runtime import logs
 
@@ -292,24 +291,27 @@ def forget_said(name: str) -> None:
             note.unlink(missing_ok=True)
 
 
+def without_mirrors(settings: Settings, said: str, nothing: str, timer: str) -> bool:
+    """True, having said so, when no mirror is configured: under systemd (a timer's runs) said once,
+    until mirrors are added and gone again; a run by hand always says it."""
+    if settings.mirrors:
+        forget_said(said)
+        return False
+    if say_once(said):
+        say(
+            f"lagd: no mirrors configured, {nothing}: add [mirrors.NAME] with source and target clusters, or "
+            f"stop the timer (systemctl disable --now {timer}); under systemd this is said once, later runs exit quietly"
+        )
+    return True
+
+
 def main(settings: Settings, args: argparse.Namespace) -> int:
     """`lagd jobs mirrors`: 0 when done (whatever the verdicts), 1 with what failed and what to do next."""
-    if not settings.mirrors:
-        if say_once(NO_MIRRORS_SAID):
-            say(
-                "lagd: no mirrors configured, nothing to judge: add [mirrors.NAME] with source and target "
-                "clusters, or stop the timer (systemctl disable --now lagd-mirrors.timer); "
-                "under systemd this is said once, later runs exit quietly"
-            )
+    if without_mirrors(settings, NO_MIRRORS_SAID, "nothing to judge", "lagd-mirrors.timer"):
         return 0
-    forget_said(NO_MIRRORS_SAID)
-    errors = job_errors()
-    try:
-        now_ms, window_ms = judged_range(getattr(args, "start", None), getattr(args, "end", None))  # before Spark
-        spark = session_for(settings, "lagd-mirrors", args.master)
-    except errors as exc:
-        return report_failure("mirrors", exc)
-    try:
+
+    def run(spark: Any, range_: tuple[int | None, int | None]) -> None:
+        now_ms, window_ms = range_
         run_mirrors(
             spark,
             settings.storage.database_url.reveal(),
@@ -318,29 +320,20 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
             partitions=settings.jobs.jdbc_partitions,
             window_ms=window_ms,
         )
-    except errors as exc:
-        return report_failure("mirrors", exc)
-    finally:
-        stop_session(spark)
-    return 0
 
+    def check() -> tuple[int | None, int | None]:
+        return judged_range(getattr(args, "start", None), getattr(args, "end", None))
 
-def _entry(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry: the same arguments as `lagd jobs mirrors`."""
-    parser = argparse.ArgumentParser(prog="mirrors.py", description="lagd mirrors job (spark-submit entry)")
-    parser.add_argument("--config", "-c", default="/etc/lagd/lagd.toml")
-    parser.add_argument("--from", dest="start", default=None, help="judge [--from, --to) instead of each window")
-    parser.add_argument("--to", dest="end", default=None, help="judge the window ending then (default now)")
-    parser.add_argument("--master", default="", help="Spark master (default: the one spark-submit was given)")
-    args = parser.parse_args(argv)
-    try:
-        settings = load(args.config)
-    except ConfigError as exc:
-        print(f"lagd: {exc}", file=sys.stderr)
-        return 2
-    logs.configure(settings.log.level, settings.log.format)
-    return main(settings, args)
+    return run_job(settings, "mirrors", args.master, check, run)
 
 
 if __name__ == "__main__":
-    raise SystemExit(_entry())
+    raise SystemExit(
+        submit_entry(
+            "mirrors",
+            main,
+            None,
+            "judge [--from, --to) instead of each window",
+            "judge the window ending then (default now)",
+        )
+    )

@@ -7,22 +7,25 @@ operator gets one line naming what to install instead of a Java stack trace.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg2  # type: ignore[import-untyped]
 
-from lagd.core.config import Settings
+from lagd.core.config import ConfigError, Settings, load
 from lagd.jobs import jvmlog
 from lagd.runtime import logs
 
 log = logs.get(__name__)
+
+Checked = TypeVar("Checked")
 
 DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
 DEFAULT_DRIVER_MEMORY = "2g"  # jobs.driver-memory's default
@@ -346,3 +349,52 @@ def session_for(settings: Settings, app_name: str, master: str | None = None) ->
         executor_memory=settings.jobs.executor_memory,
         spark_conf=settings.jobs.spark_conf,
     )
+
+
+def run_job(
+    settings: Settings,
+    job: str,
+    master: str | None,
+    check: Callable[[], Checked],
+    run: Callable[[Any, Checked], object],
+) -> int:
+    """`lagd jobs <job>` on a SparkSession named lagd-<job>: `check` (the range asked for) runs before
+    the JVM starts, so a wrong argument costs no Spark start-up. 0 when done; 1 with what failed and
+    what to do next when the check, Spark or the database fails (anything else is a bug: traced)."""
+    errors = job_errors()
+    try:
+        checked = check()
+        spark = session_for(settings, f"lagd-{job}", master)
+    except errors as exc:
+        return report_failure(job, exc)
+    try:
+        run(spark, checked)
+    except errors as exc:
+        return report_failure(job, exc)
+    finally:
+        stop_session(spark)
+    return 0
+
+
+def submit_entry(
+    job: str,
+    main: Callable[[Settings, argparse.Namespace], int],
+    argv: Sequence[str] | None,
+    from_help: str,
+    to_help: str,
+) -> int:
+    """A job module's entry for spark-submit (`spark-submit lagd/jobs/<module>.py --config FILE`):
+    the same arguments and exit codes as `lagd jobs <job>`."""
+    parser = argparse.ArgumentParser(prog=f"lagd-{job}", description=f"lagd {job} job (spark-submit entry)")
+    parser.add_argument("--config", "-c", default="/etc/lagd/lagd.toml")
+    parser.add_argument("--from", dest="start", default=None, help=from_help)
+    parser.add_argument("--to", dest="end", default=None, help=to_help)
+    parser.add_argument("--master", default="", help="Spark master (default: the one spark-submit was given)")
+    args = parser.parse_args(argv)
+    try:
+        settings = load(args.config)
+    except ConfigError as exc:
+        print(f"lagd: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log.level, settings.log.format)
+    return main(settings, args)

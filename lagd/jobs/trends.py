@@ -36,7 +36,6 @@ executors' Python runs; the executors must reach Postgres).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -46,16 +45,14 @@ from typing import Any
 
 import psycopg2  # type: ignore[import-untyped]
 
-from lagd.core.config import ConfigError, Settings, load, sync_database_url
+from lagd.core.config import Settings, sync_database_url
 from lagd.core.times import epoch_ms
 from lagd.jobs.spark import (
     JobError,
-    job_errors,
     read_range,
-    report_failure,
+    run_job,
     say,
-    session_for,
-    stop_session,
+    submit_entry,
     write_table,
 )
 from lagd.runtime import logs
@@ -414,45 +411,25 @@ def run_trends(
 
 def main(settings: Settings, args: argparse.Namespace) -> int:
     """`lagd jobs trends`: 0 when done, 1 with what failed and what to do next when the job cannot run."""
-    errors = job_errors()
-    try:
+
+    def check() -> tuple[int | None, int | None]:
         start, end = parse_time(args.start), parse_time(args.end)
-        check_range(start, end, int(time.time() * 1000))  # before Spark starts
-        spark = session_for(settings, "lagd-trends", args.master)
-    except errors as exc:
-        return report_failure("trends", exc)
-    try:
+        check_range(start, end, int(time.time() * 1000))
+        return start, end
+
+    def run(spark: Any, range_: tuple[int | None, int | None]) -> None:
         run_trends(
             spark,
             settings.storage.database_url.reveal(),
-            start,
-            end,
+            *range_,
             partitions=settings.jobs.jdbc_partitions,
             overlap_s=settings.jobs.trends_overlap,
         )
-    except errors as exc:
-        return report_failure("trends", exc)
-    finally:
-        stop_session(spark)
-    return 0
 
-
-def _entry(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry: the same arguments as `lagd jobs trends`."""
-    parser = argparse.ArgumentParser(prog="trends.py", description="lagd trends job (spark-submit entry)")
-    parser.add_argument("--config", "-c", default="/etc/lagd/lagd.toml")
-    parser.add_argument("--from", dest="start", default=None)
-    parser.add_argument("--to", dest="end", default=None)
-    parser.add_argument("--master", default="", help="Spark master (default: the one spark-submit was given)")
-    args = parser.parse_args(argv)
-    try:
-        settings = load(args.config)
-    except ConfigError as exc:
-        print(f"lagd: {exc}", file=sys.stderr)
-        return 2
-    logs.configure(settings.log.level, settings.log.format)
-    return main(settings, args)
+    return run_job(settings, "trends", args.master, check, run)
 
 
 if __name__ == "__main__":
-    raise SystemExit(_entry())
+    raise SystemExit(
+        submit_entry("trends", main, None, "backfill from then (ISO time or epoch ms)", "up to then (default now)")
+    )
