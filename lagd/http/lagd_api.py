@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -386,18 +387,24 @@ def _opt_int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
+def _trend_range(q: Mapping[str, str], now_ms: int) -> tuple[int, int, int]:
+    """A trends request's bucket step (seconds) and range [from, to] in epoch ms: the last day at
+    60 s by default. A from after to is an empty range (no points), not an error."""
+    step = _int_param(q.get("step", "60"), "step", 60, 3600)
+    if step not in TREND_STEPS:
+        raise BadRequest(f"step must be 60 or 3600 seconds, got {step}")
+    to = _int_param(q["to"], "to", 0, MAX_MS) if "to" in q else now_ms
+    start = _int_param(q["from"], "from", 0, MAX_MS) if "from" in q else max(0, to - DAY_MS)
+    return step, start, to
+
+
 async def trend(request: web.Request) -> web.Response:
     ctx = _ctx(request)
     cluster, group = request.match_info["cluster"], request.match_info["group"]
     q = request.query
     try:
         cluster, group = _name_param(cluster, "cluster"), _name_param(group, "group")
-        step = _int_param(q.get("step", "60"), "step", 60, 3600)
-        if step not in TREND_STEPS:
-            raise BadRequest(f"step must be 60 or 3600 seconds, got {step}")
-        to = _int_param(q["to"], "to", 0, MAX_MS) if "to" in q else ctx.now_ms()
-        # from after to is an empty range (no points), not an error
-        start = _int_param(q["from"], "from", 0, MAX_MS) if "from" in q else max(0, to - DAY_MS)
+        step, start, to = _trend_range(q, ctx.now_ms())
     except BadRequest as exc:
         return _error(request, 400, str(exc))
     t = schema.trends
@@ -447,11 +454,7 @@ async def mirror_trends(request: web.Request) -> web.Response:
     try:
         name = _name_param(request.match_info["mirror"], "mirror")
         topic = _name_param(q["topic"], "topic") if "topic" in q else None
-        step = _int_param(q.get("step", "60"), "step", 60, 3600)
-        if step not in TREND_STEPS:
-            raise BadRequest(f"step must be 60 or 3600 seconds, got {step}")
-        to = _int_param(q["to"], "to", 0, MAX_MS) if "to" in q else ctx.now_ms()
-        start = _int_param(q["from"], "from", 0, MAX_MS) if "from" in q else max(0, to - DAY_MS)
+        step, start, to = _trend_range(q, ctx.now_ms())
     except BadRequest as exc:
         return _error(request, 400, str(exc))
     t = schema.mirror_trends
