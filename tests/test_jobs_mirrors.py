@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 import psycopg2  # type: ignore[import-untyped]
@@ -10,7 +11,7 @@ import pytest
 
 from lagd.core.config import MirrorSettings, parse
 from lagd.jobs.mirrors import main as mirrors_main
-from lagd.jobs.mirrors import run_mirrors, target_topic
+from lagd.jobs.mirrors import run_mirrors
 from tests.test_jobs_trends import _KeepRunning
 
 T0 = 1_800_000_000_000  # window start; the window is [T0, T0+600 s), ten 60 s buckets
@@ -134,8 +135,21 @@ def test_each_mirrored_topic_gets_its_verdict(spark: Any, database_url: str) -> 
 
 
 def test_target_topic_names() -> None:
-    assert target_topic(MirrorSettings(rename="identity"), "orders") == "orders"
-    assert target_topic(MirrorSettings(rename="prefix", prefix="east."), "orders") == "east.orders"
+    assert MirrorSettings(rename="identity").target_topic("orders") == "orders"
+    assert MirrorSettings(rename="prefix", prefix="east.").target_topic("orders") == "east.orders"
+
+
+def test_a_mirror_covers_its_source_topics_by_one_rule() -> None:
+    """`topics` is searched, as lagd's other name regexes (the log-end sampler, the mirrors and
+    mirror-trends jobs and the MM2 flow all ask MirrorSettings.covers); a copy the mirror made on
+    its own cluster is not a source topic."""
+    m = MirrorSettings(source="dc1", target="dc2", topics="^orders", rename="prefix", prefix="dc1.")
+    assert m.covers("dc1", "orders") and m.covers("dc1", "orders-eu")
+    assert not m.covers("dc1", "billing") and not m.covers("dc2", "orders")
+    whole = dataclasses.replace(m, topics="^orders$")
+    assert whole.covers("dc1", "orders") and not whole.covers("dc1", "orders-eu")
+    same = MirrorSettings(source="dc1", target="dc1", topics=".*", rename="prefix", prefix="backup.")
+    assert same.covers("dc1", "orders") and not same.covers("dc1", "backup.orders")
 
 
 def _settings(database_url: str) -> Any:

@@ -291,6 +291,18 @@ class MirrorSettings:
     # (600 s by default), so the default leaves it that and more.
     topic_missing_after: float = 900.0
 
+    def covers(self, cluster: str, topic: str) -> bool:
+        """A topic of `cluster` this mirror copies: on its source, matched by `topics` (a search, as
+        lagd's other name regexes: anchor it with ^...$ for whole names), and not itself a copy made
+        on the same cluster (`rename = "prefix"` with source = target)."""
+        if cluster != self.source or re.search(self.topics, topic) is None:
+            return False
+        return not (self.rename == "prefix" and self.source == self.target and topic.startswith(self.prefix))
+
+    def target_topic(self, topic: str) -> str:
+        """The name a source topic has on the target: the same, or with the MirrorMaker 2 prefix."""
+        return self.prefix + topic if self.rename == "prefix" else topic
+
 
 @dataclass(frozen=True)
 class JobsSettings:

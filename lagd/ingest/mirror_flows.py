@@ -245,7 +245,6 @@ class PartitionJudge:
         self.source = source
         self.log_ends = log_ends
         self.prefix = f"{mm2_alias(mirror)}."
-        self.topics = re.compile(mirror.topics)
         self.consumer: Any = None
         self.syncs_topic = ""
         self.assigned: set[TopicPartition] = set()
@@ -346,18 +345,15 @@ class PartitionJudge:
         source: dict[str, set[int]] = {}
         target: dict[str, set[int]] = {}
         for topic in self.log_ends.topics(self.source.name):
-            if not self.topics.fullmatch(topic) or _NOT_COPIED.fullmatch(topic):
+            if not self.mirror.covers(self.source.name, topic) or _NOT_COPIED.fullmatch(topic):
                 continue
             if exclude and topic.startswith(exclude):
                 continue  # came from the target: MM2 does not copy a topic back to where it began
             source[topic] = set(self.log_ends.topic_log_ends(self.source.name, topic))
-            copy = self.log_ends.topic_log_ends(self.target, self._target_name(topic))
+            copy = self.log_ends.topic_log_ends(self.target, self.mirror.target_topic(topic))
             if copy:
                 target[topic] = set(copy)
         return self.copies.look(now_ms, source, target)
-
-    def _target_name(self, topic: str) -> str:
-        return self.mirror.prefix + topic if self.mirror.rename == "prefix" else topic
 
     def delays(self) -> tuple[PartitionDelay, ...]:
         """Every mirrored partition's delay as the newest samples of both clusters show it."""
@@ -368,7 +364,7 @@ class PartitionJudge:
             if not target_topic.startswith(self.prefix):
                 continue
             topic = target_topic[len(self.prefix) :]
-            if not self.topics.fullmatch(topic):
+            if not self.mirror.covers(self.source.name, topic):
                 continue
             source = self.log_ends.topic_log_ends(self.source.name, topic)
             for partition, le in sorted(self.log_ends.topic_log_ends(self.target, target_topic).items()):

@@ -27,7 +27,6 @@ lagd/jobs/mirror_trends.py --config lagd.toml [--from T --to T]`.
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from psycopg2.extras import execute_values  # type: ignore[import-untyped]
 
 from lagd.core.config import MirrorSettings, Settings
 from lagd.evaluate.mirror_trends import Side, TrendRow, coarser_rows, trend_rows
-from lagd.jobs.mirrors import TopicCounts, appended_counts, target_topic, without_mirrors
+from lagd.jobs.mirrors import TopicCounts, appended_counts, source_topics, without_mirrors
 from lagd.jobs.spark import run_job, say, submit_entry
 from lagd.jobs.trends import HOUR_MS, _ceil, _floor, _iso, check_range, parse_time, pg_dsn, plan_range
 from lagd.runtime import logs
@@ -79,19 +78,6 @@ class MirrorTrendsResult:
     watermark: int | None
 
 
-def source_topics(mirror: MirrorSettings, counts: Mapping[tuple[str, str], TopicCounts]) -> list[str]:
-    """The mirror's source topics among the sampled ones (its `topics` selection; copies on the same cluster left out)."""
-    pick = re.compile(mirror.topics)
-    out = []
-    for cluster, topic in sorted(counts):
-        if cluster != mirror.source or not pick.search(topic):
-            continue
-        if mirror.rename == "prefix" and mirror.source == mirror.target and topic.startswith(mirror.prefix):
-            continue
-        out.append(topic)
-    return out
-
-
 def _side(counts: TopicCounts, buckets: int) -> Side:
     return Side([counts.appended.get(i, 0) for i in range(buckets)], counts.start_level, counts.first_bucket)
 
@@ -124,7 +110,7 @@ def mirror_rows(
     series of `buckets` minutes from `series_start` (ms), the first `lookback` of them only read."""
     out: list[tuple[Any, ...]] = []
     for topic in source_topics(mirror, counts):
-        target_name = target_topic(mirror, topic)
+        target_name = mirror.target_topic(topic)
         tgt = counts.get((mirror.target, target_name))
         rows = trend_rows(
             _side(counts[(mirror.source, topic)], buckets),

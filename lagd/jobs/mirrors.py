@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import dataclasses
 import os
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,11 +75,6 @@ class TopicVerdict:
     topic: str
     target_topic: str
     judgement: MirrorJudgement
-
-
-def target_topic(mirror: MirrorSettings, topic: str) -> str:
-    """The name a source topic has on the target: the same, or with the MirrorMaker 2 prefix."""
-    return mirror.prefix + topic if mirror.rename == "prefix" else topic
 
 
 def appended_counts(
@@ -134,6 +128,11 @@ def appended_counts(
     return {key: TopicCounts(counts, base[key], min(counts)) for key, counts in appended.items()}
 
 
+def source_topics(mirror: MirrorSettings, counts: Mapping[tuple[str, str], TopicCounts]) -> list[str]:
+    """The mirror's source topics among the sampled ones, in name order."""
+    return [topic for cluster, topic in sorted(counts) if mirror.covers(cluster, topic)]
+
+
 def judge_mirrors(
     mirror: MirrorSettings, counts: Mapping[tuple[str, str], TopicCounts], buckets: int, history: int = 0
 ) -> list[TopicVerdict]:
@@ -141,17 +140,12 @@ def judge_mirrors(
 
     `counts` cover `history` buckets before the window and then the window's `buckets`.
     """
-    pick = re.compile(mirror.topics)
     bucket_seconds = mirror.window / buckets
     series = range(history + buckets)
     out = []
-    for cluster, topic in sorted(counts):
-        if cluster != mirror.source or not pick.search(topic):
-            continue
-        if mirror.rename == "prefix" and mirror.source == mirror.target and topic.startswith(mirror.prefix):
-            continue  # a copy on the same cluster, not a source topic
-        src = counts[(cluster, topic)]
-        target_name = target_topic(mirror, topic)
+    for topic in source_topics(mirror, counts):
+        src = counts[(mirror.source, topic)]
+        target_name = mirror.target_topic(topic)
         tgt = counts.get((mirror.target, target_name))
         source_series = [src.appended.get(i, 0) for i in series]
         target_series = None if tgt is None else [tgt.appended.get(i, 0) for i in series]
