@@ -211,6 +211,8 @@ async def test_a_killed_broker_is_named_by_the_probe_and_is_one_incident_member_
     broker_events = [e for e in events if member in e["groups"]]
     assert {e["id"] for e in broker_events} == {incident["id"]}, broker_events
     assert (broker_events[0]["event"], broker_events[-1]["event"]) == ("opened", "resolved"), broker_events
+    cause = f"broker {victim.node_id} of real not taking writes"  # resolved, the group counted, not the broker
+    assert broker_events[-1]["summary"].startswith(f"resolved: {cause}: 1 consumer group healthy again"), broker_events
     own_events = [e for e in events if own_group in e["groups"]]
     assert {e["id"] for e in own_events} == {own["id"]}, own_events
     assert (own_events[0]["event"], own_events[-1]["event"]) == ("opened", "resolved"), own_events
