@@ -499,6 +499,67 @@ async def consume_and_commit(
         await consumer.stop()
 
 
+async def consume_behind(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    stop: asyncio.Event,
+    traffic: Traffic,
+    behind_s: float,
+    every: float = 0.5,
+) -> None:
+    """A classic group member (aiokafka) that takes each record `behind_s` after it was written (a
+    delay queue) and commits its positions every `every` s until `stop`.
+
+    A record still too young is left on the broker: the member seeks back to it and pauses the
+    partition until it is due. So records always wait unfetched, about `behind_s` of them: a
+    partition whose leader dies keeps them out of reach, and its committed offset stops there
+    (a member that reads everything at once has nothing left waiting when the leader dies)."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=10000,
+        heartbeat_interval_ms=1000,
+        client_id=f"behind-{group}",
+    )
+    await consumer.start()
+    loop = asyncio.get_running_loop()
+    due: dict[TopicPartition, int] = {}  # a paused partition -> when its next record is due (ms)
+    try:
+        commit_at = loop.time()
+        while not stop.is_set():
+            now = int(time.time() * 1000)
+            for tp, at in list(due.items()):
+                if at <= now:
+                    del due[tp]
+                    if tp in consumer.assignment():  # a rebalance may have taken it (and its pause)
+                        consumer.resume(tp)
+            got = await consumer.getmany(timeout_ms=100)
+            now = int(time.time() * 1000)
+            for tp, records in got.items():
+                young = next((r for r in records if r.timestamp > now - behind_s * 1000), None)
+                if young is not None:
+                    consumer.seek(tp, young.offset)
+                    consumer.pause(tp)
+                    due[tp] = young.timestamp + int(behind_s * 1000)
+            if loop.time() < commit_at or not consumer.assignment():
+                continue
+            commit_at = loop.time() + every
+            try:
+                offsets = {tp: await consumer.position(tp) for tp in consumer.assignment()}
+                await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+            except KafkaError as exc:
+                traffic.failures.append(f"{group}: commit {exc!r}")
+                continue
+            at = int(time.time() * 1000)
+            traffic.commits += [Committed(group, tp.topic, tp.partition, o, at) for tp, o in offsets.items()]
+    finally:
+        await consumer.stop()
+
+
 def _num(v: str) -> int | None:
     return None if v == "-" else int(v)
 

@@ -633,7 +633,10 @@ def test_a_broker_incident_names_its_cause_when_one_group_joins_and_when_it_reso
     engine.apply(broker_down(T0 + 95_000, led=(), status=GroupStatus.OK))  # as offered: OK carries none
     resolved = [e for e in engine.tick(T0 + 95_000 + RULES.hold_time) if e.event == "resolved"]
     assert len(resolved) == 1 and resolved[0].reason == BROKER_REASON
-    assert resolved[0].summary.startswith("resolved: 2 consumer group(s) on cluster prod healthy again")
+    # the broker is not counted among the groups: one group was affected, and it says by what
+    assert resolved[0].summary == (
+        "resolved: broker 2 of prod not taking writes: 1 consumer group healthy again after 1m35s, peaked at ERR"
+    )
 
 
 def test_what_a_broker_led_round_trips_through_the_stored_state_and_is_bounded() -> None:

@@ -625,10 +625,11 @@ class IncidentEngine:
         reason = self._reason(inc)
         bad = inc.bad
         what = _members_noun(set(inc.kinds))
-        cause = inc.cause() if kind != "resolved" and (inc.kinds.get("group") or inc.kinds.get("mirror")) else ""
+        cause = inc.cause() if inc.kinds.get("group") or inc.kinds.get("mirror") else ""
         if cause:
             # one incident per cause: "broker 2 of prod not taking writes: 14 consumer groups and
-            # 1 mirrored topic affected"
+            # 1 mirrored topic affected"; resolved, the same words, not the broker counted among
+            # the groups ("2 consumer group(s)" for a broker and a group)
             affected = " and ".join(
                 f"{n} {noun}{'' if n == 1 else 's'}"
                 for n, noun in (
@@ -637,7 +638,15 @@ class IncidentEngine:
                 )
                 if n
             )
-            summary = f"{inc.severity}: {cause.split(': ', 1)[0]}: {affected} affected"
+            headline = cause.split(": ", 1)[0]
+            if kind == "resolved":
+                mins = ((resolved_at or at) - inc.opened_at) // 1000
+                summary = (
+                    f"resolved: {headline}: {affected} healthy again after {mins // 60}m{mins % 60:02d}s, "
+                    f"peaked at {inc.peak}"
+                )
+            else:
+                summary = f"{inc.severity}: {headline}: {affected} affected"
             if note:
                 summary = f"{note}: {summary}"
         elif what == "view(s) of lagd":
