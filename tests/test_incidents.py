@@ -608,8 +608,8 @@ def test_groups_bad_on_partitions_a_bad_broker_led_join_its_incident_and_unrelat
 
 def test_a_broker_keeps_the_partitions_it_led_when_it_went_bad_and_only_within_the_window() -> None:
     """After a kill leadership moves: a repeated verdict carrying the new (empty) leadership
-    does not take away what the broker led; a group going bad after the correlation window
-    opens its own incident."""
+    does not take away what the broker led; a group going bad on a partition it led joins its
+    incident within the cause window (longer than the correlation window), later opens its own."""
     engine = IncidentEngine(RULES)
     engine.apply(bad_on("g-before", T0 - 1_000, ("orders", 0)))  # bad before: not the broker's doing
     engine.apply(broker_down(T0))
@@ -617,7 +617,14 @@ def test_a_broker_keeps_the_partitions_it_led_when_it_went_bad_and_only_within_t
     engine.apply(broker_down(T0 + 5_000, led=()))  # same status, leadership moved away
     engine.apply(bad_on("g1", T0 + 60_000, ("orders", 0)))
     assert incident_of(engine, "g1") == incident_of(engine, "broker:prod/2")
-    late = T0 + 60_000 + RULES.correlation_window + 1
+    # a group that stopped with the broker is STOP only after its silence limit (up to 120 s and
+    # commit intervals): past the correlation window it still joins, within the cause window
+    slow = T0 + 60_000 + RULES.correlation_window + 1
+    engine.apply(bad_on("g-slow", slow, ("orders", 1)))
+    assert incident_of(engine, "g-slow") == incident_of(engine, "broker:prod/2")
+    engine.apply(bad_on("g-unrelated", slow + 1, ("audit", 0)))  # nothing the broker led: its own
+    assert incident_of(engine, "g-unrelated") != incident_of(engine, "broker:prod/2")
+    late = slow + RULES.cause_window + 1
     engine.apply(bad_on("g2", late, ("orders", 1)))
     assert incident_of(engine, "g2") != incident_of(engine, "broker:prod/2")
 

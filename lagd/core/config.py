@@ -230,6 +230,9 @@ class NotifySettings:
     client_id: str = "lagd"
     severity: Literal["WARN", "ERR"] = "WARN"
     correlation_window: float = 120.0
+    # A group bad on a partition a failing broker led joins the broker's incident this long after
+    # its last join (a group that stopped with the broker is STOP only after its silence limit).
+    cause_window: float = 300.0
     hold_time: float = 300.0
     update_interval: float = 30.0
     publish_interval: float = 1.0
@@ -673,7 +676,7 @@ def _validate(s: Settings) -> None:
     _readable_file("notify.tls-ca-file", s.notify.tls_ca_file, "PEM CA bundle")
     if not s.notify.topic_prefix or "#" in s.notify.topic_prefix or "+" in s.notify.topic_prefix:
         raise ConfigError("notify.topic-prefix", "expected a non-empty MQTT topic without wildcards")
-    for key in ("correlation_window", "hold_time", "update_interval", "publish_interval"):
+    for key in ("correlation_window", "cause_window", "hold_time", "update_interval", "publish_interval"):
         positive(f"notify.{_key(key)}", getattr(s.notify, key))
     if s.notify.status_page_url:
         _http_url("notify.status-page-url", s.notify.status_page_url)

@@ -10,7 +10,7 @@ Rules (times are ms, passed in by the caller):
   then one that shares an owner host, then the most recent; otherwise it opens a new one.
 - One incident per cause: a bad broker member carries the partitions it led when it went bad
   (`GroupChange.led`, frozen, at most MAX_LED). A group or mirror going bad with a bad partition
-  among them joins that broker's incident (within `correlation_window`), before any rule above;
+  among them joins that broker's incident (within `cause_window`), before any rule above;
   one without never joins such an incident, and such a broker joins only another broker's
   incident. Its reason is the probe's (kept while it is a member), its summary
   "<broker's headline>: N consumer groups and M mirrored topics affected".
@@ -152,6 +152,11 @@ class Rules:
     correlation_window: int = 120_000
     hold_time: int = 300_000
     update_interval: int = 30_000
+    # A group bad on a partition a bad broker led joins that broker's incident this long after its
+    # last join: longer than correlation_window, because a group that stopped with the broker is
+    # judged STOP only after its own silence limit (up to evaluator.pause-ceiling, 120 s, plus commit
+    # intervals), well after the groups that STALL at once.
+    cause_window: int = 300_000
 
     @classmethod
     def from_settings(cls, settings: Any) -> Rules:
@@ -161,6 +166,7 @@ class Rules:
             correlation_window=int(settings.correlation_window * 1000),
             hold_time=int(settings.hold_time * 1000),
             update_interval=int(settings.update_interval * 1000),
+            cause_window=int(settings.cause_window * 1000),
         )
 
 
@@ -559,12 +565,11 @@ class IncidentEngine:
     def _correlate(self, cl: _Cluster, at: int, member: _Member) -> tuple[_Incident | None, str]:
         """The open incident a newly bad group joins, and why (None: open a new one)."""
         fresh = [i for i in cl.open.values() if at - i.last_join <= self.rules.correlation_window]
-        if not fresh:
-            return None, ""
         if member.kind in ("group", "mirror"):
             # A broker's incident is the cause of a member bad on a partition that broker led, and
             # of no other: unrelated trouble in the same minutes goes by the rules below.
-            led = [(i, sorted({(t, p) for t, p, _, _ in member.partitions if (t, p) in i.led})) for i in fresh if i.led]
+            causes = [i for i in cl.open.values() if i.led and at - i.last_join <= self.rules.cause_window]
+            led = [(i, sorted({(t, p) for t, p, _, _ in member.partitions if (t, p) in i.led})) for i in causes]
             led = [(i, hit) for i, hit in led if hit]
             if led:
                 inc, hit = max(led, key=lambda h: (h[0].last_join, h[0].id))
