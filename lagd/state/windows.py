@@ -666,7 +666,8 @@ class State:
             return
         parts[ev.partition] = new
         cs.topic_seq[ev.topic] = self._next_seq()
-        self._dirty_log_end.add((ev.cluster, ev.topic, ev.partition))
+        if not ev.relayed:  # another worker samples the topic and writes its row
+            self._dirty_log_end.add((ev.cluster, ev.topic, ev.partition))
 
     def record_candidates(self, cluster: str, limit: int, budget: int = 50_000) -> list[tuple[str, int, int]]:
         """(topic, partition, committed offset) where a group's lag in seconds is only a bound:
