@@ -54,8 +54,12 @@ def test_a_bound_is_a_candidate_and_the_record_makes_it_exact() -> None:
     # between the record and the oldest sample: interpolated as between any two samples
     assert reached_in(le, 700) == (60_000 + (900_000 - 60_000) * 300 / 600, False)
     assert lag_seconds_from(le, 700, 300, False) == LOG_END_SAMPLES
-    # the store keeps it with the other samples, oldest first
-    assert s.drain_changes().log_end[(C, T, 0)] == ([400, 1000, 1000, 1000], [60_000, 900_000, 910_000, 920_000])
+    # the store keeps it with the other samples, oldest first, and the mark that it is a record's
+    assert s.drain_changes().log_end[(C, T, 0)] == (
+        [400, 1000, 1000, 1000],
+        [60_000, 900_000, 910_000, 920_000],
+        [400, 400, 60_000, 0],
+    )
 
 
 def test_a_worker_keeps_a_record_of_another_workers_topic_without_storing_it() -> None:
@@ -217,7 +221,7 @@ async def test_an_answer_lost_by_state_is_given_again_from_memory() -> None:
     stored = s.drain_changes().log_end[(C, T, 0)]
     assert stored is not None
     back = State(intervals=3)
-    back.restore_log_end((C, T, 0), *stored)
+    back.restore_log_end((C, T, 0), stored[0], stored[1])  # as stored by a lagd that kept no mark
     for i in range(3):
         back.apply(Commit(C, G, T, 0, 400, i, 100_000 + i, 100_005 + i))
     assert back.record_candidates(C, 50) == [(T, 0, 400)]
@@ -233,13 +237,44 @@ async def test_an_answer_lost_by_state_is_given_again_from_memory() -> None:
 
 
 @pytest.mark.parametrize("fine", [360, 2], ids=["all-fine", "some-coarse"])
-def test_after_a_restart_the_stored_record_is_marked_again(fine: int) -> None:
+def test_after_a_restart_the_stored_mark_makes_it_exact_at_once(fine: int) -> None:
+    s = restarted()
+    s.apply(RecordTimestamp(C, T, 0, 400, 400, 60_000, log_append_time=False))
+    stored = s.drain_changes().log_end[(C, T, 0)]
+    assert stored is not None and stored[2] == [400, 400, 60_000, 1]
+    again = State(intervals=3, lag_samples=fine)
+    again.restore_log_end((C, T, 0), *stored)
+    for i in range(3):
+        again.apply(Commit(C, G, T, 0, 400, i, 100_000 + i, 100_005 + i))
+    le = again.log_end_of(C, T, 0)
+    assert le is not None and reached_in(le, 400) == (60_000, False)
+    assert lag_seconds_from(le, 400, 600, False) == RECORD_TIMESTAMP and record_clock(le) == "CreateTime"
+    assert again.record_candidates(C, 50) == []  # nothing to read again
+    assert le.history() == (stored[0], stored[1])
+    assert le.stored() == stored
+
+
+def test_a_mark_whose_record_is_not_the_oldest_sample_is_ignored() -> None:
+    """A row written by a lagd that does not keep the mark (a worker of an earlier version) can
+    pair new samples with an old row's mark: it counts only where the oldest sample is its record."""
+    s = State(intervals=3)
+    s.restore_log_end((C, T, 0), [1000, 1000, 1000], [900_000, 910_000, 920_000], [400, 400, 60_000, 0])
+    le = s.log_end_of(C, T, 0)
+    assert le is not None and le.record_from == -1 and reached_in(le, 400) == (900_000, True)
+    assert le.history() == ([1000, 1000, 1000], [900_000, 910_000, 920_000])  # nothing inserted
+    s.restore_log_end((C, T, 0), [400, 1000, 1000], [60_000, 900_000, 910_000], [400, 400, 60_000])  # malformed
+    le = s.log_end_of(C, T, 0)
+    assert le is not None and le.record_from == -1
+
+
+@pytest.mark.parametrize("fine", [360, 2], ids=["all-fine", "some-coarse"])
+def test_after_a_restart_a_record_stored_without_its_mark_is_marked_again(fine: int) -> None:
     s = restarted()
     s.apply(RecordTimestamp(C, T, 0, 400, 400, 60_000))
     stored = s.drain_changes().log_end[(C, T, 0)]
     assert stored is not None
     again = State(intervals=3, lag_samples=fine)
-    again.restore_log_end((C, T, 0), *stored)
+    again.restore_log_end((C, T, 0), stored[0], stored[1])  # a row of a lagd that kept no mark
     for i in range(3):
         again.apply(Commit(C, G, T, 0, 400, i, 100_000 + i, 100_005 + i))
     le = again.log_end_of(C, T, 0)
@@ -249,7 +284,7 @@ def test_after_a_restart_the_stored_record_is_marked_again(fine: int) -> None:
     le = again.log_end_of(C, T, 0)
     assert le is not None and reached_in(le, 400) == (60_000, False)
     assert again.record_candidates(C, 50) == []
-    assert le.history() == tuple(stored)
+    assert le.history() == (stored[0], stored[1])
 
 
 def test_the_compiled_evaluator_answers_as_the_python_does() -> None:
