@@ -102,8 +102,8 @@ class RecordFetcher:
 
     def answered(self, candidates: Iterable[Candidate]) -> list[RecordTimestamp]:
         """The answers kept of candidates asked recently that are candidates again: State lost the
-        record (a worker given a group back restores the topic's samples from the store, which
-        keeps no mark of it) or refused it. Given again from memory, not read again: a record
+        record (a worker given a group back restores the topic's samples from the store, which has
+        no record its sampler did not read) or refused it. Given again from memory, not read again: a record
         and its timestamp do not change, and State takes it or refuses it again at no cost."""
         return [self._answered[c] for c in candidates if c in self._answered]
 
