@@ -399,7 +399,8 @@ def _start_workers(
     """A worker's readers (lagd.scale): the consumer group shares out each cluster's offsets
     partitions; the log-end sampler reads this worker's share of the topics (those whose name
     hashes to an offsets partition it owns, as a group's would), and the samples of the other
-    topics its groups consume come from the store, where their sampler keeps them."""
+    topics its groups consume come from the store, where their sampler keeps them. It reads the
+    first unconsumed records of its own groups (lagd.ingest.record_ts), on any topic."""
     scale = rt.settings.scale
     for name, cluster in rt.settings.clusters.items():
         # no start time: a worker's first answer is its share of the offsets partitions, which a
@@ -434,6 +435,8 @@ def _start_workers(
             share=assignment.owns,
             clock=rt.clock,
             leadership=rt.leadership,
+            # the partitions of this worker's own groups, whichever worker samples their topics
+            record_candidates=functools.partial(rt.state.record_candidates, name),
         )
         spawn(sampler, f"log-end-{name}")
         # every worker polls every share group: they are few, cheap to ask, and any worker answers

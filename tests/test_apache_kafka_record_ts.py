@@ -125,3 +125,51 @@ async def test_a_commit_on_a_transaction_marker_reads_the_next_record(
         after = time.time() * 1000
         assert p is not None and p["current_lag"] > 0 and not p["lag_seconds_estimated"], p
         assert (before - record_ts) / 1000 - 2 <= p["lag_seconds"] <= (after - record_ts) / 1000 + 2, (p, record_ts)
+
+
+async def test_after_a_restart_the_figure_is_the_records_from_the_first_answer(
+    apache_kafka: KafkaCluster, database_url: str, unique: str, settle: Settle
+) -> None:
+    """The record's sample is stored with the other samples, and the mark that it is a record's
+    (log_end.record, issue 53): after a restart on the same database the figure is exact from the
+    first answer. The restarted lagd reads no records (record-timestamp-fetches = 0), so the mark
+    can only come from the store; every answer must be the record's figure, now minus its
+    timestamp."""
+    b = apache_kafka.bootstrap
+    topic, group = f"recordts-rs-{unique}", f"recordts-rs-{unique}-g"
+    admin = AIOKafkaAdminClient(bootstrap_servers=b)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+    finally:
+        await admin.close()
+    await produce(b, topic, 20, 1)
+    await commit_classic(b, group, {TopicPartition(topic, 0): COMMITTED})
+    record_ts = next(ts for _, offset, _, _, ts in await topic_records(b, topic) if offset == COMMITTED)
+    await asyncio.sleep(max(0.0, record_ts / 1000 + IDLE_S - time.time()))  # idle time (see IDLE_S)
+    port = free_port()
+
+    async with lagd_running(settings_for(apache_kafka, database_url, port)) as lagd:
+
+        async def from_record() -> dict[str, Any] | None:
+            p = await partition(lagd, group, topic)
+            return p if p is not None and p["lag_seconds_from"] == "record_timestamp" else None
+
+        await settle(from_record, timeout=60, what=f"lag in seconds of {topic}/0 from the record")
+
+    seen: list[tuple[str, float, float, float]] = []  # from, seconds, and when asked (between)
+    reading_none = settings_for(apache_kafka, database_url, port, **{"record-timestamp-fetches": 0})
+    async with lagd_running(reading_none, ready=False) as lagd:
+
+        async def answered() -> bool:
+            before = time.time() * 1000
+            p = await partition(lagd, group, topic)
+            after = time.time() * 1000
+            if p is not None and p["current_lag"] == 20 - COMMITTED:
+                seen.append((p["lag_seconds_from"], p["lag_seconds"], before, after))
+            return len(seen) >= 10
+
+        await settle(answered, timeout=60, interval=0.05, what=f"ten answers about {topic}/0 after the restart")
+    assert [s[0] for s in seen] == ["record_timestamp"] * len(seen), seen
+    for _, seconds, before, after in seen:
+        assert (before - record_ts) / 1000 - 2 <= seconds <= (after - record_ts) / 1000 + 2, (seen, record_ts)

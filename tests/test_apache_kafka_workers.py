@@ -35,12 +35,24 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import TopicPartition
 
 from lagd.embedded.kafka import KafkaCluster
 from lagd.embedded.services import free_low_port, port_open
 from lagd.state.windows import offsets_partition
-from tests.kafka_groups import Traffic, consume_and_commit, create_topic, ensure_offsets_topic, produce_steadily
+from tests.kafka_groups import (
+    Traffic,
+    commit_classic,
+    consume_and_commit,
+    create_topic,
+    ensure_offsets_topic,
+    produce,
+    produce_steadily,
+    topic_records,
+)
 from tests.postgres import query
+from tests.test_apache_kafka_record_ts import COMMITTED, IDLE_S
 
 Settle = Callable[..., Awaitable[Any]]
 pytestmark = pytest.mark.slow
@@ -56,6 +68,7 @@ PARTITIONS = 2  # of the data topic
 # rather than 4: the clients here are real aiokafka consumers on a shared 2-core machine, and
 # a client of ours pausing longer than stop-after would be a true STOP (a test of our clients,
 # not of lagd's takeover). The stopped group still turns ERR within seconds.
+RECORDS = 20  # in the idle topic of the record-timestamp test (COMMITTED of them consumed)
 EVALUATOR = {"window-step": 0.0, "min-history": 3.0, "stop-after": 8.0, "allowed-lag-seconds": 2.0}
 
 
@@ -387,3 +400,118 @@ async def test_sigkilled_worker_groups_judged_again_without_a_change(
     published = outbox(database_url, unique, "groups")[len(statuses_before) :]
     assert [p for _, _, p in published if p.get("group") in groups and p["status"] != expected[p["group"]]] == []
     print(f"group status messages published after the kill: {len(published)} (each the status from before)")
+
+
+async def lagd_partition(session: aiohttp.ClientSession, port: int, group: str, topic: str) -> dict[str, Any] | None:
+    """Partition 0 of `topic` in `group`, as /lagd/v1 on `port` shows it (forwarded to the owner); None: not yet."""
+    try:
+        status, body, _ = await get(session, f"http://127.0.0.1:{port}/lagd/v1/consumer/real/{group}")
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+    if status != 200:
+        return None
+    return next((p for p in body["partitions"] if (p["topic"], p["partition"]) == (topic, 0)), None)
+
+
+async def test_workers_read_lag_in_seconds_from_the_first_unconsumed_record(
+    apache_kafka: KafkaCluster,
+    database_url: str,
+    unique: str,
+    settle: Settle,
+    supervisor: list[subprocess.Popen[bytes]],
+    mqtt_broker: tuple[str, int],
+    tmp_path: Path,
+) -> None:
+    """Issue 53 in workers mode: groups committed long ago on a topic whose producer went idle
+    before lagd started, one group in each offsets partition, so whichever way the partitions are
+    shared out, one worker judges groups of the topic it samples and the other groups of a topic
+    another worker samples (its samples relayed from Postgres). Every group's lag in seconds must
+    be read from the first unconsumed record (now minus its LogAppendTime timestamp), not a bound,
+    and the topic's stored samples begin with that record (its sampler wrote them)."""
+    b = apache_kafka.bootstrap
+    await ensure_offsets_topic(b)
+    topic = f"recordts-w-{unique}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=b)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+    finally:
+        await admin.close()
+    await produce(b, topic, RECORDS, 1)
+    groups = {
+        p: next(
+            f"rts{i}-{unique}" for i in range(10_000) if offsets_partition(f"rts{i}-{unique}", OFFSETS_PARTITIONS) == p
+        )
+        for p in range(OFFSETS_PARTITIONS)
+    }
+    for g in groups.values():
+        await commit_classic(b, g, {TopicPartition(topic, 0): COMMITTED})
+    record_ts = next(ts for _, offset, _, _, ts in await topic_records(b, topic) if offset == COMMITTED)
+    await asyncio.sleep(max(0.0, record_ts / 1000 + IDLE_S - time.time()))  # idle time (see IDLE_S)
+
+    port = free_low_port()
+    while port_open("127.0.0.1", port + 1):
+        port = free_low_port()
+    ports = [port, port + 1]
+    config = tmp_path / "lagd.toml"
+    config.write_text(config_text(apache_kafka, database_url, port, unique, mqtt_broker[1]))
+    sup = start_lagd(config, tmp_path / "lagd.log")
+    supervisor.append(sup)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+
+        async def shared() -> dict[int, set[str]] | None:
+            assert sup.poll() is None, f"lagd exited with {sup.returncode}: see {tmp_path / 'lagd.log'}"
+            owned = {p: await judged(session, p, set(groups.values())) for p in ports}
+            everyone = set().union(*owned.values())
+            return owned if all(owned.values()) and everyone == set(groups.values()) else None
+
+        owned = await settle(shared, timeout=120, interval=0.25, what="each worker judging some of the groups")
+        # the worker that owns the topic's offsets partition samples it; the other's groups get its samples relayed
+        sampler = next(p for p in ports if groups[offsets_partition(topic, OFFSETS_PARTITIONS)] in owned[p])
+        relayed = set().union(*(owned[p] for p in ports if p != sampler))
+        assert relayed, owned
+
+        last: list[Any] = []  # what the groups showed when last asked (named if the wait times out)
+
+        async def from_records() -> list[dict[str, Any]] | None:
+            found = [await lagd_partition(session, port, g, topic) for g in sorted(groups.values())]
+            last[:] = [
+                (g, p and {k: p[k] for k in ("current_lag", "lag_seconds_from")})
+                for g, p in zip(sorted(groups.values()), found, strict=True)
+            ]
+            ok = all(
+                p is not None
+                and p["current_lag"] == RECORDS - COMMITTED
+                and p["lag_seconds_from"] == "record_timestamp"
+                for p in found
+            )
+            return [p for p in found if p is not None] if ok else None
+
+        try:
+            await settle(from_records, timeout=60, interval=0.25, what=f"lag in seconds on {topic}/0 from the record")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last seen: {last} (owners {owned}, sampler port {sampler})") from None
+        before = time.time() * 1000
+        found = await from_records()
+        after = time.time() * 1000
+        assert found is not None
+        # (owners are asked again: a rebalance meanwhile would void the relayed/sampled split)
+        assert {p: await judged(session, p, set(groups.values())) for p in ports} == owned
+        for p in found:
+            assert not p["lag_seconds_estimated"] and p["record_timestamp_type"] == "LogAppendTime", p
+            assert (before - record_ts) / 1000 - 2 <= p["lag_seconds"] <= (after - record_ts) / 1000 + 2, (p, record_ts)
+
+        def stored() -> list[Any] | None:
+            rows = query(database_url, "SELECT offsets, ts FROM log_end WHERE cluster = 'real' AND topic = %s", topic)
+            return rows if rows and rows[0][0][:1] == [COMMITTED] else None
+
+        rows = await settle(
+            stored, timeout=30, interval=0.25, what=f"{topic}'s stored samples beginning with the record"
+        )
+        assert rows[0][1][0] == record_ts and rows[0][0][-1] == RECORDS, rows
+        print(
+            f"record-ts in workers: sampler port {sampler} judges {sorted(owned[sampler])}, relayed {sorted(relayed)}"
+        )
+
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(60) == 0, f"lagd's supervisor exited non-zero: see {tmp_path / 'lagd.log'}"

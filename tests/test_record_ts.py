@@ -16,7 +16,7 @@ from lagd.evaluate.lagtime import (
     reached_in,
     record_clock,
 )
-from lagd.ingest.record_ts import FUTURE_TOLERANCE_MS, LOG_APPEND_TIME, RecordFetcher, valid_records
+from lagd.ingest.record_ts import FUTURE_TOLERANCE_MS, LOG_APPEND_TIME, RecordFetcher, marked_for, valid_records
 from lagd.state.windows import COARSE_MAX, COARSE_STEP_MS, LogEnd, State
 from tests.compiled_code import printed_without_extensions
 
@@ -54,8 +54,29 @@ def test_a_bound_is_a_candidate_and_the_record_makes_it_exact() -> None:
     # between the record and the oldest sample: interpolated as between any two samples
     assert reached_in(le, 700) == (60_000 + (900_000 - 60_000) * 300 / 600, False)
     assert lag_seconds_from(le, 700, 300, False) == LOG_END_SAMPLES
-    # the store keeps it with the other samples, oldest first
-    assert s.drain_changes().log_end[(C, T, 0)] == ([400, 1000, 1000, 1000], [60_000, 900_000, 910_000, 920_000])
+    # the store keeps it with the other samples, oldest first, and the mark that it is a record's
+    assert s.drain_changes().log_end[(C, T, 0)] == (
+        [400, 1000, 1000, 1000],
+        [60_000, 900_000, 910_000, 920_000],
+        [400, 400, 60_000, 0],
+    )
+
+
+def test_a_worker_keeps_a_record_of_another_workers_topic_without_storing_it() -> None:
+    """Workers: the record of a topic another worker samples makes the figure exact here, but the
+    stored samples of that topic are its sampler's, so it is not written (it would overwrite them)."""
+    read = [RecordTimestamp(C, T, 0, 400, 400, 60_000), RecordTimestamp(C, "mine", 0, 7, 7, 50_000)]
+    assert marked_for(read, None) == read  # one process samples every topic
+    marked = marked_for(read, lambda topic: topic == "mine")
+    assert [(r.topic, r.relayed) for r in marked] == [(T, True), ("mine", False)]
+    s = restarted()
+    s.drain_changes()
+    s.apply(marked[0])
+    le = s.log_end_of(C, T, 0)
+    assert le is not None and reached_in(le, 400) == (60_000, False)
+    assert lag_seconds_from(le, 400, 600, False) == RECORD_TIMESTAMP
+    assert s.record_candidates(C, 50) == []
+    assert (C, T, 0) not in s.drain_changes().log_end
 
 
 @pytest.mark.parametrize("rules", [LAGD, BURROW], ids=["lagd", "burrow"])
@@ -184,14 +205,76 @@ def test_a_candidate_is_not_asked_again_soon() -> None:
     assert f.due([(T, 0, 5)], NOW + RETRY_AFTER_MS) == [(T, 0, 5)]
 
 
+async def test_an_answer_lost_by_state_is_given_again_from_memory() -> None:
+    """A worker that let a group go and is given it back restores the topic's samples from the
+    store (no mark of the record): the candidate comes back within RETRY_AFTER_MS, and the answer
+    read before is given again, without reading, so the figure is exact again at once."""
+    from lagd.core.config import ClusterSettings
+    from lagd.ingest.record_ts import RETRY_AFTER_MS
+
+    f = RecordFetcher(ClusterSettings(name="k", bootstrap_servers=["localhost:1"]), IngestCounters())
+    read = RecordTimestamp(C, T, 0, 400, 400, 60_000, ts=NOW)
+    f._asked[(T, 0, 400)] = f._asked[(T, 1, 9)] = NOW  # partition 1 had no record
+    f._answered[(T, 0, 400)] = read
+    s = restarted()
+    s.apply(read)
+    stored = s.drain_changes().log_end[(C, T, 0)]
+    assert stored is not None
+    back = State(intervals=3)
+    back.restore_log_end((C, T, 0), stored[0], stored[1])  # as stored by a lagd that kept no mark
+    for i in range(3):
+        back.apply(Commit(C, G, T, 0, 400, i, 100_000 + i, 100_005 + i))
+    assert back.record_candidates(C, 50) == [(T, 0, 400)]
+    again = await f.fetch([*back.record_candidates(C, 50), (T, 1, 9)], NOW + 1000)  # no consumer: none read
+    assert again == [read]
+    for r in again:
+        back.apply(r)
+    le = back.log_end_of(C, T, 0)
+    assert le is not None and reached_in(le, 400) == (60_000, False)
+    assert back.record_candidates(C, 50) == []
+    f.due([], NOW + RETRY_AFTER_MS)
+    assert f.answered([(T, 0, 400)]) == []  # forgotten with the ask
+
+
 @pytest.mark.parametrize("fine", [360, 2], ids=["all-fine", "some-coarse"])
-def test_after_a_restart_the_stored_record_is_marked_again(fine: int) -> None:
+def test_after_a_restart_the_stored_mark_makes_it_exact_at_once(fine: int) -> None:
+    s = restarted()
+    s.apply(RecordTimestamp(C, T, 0, 400, 400, 60_000, log_append_time=False))
+    stored = s.drain_changes().log_end[(C, T, 0)]
+    assert stored is not None and stored[2] == [400, 400, 60_000, 1]
+    again = State(intervals=3, lag_samples=fine)
+    again.restore_log_end((C, T, 0), *stored)
+    for i in range(3):
+        again.apply(Commit(C, G, T, 0, 400, i, 100_000 + i, 100_005 + i))
+    le = again.log_end_of(C, T, 0)
+    assert le is not None and reached_in(le, 400) == (60_000, False)
+    assert lag_seconds_from(le, 400, 600, False) == RECORD_TIMESTAMP and record_clock(le) == "CreateTime"
+    assert again.record_candidates(C, 50) == []  # nothing to read again
+    assert le.history() == (stored[0], stored[1])
+    assert le.stored() == stored
+
+
+def test_a_mark_whose_record_is_not_the_oldest_sample_is_ignored() -> None:
+    """A row written by a lagd that does not keep the mark (a worker of an earlier version) can
+    pair new samples with an old row's mark: it counts only where the oldest sample is its record."""
+    s = State(intervals=3)
+    s.restore_log_end((C, T, 0), [1000, 1000, 1000], [900_000, 910_000, 920_000], [400, 400, 60_000, 0])
+    le = s.log_end_of(C, T, 0)
+    assert le is not None and le.record_from == -1 and reached_in(le, 400) == (900_000, True)
+    assert le.history() == ([1000, 1000, 1000], [900_000, 910_000, 920_000])  # nothing inserted
+    s.restore_log_end((C, T, 0), [400, 1000, 1000], [60_000, 900_000, 910_000], [400, 400, 60_000])  # malformed
+    le = s.log_end_of(C, T, 0)
+    assert le is not None and le.record_from == -1
+
+
+@pytest.mark.parametrize("fine", [360, 2], ids=["all-fine", "some-coarse"])
+def test_after_a_restart_a_record_stored_without_its_mark_is_marked_again(fine: int) -> None:
     s = restarted()
     s.apply(RecordTimestamp(C, T, 0, 400, 400, 60_000))
     stored = s.drain_changes().log_end[(C, T, 0)]
     assert stored is not None
     again = State(intervals=3, lag_samples=fine)
-    again.restore_log_end((C, T, 0), *stored)
+    again.restore_log_end((C, T, 0), stored[0], stored[1])  # a row of a lagd that kept no mark
     for i in range(3):
         again.apply(Commit(C, G, T, 0, 400, i, 100_000 + i, 100_005 + i))
     le = again.log_end_of(C, T, 0)
@@ -201,7 +284,7 @@ def test_after_a_restart_the_stored_record_is_marked_again(fine: int) -> None:
     le = again.log_end_of(C, T, 0)
     assert le is not None and reached_in(le, 400) == (60_000, False)
     assert again.record_candidates(C, 50) == []
-    assert le.history() == tuple(stored)
+    assert le.history() == (stored[0], stored[1])
 
 
 def test_the_compiled_evaluator_answers_as_the_python_does() -> None:

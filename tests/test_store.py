@@ -17,6 +17,7 @@ from lagd.core.model import (
     OffsetDeleted,
     PartitionOwner,
     ReaderPosition,
+    RecordTimestamp,
     TopicDeleted,
     WindowEntry,
 )
@@ -58,7 +59,7 @@ def hand_changes() -> Changes:
         "Stable",
     )
     ch.tombstones[("c1", "old")] = 42
-    ch.log_end[("c1", "t", 0)] = ([100, 115], [NOV22 - 3000, NOV22 - 1000])
+    ch.log_end[("c1", "t", 0)] = ([100, 115], [NOV22 - 3000, NOV22 - 1000], None)
     ch.positions[("c1", 0)] = 1234
     ch.positions[("c1", 7)] = 99
     ch.positions[("c2", 0)] = 5
@@ -99,6 +100,24 @@ async def test_write_then_restore_every_kind(store: Store, database_url: str) ->
     assert query(database_url, "SELECT ts FROM log_end_history_20261122") == [(NOV22 + 1000,)]
     assert query(database_url, "SELECT ts, status FROM status_history") == [(NOV22, "WARN")]
     assert query(database_url, "SELECT state FROM group_members") == [("Stable",)]
+
+
+async def test_the_mark_of_a_record_read_is_stored_and_restored(store: Store, database_url: str) -> None:
+    """Lag in seconds read from a record (lagd.ingest.record_ts) is exact after a restart at once."""
+    s = State(intervals=3)
+    for i in range(3):
+        s.apply(LogEndSample("c1", "t", 0, 1000, NOV22 + 10_000 * i))
+    s.apply(RecordTimestamp("c1", "t", 0, 400, 401, NOV22 - 60_000))
+    await store.write(s.drain_changes())
+    assert query(database_url, "SELECT record FROM log_end") == [([400, 401, NOV22 - 60_000, 0],)]
+    state = State(intervals=3)
+    await store.restore(state)
+    le = state.log_end_of("c1", "t", 0)
+    assert le is not None and (le.record_from, le.coarse_offsets.tolist()) == (400, [401])
+    worker = State(intervals=3)  # a worker given groups of the topic restores its samples alone
+    assert await store.restore_log_ends(worker, "c1", ["t"]) == 1
+    le = worker.log_end_of("c1", "t", 0)
+    assert le is not None and le.record_from == 400
 
 
 async def test_rewrite_is_idempotent_and_none_deletes(store: Store, database_url: str) -> None:

@@ -261,7 +261,7 @@ def test_log_end_samples_keep_newest_and_ignore_stale() -> None:
     assert s.topics(C) == [T]
     ch = s.drain_changes()
     # the store keeps the coarse tier too: the sample that left the fine one (10 at 1) stays there
-    assert ch.log_end[(C, T, 0)] == ([10, 20, 30, 40], [1, 2, 3, 4])
+    assert ch.log_end[(C, T, 0)] == ([10, 20, 30, 40], [1, 2, 3, 4], None)
     assert ch.log_end_history == [
         (1, C, T, 0, 10),
         (2, C, T, 0, 20),
@@ -508,8 +508,8 @@ def test_log_end_samples_are_drained_in_slices_after_the_windows() -> None:
     assert drain.step(len(drain)) and len(drain) == 0
     got = drain.changes.log_end
     assert len(got) == 1_000
-    assert sum(1 for offsets, _ in got.values() if offsets == [10]) == 11  # copied before the new samples
-    assert sum(1 for offsets, _ in got.values() if offsets == [10, 20]) == 989
+    assert sum(1 for offsets, _, _ in got.values() if offsets == [10]) == 11  # copied before the new samples
+    assert sum(1 for offsets, _, _ in got.values() if offsets == [10, 20]) == 989
     assert len(s.drain_changes().log_end) == 1_000  # each changed again: drained again
 
 

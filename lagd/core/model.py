@@ -145,7 +145,9 @@ class RecordTimestamp:
     markers left a gap). The log end passed `offset` at `record_ts`, an observation older than
     the kept log-end samples, so lag in seconds is exact from `committed` to `offset`.
     `log_append_time`: the broker stamped it (False: the producer's clock, CreateTime).
-    `ts`: when lagd read it (ms; what a replay orders it by)."""
+    `ts`: when lagd read it (ms; what a replay orders it by).
+    `relayed`: read by a worker whose groups consume the topic but which does not sample it
+    (lagd.scale): kept for evaluation, not stored (the row in `log_end` is its sampler's)."""
 
     cluster: str
     topic: str
@@ -155,6 +157,7 @@ class RecordTimestamp:
     record_ts: int
     log_append_time: bool = True
     ts: int = 0
+    relayed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,6 +158,8 @@ log_end = Table(
     Column("partition", Integer, primary_key=True),
     Column("offsets", ARRAY(BigInteger), nullable=False),
     Column("ts", ARRAY(BigInteger), nullable=False),
+    # the oldest sample is a record's (lagd.ingest.record_ts): [committed, offset, ts, create time 0/1]
+    Column("record", ARRAY(BigInteger), nullable=True),
 )
 
 # Where the offsets-topic reader resumes: next offset to read per offsets partition.

@@ -29,7 +29,7 @@ from aiokafka.structs import TopicPartition
 from lagd.core.config import ClusterSettings
 from lagd.core.model import Event, IngestCounters, LogEndSample, LogStartSample, TopicDeleted, TopicPolicy
 from lagd.ingest.kafka_client import close_quietly, reconnecting, start_client
-from lagd.ingest.record_ts import Candidate, RecordFetcher
+from lagd.ingest.record_ts import Candidate, RecordFetcher, marked_for
 from lagd.runtime import logs
 from lagd.runtime.backoff import LOG_EVERY_S, describe_error
 from lagd.runtime.clock import Clock, wall_ms
@@ -217,7 +217,8 @@ async def sample_log_ends(
     each metadata refresh's leaders (what the probe's broker incidents need).
     `record_candidates(limit)` (State.record_candidates) names the partitions whose lag in
     seconds is only a bound; after each round the first unconsumed record of at most
-    `record-timestamp-fetches` of them is read (lagd.ingest.record_ts).
+    `record-timestamp-fetches` of them is read (lagd.ingest.record_ts); with `share`, those
+    of topics outside it are relayed (kept, not stored).
     """
     put: Emit = emit.put if isinstance(emit, asyncio.Queue) else emit
     sampled: set[str] = set(known)
@@ -341,7 +342,7 @@ async def _session(
             if fetcher is not None and record_candidates is not None:
                 found = await fetcher.fetch(record_candidates(fetches), clock())
                 if found:
-                    await put(list(found))
+                    await put(list(marked_for(found, share)))
             await _wait_next_round(
                 loop, started, cluster, stop, functools.partial(_new_topic, topics_wanted, set(wanted), deny)
             )

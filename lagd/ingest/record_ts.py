@@ -8,6 +8,10 @@ appended at its timestamp: the log end passed it then. The log-end sampler asks 
 emits RecordTimestamp events, which State keeps as the partition's oldest log-end sample
 (LogEnd.from_record), so every reader of lag in seconds gets the exact figure.
 
+With workers (lagd.scale) each worker reads the records of its own groups' candidates, also
+on topics another worker samples; those records are kept for evaluation but not stored
+(`marked_for`), so the stored samples of a topic stay its sampler's.
+
 `valid_records` is pure; `fetch_record_timestamps` is the thin async adapter (its own
 consumer without a group, one record per partition, bounded by a deadline). A failure is
 counted and logged, never raised: the sampler goes on.
@@ -16,7 +20,8 @@ counted and logged, never raised: the sampler goes on.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka.structs import TopicPartition
@@ -67,6 +72,15 @@ def valid_records(
     return out
 
 
+def marked_for(records: list[RecordTimestamp], samples: Callable[[str], bool] | None) -> list[RecordTimestamp]:
+    """`records` with those of topics this process does not sample marked relayed (a worker
+    reads records for its own groups, but the stored samples of another worker's topic are
+    that worker's to write); `samples` None: one process samples every topic."""
+    if samples is None:
+        return records
+    return [r if samples(r.topic) else dataclasses.replace(r, relayed=True) for r in records]
+
+
 class RecordFetcher:
     """Reads the first record at given offsets, one per partition, with its own consumer
     (started on first use, closed by `close`)."""
@@ -77,18 +91,29 @@ class RecordFetcher:
         self.deadline_s = deadline_s
         self._consumer: Any = None
         self._asked: dict[tuple[str, int, int], int] = {}  # candidate -> when asked (ms)
+        self._answered: dict[Candidate, RecordTimestamp] = {}  # the valid answers of those asked
 
     def due(self, candidates: Iterable[Candidate], now_ms: int) -> list[Candidate]:
         """The candidates not asked within RETRY_AFTER_MS (an answer State refused, or no record,
         is not asked again every round)."""
         self._asked = {k: at for k, at in self._asked.items() if now_ms - at < RETRY_AFTER_MS}
+        self._answered = {k: r for k, r in self._answered.items() if k in self._asked}
         return [c for c in candidates if c not in self._asked]
 
+    def answered(self, candidates: Iterable[Candidate]) -> list[RecordTimestamp]:
+        """The answers kept of candidates asked recently that are candidates again: State lost the
+        record (a worker given a group back restores the topic's samples from the store, which has
+        no record its sampler did not read) or refused it. Given again from memory, not read again: a record
+        and its timestamp do not change, and State takes it or refuses it again at no cost."""
+        return [self._answered[c] for c in candidates if c in self._answered]
+
     async def fetch(self, candidates: list[Candidate], now_ms: int) -> list[RecordTimestamp]:
-        """RecordTimestamp events for the candidates; [] after any failure (counted, logged)."""
+        """RecordTimestamp events for the candidates (answers kept from earlier rounds first);
+        none read after any failure (counted, logged)."""
         wanted = self.due(candidates, now_ms)
+        again = self.answered(candidates)
         if not wanted:
-            return []
+            return again
         for c in wanted:
             self._asked[c] = now_ms
         try:
@@ -103,8 +128,10 @@ class RecordFetcher:
                 error=repr(exc),
             )
             await self.close()
-            return []
-        return valid_records(self.cluster.name, wanted, answers, now_ms, self.counters)
+            return again
+        found = valid_records(self.cluster.name, wanted, answers, now_ms, self.counters)
+        self._answered.update(((r.topic, r.partition, r.committed), r) for r in found)
+        return again + found
 
     async def _first_records(self, wanted: list[Candidate]) -> dict[tuple[str, int], tuple[int, int, int]]:
         if self._consumer is None:

@@ -36,8 +36,9 @@ class Changes:
     pauses: dict[GroupKey, tuple[int, ...] | None] = field(default_factory=dict)
     # Group tombstones seen: group -> order of the tombstone.
     tombstones: dict[GroupKey, int] = field(default_factory=dict)
-    # Kept log-end samples per changed partition (offsets, ts), oldest first; None = topic deleted.
-    log_end: dict[PartitionKey, tuple[list[int], list[int]] | None] = field(default_factory=dict)
+    # Kept log-end samples per changed partition (offsets, ts), oldest first, and the mark that the
+    # oldest is a record's (LogEnd.stored); None = topic deleted.
+    log_end: dict[PartitionKey, tuple[list[int], list[int], list[int] | None] | None] = field(default_factory=dict)
     # Offsets-topic reader positions: (cluster, offsets partition) -> next offset to read.
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     commit_history: CommitRows = field(default_factory=CommitRows)  # columns: ~70 B a row (lagd.state.history)

@@ -81,7 +81,7 @@ _KEYED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "group_tombstones": (("cluster", "group_name", "tombstone_order", "group_hash"), ("cluster", "group_name")),
     "group_pauses": (("cluster", "group_name", "history", "group_hash"), ("cluster", "group_name")),
-    "log_end": (("cluster", "topic", "partition", "offsets", "ts"), ("cluster", "topic", "partition")),
+    "log_end": (("cluster", "topic", "partition", "offsets", "ts", "record"), ("cluster", "topic", "partition")),
     "reader_positions": (("cluster", "partition", "next_offset"), ("cluster", "partition")),
 }
 _KEY_TYPES = {"cluster": "text", "group_name": "text", "topic": "text", "partition": "int"}
@@ -367,7 +367,7 @@ class Store:
         tombstones = [(c, g, o, hashed(g)) for (c, g), o in ch.tombstones.items()]
         pauses = [(c, g, list(h), hashed(g)) for (c, g), h in ch.pauses.items() if h is not None]
         gone_pauses = [k for k, h in ch.pauses.items() if h is None]
-        log_end = ((*k, v[0], v[1]) for k, v in ch.log_end.items() if v is not None)
+        log_end = ((*k, v[0], v[1], v[2]) for k, v in ch.log_end.items() if v is not None)
         gone_log_end = [k for k, v in ch.log_end.items() if v is None]
         positions = [(c, p, o) for (c, p), o in ch.positions.items()]
         gone_windows: list[WindowKey] = []
@@ -614,9 +614,9 @@ class Store:
                 await self._restore_log(apg, state)
             if log_end:
                 async for r in apg.cursor(
-                    "SELECT cluster, topic, partition, offsets, ts FROM log_end", prefetch=FETCH_CHUNK
+                    "SELECT cluster, topic, partition, offsets, ts, record FROM log_end", prefetch=FETCH_CHUNK
                 ):
-                    state.restore_log_end((r[0], r[1], r[2]), list(r[3]), list(r[4]))
+                    state.restore_log_end((r[0], r[1], r[2]), list(r[3]), list(r[4]), r[5])
             rows = await apg.fetch("SELECT cluster, partition, next_offset FROM reader_positions")
         return {(r[0], r[1]): r[2] for r in rows}
 
@@ -655,11 +655,11 @@ class Store:
         n = 0
         async with self._raw() as apg:
             for r in await apg.fetch(
-                "SELECT topic, partition, offsets, ts FROM log_end WHERE cluster = $1 AND topic = ANY($2::text[])",
+                "SELECT topic, partition, offsets, ts, record FROM log_end WHERE cluster = $1 AND topic = ANY($2::text[])",
                 cluster,
                 sorted(topics),
             ):
-                state.restore_log_end((cluster, r[0], r[1]), list(r[2]), list(r[3]))
+                state.restore_log_end((cluster, r[0], r[1]), list(r[2]), list(r[3]), r[4])
                 n += 1
         return n
 

@@ -18,7 +18,7 @@ import itertools
 import sys
 from array import array
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +148,26 @@ class LogEnd:
     def history(self) -> tuple[list[int], list[int]]:
         """Every kept sample (coarse then fine), oldest first: what the store keeps."""
         return (self.coarse_offsets.tolist() + self.offsets.tolist(), self.coarse_ts.tolist() + self.ts.tolist())
+
+    def stored(self) -> tuple[list[int], list[int], list[int] | None]:
+        """What the store keeps: every sample (`history`) and, where the oldest is a record's
+        (from_record), the mark [committed, offset, ts, create time 0/1], so that a restart need
+        not read the record again to know the figure is exact (`mark_restored`)."""
+        offsets, ts = self.history()
+        if self.record_from < 0 or not self.coarse_offsets:
+            return offsets, ts, None
+        mark = [self.record_from, self.coarse_offsets[0], self.coarse_ts[0], int(self.record_create_time)]
+        return offsets, ts, mark
+
+    def mark_restored(self, mark: Sequence[int] | None) -> bool:
+        """Mark the oldest sample as the record `mark` names (LogEnd.stored), only where it is that
+        record's (same offset and time): a row written by a lagd that does not keep the mark can
+        hold samples with an older row's mark."""
+        if mark is None or len(mark) != 4 or not self.offsets or self.run_start != 0:
+            return False
+        committed, offset, ts, create_time = mark
+        oldest = (self.coarse_offsets[0], self.coarse_ts[0]) if self.coarse_ts else (self.offsets[0], self.ts[0])
+        return (offset, ts) == oldest and self.from_record(committed, offset, ts, bool(create_time))
 
 
 @dataclass(slots=True)
@@ -666,7 +686,8 @@ class State:
             return
         parts[ev.partition] = new
         cs.topic_seq[ev.topic] = self._next_seq()
-        self._dirty_log_end.add((ev.cluster, ev.topic, ev.partition))
+        if not ev.relayed:  # another worker samples the topic and writes its row
+            self._dirty_log_end.add((ev.cluster, ev.topic, ev.partition))
 
     def record_candidates(self, cluster: str, limit: int, budget: int = 50_000) -> list[tuple[str, int, int]]:
         """(topic, partition, committed offset) where a group's lag in seconds is only a bound:
@@ -942,7 +963,10 @@ class State:
         cs = self._cluster(cluster)
         cs.tombstones[group] = max(order, cs.tombstones.get(group, order))
 
-    def restore_log_end(self, key: PartitionKey, offsets: list[int], ts: list[int]) -> None:
+    def restore_log_end(
+        self, key: PartitionKey, offsets: list[int], ts: list[int], mark: Sequence[int] | None = None
+    ) -> None:
+        """A partition's stored samples, oldest first, and its record mark (LogEnd.stored)."""
         cluster, topic, partition = key
         if len(offsets) != len(ts):
             raise ValueError(
@@ -962,6 +986,7 @@ class State:
                     start = i
             for t, o in older[start:]:
                 le.retire(o, t)
+        le.mark_restored(mark)
         cs = self._cluster(cluster)
         cs.log_end.setdefault(topic, {})[partition] = le
         if le.ts and (cs.newest_sample is None or le.ts[-1] > cs.newest_sample):
@@ -1207,4 +1232,4 @@ class Drain:
         for _ in range(min(n, len(pkeys))):
             pkey = pkeys.pop()
             le = log_end_of(*pkey)
-            log_end[pkey] = None if le is None else le.history()
+            log_end[pkey] = None if le is None else le.stored()
