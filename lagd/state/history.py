@@ -14,6 +14,7 @@ build history by hand keep working.
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -24,7 +25,11 @@ from lagd.runtime import compiled
 # Takes a list of str out of the collector's sight, compiled where built (_apply.c untrack_names):
 # the name columns hold hundreds of thousands of references while rows wait for Postgres, and
 # every full collection walked them.
-_apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
+_apply = (
+    compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
+    if os.environ.get("LAGD_APPLY", "cython") != "python"  # issue 52's spike: lagd.state.windows.APPLY_CODE
+    else None
+)
 _untrack_names: Callable[[list[str]], None] | None = getattr(_apply, "untrack_names", None)
 
 # (ts, cluster, group, topic, partition, offset, lag, observed)

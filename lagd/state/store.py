@@ -15,6 +15,7 @@ import functools
 import hashlib
 import itertools
 import json
+import os
 import re
 import time
 from array import array
@@ -40,7 +41,11 @@ log = logs.get(__name__)
 # None where the Python builds them for asyncpg's encoder (lagd.runtime.compiled). In bench_http at 1M
 # group-partitions the persister was 12.6% of the loop (py-spy), asyncpg encoding those rows 44%
 # of it and building them in Python 25%.
-_apply_c = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
+_apply_c = (
+    compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
+    if os.environ.get("LAGD_APPLY", "cython") != "python"  # issue 52's spike: lagd.state.windows.APPLY_CODE
+    else None
+)
 _copy_windows: Callable[..., tuple[bytes, int, int, bool] | None] | None = (
     _apply_c.copy_windows if _apply_c is not None else None
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import sys
 from array import array
 from collections import deque
@@ -55,8 +56,11 @@ LAST = -FIELDS  # the newest entry's base index
 PREV = -2 * FIELDS  # the second newest entry's
 
 # The usual commit applied compiled (State.apply_many), or None where the Python applies it: not
-# built (lagd.runtime.compiled), or built for another layout than the one above.
-_apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
+# built (lagd.runtime.compiled), or built for another layout than the one above. Issue 52's spike
+# (branch applycy): LAGD_APPLY chooses which compiled code: "cython" (the default) lagd.state.apply
+# compiled by Cython, "c" the hand C (_apply.c), "python" neither (State._commit, Drain.step's loop).
+APPLY_CODE = os.environ.get("LAGD_APPLY", "cython")
+_apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c")) if APPLY_CODE == "c" else None
 _apply_commits: Callable[..., int] | None = (
     _apply.apply_commits if _apply is not None and _apply.LAYOUT == (FIELDS, OFFSET, ORDER, TS, OBSERVED, LAG) else None
 )
@@ -1208,3 +1212,42 @@ class Drain:
             pkey = pkeys.pop()
             le = log_end_of(*pkey)
             log_end[pkey] = None if le is None else le.history()
+
+
+def _typed_apply_commits(
+    state: State,
+    clusters: dict[str, _Cluster],
+    events: list[Event],
+    start: int,
+    commit: type,
+    intervals: int,
+    min_distance_ms: int,
+    window_step_ms: int,
+    record_history: bool,
+) -> int:
+    """lagd.state.apply.apply_commits compiled, called as _apply.c's apply_commits is: State hands
+    it its change counter, dirty windows and history rows, and takes the counter back."""
+    assert _typed is not None
+    history = state._changes.commit_history if record_history else None
+    pauses = state.pause_settings
+    stop: int
+    stop, state._seq = _typed.apply_commits(
+        clusters, events, start, commit, intervals, min_distance_ms, window_step_ms, pauses,
+        state._seq, state._dirty_windows, history,
+    )  # fmt: skip
+    return stop
+
+
+def _compiled_typed_apply() -> Any:
+    """lagd.state.apply compiled where built and chosen (APPLY_CODE), else None."""
+    if APPLY_CODE != "cython":
+        return None
+    from lagd.state import apply
+
+    built = compiled.pick(apply)
+    return built if built is not apply else None
+
+
+_typed = _compiled_typed_apply()
+if _typed is not None:
+    _apply_commits, _drain_windows = _typed_apply_commits, _typed.drain_windows
