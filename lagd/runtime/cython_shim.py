@@ -31,6 +31,7 @@ ulonglong = builtins.int
 p_char = Any
 p_longlong = Any
 p_ulonglong = Any
+NULL: Any = None  # a C null pointer, used compiled only
 
 
 def declare(kind: object, value: Any = None) -> Any:

@@ -34,6 +34,7 @@ else:
 
 if cython.compiled:
     from cython.cimports.cpython import array as carray  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize  # type: ignore[import-untyped, import-not-found, unused-ignore]
     from cython.cimports.cpython.long import PyLong_AsLongLongAndOverflow  # type: ignore[import-untyped, import-not-found, unused-ignore]
     from cython.cimports.libc.string import memmove  # type: ignore[import-untyped, import-not-found, unused-ignore]
 else:
@@ -51,6 +52,10 @@ _LAG = cython.declare(cython.Py_ssize_t, LAG)
 _NO_LAG = cython.declare(cython.longlong, -(2**63))
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1
 _MIN_I, _MAX_I = -(2**31), 2**31 - 1
+# _bswap64's masks as C constants (a literal beside a C integer would be a Python int)
+_LOW32 = cython.declare(cython.ulonglong, 0x00000000FFFFFFFF)
+_LOW16 = cython.declare(cython.ulonglong, 0x0000FFFF0000FFFF)
+_LOW8 = cython.declare(cython.ulonglong, 0x00FF00FF00FF00FF)
 _SWAP = cython.declare(cython.bint, sys.byteorder == "little")  # the store keeps int64s big-endian
 
 
@@ -93,6 +98,18 @@ def _less_apart(newer: cython.longlong, older: cython.longlong, limit: cython.lo
         return True
     below: cython.bint = d > cython.cast(cython.ulonglong, 0) - cython.cast(cython.ulonglong, limit)
     return below
+
+
+@cython.cfunc
+@cython.inline
+def _is_q(value: object) -> cython.bint:
+    """Is `value` an array of int64 ('q'), the kind State keeps windows and log-end offsets in?"""
+    if type(value) is not array:
+        return False
+    if cython.compiled:
+        is_q: cython.bint = cython.cast(carray.array, value).ob_descr.typecode == 113  # 'q', without a str
+        return is_q
+    return value.typecode == "q"  # type: ignore[attr-defined, no-any-return]
 
 
 @cython.cfunc
@@ -190,7 +207,7 @@ def _newest_log_end(log_end: dict[str, Any], topic: str, partition: object) -> t
     if le is None:
         return 0, 0
     offsets = le.offsets
-    if type(offsets) is not array or offsets.typecode != "q":
+    if not _is_q(offsets):
         return -1, 0
     o: carray.array = offsets
     n: cython.Py_ssize_t = len(o)
@@ -247,7 +264,7 @@ def _apply_one(s: _Apply, clusters: dict[str, Any], ev: tuple[Any, ...]) -> cyth
     if type(parts) is not dict:
         return False  # a new topic of the group
     arr_obj = parts.get(partition)
-    if type(arr_obj) is not array or arr_obj.typecode != "q":
+    if not _is_q(arr_obj):
         return False  # a new partition
     arr: carray.array = arr_obj
     size: cython.Py_ssize_t = len(arr)
@@ -423,7 +440,12 @@ def apply_commits(
     return i, s.seq
 
 
-def drain_windows(clusters: dict[str, Any], keys: list[Any], out: dict[Any, bytes | None], n: int) -> int:
+def drain_windows(
+    clusters: dict,  # type: ignore[type-arg]  # unparameterised: Cython checks exact types
+    keys: list,  # type: ignore[type-arg]
+    out: dict,  # type: ignore[type-arg]
+    n: cython.Py_ssize_t,
+) -> int:
     """Drain.step's copy of up to `n` changed windows: pops keys (cluster, group, topic, partition)
     off the end of `keys` and sets out[key] to the window as window_bytes makes it (its int64s
     big-endian) or None where the state holds none. Stops early, the key left in place, at one it
@@ -449,7 +471,7 @@ def drain_windows(clusters: dict[str, Any], keys: list[Any], out: dict[Any, byte
                     break
                 arr = parts.get(key[3]) if parts else None
                 if arr is not None:
-                    if type(arr) is not array or arr.typecode != "q":
+                    if not _is_q(arr):
                         break
                     data = _big_endian(arr)
         out[key] = data  # type: ignore[assignment]
@@ -463,7 +485,7 @@ def _big_endian(arr: carray.array) -> bytes:
     """The window's int64s big-endian (windows.window_bytes)."""
     if cython.compiled:
         size: cython.Py_ssize_t = len(arr)
-        data: bytes = bytes(8 * size)  # filled below: a new object no one else holds
+        data: bytes = PyBytes_FromStringAndSize(cython.NULL, 8 * size)  # filled below: no one else holds it
         chars: cython.p_char = data
         to: cython.p_ulonglong = cython.cast(cython.p_ulonglong, chars)
         src: cython.p_ulonglong = arr.data.as_ulonglongs
@@ -486,6 +508,7 @@ def _big_endian(arr: carray.array) -> bytes:
 @cython.exceptval(check=False)
 def _bswap64(v: cython.ulonglong) -> cython.ulonglong:
     """`v` byte-swapped (x86-64 and arm64 are little-endian; GCC and Clang make it one instruction)."""
-    v = ((v & 0x00000000FFFFFFFF) << 32) | ((v >> 32) & 0x00000000FFFFFFFF)
-    v = ((v & 0x0000FFFF0000FFFF) << 16) | ((v >> 16) & 0x0000FFFF0000FFFF)
-    return ((v & 0x00FF00FF00FF00FF) << 8) | ((v >> 8) & 0x00FF00FF00FF00FF)
+    v = ((v & _LOW32) << 32) | ((v >> 32) & _LOW32)
+    v = ((v & _LOW16) << 16) | ((v >> 16) & _LOW16)
+    swapped: cython.ulonglong = ((v & _LOW8) << 8) | ((v >> 8) & _LOW8)
+    return swapped

@@ -27,7 +27,8 @@ from lagd.runtime import compiled
 # every full collection walked them.
 _apply = (
     compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
-    if os.environ.get("LAGD_APPLY", "cython") != "python"  # issue 52's spike: lagd.state.windows.APPLY_CODE
+    # issue 52's spike: lagd.state.windows.APPLY_CODE ("python": none of _apply.c)
+    if os.environ.get("SPIKE_APPLY", os.environ.get("LAGD_APPLY", "cython")) != "python"
     else None
 )
 _untrack_names: Callable[[list[str]], None] | None = getattr(_apply, "untrack_names", None)

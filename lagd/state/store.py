@@ -43,7 +43,8 @@ log = logs.get(__name__)
 # of it and building them in Python 25%.
 _apply_c = (
     compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
-    if os.environ.get("LAGD_APPLY", "cython") != "python"  # issue 52's spike: lagd.state.windows.APPLY_CODE
+    # issue 52's spike: lagd.state.windows.APPLY_CODE ("python": none of _apply.c)
+    if os.environ.get("SPIKE_APPLY", os.environ.get("LAGD_APPLY", "cython")) != "python"
     else None
 )
 _copy_windows: Callable[..., tuple[bytes, int, int, bool] | None] | None = (

@@ -57,9 +57,10 @@ PREV = -2 * FIELDS  # the second newest entry's
 
 # The usual commit applied compiled (State.apply_many), or None where the Python applies it: not
 # built (lagd.runtime.compiled), or built for another layout than the one above. Issue 52's spike
-# (branch applycy): LAGD_APPLY chooses which compiled code: "cython" (the default) lagd.state.apply
+# (branch applycy): SPIKE_APPLY (or LAGD_APPLY, outside the daemon, whose config refuses unknown
+# LAGD_ variables) chooses which compiled code: "cython" (the default) lagd.state.apply
 # compiled by Cython, "c" the hand C (_apply.c), "python" neither (State._commit, Drain.step's loop).
-APPLY_CODE = os.environ.get("LAGD_APPLY", "cython")
+APPLY_CODE = os.environ.get("SPIKE_APPLY", os.environ.get("LAGD_APPLY", "cython"))
 _apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c")) if APPLY_CODE == "c" else None
 _apply_commits: Callable[..., int] | None = (
     _apply.apply_commits if _apply is not None and _apply.LAYOUT == (FIELDS, OFFSET, ORDER, TS, OBSERVED, LAG) else None
