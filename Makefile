@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The install is redone when what it builds changes: the dependencies, or the compiled code.
-HASH := $(shell cat pyproject.toml hatch_build.py lagd/evaluate/_trend.c lagd/ingest/_commits.c lagd/state/_apply.c lagd/http/burrow_json.py | sha1sum | cut -c1-12)
+HASH := $(shell cat pyproject.toml hatch_build.py lagd/evaluate/_trend.c lagd/ingest/_commits.c lagd/state/_apply.c lagd/http/burrow_json.py lagd/state/apply.py lagd/state/apply.pxd | sha1sum | cut -c1-12)
 # What the demo needs (lagd, its dependencies, the embedded services) and, for tests, the developer tools too.
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 DEV_STAMP := $(VENV)/.installed-dev-$(HASH)

@@ -1,10 +1,11 @@
 """Build hook: compile lagd's optional compiled code where a C compiler is found. Two kinds:
 
 - Hand-written C (SOURCES: the rules code, lagd/evaluate/_trend.c; the offsets topic's usual record
-  read, lagd/ingest/_commits.c, and applied, lagd/state/_apply.c), each standing in for Python that
-  answers the same.
+  read, lagd/ingest/_commits.c; the store's binary COPY encoders, lagd/state/_apply.c), each standing
+  in for Python that answers the same.
 - Typed Python compiled by Cython in pure-Python mode (CYTHON_SOURCES: a group's status as Burrow's
-  JSON, lagd/http/burrow_json.py). The `.py` is the one source: it runs as it is, and where Cython
+  JSON, lagd/http/burrow_json.py; the usual commit applied and changed windows drained,
+  lagd/state/apply.py, with its augmenting declarations lagd/state/apply.pxd). The `.py` is the one source: it runs as it is, and where Cython
   (a build dependency, pyproject.toml) and a C compiler are here, `pkg/name.py` is also compiled
   into the extension module `pkg._name_c` beside it. lagd.runtime.compiled.pick chooses the compiled
   one unless LAGD_NO_EXTENSIONS=1 is set or it was built from another source (stale). To compile
@@ -36,7 +37,7 @@ SOURCES = (
     Path("lagd/state/_apply.c"),
 )
 # Compiled by Cython (pure-Python mode) into `pkg._name_c` (lagd.runtime.compiled.compiled_name).
-CYTHON_SOURCES = (Path("lagd/http/burrow_json.py"),)
+CYTHON_SOURCES = (Path("lagd/http/burrow_json.py"), Path("lagd/state/apply.py"))
 # Builds of sources that are gone (lagd/http/_json.c, 2026-12-03: now burrow_json.py), removed from
 # an editable install's tree so that nothing stale is left beside the sources.
 RETIRED = (Path("lagd/http/_json"),)
@@ -135,6 +136,13 @@ class CompileExtensions(BuildHookInterface):  # type: ignore[misc]
             copy.write_text(
                 f'{(root / source).read_text(encoding="utf-8")}\nSOURCE_SHA1 = "{digest}"\n', encoding="utf-8"
             )
+            declarations = (root / source).with_suffix(".pxd")  # an augmenting .pxd, where one is beside it
+            if declarations.exists():
+                # Cython finds it by the module's dotted name, inside packages (an __init__.py each)
+                copy.with_name(f"{cython_module(source).rpartition('.')[2]}.pxd").write_bytes(declarations.read_bytes())
+                for package in copy.relative_to(tmp).parents:
+                    if package.parts:
+                        (Path(tmp) / package / "__init__.py").touch()
             generated = copy.with_suffix(".c")
             command = [
                 *(sys.executable, "-m", "cython", "-3", "--module-name", cython_module(source)),

@@ -1,4 +1,4 @@
-"""The compiled apply of the usual commit (lagd/state/_apply.c) changes the state exactly as
+"""The compiled apply of the usual commit (lagd/state/apply.py, compiled by Cython) changes the state exactly as
 `State._commit` does, or leaves the event to it: random streams of commits (in order, replayed,
 late, duplicated, close together, past int64), offset and group tombstones, log-end samples and
 positions, under every window setting (intervals, min-distance, window-step, history on and
@@ -6,7 +6,7 @@ off), are applied both ways and must leave the same state to the last field: win
 change counters, dirty windows and history rows.
 
 Where a C compiler and Python's headers are on this machine the build must have compiled it:
-otherwise these tests would pass on the Python alone and say nothing about the C.
+otherwise these tests would pass on the Python alone and say nothing about the compiled code.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ T0 = 1_700_000_000_000
 
 def test_the_compiled_apply_is_built_where_it_can_be() -> None:
     assert not can_compile() or APPLY is not None, (
-        "a C compiler and Python's headers are here but lagd.state._apply is not importable (or was built for "
-        f"another window layout): {REINSTALL}"
+        "a C compiler and Python's headers are here but lagd.state._apply_c (apply.py compiled) is not "
+        f"importable: {REINSTALL}"
     )
 
 

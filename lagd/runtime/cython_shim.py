@@ -11,10 +11,12 @@ module, where installed, does the same. Add here what such a module starts to us
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T", bound=type)
 
 compiled = False  # as cython.compiled: True only inside a compiled module
 
@@ -23,6 +25,13 @@ Py_ssize_t = int
 longlong = int
 double = float
 bint = bool
+int = builtins.int
+ulonglong = builtins.int
+# C pointers (lagd.state.apply reaches an array's memory through them, compiled only)
+p_char = Any
+p_longlong = Any
+p_ulonglong = Any
+NULL: Any = None  # a C null pointer, used compiled only
 
 
 def declare(kind: object, value: Any = None) -> Any:
@@ -38,3 +47,23 @@ def cfunc(function: F) -> F:
 def inline(function: F) -> F:
     """Inlined into its callers compiled; the function itself as Python."""
     return function
+
+
+def cclass(cls: T) -> T:
+    """An extension type compiled (its annotated attributes C fields); the class itself as Python."""
+    return cls
+
+
+def cast(kind: Any, value: Any) -> Any:
+    """`cython.cast(tuple, obj)`: the value unchecked compiled; the value itself as Python."""
+    return value
+
+
+def address(value: Any) -> Any:
+    """`&value` compiled; only used inside `if cython.compiled:`."""
+    raise NotImplementedError("cython.address runs only compiled")
+
+
+def exceptval(*args: Any, **kwargs: Any) -> Callable[[F], F]:
+    """How a C function signals an exception, compiled; the function itself as Python."""
+    return lambda function: function

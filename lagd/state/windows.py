@@ -20,7 +20,6 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lagd.core.model import (
@@ -42,26 +41,18 @@ from lagd.core.model import (
 from lagd.core.ruleset import BURROW, RuleSet
 from lagd.runtime import compiled
 from lagd.state.changes import Changes, LogEndRow, PartitionKey, WindowKey, forget_groups
+from lagd.state.layout import FIELDS, LAG, LAST, OBSERVED, OFFSET, ORDER, PREV, TS
 from lagd.state.pauses import PauseSettings, add_pause, forget_old, is_pause
 
 NO_LAG = -(2**63)  # a null lag inside a flat window (real lags are never negative)
 _MIN_Q, _MAX_Q = -(2**63), 2**63 - 1  # what an array('q') holds
-# The flat window layout, the one definition every reader uses: FIELDS ints per entry, oldest
-# first; arr[i * FIELDS + TS] is entry i's timestamp, arr[LAST + TS] the newest entry's.
-FIELDS = 5
 _LITTLE_ENDIAN = sys.byteorder == "little"
-OFFSET, ORDER, TS, OBSERVED, LAG = range(FIELDS)
-LAST = -FIELDS  # the newest entry's base index
-PREV = -2 * FIELDS  # the second newest entry's
 
-# The usual commit applied compiled (State.apply_many), or None where the Python applies it: not
-# built (lagd.runtime.compiled), or built for another layout than the one above.
-_apply = compiled.load("lagd.state._apply", Path(__file__).with_name("_apply.c"))
-_apply_commits: Callable[..., int] | None = (
-    _apply.apply_commits if _apply is not None and _apply.LAYOUT == (FIELDS, OFFSET, ORDER, TS, OBSERVED, LAG) else None
-)
-# Drain.step's copy of changed windows, compiled where built (it reads no entry: any layout)
-_drain_windows: Callable[..., int] | None = None if _apply is None else _apply.drain_windows
+# The usual commit applied, and changed windows drained, by lagd/state/apply.py compiled by Cython
+# (State.apply_many, Drain.step), or None where the Python of State applies them: not built
+# (lagd.runtime.compiled), or LAGD_NO_EXTENSIONS=1. Set at the end of this module.
+_apply_commits: Callable[..., int] | None = None
+_drain_windows: Callable[..., int] | None = None
 
 
 COARSE_STEP_MS = 60_000  # a sample leaving the fine tier is kept if this far after the coarse tier's newest
@@ -324,7 +315,7 @@ class State:
     def apply_many(self, events: Iterable[Event]) -> None:
         """Apply events in order (idempotent). The usual commit (newer than its window's newest,
         of a group without tombstones) is applied by the compiled code where it is built
-        (`_apply.c`), every other event by the Python, in the events' order."""
+        (lagd/state/apply.py, compiled), every other event by the Python, in the events' order."""
         dispatch = self._dispatch
         fast = self._compiled_apply()
         if fast is None or type(events) is not list:
@@ -351,8 +342,8 @@ class State:
                 i += 1
 
     def _compiled_apply(self) -> Callable[..., int] | None:
-        """`_apply.apply_commits` where it applies commits as `_commit` does under these settings:
-        built, of this layout, and the settings plain int64 integers."""
+        """apply.py's apply_commits, compiled, where it applies commits as `_commit` does under these
+        settings: built, and the settings plain int64 integers."""
         if _apply_commits is None:
             return None
         for setting in (self.intervals, self.min_distance_ms, self.window_step_ms):
@@ -1214,7 +1205,7 @@ class Drain:
         rest = n - left
         while left > 0:
             if _drain_windows is not None and type(windows) is dict:
-                # compiled where built (_apply.c), up to a key it leaves to the loop below
+                # compiled where built (apply.py), up to a key it leaves to the loop below
                 left -= _drain_windows(self._state._clusters, keys, windows, left)
                 if left <= 0:
                     break
@@ -1233,3 +1224,41 @@ class Drain:
             pkey = pkeys.pop()
             le = log_end_of(*pkey)
             log_end[pkey] = None if le is None else le.stored()
+
+
+def _typed_apply_commits(
+    state: State,
+    clusters: dict[str, _Cluster],
+    events: list[Event],
+    start: int,
+    commit: type,
+    intervals: int,
+    min_distance_ms: int,
+    window_step_ms: int,
+    record_history: bool,
+) -> int:
+    """lagd.state.apply.apply_commits compiled: State hands it its change counter, dirty windows and
+    history rows, and takes the counter back (nothing of State is read from the compiled code)."""
+    assert _typed is not None
+    history = state._changes.commit_history if record_history else None
+    pauses = state.pause_settings
+    stop: int
+    stop, state._seq = _typed.apply_commits(
+        clusters, events, start, commit, intervals, min_distance_ms, window_step_ms, pauses,
+        state._seq, state._dirty_windows, history,
+    )  # fmt: skip
+    return stop
+
+
+def _compiled_typed_apply() -> Any:
+    """lagd.state.apply compiled where built (not LAGD_NO_EXTENSIONS=1), else None: run as Python
+    it is no faster than State's own loop."""
+    from lagd.state import apply
+
+    built = compiled.pick(apply)
+    return built if built is not apply else None
+
+
+_typed = _compiled_typed_apply()
+if _typed is not None:
+    _apply_commits, _drain_windows = _typed_apply_commits, _typed.drain_windows
