@@ -32,7 +32,8 @@ from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.evaluate import GroupVerdict, PartitionVerdict
 from lagd.http import burrow_json, burrow_v3
 from lagd.runtime import compiled
-from lagd.state.windows import FIELDS, LAG, NO_LAG
+from lagd.state.layout import FIELDS, LAG
+from lagd.state.windows import NO_LAG
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions, verdict
 
 COMPILED_NAME = "lagd.http._burrow_json_c"

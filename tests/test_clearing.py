@@ -15,7 +15,8 @@ from lagd.evaluate.clearing import (
     lag_records,
     partition_clearing,
 )
-from lagd.state.windows import FIELDS, NO_LAG, LogEnd
+from lagd.state.layout import FIELDS
+from lagd.state.windows import NO_LAG, LogEnd
 
 
 def window(

@@ -24,7 +24,8 @@ from lagd.evaluate import Evaluator, lagd_fast, verdicts
 from lagd.evaluate.lagd_rules import J_CATCHING_UP, LagdParams, TrendFit, lag_points_used, lag_seconds_at, words
 from lagd.evaluate.rules import J_CAUGHT_UP
 from lagd.evaluate.verdict_types import GroupVerdict
-from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
+from lagd.state.layout import FIELDS, LAST, OFFSET, TS
+from lagd.state.windows import LogEnd, State
 
 C, G, T = "c", "g", "t"
 T0 = 1_700_000_000_000

@@ -20,7 +20,8 @@ from lagd.evaluate import Evaluator
 from lagd.evaluate.build import build_core
 from lagd.evaluate.lagd_rules import fit_trend, lag_seconds_at, lag_trend, rewound
 from lagd.evaluate.sight import ClusterSight, judge_sight
-from lagd.state.windows import COARSE_MAX, FIELDS, OFFSET, LogEnd, State
+from lagd.state.layout import FIELDS, OFFSET
+from lagd.state.windows import COARSE_MAX, LogEnd, State
 
 C, G, T = "c", "g", "t"
 T0 = 1_700_000_000_000

@@ -22,7 +22,7 @@ import pytest
 
 from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.evaluate import GroupVerdict, PartitionVerdict, snapshot
-from lagd.state.windows import FIELDS, OFFSET
+from lagd.state.layout import FIELDS, OFFSET
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions, verdict
 
 needs_c = pytest.mark.skipif(
@@ -176,7 +176,7 @@ from array import array
 from lagd.evaluate import snapshot
 from lagd.evaluate.verdict_types import PartitionVerdict
 from lagd.core.model import PartitionStatus
-from lagd.state.windows import FIELDS, OFFSET
+from lagd.state.layout import FIELDS, OFFSET
 
 parts = [
     PartitionVerdict(f"t{i}", i, PartitionStatus.WARN, array("q", range(2 * FIELDS)), 5, 1.0, "h", "c", 1.5, False, "", None)

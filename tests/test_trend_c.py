@@ -29,8 +29,9 @@ from lagd.core.ruleset import LAGD, lagd_rules, rule_set
 from lagd.evaluate import Evaluator, PartitionVerdict, lagd_fast, native, verdicts
 from lagd.evaluate.lagd_rules import LagdParams
 from lagd.evaluate.snapshot import snapshot_of
+from lagd.state.layout import FIELDS, OBSERVED, OFFSET, ORDER, TS
 from lagd.state.pauses import PauseSettings
-from lagd.state.windows import FIELDS, OBSERVED, OFFSET, ORDER, TS, LogEnd, State
+from lagd.state.windows import LogEnd, State
 from tests.compiled_code import REINSTALL, can_compile, printed_without_extensions
 from tests.test_lagd_fast import C, G, Op, play, random_ticks, traffic
 

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 from lagd.core.model import PartitionStatus
 from lagd.evaluate.snapshot import GroupSnapshot
-from lagd.state.windows import FIELDS, LAG, NO_LAG, OFFSET, TS, LogEnd, State
+from lagd.state.layout import FIELDS, LAG, OFFSET, TS
+from lagd.state.windows import NO_LAG, LogEnd, State
 
 # Mann-Kendall significance of a downward trend needed to predict: lagd's z_enter (the evidence a
 # WARN needs). Fitting from the window's peak picks the points most likely to fall: at 2.0, 3.2 %

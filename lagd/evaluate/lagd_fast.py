@@ -61,7 +61,8 @@ from lagd.evaluate.lagd_rules import (
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.native import compiled
 from lagd.evaluate.rules import J_CAUGHT_UP, J_REWIND, Judgement
-from lagd.state.windows import FIELDS, LAG, LAST, OFFSET, ORDER, TS, LogEnd
+from lagd.state.layout import FIELDS, LAG, LAST, OFFSET, ORDER, TS
+from lagd.state.windows import LogEnd
 
 _trend = compiled()  # or None: not built, stale, or LAGD_NO_EXTENSIONS set (native.status)
 _compiled_fit: Callable[..., tuple[TrendFit | None, int] | None] | None = None if _trend is None else _trend.fit

@@ -30,7 +30,8 @@ from itertools import combinations
 from lagd.core.model import PartitionStatus
 from lagd.evaluate.lagtime import reached_in
 from lagd.evaluate.rules import J_CAUGHT_UP, J_EMPTY, J_REWIND, Judgement
-from lagd.state.windows import FIELDS, LAST, OFFSET, PREV, TS, LogEnd
+from lagd.state.layout import FIELDS, LAST, OFFSET, PREV, TS
+from lagd.state.windows import LogEnd
 
 WARN = PartitionStatus.WARN
 

@@ -26,7 +26,8 @@ from lagd.evaluate.retention import (
     retention_used,
     safe_from,
 )
-from lagd.state.windows import FIELDS, OFFSET, TS, LogEnd, State
+from lagd.state.layout import FIELDS, OFFSET, TS
+from lagd.state.windows import LogEnd, State
 
 # The group status each retention state implies (the others leave the window verdict alone).
 STATUS_OF = {RetentionState.LOST: GroupStatus.ERR, RetentionState.AT_RISK: GroupStatus.WARN}

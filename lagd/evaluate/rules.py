@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from lagd.core.model import GroupStatus, PartitionStatus
-from lagd.state.windows import FIELDS, LAG, LAST, NO_LAG, OFFSET, TS
+from lagd.state.layout import FIELDS, LAG, LAST, OFFSET, TS
+from lagd.state.windows import NO_LAG
 
 
 class EntryLike(Protocol):

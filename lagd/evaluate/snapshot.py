@@ -37,7 +37,7 @@ from lagd.core.model import GroupStatus, PartitionStatus
 from lagd.evaluate import native
 from lagd.evaluate.retention_view import STATUS_OF, RetentionNote
 from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
-from lagd.state.windows import FIELDS, OFFSET
+from lagd.state.layout import FIELDS, OFFSET
 
 _STATUSES = list(PartitionStatus)
 _CODE = {status: i for i, status in enumerate(_STATUSES)}

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from lagd.core.model import GroupStatus, PartitionStatus, WindowEntry
 from lagd.evaluate.lagd_rules import Why, words
 from lagd.evaluate.retention_view import RetentionNote
-from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, ORDER, TS
+from lagd.state.layout import FIELDS, LAG, OBSERVED, OFFSET, ORDER, TS
+from lagd.state.windows import NO_LAG
 
 
 @dataclass(slots=True)

@@ -47,8 +47,9 @@ from lagd.evaluate.rules import (
 )
 from lagd.evaluate.snapshot import GroupSnapshot, Rows, not_ok_of, snapshot_of
 from lagd.evaluate.verdict_types import GroupVerdict, PartitionVerdict
+from lagd.state.layout import FIELDS, LAST, OFFSET, TS
 from lagd.state.pauses import PauseSettings, stop_floor
-from lagd.state.windows import FIELDS, LAST, OFFSET, TS, LogEnd, State
+from lagd.state.windows import LogEnd, State
 
 _NO_LOG_END = LogEnd()  # read only: a partition without samples
 # Burrow's judgements in the order the compiled pass answers them (_trend.c's FLAT_*).

@@ -35,7 +35,8 @@ else:
         from lagd.runtime import cython_shim as cython
 
 from lagd.core.model import PartitionStatus
-from lagd.state.windows import FIELDS, LAG, NO_LAG, OBSERVED, OFFSET, TS
+from lagd.state.layout import FIELDS, LAG, OBSERVED, OFFSET, TS
+from lagd.state.windows import NO_LAG
 
 if TYPE_CHECKING:
     from lagd.evaluate import GroupVerdict, PartitionVerdict

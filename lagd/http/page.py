@@ -38,7 +38,8 @@ from lagd.http.lagd_api import DB_TIMEOUT_S, RULE_OF, group_history, history_ste
 from lagd.http.metrics import each_snapshot
 from lagd.http.routing import peer_groups
 from lagd.ingest.probe import Probes
-from lagd.state.windows import FIELDS, LAG, NO_LAG, State
+from lagd.state.layout import FIELDS, LAG
+from lagd.state.windows import NO_LAG, State
 
 REFRESH_S = 10
 GROUP_REFRESH_S = 30
