@@ -7,7 +7,10 @@ prefix without its dot), lagd reads two topics MM2 keeps on the target, without 
   which makes arrival minus emission the replication latency;
 - `<alias>.checkpoints.internal`: from the beginning (it is compacted: one record per group and
   partition), then what is new.
-Records already there when a partition was taken on carry no arrival time. On the source it reads
+Records already there when a partition was taken on carry no arrival time. A topic lagd's principal
+may not describe is left out of the metadata a broker gives, as if it did not exist: so a topic
+not there is asked for by name, and one lagd may not read is one warning naming the topic and the
+ACL to add, and the flow's NO_HEARTBEATS reason says it (lagd cannot tell MM2's absence from it). On the source it reads
 MM2's offset syncs (`mm2-offset-syncs.<target alias>.internal`: `mm2-target-alias`, else the one
 such topic the source has), keeping the newest per partition. Every offset-refresh the flow's
 `FlowWindow` is judged (`lagd.evaluate.mirror_flow`), with each mirrored partition's delay from
@@ -20,12 +23,15 @@ NO_HEARTBEATS until MM2 creates them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition
 
 from lagd.core.config import ClusterSettings, MirrorSettings
@@ -106,6 +112,7 @@ async def watch_mirror_flow(
     `source` and `log_ends` (the daemon's State), each mirrored partition is judged too."""
     window = FlowWindow(flow_limits(mirror))
     partitions = PartitionJudge(mirror, target.name, source, log_ends)
+    alias = mm2_alias(mirror)
     await reconnecting(
         functools.partial(_session, target, mirror, window, partitions, flows, counters, stop, clock),
         stop,
@@ -113,8 +120,8 @@ async def watch_mirror_flow(
         cluster=target,
         what=f"mirror {mirror.name}'s MirrorMaker 2 reader",
         counter="mirror_flow",
-        hint="check that the target cluster is reachable and lagd may read <alias>.heartbeats and "
-        "<alias>.checkpoints.internal on it",
+        hint=f"check that cluster {target.name} is reachable and that lagd's principal has Read on topics "
+        f"{alias}.heartbeats and {alias}.checkpoints.internal there (and on MM2's offset-syncs topic on the source)",
     )
 
 
@@ -136,20 +143,47 @@ async def _session(
         await partitions.start()
         while not stop.is_set():
             until = loop.time() + target.offset_refresh
-            await reader.assign()
+            for topic in await reader.assign():
+                counters.count_failure("mirror_flow_not_authorized")
+                log.warning(
+                    "lagd may not read a MirrorMaker 2 topic; the flow is judged without it",
+                    mirror=mirror.name,
+                    cluster=target.name,
+                    topic=topic,
+                    hint=f"allow lagd's principal Read on topic {topic} on cluster {target.name}",
+                )
             while not stop.is_set() and loop.time() < until:
                 await reader.read(window, counters, timeout_ms=int(min(1.0, until - loop.time()) * 1000))
             await partitions.read_syncs(counters)
             delays = partitions.delays()
             now = clock()
-            flows.verdicts[mirror.name] = judge_flow(
-                mirror.name, window, now, delays, partitions.missing(now), partitions.gap_seconds(now)
-            )
+            verdict = judge_flow(mirror.name, window, now, delays, partitions.missing(now), partitions.gap_seconds(now))
+            flows.verdicts[mirror.name] = unreadable_heartbeats(verdict, reader.heartbeats, reader.denied)
             flows.dropped_checkpoints[mirror.name] = window.dropped_checkpoints
             window.look(now, delays)
     finally:
         await close_quietly(consumer.stop)
         await partitions.close()
+
+
+def unreadable_heartbeats(verdict: FlowVerdict, heartbeats: str, denied: frozenset[str]) -> FlowVerdict:
+    """The verdict, whose NO_HEARTBEATS reason says that lagd may not read the heartbeats topic
+    when it may not: the usual reason (is MM2 running?) would send the user the wrong way."""
+    if verdict.status != "NO_HEARTBEATS" or heartbeats not in denied:
+        return verdict
+    reason = f"lagd may not read {heartbeats} (not authorized): allow its principal Read on the topic"
+    return dataclasses.replace(verdict, reason=reason)
+
+
+async def not_describable(client: Any, topics: list[str]) -> frozenset[str]:
+    """Those of `topics` the cluster says lagd may not describe, asked for by name (every topic's
+    metadata leaves them out, as if they did not exist) without letting the broker create them."""
+    if not topics:
+        return frozenset()
+    answer = await client.send(client.get_random_node(), MetadataRequest(topics, allow_auto_topic_creation=False))
+    metadata = ClusterMetadata()
+    metadata.update_metadata(answer)
+    return frozenset(metadata.unauthorized_topics) & frozenset(topics)
 
 
 async def extend_assignment(
@@ -178,6 +212,7 @@ class FlowReader:
         self.clock = clock
         self.assigned: set[TopicPartition] = set()
         self.live_from: dict[TopicPartition, int] = {}  # below: there before lagd looked, arrival unknown
+        self.denied: frozenset[str] = frozenset()  # of the two, those lagd may not describe (nor read)
 
     async def read(self, window: FlowWindow, counters: IngestCounters, timeout_ms: int) -> None:
         """Fold what arrives within `timeout_ms` (at most) into `window`."""
@@ -191,8 +226,9 @@ class FlowReader:
             for r in records:
                 self._fold(tp.topic, r.key, r.value, arrived if r.offset >= live_from else None, window, counters)
 
-    async def assign(self) -> None:
-        """Take on partitions of the two topics that appeared (MM2 creates them when it starts)."""
+    async def assign(self) -> list[str]:
+        """Take on partitions of the two topics that appeared (MM2 creates them when it starts);
+        returns the topics lagd has just been found not to be allowed to read, to be told once."""
         # every topic's metadata, asked apart from the consumer's own: asking for the two by name
         # could make a broker with auto.create.topics.enable create them, and the consumer only
         # keeps the metadata of the topics it is assigned
@@ -202,9 +238,12 @@ class FlowReader:
             for topic in (self.heartbeats, self.checkpoints)
             for p in cluster.partitions_for_topic(topic) or ()
         }
+        absent = [t for t in (self.heartbeats, self.checkpoints) if not cluster.partitions_for_topic(t)]
+        denied = await not_describable(self.consumer._client, absent)
+        newly_denied, self.denied = sorted(denied - self.denied), denied
         new = await extend_assignment(self.consumer, self.assigned, found)
         if not new:
-            return
+            return newly_denied
         ends = await self.consumer.end_offsets(new)
         log.info("reading MirrorMaker 2 topics", partitions=[f"{tp.topic}[{tp.partition}]" for tp in new])
         self.live_from.update(ends)
@@ -214,6 +253,7 @@ class FlowReader:
         checkpoints = [tp for tp in new if tp.topic == self.checkpoints]
         if checkpoints:
             await self.consumer.seek_to_beginning(*checkpoints)  # compacted: its start may be past 0
+        return newly_denied
 
     def _fold(
         self,
