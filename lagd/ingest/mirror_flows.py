@@ -9,8 +9,9 @@ prefix without its dot), lagd reads two topics MM2 keeps on the target, without 
   partition), then what is new.
 Records already there when a partition was taken on carry no arrival time. A topic lagd's principal
 may not describe is left out of the metadata a broker gives, as if it did not exist: so a topic
-not there is asked for by name, and one lagd may not read is one warning naming the topic and the
-ACL to add, and the flow's NO_HEARTBEATS reason says it (lagd cannot tell MM2's absence from it). On the source it reads
+not there is asked for by name; one seen but whose fetch is refused (Describe without Read) is
+left out of the assignment until the next offset-refresh tries it again. Either is one warning
+naming the topic and the ACL to add, and the flow's NO_HEARTBEATS reason says it. On the source it reads
 MM2's offset syncs (`mm2-offset-syncs.<target alias>.internal`: `mm2-target-alias`, else the one
 such topic the source has), keeping the newest per partition. Every offset-refresh the flow's
 `FlowWindow` is judged (`lagd.evaluate.mirror_flow`), with each mirrored partition's delay from
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiokafka.cluster import ClusterMetadata
+from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition
 
@@ -143,7 +145,10 @@ async def _session(
         await partitions.start()
         while not stop.is_set():
             until = loop.time() + target.offset_refresh
-            for topic in await reader.assign():
+            await reader.assign()
+            while not stop.is_set() and loop.time() < until:
+                await reader.read(window, counters, timeout_ms=int(min(1.0, until - loop.time()) * 1000))
+            for topic in reader.newly_denied():
                 counters.count_failure("mirror_flow_not_authorized")
                 log.warning(
                     "lagd may not read a MirrorMaker 2 topic; the flow is judged without it",
@@ -152,13 +157,11 @@ async def _session(
                     topic=topic,
                     hint=f"allow lagd's principal Read on topic {topic} on cluster {target.name}",
                 )
-            while not stop.is_set() and loop.time() < until:
-                await reader.read(window, counters, timeout_ms=int(min(1.0, until - loop.time()) * 1000))
             await partitions.read_syncs(counters)
             delays = partitions.delays()
             now = clock()
             verdict = judge_flow(mirror.name, window, now, delays, partitions.missing(now), partitions.gap_seconds(now))
-            flows.verdicts[mirror.name] = unreadable_heartbeats(verdict, reader.heartbeats, reader.denied)
+            flows.verdicts[mirror.name] = unreadable_heartbeats(verdict, reader.heartbeats, reader.told)
             flows.dropped_checkpoints[mirror.name] = window.dropped_checkpoints
             window.look(now, delays)
     finally:
@@ -184,6 +187,16 @@ async def not_describable(client: Any, topics: list[str]) -> frozenset[str]:
     metadata = ClusterMetadata()
     metadata.update_metadata(answer)
     return frozenset(metadata.unauthorized_topics) & frozenset(topics)
+
+
+async def drop_assignment(consumer: Any, assigned: set[TopicPartition], topic: str) -> None:
+    """Take `topic`'s partitions out of `assigned` (updated in place) and the consumer's
+    assignment, keeping where it stands on the others (assign() forgets every position)."""
+    kept = {tp: await consumer.position(tp) for tp in assigned if tp.topic != topic}
+    assigned.intersection_update(kept)
+    consumer.assign(sorted(assigned))
+    for tp, position in kept.items():
+        consumer.seek(tp, position)
 
 
 async def extend_assignment(
@@ -212,23 +225,37 @@ class FlowReader:
         self.clock = clock
         self.assigned: set[TopicPartition] = set()
         self.live_from: dict[TopicPartition, int] = {}  # below: there before lagd looked, arrival unknown
-        self.denied: frozenset[str] = frozenset()  # of the two, those lagd may not describe (nor read)
+        self.hidden: frozenset[str] = frozenset()  # of the two, those lagd may not describe (nor read)
+        self.refused: set[str] = set()  # seen, but their fetch refused since the last assign()
+        self.told: frozenset[str] = frozenset()  # hidden or refused, as newly_denied() last told
 
     async def read(self, window: FlowWindow, counters: IngestCounters, timeout_ms: int) -> None:
         """Fold what arrives within `timeout_ms` (at most) into `window`."""
         if not self.assigned:
             await asyncio.sleep(timeout_ms / 1000)
             return
-        batches = await self.consumer.getmany(timeout_ms=max(1, timeout_ms), max_records=5000)
+        try:
+            batches = await self.consumer.getmany(timeout_ms=max(1, timeout_ms), max_records=5000)
+        except TopicAuthorizationFailedError as exc:  # Describe without Read: read the other topic
+            refused = str(exc.args[0]) if exc.args else ""
+            self.refused.add(refused)
+            await drop_assignment(self.consumer, self.assigned, refused)
+            return
         arrived = self.clock()
         for tp, records in batches.items():
             live_from = self.live_from.get(tp, 0)
             for r in records:
                 self._fold(tp.topic, r.key, r.value, arrived if r.offset >= live_from else None, window, counters)
 
-    async def assign(self) -> list[str]:
-        """Take on partitions of the two topics that appeared (MM2 creates them when it starts);
-        returns the topics lagd has just been found not to be allowed to read, to be told once."""
+    def newly_denied(self) -> list[str]:
+        """The topics lagd may not read that it has not told of since it last could."""
+        denied = self.hidden | self.refused
+        newly, self.told = sorted(denied - self.told), frozenset(denied)
+        return newly
+
+    async def assign(self) -> None:
+        """Take on partitions of the two topics that appeared (MM2 creates them when it starts),
+        and those refused before (an ACL may have been added since)."""
         # every topic's metadata, asked apart from the consumer's own: asking for the two by name
         # could make a broker with auto.create.topics.enable create them, and the consumer only
         # keeps the metadata of the topics it is assigned
@@ -239,13 +266,14 @@ class FlowReader:
             for p in cluster.partitions_for_topic(topic) or ()
         }
         absent = [t for t in (self.heartbeats, self.checkpoints) if not cluster.partitions_for_topic(t)]
-        denied = await not_describable(self.consumer._client, absent)
-        newly_denied, self.denied = sorted(denied - self.denied), denied
+        self.hidden = await not_describable(self.consumer._client, absent)
+        retried, self.refused = self.refused, set()
         new = await extend_assignment(self.consumer, self.assigned, found)
         if not new:
-            return newly_denied
+            return
         ends = await self.consumer.end_offsets(new)
-        log.info("reading MirrorMaker 2 topics", partitions=[f"{tp.topic}[{tp.partition}]" for tp in new])
+        if any(tp.topic not in retried for tp in new):
+            log.info("reading MirrorMaker 2 topics", partitions=[f"{tp.topic}[{tp.partition}]" for tp in new])
         self.live_from.update(ends)
         for tp in new:
             if tp.topic == self.heartbeats:
@@ -253,7 +281,6 @@ class FlowReader:
         checkpoints = [tp for tp in new if tp.topic == self.checkpoints]
         if checkpoints:
             await self.consumer.seek_to_beginning(*checkpoints)  # compacted: its start may be past 0
-        return newly_denied
 
     def _fold(
         self,
