@@ -45,6 +45,7 @@ USERS = {
     "describes": "describes-secret",
     "mirrors": "mirrors-secret",
     "mirrors-blind": "mirrors-blind-secret",
+    "mirrors-describe": "mirrors-describe-secret",
 }
 AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -373,41 +374,53 @@ async def test_a_mirror_is_read_with_the_acls_readme_gives(secure: Secure, datab
     assert told == [], told
 
 
+@pytest.mark.parametrize("heartbeats_acl", ["none", "Describe"])
 async def test_a_mirror_without_read_on_its_heartbeats_topic_names_the_acl_to_add(
-    secure: Secure, database_url: str, settle: Settle
+    secure: Secure, database_url: str, settle: Settle, heartbeats_acl: str
 ) -> None:
-    """README's ACLs for a mirror but Read on MM2's heartbeats topic: the broker leaves the topic
-    out of lagd's metadata as if MM2 had not made it, yet lagd says which topic it may not read
-    and the ACL to add, once, and the flow's reason says so; the checkpoints are still read."""
-    topics = await _mm2_topics(secure, "blind", "dst-blind")
-    await _mirrored_topics(secure, "payments", "blind.payments")
-    secure.allow("mirrors-blind", ["Read"], "--topic", OFFSETS_TOPIC)
-    secure.allow("mirrors-blind", ["Read"], "--topic", topics["checkpoints"], "--topic", topics["offset syncs"])
-    secure.allow("mirrors-blind", ["Describe"], "--topic", "payments", "--topic", "blind.payments")
+    """README's ACLs for a mirror but Read on MM2's heartbeats topic: with no ACL on it, the broker
+    leaves the topic out of lagd's metadata as if MM2 had not made it; with Describe (on topic `*`,
+    say), it refuses the fetch. Either way lagd says which topic it may not read and the ACL to
+    add, once, the flow's reason says so, and the checkpoints are still read."""
+    alias, user = {"none": ("hidden", "mirrors-blind"), "Describe": ("refused", "mirrors-describe")}[heartbeats_acl]
+    topic = f"payments-{alias}"
+    topics = await _mm2_topics(secure, alias, f"dst-{alias}")
+    await _mirrored_topics(secure, topic, f"{alias}.{topic}")
+    secure.allow(user, ["Read"], "--topic", OFFSETS_TOPIC)
+    secure.allow(user, ["Read"], "--topic", topics["checkpoints"], "--topic", topics["offset syncs"])
+    secure.allow(user, ["Describe"], "--topic", topic, "--topic", f"{alias}.{topic}")
+    if heartbeats_acl == "Describe":
+        secure.allow(user, ["Describe"], "--topic", topics["heartbeats"])
 
-    mirrors = _mirror("blind", "dst-blind", "payments")
-    settings = settings_for(
-        secure.cluster, database_url, free_port(), "topic", mirrors, **secure.lagd_keys("mirrors-blind")
-    )
+    mirrors = _mirror(alias, f"dst-{alias}", topic)
+    settings = settings_for(secure.cluster, database_url, free_port(), "topic", mirrors, **secure.lagd_keys(user))
     with capture_logs() as logged:
         async with lagd_running(settings) as lagd:
 
-            async def checkpoints_read() -> dict[str, Any] | None:
+            async def told_and_checkpoints_read() -> dict[str, Any] | None:
                 status, flow = await lagd.get("/lagd/v1/mirrors/m/flow")
-                return dict(flow) if status == 200 and len(flow["failover"]) == 2 else None
+                if status != 200 or len(flow["failover"]) != 2 or "not authorized" not in flow["reason"]:
+                    return None
+                return dict(flow)
 
-            flow = await settle(checkpoints_read, timeout=60, what="the flow with the checkpoints read")
+            flow = await settle(told_and_checkpoints_read, timeout=60, what="the flow with the checkpoints read")
+
+            async def three_refreshes_later() -> bool:  # each retries a refused fetch: still told once
+                _, later = await lagd.get("/lagd/v1/mirrors/m/flow")
+                return bool(later["observed_at"] >= flow["observed_at"] + 3000)
+
+            await settle(three_refreshes_later, timeout=30, what="three more offset-refreshes")
             failures = await _mirror_failures(lagd)
     assert flow["status"] == "NO_HEARTBEATS", flow
     assert flow["reason"] == (
-        "lagd may not read blind.heartbeats (not authorized): allow its principal Read on the topic"
+        f"lagd may not read {alias}.heartbeats (not authorized): allow its principal Read on the topic"
     ), flow
     told = [e for e in logged if e["log_level"] in ("warning", "error", "critical") and "mirror" in str(e)]
     assert [(e["event"], e["topic"], e["hint"]) for e in told] == [
         (
             "lagd may not read a MirrorMaker 2 topic; the flow is judged without it",
-            "blind.heartbeats",
-            "allow lagd's principal Read on topic blind.heartbeats on cluster real",
+            f"{alias}.heartbeats",
+            f"allow lagd's principal Read on topic {alias}.heartbeats on cluster real",
         )
     ], told
     assert failures == ['lagd_ingest_failures_total{cluster="real",failure="mirror_flow_not_authorized"} 1'], failures
