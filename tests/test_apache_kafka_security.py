@@ -44,8 +44,10 @@ USERS = {
     "polls": "polls-secret",
     "describes": "describes-secret",
     "mirrors": "mirrors-secret",
-    "mirrors-blind": "mirrors-blind-secret",
-    "mirrors-describe": "mirrors-describe-secret",
+    "no-heartbeats": "no-heartbeats-secret",
+    "describe-heartbeats": "describe-heartbeats-secret",
+    "no-syncs": "no-syncs-secret",
+    "describe-syncs": "describe-syncs-secret",
 }
 AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -374,23 +376,28 @@ async def test_a_mirror_is_read_with_the_acls_readme_gives(secure: Secure, datab
     assert told == [], told
 
 
-@pytest.mark.parametrize("heartbeats_acl", ["none", "Describe"])
-async def test_a_mirror_without_read_on_its_heartbeats_topic_names_the_acl_to_add(
-    secure: Secure, database_url: str, settle: Settle, heartbeats_acl: str
+@pytest.mark.parametrize("acl", ["no", "describe"])
+@pytest.mark.parametrize("unread", ["heartbeats", "syncs"])
+async def test_a_mirror_without_read_on_one_of_mm2s_topics_names_the_acl_to_add(
+    secure: Secure, database_url: str, settle: Settle, unread: str, acl: str
 ) -> None:
-    """README's ACLs for a mirror but Read on MM2's heartbeats topic: with no ACL on it, the broker
-    leaves the topic out of lagd's metadata as if MM2 had not made it; with Describe (on topic `*`,
-    say), it refuses the fetch. Either way lagd says which topic it may not read and the ACL to
-    add, once, the flow's reason says so, and the checkpoints are still read."""
-    alias, user = {"none": ("hidden", "mirrors-blind"), "Describe": ("refused", "mirrors-describe")}[heartbeats_acl]
+    """README's ACLs for a mirror but Read on MM2's heartbeats topic (on the target) or its
+    offset-syncs topic (on the source): with no ACL on it, the broker leaves the topic out of
+    lagd's metadata as if MM2 had not made it; with Describe (on topic `*`, say), it refuses the
+    fetch. Either way lagd says which topic it may not read and the ACL to add, once over three
+    more offset-refreshes, and reads the others: the checkpoints, and the heartbeats or the flow's
+    reason saying it may not read them."""
+    user = alias = f"{acl}-{unread}"
     topic = f"payments-{alias}"
     topics = await _mm2_topics(secure, alias, f"dst-{alias}")
     await _mirrored_topics(secure, topic, f"{alias}.{topic}")
+    role = {"heartbeats": "heartbeats", "syncs": "offset syncs"}[unread]
+    denied = topics[role]
     secure.allow(user, ["Read"], "--topic", OFFSETS_TOPIC)
-    secure.allow(user, ["Read"], "--topic", topics["checkpoints"], "--topic", topics["offset syncs"])
+    secure.allow(user, ["Read"], *(arg for t in topics.values() if t != denied for arg in ("--topic", t)))
     secure.allow(user, ["Describe"], "--topic", topic, "--topic", f"{alias}.{topic}")
-    if heartbeats_acl == "Describe":
-        secure.allow(user, ["Describe"], "--topic", topics["heartbeats"])
+    if acl == "describe":
+        secure.allow(user, ["Describe"], "--topic", denied)
 
     mirrors = _mirror(alias, f"dst-{alias}", topic)
     settings = settings_for(secure.cluster, database_url, free_port(), "topic", mirrors, **secure.lagd_keys(user))
@@ -399,11 +406,11 @@ async def test_a_mirror_without_read_on_its_heartbeats_topic_names_the_acl_to_ad
 
             async def told_and_checkpoints_read() -> dict[str, Any] | None:
                 status, flow = await lagd.get("/lagd/v1/mirrors/m/flow")
-                if status != 200 or len(flow["failover"]) != 2 or "not authorized" not in flow["reason"]:
+                if status != 200 or len(flow["failover"]) != 2 or not await _mirror_failures(lagd):
                     return None
                 return dict(flow)
 
-            flow = await settle(told_and_checkpoints_read, timeout=60, what="the flow with the checkpoints read")
+            flow = await settle(told_and_checkpoints_read, timeout=60, what="the flow told and its checkpoints read")
 
             async def three_refreshes_later() -> bool:  # each retries a refused fetch: still told once
                 _, later = await lagd.get("/lagd/v1/mirrors/m/flow")
@@ -411,16 +418,19 @@ async def test_a_mirror_without_read_on_its_heartbeats_topic_names_the_acl_to_ad
 
             await settle(three_refreshes_later, timeout=30, what="three more offset-refreshes")
             failures = await _mirror_failures(lagd)
-    assert flow["status"] == "NO_HEARTBEATS", flow
-    assert flow["reason"] == (
-        f"lagd may not read {alias}.heartbeats (not authorized): allow its principal Read on the topic"
-    ), flow
+    if unread == "heartbeats":
+        assert flow["status"] == "NO_HEARTBEATS", flow
+        assert flow["reason"] == (
+            f"lagd may not read {denied} (not authorized): allow its principal Read on the topic"
+        ), flow
+    else:
+        assert flow["status"] == "STALLED" and flow["newest_heartbeat_at"] == CAPTURED_HEARTBEAT_MS, flow
     told = [e for e in logged if e["log_level"] in ("warning", "error", "critical") and "mirror" in str(e)]
     assert [(e["event"], e["topic"], e["hint"]) for e in told] == [
         (
             "lagd may not read a MirrorMaker 2 topic; the flow is judged without it",
-            f"{alias}.heartbeats",
-            f"allow lagd's principal Read on topic {alias}.heartbeats on cluster real",
+            denied,
+            f"allow lagd's principal Read on topic {denied} on cluster real",
         )
     ], told
     assert failures == ['lagd_ingest_failures_total{cluster="real",failure="mirror_flow_not_authorized"} 1'], failures

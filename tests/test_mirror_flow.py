@@ -15,7 +15,7 @@ from lagd.evaluate.mirror_flow import (
     judge_flow,
     partition_delay,
 )
-from lagd.ingest.mirror_flows import unreadable_heartbeats
+from lagd.ingest.mirror_flows import Denials, unreadable_heartbeats
 from lagd.ingest.mirror_records import Checkpoint, OffsetSync
 from lagd.state.windows import LogEnd
 
@@ -198,3 +198,15 @@ def test_no_heartbeats_because_lagd_may_not_read_the_topic_says_so_and_nothing_e
     w.heartbeat(4 * S, arrived_ms=4 * S)
     judged = judge_flow("m", w, 5 * S)
     assert unreadable_heartbeats(judged, "src.heartbeats", frozenset({"src.heartbeats"})) is judged
+
+
+def test_a_topic_lagd_may_not_read_is_told_once_while_it_lasts_and_again_if_it_comes_back() -> None:
+    d = Denials(hidden=frozenset({"src.heartbeats"}))
+    assert d.newly() == ["src.heartbeats"]
+    d.refused.add("src.checkpoints.internal")
+    assert d.newly() == ["src.checkpoints.internal"]  # the heartbeats topic was told already
+    assert d.retry() == {"src.checkpoints.internal"} and d.newly() == []  # retried, read this time
+    d.hidden = frozenset()
+    assert d.newly() == [] and d.told == frozenset()  # both readable now
+    d.refused.add("src.checkpoints.internal")
+    assert d.newly() == ["src.checkpoints.internal"]  # refused again: told again

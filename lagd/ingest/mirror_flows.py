@@ -9,9 +9,10 @@ prefix without its dot), lagd reads two topics MM2 keeps on the target, without 
   partition), then what is new.
 Records already there when a partition was taken on carry no arrival time. A topic lagd's principal
 may not describe is left out of the metadata a broker gives, as if it did not exist: so a topic
-not there is asked for by name; one seen but whose fetch is refused (Describe without Read) is
-left out of the assignment until the next offset-refresh tries it again. Either is one warning
-naming the topic and the ACL to add, and the flow's NO_HEARTBEATS reason says it. On the source it reads
+not there is asked for by name (the offset-syncs topic only when `mm2-target-alias` names it);
+one seen but whose fetch is refused (Describe without Read) is left out of the assignment until
+the next offset-refresh tries it again. Either is one warning naming the topic and the ACL to
+add, and the flow's NO_HEARTBEATS reason says it of the heartbeats topic. On the source it reads
 MM2's offset syncs (`mm2-offset-syncs.<target alias>.internal`: `mm2-target-alias`, else the one
 such topic the source has), keeping the newest per partition. Every offset-refresh the flow's
 `FlowWindow` is judged (`lagd.evaluate.mirror_flow`), with each mirrored partition's delay from
@@ -148,20 +149,23 @@ async def _session(
             await reader.assign()
             while not stop.is_set() and loop.time() < until:
                 await reader.read(window, counters, timeout_ms=int(min(1.0, until - loop.time()) * 1000))
-            for topic in reader.newly_denied():
+            await partitions.read_syncs(counters)
+            told = [(target.name, t) for t in reader.denials.newly()]
+            if partitions.source is not None:
+                told += [(partitions.source.name, t) for t in partitions.denials.newly()]
+            for cluster, topic in told:
                 counters.count_failure("mirror_flow_not_authorized")
                 log.warning(
                     "lagd may not read a MirrorMaker 2 topic; the flow is judged without it",
                     mirror=mirror.name,
-                    cluster=target.name,
+                    cluster=cluster,
                     topic=topic,
-                    hint=f"allow lagd's principal Read on topic {topic} on cluster {target.name}",
+                    hint=f"allow lagd's principal Read on topic {topic} on cluster {cluster}",
                 )
-            await partitions.read_syncs(counters)
             delays = partitions.delays()
             now = clock()
             verdict = judge_flow(mirror.name, window, now, delays, partitions.missing(now), partitions.gap_seconds(now))
-            flows.verdicts[mirror.name] = unreadable_heartbeats(verdict, reader.heartbeats, reader.told)
+            flows.verdicts[mirror.name] = unreadable_heartbeats(verdict, reader.heartbeats, reader.denials.told)
             flows.dropped_checkpoints[mirror.name] = window.dropped_checkpoints
             window.look(now, delays)
     finally:
@@ -187,6 +191,33 @@ async def not_describable(client: Any, topics: list[str]) -> frozenset[str]:
     metadata = ClusterMetadata()
     metadata.update_metadata(answer)
     return frozenset(metadata.unauthorized_topics) & frozenset(topics)
+
+
+@dataclass
+class Denials:
+    """A reader's MM2 topics lagd may not read: hidden (no Describe: absent from every-topic
+    metadata) or refused (a fetch refused since the last offset-refresh tried them again)."""
+
+    hidden: frozenset[str] = frozenset()
+    refused: set[str] = field(default_factory=set)
+    told: frozenset[str] = frozenset()  # hidden or refused, as newly() last told
+
+    def newly(self) -> list[str]:
+        """The topics lagd may not read that it has not told of since it last could."""
+        denied = self.hidden | self.refused
+        newly, self.told = sorted(denied - self.told), frozenset(denied)
+        return newly
+
+    def retry(self) -> set[str]:
+        """The refused topics, forgotten so that they are assigned and fetched again."""
+        retried, self.refused = self.refused, set()
+        return retried
+
+    async def refuse(self, consumer: Any, assigned: set[TopicPartition], exc: TopicAuthorizationFailedError) -> None:
+        """Note the topic a fetch was refused (aiokafka names it) and take it out of the assignment."""
+        topic = str(exc.args[0]) if exc.args else ""
+        self.refused.add(topic)
+        await drop_assignment(consumer, assigned, topic)
 
 
 async def drop_assignment(consumer: Any, assigned: set[TopicPartition], topic: str) -> None:
@@ -225,9 +256,7 @@ class FlowReader:
         self.clock = clock
         self.assigned: set[TopicPartition] = set()
         self.live_from: dict[TopicPartition, int] = {}  # below: there before lagd looked, arrival unknown
-        self.hidden: frozenset[str] = frozenset()  # of the two, those lagd may not describe (nor read)
-        self.refused: set[str] = set()  # seen, but their fetch refused since the last assign()
-        self.told: frozenset[str] = frozenset()  # hidden or refused, as newly_denied() last told
+        self.denials = Denials()
 
     async def read(self, window: FlowWindow, counters: IngestCounters, timeout_ms: int) -> None:
         """Fold what arrives within `timeout_ms` (at most) into `window`."""
@@ -237,21 +266,13 @@ class FlowReader:
         try:
             batches = await self.consumer.getmany(timeout_ms=max(1, timeout_ms), max_records=5000)
         except TopicAuthorizationFailedError as exc:  # Describe without Read: read the other topic
-            refused = str(exc.args[0]) if exc.args else ""
-            self.refused.add(refused)
-            await drop_assignment(self.consumer, self.assigned, refused)
+            await self.denials.refuse(self.consumer, self.assigned, exc)
             return
         arrived = self.clock()
         for tp, records in batches.items():
             live_from = self.live_from.get(tp, 0)
             for r in records:
                 self._fold(tp.topic, r.key, r.value, arrived if r.offset >= live_from else None, window, counters)
-
-    def newly_denied(self) -> list[str]:
-        """The topics lagd may not read that it has not told of since it last could."""
-        denied = self.hidden | self.refused
-        newly, self.told = sorted(denied - self.told), frozenset(denied)
-        return newly
 
     async def assign(self) -> None:
         """Take on partitions of the two topics that appeared (MM2 creates them when it starts),
@@ -266,8 +287,8 @@ class FlowReader:
             for p in cluster.partitions_for_topic(topic) or ()
         }
         absent = [t for t in (self.heartbeats, self.checkpoints) if not cluster.partitions_for_topic(t)]
-        self.hidden = await not_describable(self.consumer._client, absent)
-        retried, self.refused = self.refused, set()
+        self.denials.hidden = await not_describable(self.consumer._client, absent)
+        retried = self.denials.retry()
         new = await extend_assignment(self.consumer, self.assigned, found)
         if not new:
             return
@@ -318,6 +339,7 @@ class PartitionJudge:
         self.syncs: dict[tuple[str, int], OffsetSync] = {}
         self.dropped = 0
         self.copies = CopyWatch(mirror.topic_missing_after)
+        self.denials = Denials()
 
     async def start(self) -> None:
         if self.source is not None and self.log_ends is not None:
@@ -338,6 +360,9 @@ class PartitionJudge:
                 return
         cluster = await self.consumer._client.fetch_all_metadata()
         found = {TopicPartition(self.syncs_topic, p) for p in cluster.partitions_for_topic(self.syncs_topic) or ()}
+        absent = [] if found else [self.syncs_topic]
+        self.denials.hidden = await not_describable(self.consumer._client, absent)
+        self.denials.retry()
         new = await extend_assignment(self.consumer, self.assigned, found)
         if new:
             await self.consumer.seek_to_beginning(*new)
@@ -346,7 +371,11 @@ class PartitionJudge:
         ends: dict[TopicPartition, int] = await self.consumer.end_offsets(sorted(self.assigned))
         pending = {tp for tp, end in ends.items() if await self.consumer.position(tp) < end}
         while pending:
-            batches = await self.consumer.getmany(*pending, timeout_ms=1000, max_records=5000)
+            try:
+                batches = await self.consumer.getmany(*pending, timeout_ms=1000, max_records=5000)
+            except TopicAuthorizationFailedError as exc:  # Describe without Read
+                await self.denials.refuse(self.consumer, self.assigned, exc)
+                return
             for records in batches.values():
                 for r in records:
                     self._fold(r.key, r.value, counters)
