@@ -44,12 +44,18 @@ PER_PARTITION = 20
 
 
 def settings_for(
-    cluster: KafkaCluster, database_url: str, port: int, source: str = "topic", **cluster_keys: Any
+    cluster: KafkaCluster,
+    database_url: str,
+    port: int,
+    source: str = "topic",
+    mirrors: dict[str, Any] | None = None,
+    **cluster_keys: Any,
 ) -> Settings:
     """lagd's settings for `cluster` (named "real"); `cluster_keys` add or override its keys
-    (bootstrap-servers of another listener, SASL and TLS)."""
+    (bootstrap-servers of another listener, SASL and TLS); `mirrors`: [mirrors.*] tables."""
     return parse(
         {
+            "mirrors": mirrors or {},
             "clusters": {
                 "real": {
                     "bootstrap-servers": cluster.bootstrap.split(","),

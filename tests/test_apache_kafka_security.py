@@ -5,11 +5,16 @@ CA made for this run signed, and the StandardAuthorizer with no access where no 
 Its PLAINTEXT listener is the broker's own (to its controller, whose principal is a super
 user); lagd and every client come in through SASL_SSL: "app" (a super user) makes the
 groups and runs Kafka's tools, and lagd's principals have only the ACLs a test gives them.
+
+A MirrorMaker 2 mirror is watched on this one node as both its source and its target (MM2's
+topics written by "app" with the bytes a real MM2 4.3.1 wrote, tests/data): lagd reads MM2's
+topics and samples the mirrored ones with the ACLs README gives, and says which ACL it lacks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import TopicPartition as TP
 from structlog.testing import capture_logs
@@ -37,6 +43,11 @@ USERS = {
     "streams": "streams-secret",
     "polls": "polls-secret",
     "describes": "describes-secret",
+    "mirrors": "mirrors-secret",
+    "no-heartbeats": "no-heartbeats-secret",
+    "describe-heartbeats": "describe-heartbeats-secret",
+    "no-syncs": "no-syncs-secret",
+    "describe-syncs": "describe-syncs-secret",
 }
 AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -260,3 +271,166 @@ async def test_auto_falls_back_to_admin_polling_with_the_least_acls_it_needs(
     ], chosen
     assert f"allow lagd Describe and Read on {OFFSETS_TOPIC}" in chosen[0]["hint"]
     assert unseen == {no_group_acl: 404, no_topic_acl: 404}
+
+
+MM2_RECORDS: dict[str, list[dict[str, Any]]] = json.loads(
+    (Path(__file__).parent / "data" / "mirror-maker-4.3.1-records.json").read_text()
+)["records"]
+CAPTURED_HEARTBEAT_MS = 1796278513946  # the newest captured heartbeat's emission (its record's timestamp)
+
+
+async def _mm2_topics(secure: Secure, alias: str, target_alias: str) -> dict[str, str]:
+    """MM2's three topics for source alias `alias` and target alias `target_alias` (this node
+    being both clusters), holding the records a real MM2 wrote, bytes as captured (the record
+    timestamps now, so that retention keeps them); returns them by role."""
+    topics = {
+        "heartbeats": f"{alias}.heartbeats",
+        "checkpoints": f"{alias}.checkpoints.internal",
+        "offset syncs": f"mm2-offset-syncs.{target_alias}.internal",
+    }
+    captured = {
+        "heartbeats": MM2_RECORDS["dst:src.heartbeats"],
+        "checkpoints": MM2_RECORDS["dst:src.checkpoints.internal"],
+        "offset syncs": MM2_RECORDS["src:mm2-offset-syncs.dst.internal"],
+    }
+    app = secure.client("app")
+    producer = AIOKafkaProducer(bootstrap_servers=secure.bootstrap, **app)
+    await producer.start()
+    try:
+        for role, topic in topics.items():
+            await create_topic(secure.bootstrap, topic, 1, **app)
+            for r in captured[role]:
+                key, value = bytes.fromhex(r["key"]), bytes.fromhex(r["value"]) if r["value"] else None
+                await producer.send_and_wait(topic, value, key=key, partition=r["partition"])
+    finally:
+        await producer.stop()
+    return topics
+
+
+async def _mirrored_topics(secure: Secure, topic: str, copy: str) -> None:
+    """The mirrored topic and its copy, 2 partitions of 700 records each (past the offsets the
+    captured offset syncs and checkpoints name: 644 and 498)."""
+    for name in (topic, copy):
+        await create_topic(secure.bootstrap, name, 2, **secure.client("app"))
+        await produce(secure.bootstrap, name, 700, 2, **secure.client("app"))
+
+
+def _mirror(alias: str, target_alias: str, topic: str) -> dict[str, Any]:
+    """A mirror of `topic` from this node to itself, its copies named `<alias>.<topic>`."""
+    return {
+        "m": {
+            "source": "real",
+            "target": "real",
+            "rename": "prefix",
+            "prefix": f"{alias}.",
+            "topics": f"^{topic}$",
+            "mm2-target-alias": target_alias,
+        }
+    }
+
+
+async def _mirror_failures(lagd: Lagd) -> list[str]:
+    """The mirror readers' failures counted in /metrics."""
+    _, text = await lagd.get("/metrics")
+    return [line for line in text.splitlines() if line.startswith("lagd_ingest_failures_total") and "mirror" in line]
+
+
+async def test_a_mirror_is_read_with_the_acls_readme_gives(secure: Secure, database_url: str, settle: Settle) -> None:
+    """README's ACLs for a mirror, nothing more (with Read on __consumer_offsets, its offsets
+    source): Read on MM2's heartbeats and checkpoints topics on the target and its offset-syncs
+    topic on the source, no group; Describe on the mirrored topic on the source and its copy on
+    the target. lagd reads all three of MM2's topics and samples both topics: the newest
+    heartbeat (STALLED: it was emitted when the records were captured), the group's failover gap
+    in records and seconds, both partitions' delay translated by an offset sync; no reader fails."""
+    topics = await _mm2_topics(secure, "src", "dst")
+    await _mirrored_topics(secure, "orders", "src.orders")
+    secure.allow("mirrors", ["Read"], "--topic", OFFSETS_TOPIC)
+    secure.allow("mirrors", ["Read"], *(arg for t in topics.values() for arg in ("--topic", t)))
+    secure.allow("mirrors", ["Describe"], "--topic", "orders", "--topic", "src.orders")
+
+    mirrors = _mirror("src", "dst", "orders")
+    settings = settings_for(secure.cluster, database_url, free_port(), "topic", mirrors, **secure.lagd_keys("mirrors"))
+    with capture_logs() as logged:
+        async with lagd_running(settings) as lagd:
+
+            async def read_all() -> dict[str, Any] | None:
+                status, flow = await lagd.get("/lagd/v1/mirrors/m/flow")
+                if status != 200 or len(flow["failover"]) < 2 or len(flow["partitions"]) < 2:
+                    return None
+                if any(g["seconds"] is None for g in flow["failover"]):
+                    return None  # the source's log-end samples of orders not taken yet
+                return dict(flow)
+
+            flow = await settle(read_all, timeout=60, what="the flow with MM2's three topics read")
+            failures = await _mirror_failures(lagd)
+    assert flow["status"] == "STALLED" and flow["newest_heartbeat_at"] == CAPTURED_HEARTBEAT_MS, flow
+    assert {
+        (g["group"], g["topic"], g["partition"], g["upstream_offset"], g["downstream_offset"]) for g in flow["failover"]
+    } == {("billing", "src.orders", p, 498, 495) for p in (0, 1)}, flow
+    assert {(p["topic"], p["partition"], p["synced"]) for p in flow["partitions"]} == {
+        ("orders", 0, True),
+        ("orders", 1, True),
+    }, flow
+    assert failures == [], failures
+    told = [e for e in logged if e["log_level"] in ("warning", "error", "critical") and "mirror" in str(e)]
+    assert told == [], told
+
+
+@pytest.mark.parametrize("acl", ["no", "describe"])
+@pytest.mark.parametrize("unread", ["heartbeats", "syncs"])
+async def test_a_mirror_without_read_on_one_of_mm2s_topics_names_the_acl_to_add(
+    secure: Secure, database_url: str, settle: Settle, unread: str, acl: str
+) -> None:
+    """README's ACLs for a mirror but Read on MM2's heartbeats topic (on the target) or its
+    offset-syncs topic (on the source): with no ACL on it, the broker leaves the topic out of
+    lagd's metadata as if MM2 had not made it; with Describe (on topic `*`, say), it refuses the
+    fetch. Either way lagd says which topic it may not read and the ACL to add, once over three
+    more offset-refreshes, and reads the others: the checkpoints, and the heartbeats or the flow's
+    reason saying it may not read them."""
+    user = alias = f"{acl}-{unread}"
+    topic = f"payments-{alias}"
+    topics = await _mm2_topics(secure, alias, f"dst-{alias}")
+    await _mirrored_topics(secure, topic, f"{alias}.{topic}")
+    role = {"heartbeats": "heartbeats", "syncs": "offset syncs"}[unread]
+    denied = topics[role]
+    secure.allow(user, ["Read"], "--topic", OFFSETS_TOPIC)
+    secure.allow(user, ["Read"], *(arg for t in topics.values() if t != denied for arg in ("--topic", t)))
+    secure.allow(user, ["Describe"], "--topic", topic, "--topic", f"{alias}.{topic}")
+    if acl == "describe":
+        secure.allow(user, ["Describe"], "--topic", denied)
+
+    mirrors = _mirror(alias, f"dst-{alias}", topic)
+    settings = settings_for(secure.cluster, database_url, free_port(), "topic", mirrors, **secure.lagd_keys(user))
+    with capture_logs() as logged:
+        async with lagd_running(settings) as lagd:
+
+            async def told_and_checkpoints_read() -> dict[str, Any] | None:
+                status, flow = await lagd.get("/lagd/v1/mirrors/m/flow")
+                if status != 200 or len(flow["failover"]) != 2 or not await _mirror_failures(lagd):
+                    return None
+                return dict(flow)
+
+            flow = await settle(told_and_checkpoints_read, timeout=60, what="the flow told and its checkpoints read")
+
+            async def three_refreshes_later() -> bool:  # each retries a refused fetch: still told once
+                _, later = await lagd.get("/lagd/v1/mirrors/m/flow")
+                return bool(later["observed_at"] >= flow["observed_at"] + 3000)
+
+            await settle(three_refreshes_later, timeout=30, what="three more offset-refreshes")
+            failures = await _mirror_failures(lagd)
+    if unread == "heartbeats":
+        assert flow["status"] == "NO_HEARTBEATS", flow
+        assert flow["reason"] == (
+            f"lagd may not read {denied} (not authorized): allow its principal Read on the topic"
+        ), flow
+    else:
+        assert flow["status"] == "STALLED" and flow["newest_heartbeat_at"] == CAPTURED_HEARTBEAT_MS, flow
+    told = [e for e in logged if e["log_level"] in ("warning", "error", "critical") and "mirror" in str(e)]
+    assert [(e["event"], e["topic"], e["hint"]) for e in told] == [
+        (
+            "lagd may not read a MirrorMaker 2 topic; the flow is judged without it",
+            denied,
+            f"allow lagd's principal Read on topic {denied} on cluster real",
+        )
+    ], told
+    assert failures == ['lagd_ingest_failures_total{cluster="real",failure="mirror_flow_not_authorized"} 1'], failures

@@ -1,7 +1,9 @@
-"""The MirrorMaker 2 flow rules (lagd.evaluate.mirror_flow): pure, on made-up heartbeats and looks."""
+"""The MirrorMaker 2 flow rules (lagd.evaluate.mirror_flow, and the reason lagd.ingest.mirror_flows gives
+when it may not read the heartbeats): pure, on made-up heartbeats and looks."""
 
 from __future__ import annotations
 
+import dataclasses
 from array import array
 
 from lagd.evaluate.mirror_flow import (
@@ -13,6 +15,7 @@ from lagd.evaluate.mirror_flow import (
     judge_flow,
     partition_delay,
 )
+from lagd.ingest.mirror_flows import Denials, unreadable_heartbeats
 from lagd.ingest.mirror_records import Checkpoint, OffsetSync
 from lagd.state.windows import LogEnd
 
@@ -182,3 +185,28 @@ def test_a_failover_gap_in_seconds_is_the_stretch_of_source_traffic_between_resu
     gaps = judge_flow("m", w, now, gap_seconds=lambda c: failover_seconds(c, source_samples(), None, now)).gaps
     assert [(g.records, g.seconds, g.estimated) for g in gaps] == [(100, 10.0, False)]
     assert [(g.seconds, g.estimated) for g in judge_flow("m", w, now).gaps] == [(None, False)]
+
+
+def test_no_heartbeats_because_lagd_may_not_read_the_topic_says_so_and_nothing_else_changes() -> None:
+    w = FlowWindow(LIMITS)
+    none_yet = judge_flow("m", w, 5 * S)
+    denied = unreadable_heartbeats(none_yet, "src.heartbeats", frozenset({"src.heartbeats"}))
+    assert denied.reason == "lagd may not read src.heartbeats (not authorized): allow its principal Read on the topic"
+    assert dataclasses.replace(denied, reason=none_yet.reason) == none_yet
+    # the checkpoints topic denied, or heartbeats read: the verdict as judged
+    assert unreadable_heartbeats(none_yet, "src.heartbeats", frozenset({"src.checkpoints.internal"})) is none_yet
+    w.heartbeat(4 * S, arrived_ms=4 * S)
+    judged = judge_flow("m", w, 5 * S)
+    assert unreadable_heartbeats(judged, "src.heartbeats", frozenset({"src.heartbeats"})) is judged
+
+
+def test_a_topic_lagd_may_not_read_is_told_once_while_it_lasts_and_again_if_it_comes_back() -> None:
+    d = Denials(hidden=frozenset({"src.heartbeats"}))
+    assert d.newly() == ["src.heartbeats"]
+    d.refused.add("src.checkpoints.internal")
+    assert d.newly() == ["src.checkpoints.internal"]  # the heartbeats topic was told already
+    assert d.retry() == {"src.checkpoints.internal"} and d.newly() == []  # retried, read this time
+    d.hidden = frozenset()
+    assert d.newly() == [] and d.told == frozenset()  # both readable now
+    d.refused.add("src.checkpoints.internal")
+    assert d.newly() == ["src.checkpoints.internal"]  # refused again: told again

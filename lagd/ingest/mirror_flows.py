@@ -7,7 +7,12 @@ prefix without its dot), lagd reads two topics MM2 keeps on the target, without 
   which makes arrival minus emission the replication latency;
 - `<alias>.checkpoints.internal`: from the beginning (it is compacted: one record per group and
   partition), then what is new.
-Records already there when a partition was taken on carry no arrival time. On the source it reads
+Records already there when a partition was taken on carry no arrival time. A topic lagd's principal
+may not describe is left out of the metadata a broker gives, as if it did not exist: so a topic
+not there is asked for by name (the offset-syncs topic only when `mm2-target-alias` names it);
+one seen but whose fetch is refused (Describe without Read) is left out of the assignment until
+the next offset-refresh tries it again. Either is one warning naming the topic and the ACL to
+add, and the flow's NO_HEARTBEATS reason says it of the heartbeats topic. On the source it reads
 MM2's offset syncs (`mm2-offset-syncs.<target alias>.internal`: `mm2-target-alias`, else the one
 such topic the source has), keeping the newest per partition. Every offset-refresh the flow's
 `FlowWindow` is judged (`lagd.evaluate.mirror_flow`), with each mirrored partition's delay from
@@ -20,12 +25,16 @@ NO_HEARTBEATS until MM2 creates them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.errors import TopicAuthorizationFailedError
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition
 
 from lagd.core.config import ClusterSettings, MirrorSettings
@@ -106,6 +115,7 @@ async def watch_mirror_flow(
     `source` and `log_ends` (the daemon's State), each mirrored partition is judged too."""
     window = FlowWindow(flow_limits(mirror))
     partitions = PartitionJudge(mirror, target.name, source, log_ends)
+    alias = mm2_alias(mirror)
     await reconnecting(
         functools.partial(_session, target, mirror, window, partitions, flows, counters, stop, clock),
         stop,
@@ -113,8 +123,8 @@ async def watch_mirror_flow(
         cluster=target,
         what=f"mirror {mirror.name}'s MirrorMaker 2 reader",
         counter="mirror_flow",
-        hint="check that the target cluster is reachable and lagd may read <alias>.heartbeats and "
-        "<alias>.checkpoints.internal on it",
+        hint=f"check that cluster {target.name} is reachable and that lagd's principal has Read on topics "
+        f"{alias}.heartbeats and {alias}.checkpoints.internal there (and on MM2's offset-syncs topic on the source)",
     )
 
 
@@ -140,16 +150,84 @@ async def _session(
             while not stop.is_set() and loop.time() < until:
                 await reader.read(window, counters, timeout_ms=int(min(1.0, until - loop.time()) * 1000))
             await partitions.read_syncs(counters)
+            told = [(target.name, t) for t in reader.denials.newly()]
+            if partitions.source is not None:
+                told += [(partitions.source.name, t) for t in partitions.denials.newly()]
+            for cluster, topic in told:
+                counters.count_failure("mirror_flow_not_authorized")
+                log.warning(
+                    "lagd may not read a MirrorMaker 2 topic; the flow is judged without it",
+                    mirror=mirror.name,
+                    cluster=cluster,
+                    topic=topic,
+                    hint=f"allow lagd's principal Read on topic {topic} on cluster {cluster}",
+                )
             delays = partitions.delays()
             now = clock()
-            flows.verdicts[mirror.name] = judge_flow(
-                mirror.name, window, now, delays, partitions.missing(now), partitions.gap_seconds(now)
-            )
+            verdict = judge_flow(mirror.name, window, now, delays, partitions.missing(now), partitions.gap_seconds(now))
+            flows.verdicts[mirror.name] = unreadable_heartbeats(verdict, reader.heartbeats, reader.denials.told)
             flows.dropped_checkpoints[mirror.name] = window.dropped_checkpoints
             window.look(now, delays)
     finally:
         await close_quietly(consumer.stop)
         await partitions.close()
+
+
+def unreadable_heartbeats(verdict: FlowVerdict, heartbeats: str, denied: frozenset[str]) -> FlowVerdict:
+    """The verdict, whose NO_HEARTBEATS reason says that lagd may not read the heartbeats topic
+    when it may not: the usual reason (is MM2 running?) would send the user the wrong way."""
+    if verdict.status != "NO_HEARTBEATS" or heartbeats not in denied:
+        return verdict
+    reason = f"lagd may not read {heartbeats} (not authorized): allow its principal Read on the topic"
+    return dataclasses.replace(verdict, reason=reason)
+
+
+async def not_describable(client: Any, topics: list[str]) -> frozenset[str]:
+    """Those of `topics` the cluster says lagd may not describe, asked for by name (every topic's
+    metadata leaves them out, as if they did not exist) without letting the broker create them."""
+    if not topics:
+        return frozenset()
+    answer = await client.send(client.get_random_node(), MetadataRequest(topics, allow_auto_topic_creation=False))
+    metadata = ClusterMetadata()
+    metadata.update_metadata(answer)
+    return frozenset(metadata.unauthorized_topics) & frozenset(topics)
+
+
+@dataclass
+class Denials:
+    """A reader's MM2 topics lagd may not read: hidden (no Describe: absent from every-topic
+    metadata) or refused (a fetch refused since the last offset-refresh tried them again)."""
+
+    hidden: frozenset[str] = frozenset()
+    refused: set[str] = field(default_factory=set)
+    told: frozenset[str] = frozenset()  # hidden or refused, as newly() last told
+
+    def newly(self) -> list[str]:
+        """The topics lagd may not read that it has not told of since it last could."""
+        denied = self.hidden | self.refused
+        newly, self.told = sorted(denied - self.told), frozenset(denied)
+        return newly
+
+    def retry(self) -> set[str]:
+        """The refused topics, forgotten so that they are assigned and fetched again."""
+        retried, self.refused = self.refused, set()
+        return retried
+
+    async def refuse(self, consumer: Any, assigned: set[TopicPartition], exc: TopicAuthorizationFailedError) -> None:
+        """Note the topic a fetch was refused (aiokafka names it) and take it out of the assignment."""
+        topic = str(exc.args[0]) if exc.args else ""
+        self.refused.add(topic)
+        await drop_assignment(consumer, assigned, topic)
+
+
+async def drop_assignment(consumer: Any, assigned: set[TopicPartition], topic: str) -> None:
+    """Take `topic`'s partitions out of `assigned` (updated in place) and the consumer's
+    assignment, keeping where it stands on the others (assign() forgets every position)."""
+    kept = {tp: await consumer.position(tp) for tp in assigned if tp.topic != topic}
+    assigned.intersection_update(kept)
+    consumer.assign(sorted(assigned))
+    for tp, position in kept.items():
+        consumer.seek(tp, position)
 
 
 async def extend_assignment(
@@ -178,13 +256,18 @@ class FlowReader:
         self.clock = clock
         self.assigned: set[TopicPartition] = set()
         self.live_from: dict[TopicPartition, int] = {}  # below: there before lagd looked, arrival unknown
+        self.denials = Denials()
 
     async def read(self, window: FlowWindow, counters: IngestCounters, timeout_ms: int) -> None:
         """Fold what arrives within `timeout_ms` (at most) into `window`."""
         if not self.assigned:
             await asyncio.sleep(timeout_ms / 1000)
             return
-        batches = await self.consumer.getmany(timeout_ms=max(1, timeout_ms), max_records=5000)
+        try:
+            batches = await self.consumer.getmany(timeout_ms=max(1, timeout_ms), max_records=5000)
+        except TopicAuthorizationFailedError as exc:  # Describe without Read: read the other topic
+            await self.denials.refuse(self.consumer, self.assigned, exc)
+            return
         arrived = self.clock()
         for tp, records in batches.items():
             live_from = self.live_from.get(tp, 0)
@@ -192,7 +275,8 @@ class FlowReader:
                 self._fold(tp.topic, r.key, r.value, arrived if r.offset >= live_from else None, window, counters)
 
     async def assign(self) -> None:
-        """Take on partitions of the two topics that appeared (MM2 creates them when it starts)."""
+        """Take on partitions of the two topics that appeared (MM2 creates them when it starts),
+        and those refused before (an ACL may have been added since)."""
         # every topic's metadata, asked apart from the consumer's own: asking for the two by name
         # could make a broker with auto.create.topics.enable create them, and the consumer only
         # keeps the metadata of the topics it is assigned
@@ -202,11 +286,15 @@ class FlowReader:
             for topic in (self.heartbeats, self.checkpoints)
             for p in cluster.partitions_for_topic(topic) or ()
         }
+        absent = [t for t in (self.heartbeats, self.checkpoints) if not cluster.partitions_for_topic(t)]
+        self.denials.hidden = await not_describable(self.consumer._client, absent)
+        retried = self.denials.retry()
         new = await extend_assignment(self.consumer, self.assigned, found)
         if not new:
             return
         ends = await self.consumer.end_offsets(new)
-        log.info("reading MirrorMaker 2 topics", partitions=[f"{tp.topic}[{tp.partition}]" for tp in new])
+        if any(tp.topic not in retried for tp in new):
+            log.info("reading MirrorMaker 2 topics", partitions=[f"{tp.topic}[{tp.partition}]" for tp in new])
         self.live_from.update(ends)
         for tp in new:
             if tp.topic == self.heartbeats:
@@ -251,6 +339,7 @@ class PartitionJudge:
         self.syncs: dict[tuple[str, int], OffsetSync] = {}
         self.dropped = 0
         self.copies = CopyWatch(mirror.topic_missing_after)
+        self.denials = Denials()
 
     async def start(self) -> None:
         if self.source is not None and self.log_ends is not None:
@@ -271,6 +360,9 @@ class PartitionJudge:
                 return
         cluster = await self.consumer._client.fetch_all_metadata()
         found = {TopicPartition(self.syncs_topic, p) for p in cluster.partitions_for_topic(self.syncs_topic) or ()}
+        absent = [] if found else [self.syncs_topic]
+        self.denials.hidden = await not_describable(self.consumer._client, absent)
+        self.denials.retry()
         new = await extend_assignment(self.consumer, self.assigned, found)
         if new:
             await self.consumer.seek_to_beginning(*new)
@@ -279,7 +371,11 @@ class PartitionJudge:
         ends: dict[TopicPartition, int] = await self.consumer.end_offsets(sorted(self.assigned))
         pending = {tp for tp, end in ends.items() if await self.consumer.position(tp) < end}
         while pending:
-            batches = await self.consumer.getmany(*pending, timeout_ms=1000, max_records=5000)
+            try:
+                batches = await self.consumer.getmany(*pending, timeout_ms=1000, max_records=5000)
+            except TopicAuthorizationFailedError as exc:  # Describe without Read
+                await self.denials.refuse(self.consumer, self.assigned, exc)
+                return
             for records in batches.values():
                 for r in records:
                     self._fold(r.key, r.value, counters)
