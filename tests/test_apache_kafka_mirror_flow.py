@@ -451,7 +451,13 @@ async def test_a_covered_topic_mm2_does_not_copy_makes_the_flow_incomplete_until
     async with lagd_running(settings) as lagd:
         with mirror_maker(source, target, kept):
             await _until_copying(target.bootstrap, f"src.{kept}")
-            incomplete = await _flow_until(lagd, lambda b: b["status"] == "INCOMPLETE", 90, "INCOMPLETE")
+            # both were missing until MM2 started (lagd first): wait until lagd's samples hold kept's copy
+            incomplete = await _flow_until(
+                lagd,
+                lambda b: b["status"] == "INCOMPLETE" and kept not in {m["topic"] for m in b["missing"]},
+                90,
+                f"INCOMPLETE with {kept}'s copy seen",
+            )
             assert [(m["topic"], m["partitions"], m["topic_missing"]) for m in incomplete["missing"]] == [
                 (left, list(range(PARTITIONS)), True)
             ], incomplete
