@@ -5,16 +5,19 @@ on both clusters; the delay lagd reports agrees within 1 s with the latency of r
 stamps on the source and times on arrival at the target.
 
 Throttled by a producer quota on the target, the real daemon (`lagd run` in this process, its
-log-end sampler on both clusters) judges the flow LAGGING with a growing trend from the data
-partitions' delay (the heartbeats, in a partition of their own, mostly keep arriving within a
-second: tried first, the heartbeats alone stayed OK for 180 s under such a quota), each
-partition's delay within 1 s of the test's own measure; OK once the quota is gone."""
+log-end sampler on both clusters) judges the flow LAGGING from the data partitions' delay (the
+heartbeats, in a partition of their own, mostly keep arriving within a second: tried first, the
+heartbeats alone stayed OK for 180 s under such a quota), each partition's delay within 1 s of the
+test's own measure (the source broker's append time of the newest record on the target), its
+trend within 3 s a minute of the same least-squares slope of that measure; OK once the quota is
+gone."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
+import itertools
 import struct
 import time
 from collections.abc import Callable
@@ -76,6 +79,7 @@ async def test_a_flow_reads_ok_then_stalled_when_mirror_maker_stops_then_ok(
     )
     try:
         topic, group = f"orders-{unique}", f"billing-{unique}"
+        judged: list[float] = []  # when the check below ended: MM2 is killed right after it
 
         async def judged_while_mirroring(on_source: dict[int, int], on_target: dict[int, int]) -> None:
             def group_read(v: FlowVerdict) -> bool:
@@ -94,11 +98,15 @@ async def test_a_flow_reads_ok_then_stalled_when_mirror_maker_stops_then_ok(
                     assert g.topic == f"src.{topic}"
                     assert g.upstream_offset == on_source[g.partition]  # kafka-consumer-groups on the source
                     assert g.downstream_offset == on_target[g.partition]  # and on the target
-                    assert g.records == g.upstream_offset - g.downstream_offset >= 0
+                    # the failover gap in records: the difference of the two clusters' committed offsets
+                    assert g.records == on_source[g.partition] - on_target[g.partition] >= 0
+            judged.append(time.monotonic())
 
         await mirrored_run(source, target, topic, group, judged_while_mirroring)  # MM2 is stopped at its end
-        stopped = time.monotonic()
+        # timed from before the kill: mirrored_run reads MM2's topics back after it, which takes seconds
+        stopped = judged[0]
         await _until(flows, lambda v: v.status == "STALLED", 60 - (time.monotonic() - stopped), "STALLED")
+        print(f"\nSTALLED {time.monotonic() - stopped:.1f} s after MM2 was stopped")
         assert time.monotonic() - stopped <= 60
         assert "no heartbeat replicated" in flows.verdicts["m"].reason
 
@@ -113,21 +121,54 @@ async def test_a_flow_reads_ok_then_stalled_when_mirror_maker_stops_then_ok(
 @dataclass
 class Arrivals:
     """Records of the mirrored topic as the test's own consumer on the target read them: (arrival ms,
-    send ms, partition). The send time is stamped in the record's value by the source's producer;
-    the arrival is the target broker's append time where the target topic keeps it
-    (message.timestamp.type = LogAppendTime), else when the consumer got the record."""
+    send ms, partition, offset). The send time is stamped in the record's value by the source's
+    producer; the arrival is the target broker's append time where the target topic keeps it
+    (message.timestamp.type = LogAppendTime), else when the consumer got the record. `appended`:
+    the source broker's append time of each (partition, offset), where the test reads it."""
 
-    seen: list[tuple[int, int, int]] = field(default_factory=list)
+    seen: list[tuple[int, int, int, int]] = field(default_factory=list)
+    appended: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def latency_around(self, at_ms: int, within_ms: int = 500) -> float | None:
         """The median latency in seconds of the records that arrived within `within_ms` of `at_ms`."""
-        near = sorted(a - t for a, t, _ in self.seen if abs(a - at_ms) <= within_ms)
+        near = sorted(a - t for a, t, _, _ in self.seen if abs(a - at_ms) <= within_ms)
         return None if not near else near[len(near) // 2] / 1000
 
     def behind_at(self, at_ms: int, partition: int) -> float | None:
         """How long before `at_ms` the newest record of `partition` that had arrived by then was sent."""
-        sent = [t for a, t, p in self.seen if p == partition and a <= at_ms]
+        sent = [t for a, t, p, _ in self.seen if p == partition and a <= at_ms]
         return None if not sent else (at_ms - max(sent)) / 1000
+
+    def appended_behind_at(self, at_ms: int, partition: int) -> float | None:
+        """As `behind_at`, from when the source broker appended that record (none of the test's own
+        producer's delays in it); None until the test has read it on the source."""
+        offsets = [o for a, _, p, o in self.seen if p == partition and a <= at_ms]
+        appended = None if not offsets else self.appended.get((partition, max(offsets)))
+        return None if appended is None else (at_ms - appended) / 1000
+
+    def longest_pause_s(self, partition: int, around_ms: int, within_ms: int = 2000) -> float:
+        """The longest time between two records appended to the source's `partition` within `within_ms`
+        of `around_ms`: lagd's delay is interpolated between log-end samples (2 s apart here), so a
+        pause in the traffic shifts it by up to that much."""
+        near = sorted(t for (p, _), t in self.appended.items() if p == partition and abs(t - around_ms) <= within_ms)
+        return max((b - a for a, b in itertools.pairwise(near)), default=0) / 1000
+
+    def delay_trend_per_min(
+        self, from_ms: int, to_ms: int, partitions: list[int], appended: bool = False
+    ) -> float | None:
+        """The least-squares slope, in seconds per minute, of the copy's delay (its partitions' largest
+        `behind_at`, or `appended_behind_at`) looked at every second from `from_ms` to `to_ms`: lagd's
+        trend, measured apart."""
+        behind_at = self.appended_behind_at if appended else self.behind_at
+        points: list[tuple[float, float]] = []
+        for at in range(from_ms, to_ms + 1, 1000):
+            behind = [behind_at(at, p) for p in partitions]
+            if all(b is not None for b in behind):
+                points.append((at / 60_000, max(b for b in behind if b is not None)))
+        if len(points) < 3:
+            return None
+        mx, my = sum(x for x, _ in points) / len(points), sum(y for _, y in points) / len(points)
+        return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
 async def _stamped_traffic(bootstrap: str, topic: str, stop: asyncio.Event, bytes_per_s: int) -> None:
@@ -164,7 +205,23 @@ async def _arrivals(bootstrap: str, topic: str, into: Arrivals, stop: asyncio.Ev
             for tp, records in batches.items():
                 for r in records:
                     arrived = r.timestamp if r.timestamp_type == LOG_APPEND_TIME else now
-                    into.seen.append((arrived, struct.unpack_from(">q", r.value)[0], tp.partition))
+                    into.seen.append((arrived, struct.unpack_from(">q", r.value)[0], tp.partition, r.offset))
+    finally:
+        await consumer.stop()
+
+
+async def _source_appends(bootstrap: str, topic: str, into: Arrivals, stop: asyncio.Event) -> None:
+    """The source broker's append time of every record of `topic` (LogAppendTime), into `appended`."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            for tp, records in (await consumer.getmany(timeout_ms=200)).items():
+                for r in records:
+                    assert r.timestamp_type == LOG_APPEND_TIME, r
+                    into.appended[(tp.partition, r.offset)] = r.timestamp
     finally:
         await consumer.stop()
 
@@ -216,7 +273,7 @@ async def _until_read_past(arrivals: Arrivals, moments: dict[int, int], timeout:
     """Until the test's consumer has read, on each partition, a record appended after its moment."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        newest = {p: max((a for a, _, q in arrivals.seen if q == p), default=0) for p in moments}
+        newest = {p: max((a for a, _, q, _ in arrivals.seen if q == p), default=0) for p in moments}
         if all(newest[p] > at for p, at in moments.items()):
             return
         await asyncio.sleep(0.2)
@@ -292,6 +349,27 @@ async def _flow_until(lagd: Any, check: Callable[[dict[str, Any]], bool], timeou
     raise AssertionError(f"not {what} within {timeout:.0f} s: {body}")
 
 
+def _measured_apart(arrivals: Arrivals, p: dict[str, Any]) -> tuple[float, float | None, float | None, float]:
+    """A partition's delay as lagd gives it (`partitions` in the flow's body) and as the test's records
+    measure it at the same moment: by the source's append times, by the producer's stamps; and the
+    longest pause in the source's traffic around the record lagd's figure points at."""
+    appended = arrivals.appended_behind_at(p["as_of_ms"], p["partition"])
+    around = p["as_of_ms"] - int(1000 * (appended or 0))
+    return (
+        p["seconds"], appended, arrivals.behind_at(p["as_of_ms"], p["partition"]),
+        arrivals.longest_pause_s(p["partition"], around),
+    )  # fmt: skip
+
+
+def _append_time(cluster: KafkaCluster, topic: str) -> None:
+    """`topic`'s records stamped by `cluster`'s broker on append (message.timestamp.type)."""
+    cluster.tool(
+        "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", cluster.bootstrap,
+        "--entity-type", "topics", "--entity-name", topic,
+        "--alter", "--add-config", "message.timestamp.type=LogAppendTime",
+    )  # fmt: skip
+
+
 def _quota(cluster: KafkaCluster, *args: str) -> None:
     """Every client's producer quota on `cluster` (kafka-configs --entity-type clients --entity-default)."""
     cluster.tool(
@@ -310,23 +388,24 @@ async def test_the_daemon_judges_a_throttled_flow_lagging_from_its_partitions(
     )  # fmt: skip
     topic = f"slow-{unique}"
     await create_topic(source.bootstrap, topic, PARTITIONS)
+    _append_time(source, topic)  # the source broker's own stamp of each record, for `appended`
     stop = asyncio.Event()
     arrivals = Arrivals()
     tasks: list[asyncio.Task[None]] = []
     with mirror_maker(source, target, topic):
         try:
-            tasks = [asyncio.create_task(_stamped_traffic(source.bootstrap, topic, stop, 20_000))]
+            tasks = [
+                asyncio.create_task(_stamped_traffic(source.bootstrap, topic, stop, 20_000)),
+                asyncio.create_task(_source_appends(source.bootstrap, topic, arrivals, stop)),
+            ]
             await _until_copying(target.bootstrap, f"src.{topic}")
             # the copy's records stamped by the target broker when appended: their arrival, whatever the
             # test's own consumer's delays on a busy machine (MM2 syncs topic configs only every 10 min)
-            target.tool(
-                "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", target.bootstrap,
-                "--entity-type", "topics", "--entity-name", f"src.{topic}",
-                "--alter", "--add-config", "message.timestamp.type=LogAppendTime",
-            )  # fmt: skip
+            _append_time(target, f"src.{topic}")
             tasks.append(asyncio.create_task(_arrivals(target.bootstrap, f"src.{topic}", arrivals, stop)))
             await _until_caught_up(arrivals)
             async with lagd_running(settings) as lagd:
+                ready_ms = int(time.time() * 1000)  # lagd's looks at the flow start about now
                 flow = functools.partial(_flow_until, lagd)
                 ok = await flow(lambda b: b["status"] == "OK" and len(b["partitions"]) == PARTITIONS, 90, "OK")
                 assert all(p["synced"] for p in ok["partitions"]), ok
@@ -340,13 +419,18 @@ async def test_the_daemon_judges_a_throttled_flow_lagging_from_its_partitions(
                 worst = max(lagging["partitions"], key=lambda p: p["seconds"])
                 assert worst["records"] > 0 and f"{topic}[{worst['partition']}]" in lagging["reason"], lagging
                 # each partition's delay against the test's own: how long before the moment lagd's figure
-                # describes the newest record that had arrived on the target by then was sent
-                pairs = [
-                    (p["seconds"], arrivals.behind_at(p["as_of_ms"], p["partition"])) for p in lagging["partitions"]
-                ]
-                print(f"\nLAGGING: {lagging['reason']}; lagd's delay against the stamped records': {pairs}")
-                for mine, theirs in pairs:
-                    assert theirs is not None and abs(mine - theirs) <= 1.0, pairs
+                # describes the newest record that had arrived on the target by then was appended to the
+                # source (and sent by the test's producer, which a busy event loop can hold back)
+                rows = [_measured_apart(arrivals, p) for p in lagging["partitions"]]
+                print(f"\nLAGGING: {lagging['reason']}; lagd's, appended, sent, the traffic's longest pause: {rows}")
+                for mine, appended, _, _ in rows:
+                    assert appended is not None and abs(mine - appended) <= 1.0, rows
+                # the trend against the same slope of the stamped records' delay, over lagd's window
+                await _until_read_past(arrivals, dict.fromkeys(range(PARTITIONS), lagging["observed_at"]))
+                since_ms = max(ready_ms, lagging["observed_at"] - 60_000)
+                theirs = arrivals.delay_trend_per_min(since_ms, lagging["observed_at"], list(range(PARTITIONS)), True)
+                print(f"trend: lagd's {lagging['delay_trend_s_per_min']} s/min, the stamped records' {theirs} s/min")
+                assert theirs is not None and abs(lagging["delay_trend_s_per_min"] - theirs) <= 3.0, (theirs, lagging)
                 await flow(lambda b: b["status"] == "OK", 180, "OK once the quota is gone")
         finally:
             stop.set()
@@ -369,7 +453,13 @@ async def test_a_covered_topic_mm2_does_not_copy_makes_the_flow_incomplete_until
     async with lagd_running(settings) as lagd:
         with mirror_maker(source, target, kept):
             await _until_copying(target.bootstrap, f"src.{kept}")
-            incomplete = await _flow_until(lagd, lambda b: b["status"] == "INCOMPLETE", 90, "INCOMPLETE")
+            # both were missing until MM2 started (lagd first): wait until lagd's samples hold kept's copy
+            incomplete = await _flow_until(
+                lagd,
+                lambda b: b["status"] == "INCOMPLETE" and kept not in {m["topic"] for m in b["missing"]},
+                90,
+                f"INCOMPLETE with {kept}'s copy seen",
+            )
             assert [(m["topic"], m["partitions"], m["topic_missing"]) for m in incomplete["missing"]] == [
                 (left, list(range(PARTITIONS)), True)
             ], incomplete
